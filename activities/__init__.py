@@ -1,0 +1,49 @@
+"""The turn's activities, one file per kind. Each is a thin layer over `agent/`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from activities.dispatch import DispatchActivity, DispatchInput, DispatchOutput
+from activities.interpret import InterpretActivity, InterpretInput, InterpretOutput
+from activities.parse import ParseActivity, ParseInput, ParseOutput, Rejection, ValidCall
+from activities.parse_output import ParseOutputInput, ParseOutputOutput, parse_output
+from activities.plan import PlanActivity, PlanInput, PlanOutput
+from agent.model import ModelCatalog
+from agent.tools import ToolRegistry
+
+
+def turn_activities(
+    models: ModelCatalog, tools: ToolRegistry, deps: Any
+) -> list[Callable[..., Any]]:
+    """All activities of a turn, bound to one worker's models, tools and tool resources."""
+    return [
+        PlanActivity(models, tools).plan,
+        ParseActivity(tools).parse,
+        DispatchActivity(tools, deps).dispatch,
+        parse_output,
+        InterpretActivity(models, tools).interpret,
+    ]
+
+
+__all__ = [
+    "DispatchActivity",
+    "DispatchInput",
+    "DispatchOutput",
+    "InterpretActivity",
+    "InterpretInput",
+    "InterpretOutput",
+    "ParseActivity",
+    "ParseInput",
+    "ParseOutput",
+    "ParseOutputInput",
+    "ParseOutputOutput",
+    "PlanActivity",
+    "PlanInput",
+    "PlanOutput",
+    "Rejection",
+    "ValidCall",
+    "parse_output",
+    "turn_activities",
+]

@@ -1,0 +1,68 @@
+"""dispatch: run one tool call. The workflow starts one per call, concurrently.
+
+Runs with the tool's own timeout and retry policy. A `ToolError` (e.g.
+`NotFound`) is permanent and reaches the workflow as a non-retryable failure
+typed by class name; the workflow shows its message to the model. Anything else
+is treated as transient and retried by Temporal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from agent.errors import ToolError
+from agent.telemetry import tool_span
+from agent.tools import ToolContext, ToolRegistry
+from agent.types import ToolCall
+
+_json = TypeAdapter(Any)
+
+
+class DispatchInput(BaseModel):
+    call: ToolCall
+    customer_id: str
+    """Trusted, from the turn's input: tools scope their data to it."""
+    idempotency_key: str
+    """`<workflow id>/<iteration>/<call index>`: the same on every retry of this call."""
+
+
+class DispatchOutput(BaseModel):
+    result: Any
+    """The tool's result as JSON data (pydantic models are dumped)."""
+
+
+class DispatchActivity:
+    def __init__(self, tools: ToolRegistry, deps: Any) -> None:
+        self._tools = tools
+        self._deps = deps
+
+    @activity.defn(name="dispatch")
+    async def dispatch(self, input: DispatchInput) -> DispatchOutput:
+        tool = self._tools[input.call.name]
+        args = self._tools.validate(input.call)
+        ctx = ToolContext(input.customer_id, self._deps, input.idempotency_key)
+        with tool_span(tool.name, input.call.id):
+            try:
+                if tool.is_async:
+                    result = await tool(args, ctx)
+                else:
+                    # Plain functions (SQLite, HTTP clients) run in a thread so the
+                    # worker's event loop keeps serving other turns meanwhile.
+                    result = await asyncio.to_thread(tool, args, ctx)
+            except ToolError as e:
+                if e.retryable:
+                    raise
+                # An expected answer ("not found"), not an incident: benign keeps it
+                # out of the worker's error log and off the span's error status.
+                raise ApplicationError(
+                    str(e),
+                    type=type(e).__name__,
+                    non_retryable=True,
+                    category=ApplicationErrorCategory.BENIGN,
+                ) from e
+        return DispatchOutput(result=_json.dump_python(result, mode="json"))

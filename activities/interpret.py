@@ -1,0 +1,36 @@
+"""interpret: given the observations, the model answers or asks a next question."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from temporalio import activity
+
+from agent.model import Decision, ModelCatalog, ModelRequest
+from agent.telemetry import model_span, record_usage
+from agent.tools import ToolRegistry
+from agent.types import Step
+
+
+class InterpretInput(BaseModel):
+    model: str
+    question: str
+    steps: list[Step] = Field(default_factory=list)
+
+
+class InterpretOutput(BaseModel):
+    decision: Decision
+
+
+class InterpretActivity:
+    def __init__(self, models: ModelCatalog, tools: ToolRegistry) -> None:
+        self._models = models
+        self._tools = tools
+
+    @activity.defn(name="interpret")
+    async def interpret(self, input: InterpretInput) -> InterpretOutput:
+        model = self._models.resolve(input.model)
+        request = ModelRequest(question=input.question, steps=input.steps, tools=self._tools.specs)
+        with model_span("interpret", model.system, model.name) as span:
+            decision = await model.interpret(request)
+            record_usage(span, decision.usage)
+        return InterpretOutput(decision=decision)

@@ -1,0 +1,33 @@
+"""The graceful answers a turn gives when it cannot finish normally."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agent.types import Step
+
+
+def _found_so_far(steps: list[Step]) -> str:
+    found = [s.observation.text for s in steps if s.observation and s.observation.ok]
+    return f" Here is what I found so far: {' '.join(found[-3:])}" if found else ""
+
+
+def step_limit(max_steps: int, steps: list[Step]) -> str:
+    return f"Sorry, I could not finish within {max_steps} steps." + _found_so_far(steps)
+
+
+def time_limit(max_duration: timedelta, steps: list[Step]) -> str:
+    seconds = max_duration.total_seconds()
+    return f"Sorry, I ran out of time ({seconds:g} s) before finishing." + _found_so_far(steps)
+
+
+def model_failed(steps: list[Step]) -> str:
+    return (
+        "Sorry, I cannot answer right now: the language model is unavailable. "
+        "Please try again in a moment." + _found_so_far(steps)
+    )
+
+
+def story(steps: list[Step]) -> str:
+    """The steps as lines, for the Web UI's current details and the CLI."""
+    return "\n".join(s.render() for s in steps)

@@ -1,0 +1,81 @@
+"""Errors of the agent and its tools.
+
+Temporal retries an activity unless its error type is marked non-retryable, and
+it names the error type after the exception class. So the classes below are the
+retry policy's vocabulary: `workflows/policies.py` lists the permanent ones by
+`__name__`, everything else (timeouts, throttling, dropped connections) is
+retried with backoff.
+
+    AgentError                     permanent unless said otherwise
+    ├── ModelError                 the model backend failed
+    │   ├── UnknownModel           no backend for that model spec
+    │   ├── InvalidModelOutput     the model's reply cannot be used
+    │   └── ModelUnavailable       transient: retried (throttling, 5xx, timeouts)
+    ├── InvalidCall                a tool call fails validation; the model sees the message
+    └── ToolError                  a tool could not answer; the model sees the message
+        ├── NotFound               no such record (for this customer)
+        └── ToolUnavailable        transient: retried
+"""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base class of the agent's own errors."""
+
+    retryable = False
+
+
+class ModelError(AgentError):
+    """The model backend failed."""
+
+
+class UnknownModel(ModelError):
+    """No backend is registered for the requested model spec."""
+
+    def __init__(self, spec: str, known: list[str]) -> None:
+        super().__init__(
+            f"unknown model {spec!r}: use one of {', '.join(sorted(known))} "
+            "(set it per turn with `client.py ask --model SPEC`)"
+        )
+
+
+class InvalidModelOutput(ModelError):
+    """The model replied with something that is neither tool calls nor an answer."""
+
+
+class ModelUnavailable(ModelError):
+    """The model could not be reached or is throttled; Temporal retries the call."""
+
+    retryable = True
+
+
+class InvalidCall(AgentError):
+    """A tool call the registry refuses (unknown tool, bad arguments)."""
+
+
+class ToolError(AgentError):
+    """A tool could not produce a result. The message is shown to the model, so it
+    should say what went wrong in words the model (and the user) can act on."""
+
+
+class NotFound(ToolError):
+    """The record does not exist, or belongs to another customer (same message)."""
+
+
+class ToolUnavailable(ToolError):
+    """The tool's backend is temporarily unavailable; Temporal retries the call."""
+
+    retryable = True
+
+
+def permanent_error_types() -> list[str]:
+    """Names of the error classes Temporal must not retry."""
+    found: list[str] = []
+    todo: list[type[AgentError]] = [AgentError]
+    while todo:
+        cls = todo.pop()
+        if not cls.retryable:
+            found.append(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return sorted(found)

@@ -1,0 +1,181 @@
+"""The offline model: a deterministic stand-in for an LLM.
+
+No network, no weights, no key. It is not intelligent; it is predictable, which
+is what a demo on a fresh machine and a test suite need. It reads only what a
+real model would be given (the question, the tool specs, the observations):
+
+- plan: extracts argument values from the question with the patterns of the
+  tools' JSON schemas (`order_id` ~ `\\d{6}`), and scores each tool by how many
+  of the question's content words appear in the tool's description, argument
+  descriptions and examples. A question whose words are mostly off the tools'
+  topics ("the weather in Scotland", "the impact of return rtn001 on world
+  peace") is declined. A topical question with a missing id gets asked for it.
+- interpret: answers with the observations' text (tool errors included, so an
+  unknown order reads "Order not found. Please check your Order ID.").
+
+Token usage is estimated from word counts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from agent.model import Decision, ModelRequest, Plan
+from agent.tools import ToolSpec
+from agent.types import StepKind, ToolCall, Usage
+
+DECLINE = "Sorry, I cannot answer that question."
+
+# The share of the question's content words a tool's vocabulary must cover.
+MIN_COVERAGE = 0.5
+
+STOPWORDS = frozenset(
+    """a about am an and any are as at be been being by can could did do does doing for from
+    had has have hello hey hi how i if in into is it its just me my now of on or our please
+    right so tell than thanks that the their them then there these this those to was we were
+    what when where which who whom why will with would you your yours""".split()
+)
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    # "shipped" -> "shipp" and "shipping" -> "shipp" meet; collapse the double letter too.
+    if len(word) > 3 and word[-1] == word[-2]:
+        word = word[:-1]
+    return word
+
+
+def content_words(text: str) -> list[str]:
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return [_stem(w) for w in words if w not in STOPWORDS and not any(c.isdigit() for c in w)]
+
+
+@dataclass(frozen=True)
+class _Param:
+    name: str
+    pattern: re.Pattern[str] | None
+    """Unanchored pattern to find the value in the question; None for free text."""
+    description: str
+
+
+@dataclass(frozen=True)
+class _ToolProfile:
+    spec: ToolSpec
+    params: tuple[_Param, ...]
+    vocabulary: frozenset[str]
+
+    @classmethod
+    def of(cls, spec: ToolSpec) -> _ToolProfile:
+        props: dict[str, Any] = spec.parameters.get("properties", {})
+        required = set(spec.parameters.get("required", []))
+        params = []
+        for name, schema in props.items():
+            if name not in required:
+                continue
+            pattern = schema.get("pattern")
+            compiled = None
+            if pattern:
+                body = pattern.removeprefix("^").removesuffix("$")
+                compiled = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.IGNORECASE)
+            params.append(_Param(name, compiled, schema.get("description", name)))
+        text = " ".join(
+            [spec.name.replace("_", " "), spec.description, *spec.examples]
+            + [p.description for p in params]
+        )
+        return cls(spec, tuple(params), frozenset(content_words(text)))
+
+    @property
+    def needs_id(self) -> bool:
+        return any(p.pattern is not None for p in self.params)
+
+    def fill(self, question: str) -> dict[str, str] | None:
+        """Arguments found in the question, or None when a required one is missing."""
+        args = {}
+        for p in self.params:
+            if p.pattern is None:
+                args[p.name] = question
+                continue
+            m = p.pattern.search(question)
+            if m is None:
+                return None
+            args[p.name] = m.group(0)
+        return args
+
+    def coverage(self, words: list[str]) -> float:
+        return sum(w in self.vocabulary for w in words) / len(words) if words else 0.0
+
+
+def _usage(prompt: str, reply: str) -> Usage:
+    return Usage(model_calls=1, input_tokens=len(prompt.split()), output_tokens=len(reply.split()))
+
+
+class OfflineModel:
+    """Deterministic, offline, keyword-and-pattern model. See the module docstring."""
+
+    system = "offline"
+    name = "offline-keyword-v1"
+
+    async def plan(self, request: ModelRequest) -> Plan:
+        question = _current_question(request)
+        profiles = [_ToolProfile.of(s) for s in request.tools]
+        words = content_words(question)
+        prompt = question + " " + " ".join(s.description for s in request.tools)
+
+        # Tools whose ids all appear in the question; together they must cover the topic.
+        with_ids = [(p, args) for p in profiles if p.needs_id and (args := p.fill(question))]
+        if with_ids:
+            vocabulary = frozenset().union(*(p.vocabulary for p, _ in with_ids))
+            covered = sum(w in vocabulary for w in words) / len(words) if words else 1.0
+            if covered < MIN_COVERAGE:
+                return Plan(text=DECLINE, usage=_usage(prompt, DECLINE))
+            calls = [
+                ToolCall(id=f"call_{i + 1}", name=p.spec.name, arguments=args)
+                for i, (p, args) in enumerate(with_ids)
+            ]
+            reply = " ".join(c.render() for c in calls)
+            return Plan(calls=calls, usage=_usage(prompt, reply))
+
+        # No ids: the best topical tool, asking for a missing id, or decline.
+        ranked = sorted(profiles, key=lambda p: p.coverage(words), reverse=True)
+        best = ranked[0] if ranked else None
+        if best is None or best.coverage(words) < MIN_COVERAGE:
+            return Plan(text=DECLINE, usage=_usage(prompt, DECLINE))
+        if best.needs_id:
+            missing = next(p for p in best.params if p.pattern is not None)
+            text = f"I can look that up. Please tell me the {missing.description}."
+            return Plan(text=text, usage=_usage(prompt, text))
+        args = best.fill(question) or {}
+        call = ToolCall(id="call_1", name=best.spec.name, arguments=args)
+        return Plan(calls=[call], usage=_usage(prompt, call.render()))
+
+    async def interpret(self, request: ModelRequest) -> Decision:
+        latest = _latest_observations(request)
+        found = [o.text for o in latest if o.ok]
+        failed = [o.text for o in latest if not o.ok]
+        answer = " ".join(found + failed) or DECLINE
+        prompt = request.question + " " + " ".join(found + failed)
+        return Decision(final=True, text=answer, usage=_usage(prompt, answer))
+
+
+def _current_question(request: ModelRequest) -> str:
+    """The question this iteration works on: the last 'continue' step's, else the user's."""
+    for step in reversed(request.steps):
+        if step.kind is StepKind.CONTINUE:
+            return step.text
+    return request.question
+
+
+def _latest_observations(request: ModelRequest) -> list[Any]:
+    if not request.steps:
+        return []
+    last = request.steps[-1].iteration
+    return [
+        s.observation
+        for s in request.steps
+        if s.iteration == last and s.kind is StepKind.OBSERVATION and s.observation
+    ]

@@ -1,0 +1,62 @@
+"""A scripted model for tests: replies come from queues you fill.
+
+    model = ScriptedModel(
+        plans=[Plan(calls=[ToolCall(id="c1", name="order_status",
+                                    arguments={"order_id": "123456"})])],
+        decisions=[Decision(final=True, text="It shipped.")],
+    )
+
+Each queue item is a reply, an exception to raise (e.g. `ModelUnavailable()` for
+a transient failure that Temporal retries), or a callable `(request) -> reply`.
+A queue that runs dry repeats its last item, so `plans=[some_plan]` plans the
+same thing forever (the "never finishes" model). Every request is recorded in
+`requests` for assertions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar, Union
+
+from agent.errors import InvalidModelOutput
+from agent.model import Decision, ModelRequest, Plan
+
+R = TypeVar("R", Plan, Decision)
+Item = Union[R, BaseException, Callable[[ModelRequest], R]]
+
+
+class ScriptedModel:
+    system = "scripted"
+
+    def __init__(
+        self,
+        plans: Sequence[Item[Plan]] = (),
+        decisions: Sequence[Item[Decision]] = (),
+        name: str = "scripted",
+    ) -> None:
+        self.name = name
+        self._plans = list(plans)
+        self._decisions = list(decisions)
+        self.requests: list[tuple[str, ModelRequest]] = []
+
+    async def plan(self, request: ModelRequest) -> Plan:
+        self.requests.append(("plan", request))
+        return _next(self._plans, request, "plan")
+
+    async def interpret(self, request: ModelRequest) -> Decision:
+        self.requests.append(("interpret", request))
+        return _next(self._decisions, request, "interpret")
+
+    def calls(self, kind: str) -> int:
+        return sum(k == kind for k, _ in self.requests)
+
+
+def _next(queue: list[Item[R]], request: ModelRequest, kind: str) -> R:
+    if not queue:
+        raise InvalidModelOutput(f"scripted model has no {kind} reply left")
+    item = queue.pop(0) if len(queue) > 1 else queue[0]
+    if isinstance(item, BaseException):
+        raise item
+    if callable(item):
+        return item(request)
+    return item

@@ -1,0 +1,162 @@
+"""Tools: plain Python functions with a pydantic argument model, in one registry.
+
+A tool is a function `(args, ctx) -> result` decorated with `@tool`. The
+argument model is read from the first parameter's annotation, the description
+from the docstring. Adding a tool to an agent is one function plus one line in
+the registry:
+
+    class OrderLookup(BaseModel):
+        order_id: str = Field(pattern=r"^\\d{6}$", description="6-digit order ID")
+
+    @tool(examples=["Has order 123456 shipped?"])
+    def order_status(args: OrderLookup, ctx: ToolContext[Shop]) -> Order:
+        \"\"\"Status of one order: item, amount, shipping.\"\"\"
+        return ctx.deps.order(ctx.customer_id, args.order_id)
+
+    registry = ToolRegistry([order_status, ...])
+
+`ctx` is trusted: the customer id comes from the turn's input, never from the
+model, so a tool can scope every lookup to that customer.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, TypeVar, get_type_hints
+
+from pydantic import BaseModel, ValidationError
+
+from agent.errors import InvalidCall
+from agent.types import ToolCall
+
+Deps = TypeVar("Deps")
+
+
+@dataclass(frozen=True)
+class ToolContext(Generic[Deps]):
+    """What a tool may trust: who is asking, and the worker's resources."""
+
+    customer_id: str
+    deps: Deps
+    idempotency_key: str = ""
+    """Stable across retries and worker restarts of the same call
+    (`<workflow id>/<iteration>/<call index>`): side effects key on it."""
+
+
+class ToolSpec(BaseModel):
+    """What a model is told about a tool."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema of the arguments."""
+    examples: list[str] = []
+    """Questions this tool answers: few-shot material for the model."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    fn: Callable[..., Any]
+    examples: tuple[str, ...] = ()
+    timeout: timedelta = timedelta(seconds=10)
+    """Start-to-close timeout of one attempt."""
+    max_attempts: int = 3
+    """Attempts on transient errors (timeouts, unavailable backends)."""
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=self.args_model.model_json_schema(),
+            examples=list(self.examples),
+        )
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def __call__(self, args: BaseModel, ctx: ToolContext[Any]) -> Any:
+        return self.fn(args, ctx)
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    examples: Sequence[str] = (),
+    timeout: timedelta = timedelta(seconds=10),
+    max_attempts: int = 3,
+) -> Any:
+    """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        params = list(inspect.signature(f).parameters)
+        hints = get_type_hints(f)
+        args_model = hints.get(params[0]) if params else None
+        if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
+            raise TypeError(
+                f"tool {f.__name__}: annotate the first parameter with a pydantic model, "
+                "e.g. `def my_tool(args: MyArgs, ctx: ToolContext) -> ...`"
+            )
+        description = inspect.cleandoc(f.__doc__ or "").strip()
+        if not description:
+            raise TypeError(f"tool {f.__name__}: add a docstring; the model reads it")
+        return Tool(
+            name=name or f.__name__,
+            description=description,
+            args_model=args_model,
+            fn=f,
+            examples=tuple(examples),
+            timeout=timeout,
+            max_attempts=max_attempts,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolRegistry:
+    """The tools one agent may call, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, t: Tool) -> None:
+        if t.name in self.tools:
+            raise ValueError(f"tool {t.name!r} is registered twice")
+        self.tools[t.name] = t
+
+    def __getitem__(self, name: str) -> Tool:
+        return self.tools[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tools
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        return [t.spec for t in self.tools.values()]
+
+    def validate(self, call: ToolCall) -> BaseModel:
+        """The call's arguments as the tool's model, or `InvalidCall` saying what to fix."""
+        t = self.tools.get(call.name)
+        if t is None:
+            raise InvalidCall(
+                f"unknown tool {call.name!r}; available tools: {', '.join(self.tools)}"
+            )
+        try:
+            return t.args_model.model_validate(call.arguments)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                + (f" (got {err['input']!r})" if err["type"] != "missing" else "")
+                for err in e.errors()
+            )
+            raise InvalidCall(f"invalid arguments for {call.name}: {problems}") from None

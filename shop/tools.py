@@ -1,0 +1,81 @@
+"""The support agent's tools. Each is a plain function; `TOOLS` registers them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints
+
+from agent.tools import ToolContext, ToolRegistry, tool
+from shop.store import Order, PolicyHit, Return, ShopStore
+
+
+class OrderLookup(BaseModel):
+    order_id: Annotated[
+        str,
+        StringConstraints(strip_whitespace=True, pattern=r"^\d{6}$"),
+        Field(description="order ID (6 digits, like 123456)"),
+    ]
+
+
+class ReturnLookup(BaseModel):
+    # The pattern stays in the JSON schema the model sees; `RTN001` is accepted and stored lowercase.
+    return_id: Annotated[
+        str,
+        StringConstraints(strip_whitespace=True, pattern=r"^(?i:rtn)\d{3}$"),
+        AfterValidator(str.lower),
+        Field(description="return ID (like rtn001)"),
+    ]
+
+
+class PolicyQuery(BaseModel):
+    query: str = Field(min_length=3, max_length=500, description="the question about policy")
+
+
+@tool(
+    examples=[
+        "Has order 123456 shipped?",
+        "Which item was ordered for 123456?",
+        "What was the order total for order 234567?",
+        "When will my order arrive?",
+    ],
+    timeout=timedelta(seconds=5),
+)
+def order_status(args: OrderLookup, ctx: ToolContext[ShopStore]) -> Order:
+    """Status of a specific order: the item purchased, quantity, amount, and shipping
+    status and delivery dates."""
+    return ctx.deps.order(ctx.customer_id, args.order_id)
+
+
+@tool(
+    examples=[
+        "Is my return rtn001 processed?",
+        "What is happening to my return rtn002?",
+        "Has my return been refunded yet?",
+    ],
+    timeout=timedelta(seconds=5),
+)
+def return_status(args: ReturnLookup, ctx: ToolContext[ShopStore]) -> Return:
+    """Status of a specific return: whether it is pending, received, processed or
+    refunded."""
+    return ctx.deps.return_(ctx.customer_id, args.return_id)
+
+
+@tool(
+    examples=[
+        "How many days do I have to return an item?",
+        "Do you ship internationally?",
+        "How long does a refund take?",
+        "Which payment methods do you accept?",
+        "Is there a warranty on electric toothbrushes?",
+    ],
+    timeout=timedelta(seconds=5),
+)
+def search_policies(args: PolicyQuery, ctx: ToolContext[ShopStore]) -> list[PolicyHit]:
+    """Search the store's policy documents: returns, refunds, shipping costs and
+    delivery times, warranty, payment methods and cancellations."""
+    return ctx.deps.search_policies(args.query)
+
+
+TOOLS = ToolRegistry([order_status, return_status, search_policies])

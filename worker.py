@@ -1,0 +1,92 @@
+"""Run a worker for agent turns.
+
+    python worker.py                 # connects per TEMPORAL_* / temporal.toml, else
+                                     # to localhost:7233, else starts an embedded server
+
+Ctrl-C or SIGTERM stop it gracefully: in-flight activities get time to finish,
+and the server stops after the worker if this process started it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import turn_activities
+from agent.model import ModelCatalog
+from agent.offline import OfflineModel
+from agent.tools import ToolRegistry
+from runtime.server import ServerUnavailable, connect
+from runtime.settings import TASK_QUEUE
+from shop import TOOLS, ShopStore
+from workflows import AgentTurn
+
+log = logging.getLogger("durable_agent.worker")
+
+
+def default_models() -> ModelCatalog:
+    return ModelCatalog({"offline": lambda _arg: OfflineModel()})
+
+
+def build_worker(
+    client: Client,
+    task_queue: str = TASK_QUEUE,
+    *,
+    models: ModelCatalog | None = None,
+    tools: ToolRegistry = TOOLS,
+    deps: Any = None,
+) -> Worker:
+    """A worker for `AgentTurn` and its activities. `deps` is what tools get as
+    `ctx.deps` (by default the demo shop's SQLite store)."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentTurn],
+        activities=turn_activities(
+            models or default_models(), tools, deps if deps is not None else ShopStore()
+        ),
+        # A dead worker's cached workflows move to a live one after 2 s instead of 10 s.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        # On SIGTERM, let in-flight activities finish rather than time out.
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+async def run(task_queue: str) -> None:
+    conn = await connect(start_embedded=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with build_worker(conn.client, task_queue):
+            where = "embedded server" if conn.server else conn.client.service_client.config.target_host
+            print(f"worker ready on task queue {task_queue!r} ({where}); Ctrl-C to stop", flush=True)
+            if conn.ui_url:
+                print(f"Web UI: {conn.ui_url}/namespaces/{conn.client.namespace}/workflows", flush=True)
+            await stop.wait()
+            print("shutting down…", flush=True)
+    finally:
+        conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[1].strip())
+    parser.add_argument("--task-queue", default=TASK_QUEUE)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(run(args.task_queue))
+    except ServerUnavailable as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Every timeout and retry policy of a turn, named for what it protects.
+
+Permanent errors (unknown model, invalid model output, a tool's "not found")
+are never retried: their class names come from `agent.errors`. Everything else
+(timeouts, throttling, dropped connections) is retried with backoff.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+from agent.errors import permanent_error_types
+
+# Model calls (plan, interpret): slow, remote, throttled at times.
+MODEL_TIMEOUT = timedelta(seconds=60)
+MODEL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=20),
+    maximum_attempts=5,
+    non_retryable_error_types=permanent_error_types(),
+)
+
+# Pure steps (parse, parse_output) run as local activities: fast and deterministic,
+# so a failure is a bug; a few quick attempts, then the turn's task fails visibly.
+PURE_TIMEOUT = timedelta(seconds=5)
+PURE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3)
+
+
+def tool_retry(max_attempts: int) -> RetryPolicy:
+    """Tool calls: the timeout is each tool's own (`@tool(timeout=...)`), so is the attempt count."""
+    return RetryPolicy(
+        initial_interval=timedelta(milliseconds=500),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=max_attempts,
+        non_retryable_error_types=permanent_error_types(),
+    )
