@@ -1,8 +1,8 @@
 """Ask the support agent; every question runs as one durable Temporal workflow.
 
-    python client.py ask "Has order 123456 shipped?" [--customer ID] [--follow]
-    python client.py show WORKFLOW_ID
-    python client.py demo           # the six sample questions, no setup needed
+python client.py ask "Has order 123456 shipped?" [--customer ID] [--follow]
+python client.py show WORKFLOW_ID
+python client.py demo           # the six sample questions, no setup needed
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def turn_id(customer_id: str) -> str:
     return f"turn-{customer_id}-{uuid.uuid4().hex[:8]}"
 
 
-async def start_turn(client: Client, turn: TurnInput, task_queue: str = TASK_QUEUE) -> WorkflowHandle:
+async def start_turn(
+    client: Client, turn: TurnInput, task_queue: str = TASK_QUEUE
+) -> WorkflowHandle:
     return await client.start_workflow(
         AgentTurn.run,
         turn,
@@ -109,7 +111,9 @@ async def session(task_queue: str, *, self_contained: bool) -> AsyncIterator[Con
 def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> None:
     print(f"\nanswer ({result.outcome.value}): {result.answer}")
     u = result.usage
-    print(f"usage: {u.model_calls} model call(s), {u.input_tokens} in / {u.output_tokens} out tokens")
+    print(
+        f"usage: {u.model_calls} model call(s), {u.input_tokens} in / {u.output_tokens} out tokens"
+    )
     url = conn.workflow_url(handle.id, handle.result_run_id)
     print(f"workflow: {handle.id}" + (f"  {url}" if url else ""))
 
@@ -125,7 +129,9 @@ async def cmd_ask(args: argparse.Namespace) -> None:
             ),
         )
     except ValidationError as e:
-        raise CliError("; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors()))
+        raise CliError(
+            "; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())
+        ) from None
     async with session(args.task_queue, self_contained=args.embedded) as conn:
         handle = await start_turn(conn.client, turn, args.task_queue)
         print(f"turn {handle.id} started", file=sys.stderr)
@@ -168,30 +174,36 @@ async def cmd_demo(args: argparse.Namespace) -> None:
             result = await handle.result()
             print(f"Q: {question}\nA: {result.answer}\n   ({handle.id}, {result.outcome.value})\n")
         if conn.ui_url:
-            print(f"See every turn in the Web UI: {conn.ui_url}/namespaces/{conn.client.namespace}/workflows")
+            print(f"See every turn in the Web UI: {conn.workflows_url}")
             if conn.server:
-                print("(the embedded server stops with this command; run `python worker.py` to keep one)")
+                print("(the embedded server stops with this command; `python worker.py` keeps one)")
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="client.py", description="Ask the durable support agent (one Temporal workflow per turn)."
+        prog="client.py",
+        description="Ask the durable support agent (one Temporal workflow per turn).",
     )
     p.add_argument("--task-queue", default=TASK_QUEUE, help="default: %(default)s")
     sub = p.add_subparsers(dest="command", required=True)
 
     ask = sub.add_parser("ask", help="ask one question")
     ask.add_argument("question")
-    ask.add_argument("--customer", default=DEFAULT_CUSTOMER, help="customer id (default: %(default)s)")
+    ask.add_argument(
+        "--customer", default=DEFAULT_CUSTOMER, help="customer id (default: %(default)s)"
+    )
     ask.add_argument("--follow", action="store_true", help="print each step as it happens")
     ask.add_argument("--model", default=DEFAULT_MODEL, help="model spec (default: %(default)s)")
     ask.add_argument("--max-steps", type=int, default=TurnLimits().max_steps)
     ask.add_argument(
-        "--max-duration", type=float, default=TurnLimits().max_duration.total_seconds(),
+        "--max-duration",
+        type=float,
+        default=TurnLimits().max_duration.total_seconds(),
         help="seconds (default: %(default)s)",
     )
     ask.add_argument(
-        "--embedded", action="store_true",
+        "--embedded",
+        action="store_true",
         help="start a server and worker in this process if none are running",
     )
     ask.set_defaults(run=cmd_ask)

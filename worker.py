@@ -42,9 +42,10 @@ def build_worker(
     models: ModelCatalog | None = None,
     tools: ToolRegistry = TOOLS,
     deps: Any = None,
+    **options: Any,
 ) -> Worker:
     """A worker for `AgentTurn` and its activities. `deps` is what tools get as
-    `ctx.deps` (by default the demo shop's SQLite store)."""
+    `ctx.deps` (by default the demo shop's SQLite store); `options` go to `Worker`."""
     return Worker(
         client,
         task_queue=task_queue,
@@ -56,6 +57,7 @@ def build_worker(
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
         # On SIGTERM, let in-flight activities finish rather than time out.
         graceful_shutdown_timeout=timedelta(seconds=10),
+        **options,
     )
 
 
@@ -67,10 +69,14 @@ async def run(task_queue: str) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with build_worker(conn.client, task_queue):
-            where = "embedded server" if conn.server else conn.client.service_client.config.target_host
-            print(f"worker ready on task queue {task_queue!r} ({where}); Ctrl-C to stop", flush=True)
-            if conn.ui_url:
-                print(f"Web UI: {conn.ui_url}/namespaces/{conn.client.namespace}/workflows", flush=True)
+            where = (
+                "embedded server" if conn.server else conn.client.service_client.config.target_host
+            )
+            print(
+                f"worker ready on task queue {task_queue!r} ({where}); Ctrl-C to stop", flush=True
+            )
+            if conn.workflows_url:
+                print(f"Web UI: {conn.workflows_url}", flush=True)
             await stop.wait()
             print("shutting down…", flush=True)
     finally:

@@ -29,11 +29,14 @@ def _render(value: Any) -> str:
     if isinstance(value, str):
         return " ".join(value.split())
     if isinstance(value, dict):
-        return " ".join(
-            _sentence(f"{_label(k)}: {_render(v)}")
-            for k, v in value.items()
-            if v not in (None, "", [], {})
-        ) or "(empty)"
+        return (
+            " ".join(
+                _sentence(f"{_label(k)}: {_render(v)}")
+                for k, v in value.items()
+                if v not in (None, "", [], {})
+            )
+            or "(empty)"
+        )
     if isinstance(value, (list, tuple)):
         if not value:
             return "(nothing found)"

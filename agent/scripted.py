@@ -22,7 +22,7 @@ from agent.errors import InvalidModelOutput
 from agent.model import Decision, ModelRequest, Plan
 
 R = TypeVar("R", Plan, Decision)
-Item = Union[R, BaseException, Callable[[ModelRequest], R]]
+Item = Union[R, BaseException, Callable[[ModelRequest], R]]  # noqa: UP007 - a runtime alias on 3.10
 
 
 class ScriptedModel:

@@ -123,7 +123,9 @@ class TurnInput(BaseModel):
     def _question_not_blank(cls, v: str) -> str:
         v = v.strip()
         if not v:
-            raise ValueError("the question is empty; ask something, e.g. 'Has order 123456 shipped?'")
+            raise ValueError(
+                "the question is empty; ask something, e.g. 'Has order 123456 shipped?'"
+            )
         return v
 
     @field_validator("customer_id")

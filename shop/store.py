@@ -65,8 +65,30 @@ CREATE VIRTUAL TABLE IF NOT EXISTS policies USING fts5(slug UNINDEXED, title, bo
 """
 
 _FTS_STOPWORDS = frozenset(
-    "and are can does for from have how long many much the what when where which who why will "
-    "with you your".split()
+    [
+        "and",
+        "are",
+        "can",
+        "does",
+        "for",
+        "from",
+        "have",
+        "how",
+        "long",
+        "many",
+        "much",
+        "the",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    ]
 )
 
 
@@ -128,7 +150,8 @@ class ShopStore:
 
     def search_policies(self, query: str, limit: int = 2) -> list[PolicyHit]:
         terms = [
-            w for w in re.findall(r"[a-z0-9]+", query.lower())
+            w
+            for w in re.findall(r"[a-z0-9]+", query.lower())
             if len(w) > 2 and w not in _FTS_STOPWORDS
         ]
         if not terms:

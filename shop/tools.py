@@ -20,7 +20,7 @@ class OrderLookup(BaseModel):
 
 
 class ReturnLookup(BaseModel):
-    # The pattern stays in the JSON schema the model sees; `RTN001` is accepted and stored lowercase.
+    # The pattern stays in the JSON schema the model sees; RTN001 is accepted, stored lowercase.
     return_id: Annotated[
         str,
         StringConstraints(strip_whitespace=True, pattern=r"^(?i:rtn)\d{3}$"),

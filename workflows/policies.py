@@ -30,7 +30,7 @@ PURE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_a
 
 
 def tool_retry(max_attempts: int) -> RetryPolicy:
-    """Tool calls: the timeout is each tool's own (`@tool(timeout=...)`), so is the attempt count."""
+    """Tool calls: timeout and attempts are each tool's own (`@tool(timeout=, max_attempts=)`)."""
     return RetryPolicy(
         initial_interval=timedelta(milliseconds=500),
         backoff_coefficient=2.0,

