@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -144,7 +145,7 @@ async def cmd_ask(args: argparse.Namespace) -> None:
 
 async def cmd_show(args: argparse.Namespace) -> None:
     async with session(args.task_queue, self_contained=False) as conn:
-        handle = conn.client.get_workflow_handle(args.workflow_id)
+        handle = conn.client.get_workflow_handle_for(AgentTurn.run, args.workflow_id)
         try:
             desc = await handle.describe()
         except RPCError as e:
@@ -159,7 +160,7 @@ async def cmd_show(args: argparse.Namespace) -> None:
             return
         if desc.status != WorkflowExecutionStatus.COMPLETED:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
-        result = await handle.result(result_type=TurnOutput)
+        result = await handle.result()
         for step in result.steps:
             print(step.render())
         print_result(conn, handle, result)
@@ -231,4 +232,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Skip interpreter teardown: the SDK's Rust runtime threads can outlive the
+    # event loop, and finalizing under them aborts a short-lived client process
+    # ("PyGILState_Release ... finalizing", temporalio/sdk-python#300).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -22,6 +22,7 @@ model, so a tool can scope every lookup to that customer.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -95,10 +96,13 @@ def tool(
     max_attempts: int = 3,
 ) -> Any:
     """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
+    # Annotations may be strings (`from __future__ import annotations`) naming a
+    # model defined in the caller's scope, e.g. inside a test function.
+    caller_locals = sys._getframe(1).f_locals
 
     def wrap(f: Callable[..., Any]) -> Tool:
         params = list(inspect.signature(f).parameters)
-        hints = get_type_hints(f)
+        hints = get_type_hints(f, localns=caller_locals)
         args_model = hints.get(params[0]) if params else None
         if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
             raise TypeError(

@@ -10,6 +10,7 @@ else                              → start `temporal server start-dev` (from th
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -180,16 +181,22 @@ async def connect(*, start_embedded: bool = False) -> Connection:
                 )
             server = EmbeddedServer(STATE_DIR / "temporal.db").start()
         settings["target_host"] = f"{LOCAL_HOST}:{LOCAL_PORT}"
-    try:
-        client = await Client.connect(
-            **settings, data_converter=pydantic_data_converter, plugins=tracing_plugins()
-        )
-    except RuntimeError as e:
-        if server:
-            server.stop()
-        raise ServerUnavailable(
-            f"cannot connect to Temporal at {settings['target_host']}: {e}"
-        ) from e
+    # A server that just started listens before its frontend is healthy: retry a while.
+    deadline = time.monotonic() + (30 if server else 0)
+    while True:
+        try:
+            client = await Client.connect(
+                **settings, data_converter=pydantic_data_converter, plugins=tracing_plugins()
+            )
+            break
+        except RuntimeError as e:
+            if time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+                continue
+            if server:
+                server.stop()
+            target = settings["target_host"]
+            raise ServerUnavailable(f"cannot connect to Temporal at {target}: {e}") from e
     return Connection(client=client, ui_url=_ui_url(settings["target_host"]), server=server)
 
 
