@@ -227,7 +227,8 @@ class OfflineModel:
         return Plan(calls=[call], usage=_usage(prompt, call.render()))
 
     async def interpret(self, request: ModelRequest) -> Decision:
-        latest = _latest_observations(request)
+        # In the order the calls were made, not the order they finished.
+        latest = sorted(_latest_observations(request), key=lambda o: o.call_id)
         found = [o.text for o in latest if o.ok]
         failed = [o.text for o in latest if not o.ok]
         answer = " ".join(found + failed) or DECLINE
