@@ -120,9 +120,10 @@ def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -
 
 
 async def cmd_ask(args: argparse.Namespace) -> None:
+    question = sys.stdin.read() if args.question == "-" else args.question
     try:
         turn = TurnInput(
-            question=args.question,
+            question=question,
             customer_id=args.customer,
             model=args.model,
             limits=TurnLimits(
@@ -189,7 +190,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     ask = sub.add_parser("ask", help="ask one question")
-    ask.add_argument("question")
+    ask.add_argument("question", help="the question, or - to read it from standard input")
     ask.add_argument(
         "--customer", default=DEFAULT_CUSTOMER, help="customer id (default: %(default)s)"
     )

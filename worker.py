@@ -20,6 +20,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import turn_activities
+from agent.faults import Faults
 from agent.model import ModelCatalog
 from agent.offline import OfflineModel
 from agent.tools import ToolRegistry
@@ -42,16 +43,21 @@ def build_worker(
     models: ModelCatalog | None = None,
     tools: ToolRegistry = TOOLS,
     deps: Any = None,
+    faults: Faults | None = None,
     **options: Any,
 ) -> Worker:
     """A worker for `AgentTurn` and its activities. `deps` is what tools get as
-    `ctx.deps` (by default the demo shop's SQLite store); `options` go to `Worker`."""
+    `ctx.deps` (by default the demo shop's SQLite store); `faults` default to
+    `AGENT_FAULTS` (chaos runs); `options` go to `Worker`."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[AgentTurn],
         activities=turn_activities(
-            models or default_models(), tools, deps if deps is not None else ShopStore()
+            models or default_models(),
+            tools,
+            deps if deps is not None else ShopStore(),
+            faults if faults is not None else Faults.from_env(),
         ),
         # A dead worker's cached workflows move to a live one after 2 s instead of 10 s.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),

@@ -10,20 +10,25 @@ from activities.interpret import InterpretActivity, InterpretInput, InterpretOut
 from activities.parse import ParseActivity, ParseInput, ParseOutput, Rejection, ValidCall
 from activities.parse_output import ParseOutputInput, ParseOutputOutput, parse_output
 from activities.plan import PlanActivity, PlanInput, PlanOutput
+from agent.faults import Faults
 from agent.model import ModelCatalog
 from agent.tools import ToolRegistry
 
 
 def turn_activities(
-    models: ModelCatalog, tools: ToolRegistry, deps: Any
+    models: ModelCatalog, tools: ToolRegistry, deps: Any, faults: Faults | None = None
 ) -> list[Callable[..., Any]]:
-    """All activities of a turn, bound to one worker's models, tools and tool resources."""
+    """All activities of a turn, bound to one worker's models, tools and tool resources.
+
+    `faults` (chaos runs only) injects transient failures into model and tool calls.
+    """
+    faults = faults or Faults()
     return [
-        PlanActivity(models, tools).plan,
+        PlanActivity(models, tools, faults).plan,
         ParseActivity(tools).parse,
-        DispatchActivity(tools, deps).dispatch,
+        DispatchActivity(tools, deps, faults).dispatch,
         parse_output,
-        InterpretActivity(models, tools).interpret,
+        InterpretActivity(models, tools, faults).interpret,
     ]
 
 

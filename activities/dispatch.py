@@ -15,12 +15,18 @@ from pydantic import BaseModel, TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from agent.errors import ToolError
+from activities._common import heartbeating, inject
+from agent.errors import ToolError, ToolUnavailable
+from agent.faults import Faults
+from agent.render import render_result
 from agent.telemetry import tool_span
 from agent.tools import ToolContext, ToolRegistry
 from agent.types import ToolCall
 
 _json = TypeAdapter(Any)
+
+MAX_RESULT_BYTES = 64 * 1024
+"""Larger tool results enter the history only as their (capped) rendered text."""
 
 
 class DispatchInput(BaseModel):
@@ -37,32 +43,39 @@ class DispatchOutput(BaseModel):
 
 
 class DispatchActivity:
-    def __init__(self, tools: ToolRegistry, deps: Any) -> None:
+    def __init__(self, tools: ToolRegistry, deps: Any, faults: Faults) -> None:
         self._tools = tools
         self._deps = deps
+        self._faults = faults
 
     @activity.defn(name="dispatch")
     async def dispatch(self, input: DispatchInput) -> DispatchOutput:
         tool = self._tools[input.call.name]
         args = self._tools.validate(input.call)
         ctx = ToolContext(input.customer_id, self._deps, input.idempotency_key)
-        with tool_span(tool.name, input.call.id):
-            try:
-                if tool.is_async:
-                    result = await tool(args, ctx)
-                else:
-                    # Plain functions (SQLite, HTTP clients) run in a thread so the
-                    # worker's event loop keeps serving other turns meanwhile.
-                    result = await asyncio.to_thread(tool, args, ctx)
-            except ToolError as e:
-                if e.retryable:
-                    raise
-                # An expected answer ("not found"), not an incident: benign keeps it
-                # out of the worker's error log and off the span's error status.
-                raise ApplicationError(
-                    str(e),
-                    type=type(e).__name__,
-                    non_retryable=True,
-                    category=ApplicationErrorCategory.BENIGN,
-                ) from e
-        return DispatchOutput(result=_json.dump_python(result, mode="json"))
+        await inject(self._faults, ToolUnavailable, tool.name)
+        async with heartbeating():
+            with tool_span(tool.name, input.call.id):
+                try:
+                    if tool.is_async:
+                        result = await tool(args, ctx)
+                    else:
+                        # Plain functions (SQLite, HTTP clients) run in a thread so the
+                        # worker's event loop keeps serving other turns meanwhile.
+                        result = await asyncio.to_thread(tool, args, ctx)
+                except ToolError as e:
+                    if e.retryable:
+                        raise
+                    # An expected answer ("not found"), not an incident: benign keeps it
+                    # out of the worker's error log and off the span's error status.
+                    raise ApplicationError(
+                        str(e),
+                        type=type(e).__name__,
+                        non_retryable=True,
+                        category=ApplicationErrorCategory.BENIGN,
+                    ) from e
+        data = _json.dump_python(result, mode="json")
+        if len(_json.dump_json(data)) > MAX_RESULT_BYTES:
+            # Never store a huge result in the history: keep the compact text only.
+            data = render_result(data)
+        return DispatchOutput(result=data)

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from temporalio import activity
 
+from activities._common import heartbeating, inject
+from agent.errors import ModelUnavailable
+from agent.faults import Faults
 from agent.model import Decision, ModelCatalog, ModelRequest
 from agent.telemetry import model_span, record_usage
 from agent.tools import ToolRegistry
@@ -22,15 +25,18 @@ class InterpretOutput(BaseModel):
 
 
 class InterpretActivity:
-    def __init__(self, models: ModelCatalog, tools: ToolRegistry) -> None:
+    def __init__(self, models: ModelCatalog, tools: ToolRegistry, faults: Faults) -> None:
         self._models = models
         self._tools = tools
+        self._faults = faults
 
     @activity.defn(name="interpret")
     async def interpret(self, input: InterpretInput) -> InterpretOutput:
         model = self._models.resolve(input.model)
         request = ModelRequest(question=input.question, steps=input.steps, tools=self._tools.specs)
-        with model_span("interpret", model.system, model.name) as span:
-            decision = await model.interpret(request)
-            record_usage(span, decision.usage)
+        await inject(self._faults, ModelUnavailable, "interpret")
+        async with heartbeating():
+            with model_span("interpret", model.system, model.name) as span:
+                decision = await model.interpret(request)
+                record_usage(span, decision.usage)
         return InterpretOutput(decision=decision)

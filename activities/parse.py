@@ -22,6 +22,7 @@ class ValidCall(BaseModel):
     """The call with its arguments as validated (normalised) by the tool's model."""
     timeout: timedelta
     max_attempts: int
+    side_effects: bool = False
 
 
 class Rejection(BaseModel):
@@ -54,6 +55,11 @@ class ParseActivity:
             tool = self._tools[call.name]
             normalised = call.model_copy(update={"arguments": args.model_dump(mode="json")})
             valid.append(
-                ValidCall(call=normalised, timeout=tool.timeout, max_attempts=tool.max_attempts)
+                ValidCall(
+                    call=normalised,
+                    timeout=tool.timeout,
+                    max_attempts=tool.max_attempts,
+                    side_effects=tool.side_effects,
+                )
             )
         return ParseOutput(valid=valid, rejected=rejected)

@@ -14,6 +14,7 @@ retried with backoff.
     ├── InvalidCall                a tool call fails validation; the model sees the message
     └── ToolError                  a tool could not answer; the model sees the message
         ├── NotFound               no such record (for this customer)
+        ├── NotAllowed             the request breaks a rule (e.g. returning an unshipped order)
         └── ToolUnavailable        transient: retried
 """
 
@@ -61,6 +62,10 @@ class ToolError(AgentError):
 
 class NotFound(ToolError):
     """The record does not exist, or belongs to another customer (same message)."""
+
+
+class NotAllowed(ToolError):
+    """The tool refuses the request; the message says why and what to do instead."""
 
 
 class ToolUnavailable(ToolError):

@@ -166,6 +166,9 @@ class _ToolProfile:
     def needs_id(self) -> bool:
         return any(p.pattern is not None for p in self.params)
 
+    def id_values(self, args: dict[str, str]) -> tuple[str, ...]:
+        return tuple(args[p.name].lower() for p in self.params if p.pattern is not None)
+
     def fill(self, question: str) -> dict[str, str] | None:
         """Arguments found in the question, or None when a required one is missing."""
         args = {}
@@ -181,6 +184,31 @@ class _ToolProfile:
 
     def coverage(self, words: list[str]) -> float:
         return sum(w in self.vocabulary for w in words) / len(words) if words else 0.0
+
+
+def _pick_id_tools(
+    profiles: list[_ToolProfile], question: str, words: list[str]
+) -> list[tuple[_ToolProfile, dict[str, str]]]:
+    """Tools whose ids all appear in the question, one per set of ids.
+
+    Tools taking the same ids (order_status and start_return both take an order
+    id) compete: the one covering more of the question's words wins, the first
+    registered on a tie. Words another id's tool explains don't count ("has order
+    123456 shipped and is return rtn001 processed": "return" belongs to rtn001).
+    """
+    groups: dict[tuple[str, ...], list[tuple[_ToolProfile, dict[str, str]]]] = {}
+    for p in profiles:
+        if p.needs_id and (args := p.fill(question)):
+            groups.setdefault(p.id_values(args), []).append((p, args))
+
+    def best(ids: tuple[str, ...], counted: list[str]) -> tuple[_ToolProfile, dict[str, str]]:
+        return max(groups[ids], key=lambda pa: pa[0].coverage(counted))
+
+    chosen = {ids: best(ids, words) for ids in groups}
+    for ids in groups:
+        others = frozenset().union(*(p.vocabulary for i, (p, _) in chosen.items() if i != ids))
+        chosen[ids] = best(ids, [w for w in words if w not in others] or words)
+    return list(chosen.values())
 
 
 def _usage(prompt: str, reply: str) -> Usage:
@@ -199,8 +227,7 @@ class OfflineModel:
         words = content_words(question)
         prompt = question + " " + " ".join(s.description for s in request.tools)
 
-        # Tools whose ids all appear in the question; together they must cover the topic.
-        with_ids = [(p, args) for p in profiles if p.needs_id and (args := p.fill(question))]
+        with_ids = _pick_id_tools(profiles, question, words)
         if with_ids:
             vocabulary = frozenset().union(*(p.vocabulary for p, _ in with_ids))
             covered = sum(w in vocabulary for w in words) / len(words) if words else 1.0

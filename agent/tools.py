@@ -69,6 +69,9 @@ class Tool:
     """Start-to-close timeout of one attempt."""
     max_attempts: int = 3
     """Attempts on transient errors (timeouts, unavailable backends)."""
+    side_effects: bool = False
+    """Writes something: it must key its write on `ctx.idempotency_key`, because a
+    retried or re-run call reaches it again with the same key."""
 
     @property
     def spec(self) -> ToolSpec:
@@ -94,6 +97,7 @@ def tool(
     examples: Sequence[str] = (),
     timeout: timedelta = timedelta(seconds=10),
     max_attempts: int = 3,
+    side_effects: bool = False,
 ) -> Any:
     """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
     # Annotations may be strings (`from __future__ import annotations`) naming a
@@ -120,6 +124,7 @@ def tool(
             examples=tuple(examples),
             timeout=timeout,
             max_attempts=max_attempts,
+            side_effects=side_effects,
         )
 
     return wrap(fn) if fn is not None else wrap
@@ -143,6 +148,11 @@ class ToolRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self.tools
+
+    @property
+    def side_effecting(self) -> list[str]:
+        """Names of the tools that write."""
+        return [name for name, t in self.tools.items() if t.side_effects]
 
     @property
     def specs(self) -> list[ToolSpec]:

@@ -20,6 +20,10 @@ DEFAULT_CUSTOMER = "demo"
 
 CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
 
+MAX_QUESTION_CHARS = 4000
+"""The question is sent with every model call and stored in every activity's
+input, so a huge one would bloat the history of the whole turn."""
+
 
 class ToolCall(BaseModel):
     """One call the model asked for."""
@@ -121,7 +125,15 @@ class TurnInput(BaseModel):
     @field_validator("question")
     @classmethod
     def _question_not_blank(cls, v: str) -> str:
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("the question is not valid UTF-8 text") from None
         v = v.strip()
+        if len(v) > MAX_QUESTION_CHARS:
+            raise ValueError(
+                f"the question is too long ({len(v)} characters; at most {MAX_QUESTION_CHARS})"
+            )
         if not v:
             raise ValueError(
                 "the question is empty; ask something, e.g. 'Has order 123456 shipped?'"

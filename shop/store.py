@@ -12,11 +12,12 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from agent.errors import NotFound
+from agent.errors import NotAllowed, NotFound
 from shop import seed
 
 DEFAULT_DB = Path(__file__).resolve().parent.parent / ".durable-agent" / "shop.db"
@@ -62,6 +63,8 @@ CREATE TABLE IF NOT EXISTS returns (
     return_id TEXT PRIMARY KEY, customer_id TEXT NOT NULL, order_id TEXT NOT NULL,
     status TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS policies USING fts5(slug UNINDEXED, title, body);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key TEXT PRIMARY KEY, return_id TEXT NOT NULL REFERENCES returns(return_id));
 """
 
 _FTS_STOPWORDS = frozenset(
@@ -98,13 +101,17 @@ class ShopStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(_SCHEMA)
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")  # several workers may seed at once
             self._seed(db)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         # One short-lived connection per operation: tools run in threads, and
         # sqlite3 connections must not be shared between them.
-        db = sqlite3.connect(self.path, timeout=10)
+        # Autocommit mode; `with db:` below commits (or rolls back) what a
+        # `BEGIN IMMEDIATE` started.
+        db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
         db.row_factory = sqlite3.Row
         try:
             with db:
@@ -147,6 +154,62 @@ class ShopStore:
         if row is None:
             raise NotFound(RETURN_NOT_FOUND)
         return Return(**dict(row))
+
+    def start_return(
+        self, customer_id: str, order_id: str, reason: str, idempotency_key: str
+    ) -> Return:
+        """Create a return for one of the customer's orders, exactly once per key.
+
+        The key and the new return are written in one transaction, and a call
+        with a key already used returns the first call's return: a retried or
+        re-run dispatch never creates a second return.
+        """
+        with self._connect() as db:
+            # Take the write lock first so two calls with one key cannot both miss it.
+            db.execute("BEGIN IMMEDIATE")
+            done = db.execute(
+                "SELECT r.return_id, r.order_id, r.status, r.detail FROM idempotency i "
+                "JOIN returns r USING (return_id) WHERE i.key = ?",
+                (idempotency_key,),
+            ).fetchone()
+            if done is not None:
+                return Return(**dict(done))
+            order = db.execute(
+                "SELECT status FROM orders WHERE order_id = ? AND customer_id = ?",
+                (order_id, customer_id),
+            ).fetchone()
+            if order is None:
+                raise NotFound(ORDER_NOT_FOUND)
+            if order["status"] not in ("shipped", "delivered"):
+                raise NotAllowed(
+                    f"Order {order_id} has not shipped yet, so it cannot be returned; "
+                    "it can be cancelled free of charge instead."
+                )
+            last = db.execute(
+                "SELECT max(CAST(substr(return_id, 4) AS INTEGER)) FROM returns"
+            ).fetchone()[0]
+            ret = Return(
+                return_id=f"rtn{(last or 0) + 1:03d}",
+                order_id=order_id,
+                status="requested",
+                detail=f"Requested on {date.today().isoformat()} ({reason.strip()[:200]}). "
+                "Ship the item back with the prepaid label we emailed you.",
+            )
+            db.execute(
+                "INSERT INTO returns VALUES (?,?,?,?,?)",
+                (ret.return_id, customer_id, ret.order_id, ret.status, ret.detail),
+            )
+            db.execute("INSERT INTO idempotency VALUES (?,?)", (idempotency_key, ret.return_id))
+            return ret
+
+    def returns_for(self, order_id: str) -> list[Return]:
+        """Every return of an order (for operators and tests)."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT return_id, order_id, status, detail FROM returns WHERE order_id = ?",
+                (order_id,),
+            ).fetchall()
+        return [Return(**dict(r)) for r in rows]
 
     def search_policies(self, query: str, limit: int = 2) -> list[PolicyHit]:
         terms = [

@@ -23,10 +23,19 @@ class ReturnLookup(BaseModel):
     # The pattern stays in the JSON schema the model sees; RTN001 is accepted, stored lowercase.
     return_id: Annotated[
         str,
-        StringConstraints(strip_whitespace=True, pattern=r"^(?i:rtn)\d{3}$"),
+        StringConstraints(strip_whitespace=True, pattern=r"^(?i:rtn)\d{3,6}$"),
         AfterValidator(str.lower),
         Field(description="return ID (like rtn001)"),
     ]
+
+
+class ReturnRequest(BaseModel):
+    order_id: Annotated[
+        str,
+        StringConstraints(strip_whitespace=True, pattern=r"^\d{6}$"),
+        Field(description="order ID (6 digits, like 123456)"),
+    ]
+    reason: str = Field(min_length=3, max_length=500, description="why the item goes back")
 
 
 class PolicyQuery(BaseModel):
@@ -64,6 +73,21 @@ def return_status(args: ReturnLookup, ctx: ToolContext[ShopStore]) -> Return:
 
 @tool(
     examples=[
+        "I want to return order 123456, it arrived damaged.",
+        "Please start a return for order 234567: wrong size.",
+        "Send back my order 345678, I don't need it anymore.",
+    ],
+    timeout=timedelta(seconds=5),
+    side_effects=True,
+)
+def start_return(args: ReturnRequest, ctx: ToolContext[ShopStore]) -> Return:
+    """Start (create) a return for a shipped or delivered order, with the reason the
+    customer wants to send the item back."""
+    return ctx.deps.start_return(ctx.customer_id, args.order_id, args.reason, ctx.idempotency_key)
+
+
+@tool(
+    examples=[
         "How many days do I have to return an item?",
         "Do you ship internationally?",
         "How long does a refund take?",
@@ -78,4 +102,4 @@ def search_policies(args: PolicyQuery, ctx: ToolContext[ShopStore]) -> list[Poli
     return ctx.deps.search_policies(args.query)
 
 
-TOOLS = ToolRegistry([order_status, return_status, search_policies])
+TOOLS = ToolRegistry([order_status, return_status, start_return, search_policies])

@@ -113,10 +113,27 @@ def test_worker_and_ask_follow_in_two_processes(
         pass
 
 
+def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
+    out = subprocess.run(
+        [sys.executable, "client.py", "ask", "-"],
+        cwd=ROOT,
+        env=cli_env,
+        input="why " * 262_144,  # 1 MiB
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip() == (
+        "error: the question is too long (1048575 characters; at most 4000)"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["ask", "   "], "error: the question is empty"),
+        (["ask", "Has order \udcff123456 shipped?"], "error: the question is not valid UTF-8"),
         (["ask", "hi", "--customer", "x/../y"], "error: customer id must be"),
         (["ask", "Has order 123456 shipped?"], "error: no Temporal server on localhost"),
         (["show", "turn-demo-nope"], "error: no Temporal server on localhost"),

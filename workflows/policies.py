@@ -23,6 +23,10 @@ MODEL_RETRY = RetryPolicy(
     non_retryable_error_types=permanent_error_types(),
 )
 
+# Remote calls heartbeat (see activities/_common.py): a dead worker's call is
+# retried elsewhere after this, not after the whole start-to-close timeout.
+HEARTBEAT_TIMEOUT = timedelta(seconds=2)
+
 # Pure steps (parse, parse_output) run as local activities: fast and deterministic,
 # so a failure is a bug; a few quick attempts, then the turn's task fails visibly.
 PURE_TIMEOUT = timedelta(seconds=5)

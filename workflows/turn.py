@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from workflows.policies import (
+        HEARTBEAT_TIMEOUT,
         MODEL_RETRY,
         MODEL_TIMEOUT,
         PURE_RETRY,
@@ -183,8 +184,9 @@ class AgentTurn:
                     idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
                 ),
                 start_to_close_timeout=vc.timeout,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=tool_retry(vc.max_attempts),
-                summary=call.render(),
+                summary=("writes: " if vc.side_effects else "") + call.render(),
             )
             observation = (
                 await workflow.execute_local_activity(
@@ -212,6 +214,7 @@ class AgentTurn:
                 method,
                 arg,
                 start_to_close_timeout=MODEL_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=MODEL_RETRY,
                 summary=summary,
             )

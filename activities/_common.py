@@ -1,0 +1,48 @@
+"""What every remote activity does around its work: heartbeats and injected faults."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from temporalio import activity
+
+from agent.faults import Faults
+
+
+@asynccontextmanager
+async def heartbeating() -> AsyncIterator[None]:
+    """Heartbeat while the body runs, if the activity has a heartbeat timeout.
+
+    A worker that dies mid-call stops heartbeating, so Temporal re-runs the
+    call on another worker after the heartbeat timeout instead of waiting for
+    the (much longer) start-to-close timeout. The SDK throttles the RPCs.
+    """
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        yield
+        return
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(timeout.total_seconds() / 4)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+async def inject(faults: Faults, error: type[Exception], what: str) -> None:
+    """Chaos runs only: maybe add latency and fail this attempt transiently."""
+    if not faults.active:
+        return
+    if faults.latency:
+        await asyncio.sleep(faults.latency)
+    info = activity.info()
+    max_attempts = info.retry_policy.maximum_attempts if info.retry_policy else 0
+    if faults.should_fail(last_attempt=0 < max_attempts <= info.attempt):
+        raise error(f"injected fault in {what} (attempt {info.attempt})")
