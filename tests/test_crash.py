@@ -1,0 +1,80 @@
+"""Crash matrix: SIGKILL the worker while each activity kind is in flight, start a
+new one; the turn completes with the right answer, completed activities are not
+re-run, and the side-effecting `start_return` wrote exactly one return."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from agent.types import Outcome, TurnInput
+from client import start_turn
+from shop import ShopStore
+
+ROOT = Path(__file__).resolve().parent.parent
+KINDS = ["plan", "parse", "dispatch", "parse_output", "interpret"]
+QUESTION = "I want to return order 123456, it arrived damaged."
+
+
+def spawn_worker(env: WorkflowEnvironment, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.crash_worker",
+            env.client.service_client.config.target_host,
+            *args,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+async def wait_for(path: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} did not appear in {timeout} s"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_sigkill_during_each_activity_kind(
+    env: WorkflowEnvironment, tmp_path: Path, kind: str
+) -> None:
+    task_queue = f"crash-{kind}-{uuid.uuid4().hex[:6]}"
+    db, log, marker = tmp_path / "shop.db", tmp_path / "activities.log", tmp_path / "hung"
+    ShopStore(db)  # seeded before either worker starts
+    first = spawn_worker(env, task_queue, str(db), str(log), kind, str(marker))
+    second = None
+    try:
+        handle = await start_turn(env.client, TurnInput(question=QUESTION), task_queue)
+        await wait_for(marker)
+        first.kill()
+        first.wait()
+        second = spawn_worker(env, task_queue, str(db), str(log))
+        result = await asyncio.wait_for(handle.result(), timeout=60)
+    finally:
+        for proc in (first, second):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert result.outcome is Outcome.ANSWERED
+    assert "Status: requested" in result.answer
+    runs = Counter(log.read_text().split())
+    assert runs[kind] == 2, runs  # the one in flight ran again on the new worker
+    assert all(runs[k] == 1 for k in KINDS if k != kind), runs  # nothing else re-ran
+    returns = ShopStore(db).returns_for("123456")
+    assert len(returns) == 1, returns
+    assert returns[0].return_id in result.answer
