@@ -21,6 +21,8 @@ class Faults:
     rate: float = 0.0
     latency: float = 0.0
     seed: int | None = None
+    injected: int = field(default=0, init=False)
+    """How many failures were injected so far."""
     _random: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -35,7 +37,9 @@ class Faults:
         return self.rate > 0 or self.latency > 0
 
     def should_fail(self, last_attempt: bool) -> bool:
-        return not last_attempt and self.rate > 0 and self._random.random() < self.rate
+        fail = not last_attempt and self.rate > 0 and self._random.random() < self.rate
+        self.injected += fail
+        return fail
 
     @classmethod
     def parse(cls, spec: str) -> Faults:

@@ -3,6 +3,7 @@ and task queue per test, and a scripted model where a test needs exact replies."
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -22,6 +23,12 @@ from client import start_turn
 from runtime.server import DEV_SERVER_TUNING, temporal_cli
 from shop import TOOLS, ShopStore
 from worker import build_worker
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

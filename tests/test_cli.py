@@ -13,15 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SEED_CASES
+from tests.conftest import SEED_CASES, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

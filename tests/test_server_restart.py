@@ -1,0 +1,64 @@
+"""Restart the embedded dev server (SQLite file) in the middle of a turn: the
+turn resumes from the file and completes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import BaseModel
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from agent.model import Decision, Plan
+from agent.scripted import ScriptedModel
+from agent.tools import ToolContext, ToolRegistry, tool
+from agent.types import Outcome, ToolCall, TurnInput
+from client import start_turn
+from runtime.server import EmbeddedServer
+from shop import ShopStore
+from tests.conftest import Harness, free_port
+
+
+class Nothing(BaseModel):
+    pass
+
+
+async def test_turn_survives_a_server_restart(tmp_path: Path) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    @tool(timeout=timedelta(seconds=60))
+    def gate(args: Nothing, ctx: ToolContext[object]) -> str:
+        """Waits until the test lets it through."""
+        entered.set()
+        release.wait(60)
+        return "through the gate"
+
+    server = EmbeddedServer(tmp_path / "temporal.db", port=free_port(), ui_port=free_port())
+    server.start()
+    try:
+        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        model = ScriptedModel(
+            plans=[Plan(calls=[ToolCall(id="c1", name="gate")])],
+            decisions=[lambda req: Decision(final=True, text=req.steps[-1].text)],
+        )
+        harness = Harness(client, ShopStore(tmp_path / "shop.db"))
+        async with harness.worker(model, ToolRegistry([gate])) as task_queue:
+            handle = await start_turn(
+                client, TurnInput(question="go", model="scripted"), task_queue
+            )
+            await asyncio.to_thread(entered.wait, 30)
+
+            server.stop()
+            server.start()
+            release.set()
+
+            result = await asyncio.wait_for(handle.result(), timeout=60)
+    finally:
+        release.set()
+        server.stop()
+
+    assert result.outcome is Outcome.ANSWERED
+    assert result.answer == "gate: through the gate"
