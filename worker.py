@@ -49,22 +49,23 @@ def build_worker(
     """A worker for `AgentTurn` and its activities. `deps` is what tools get as
     `ctx.deps` (by default the demo shop's SQLite store); `faults` default to
     `AGENT_FAULTS` (chaos runs); `options` go to `Worker`."""
-    return Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[AgentTurn],
-        activities=turn_activities(
+    settings: dict[str, Any] = {
+        "task_queue": task_queue,
+        "workflows": [AgentTurn],
+        # A dead worker's cached workflows move to a live one after 2 s, not 10 s.
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
+        # On SIGTERM, let in-flight activities finish rather than time out.
+        "graceful_shutdown_timeout": timedelta(seconds=10),
+        **options,
+    }
+    if "activities" not in settings:
+        settings["activities"] = turn_activities(
             models or default_models(),
             tools,
             deps if deps is not None else ShopStore(),
             faults if faults is not None else Faults.from_env(),
-        ),
-        # A dead worker's cached workflows move to a live one after 2 s instead of 10 s.
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
-        # On SIGTERM, let in-flight activities finish rather than time out.
-        graceful_shutdown_timeout=timedelta(seconds=10),
-        **options,
-    )
+        )
+    return Worker(client, **settings)
 
 
 async def run(task_queue: str) -> None:

@@ -221,9 +221,18 @@ class OfflineModel:
     system = "offline"
     name = "offline-keyword-v1"
 
+    def __init__(self) -> None:
+        self._profiles: dict[str, _ToolProfile] = {}
+
+    def _profile(self, spec: ToolSpec) -> _ToolProfile:
+        key = spec.model_dump_json()
+        if key not in self._profiles:
+            self._profiles[key] = _ToolProfile.of(spec)
+        return self._profiles[key]
+
     async def plan(self, request: ModelRequest) -> Plan:
         question = _current_question(request)
-        profiles = [_ToolProfile.of(s) for s in request.tools]
+        profiles = [self._profile(s) for s in request.tools]
         words = content_words(question)
         prompt = question + " " + " ".join(s.description for s in request.tools)
 

@@ -135,6 +135,7 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self.tools: dict[str, Tool] = {}
+        self._specs: list[ToolSpec] | None = None
         for t in tools:
             self.add(t)
 
@@ -142,6 +143,7 @@ class ToolRegistry:
         if t.name in self.tools:
             raise ValueError(f"tool {t.name!r} is registered twice")
         self.tools[t.name] = t
+        self._specs = None
 
     def __getitem__(self, name: str) -> Tool:
         return self.tools[name]
@@ -156,7 +158,10 @@ class ToolRegistry:
 
     @property
     def specs(self) -> list[ToolSpec]:
-        return [t.spec for t in self.tools.values()]
+        # Built once: JSON schema generation costs far more than a model call here.
+        if self._specs is None:
+            self._specs = [t.spec for t in self.tools.values()]
+        return self._specs
 
     def validate(self, call: ToolCall) -> BaseModel:
         """The call's arguments as the tool's model, or `InvalidCall` saying what to fix."""

@@ -181,23 +181,30 @@ async def connect(*, start_embedded: bool = False) -> Connection:
                 )
             server = EmbeddedServer(STATE_DIR / "temporal.db").start()
         settings["target_host"] = f"{LOCAL_HOST}:{LOCAL_PORT}"
-    # A server that just started listens before its frontend is healthy: retry a while.
-    deadline = time.monotonic() + (30 if server else 0)
+    try:
+        client = await open_client(settings, wait=30 if server else 0)
+    except ServerUnavailable:
+        if server:
+            server.stop()
+        raise
+    return Connection(client=client, ui_url=_ui_url(settings["target_host"]), server=server)
+
+
+async def open_client(settings: dict[str, Any], wait: float = 0) -> Client:
+    """`Client.connect` with the project's converter and tracing, retried for `wait` s
+    (a server that just started listens before its frontend is healthy)."""
+    deadline = time.monotonic() + wait
     while True:
         try:
-            client = await Client.connect(
+            return await Client.connect(
                 **settings, data_converter=pydantic_data_converter, plugins=tracing_plugins()
             )
-            break
         except RuntimeError as e:
             if time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
                 continue
-            if server:
-                server.stop()
             target = settings["target_host"]
             raise ServerUnavailable(f"cannot connect to Temporal at {target}: {e}") from e
-    return Connection(client=client, ui_url=_ui_url(settings["target_host"]), server=server)
 
 
 def _ui_url(target: str) -> str | None:

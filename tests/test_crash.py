@@ -29,7 +29,7 @@ def spawn_worker(env: WorkflowEnvironment, *args: str) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "tests.crash_worker",
+            "bench.worker",
             env.client.service_client.config.target_host,
             *args,
         ],
@@ -55,14 +55,16 @@ async def test_sigkill_during_each_activity_kind(
     task_queue = f"crash-{kind}-{uuid.uuid4().hex[:6]}"
     db, log, marker = tmp_path / "shop.db", tmp_path / "activities.log", tmp_path / "hung"
     ShopStore(db)  # seeded before either worker starts
-    first = spawn_worker(env, task_queue, str(db), str(log), kind, str(marker))
+    first = spawn_worker(
+        env, task_queue, str(db), "--log", str(log), "--crash-after", kind, "--marker", str(marker)
+    )
     second = None
     try:
         handle = await start_turn(env.client, TurnInput(question=QUESTION), task_queue)
         await wait_for(marker)
         first.kill()
         first.wait()
-        second = spawn_worker(env, task_queue, str(db), str(log))
+        second = spawn_worker(env, task_queue, str(db), "--log", str(log))
         result = await asyncio.wait_for(handle.result(), timeout=60)
     finally:
         for proc in (first, second):

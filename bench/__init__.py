@@ -1,0 +1,1 @@
+"""Benchmark of agent turns against Temporal's own floor (`python -m bench`)."""

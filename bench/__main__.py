@@ -1,0 +1,286 @@
+"""Benchmark: agent turns against Temporal's own floor, in one run on one server.
+
+    python -m bench [--turns 40] [--iterations 3] [--out bench-results.json]
+
+Starts its own dev server (SQLite file, the worker's tuning) and a worker
+process hosting both the agent turn (offline model, demo tools) and the floor
+(a no-op workflow with the same activity shape per iteration). Figures from one
+run are comparable with each other, not across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from agent.types import TurnInput
+from bench.floor import FloorInput, FloorTurn
+from client import start_turn
+from runtime.server import EmbeddedServer, open_client
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTION = "Which item was ordered for 123456?"
+TARGETS = {"latency_ratio": 1.10, "throughput_ratio": 0.90, "recovery_s": 5.0}
+MAX_EVENTS_PER_ITERATION = 25
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Bench:
+    def __init__(
+        self, client: Client, task_queue: str, iterations: int, worker_pid: int, server_pid: int
+    ) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.iterations = iterations
+        self.pids = {"worker": worker_pid, "server": server_pid}
+        self.cpu_ms_per_turn: dict[str, dict[str, float]] = {"agent": {}, "floor": {}}
+
+    async def agent(self, iterations: int | None = None) -> str:
+        n = iterations or self.iterations
+        turn = TurnInput(question=QUESTION, model=f"repeat:{n}" if n > 1 else "offline")
+        handle = await start_turn(self.client, turn, self.task_queue)
+        result = await handle.result()
+        assert "Herbal Handsoap" in result.answer, result.answer
+        return handle.id
+
+    async def floor(self, iterations: int | None = None) -> str:
+        handle = await self.client.start_workflow(
+            FloorTurn.run,
+            FloorInput(iterations=iterations or self.iterations),
+            id=f"floor-{uuid.uuid4().hex[:8]}",
+            task_queue=self.task_queue,
+        )
+        await handle.result()
+        return handle.id
+
+    async def latencies(self, turns: int) -> dict[str, list[float]]:
+        """Sequential turns, agent and floor interleaved so both see the same noise."""
+        out: dict[str, list[float]] = {"agent": [], "floor": []}
+        for _ in range(turns):
+            for name, run in (("agent", self.agent), ("floor", self.floor)):
+                t0 = time.perf_counter()
+                await run()
+                out[name].append((time.perf_counter() - t0) / self.iterations)
+        return out
+
+    async def throughput(self, concurrency: int) -> dict[str, float]:
+        out = {}
+        for name, run in (("floor", self.floor), ("agent", self.agent)):
+            cpu0 = {k: cpu_s(pid) for k, pid in self.pids.items()}
+            t0 = time.perf_counter()
+            await asyncio.gather(*(run(1) for _ in range(concurrency)))
+            out[name] = concurrency / (time.perf_counter() - t0)
+            for k, pid in self.pids.items():
+                used = (cpu_s(pid) - cpu0[k]) * 1000 / concurrency
+                self.cpu_ms_per_turn[name][k] = round(used, 1)
+        return out
+
+    async def history(self, workflow_id: str) -> tuple[int, int]:
+        history = await self.client.get_workflow_handle(workflow_id).fetch_history()
+        return len(history.events), sum(e.ByteSize() for e in history.events)
+
+
+def spawn_worker(address: str, task_queue: str, db: Path, *extra: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.worker", address, task_queue, str(db), *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_mb(pid: int) -> dict[str, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return {"rss_mb": round(fields.get("VmRSS", 0), 1), "peak_mb": round(fields.get("VmHWM", 0), 1)}
+
+
+async def recovery(bench: Bench, address: str, db: Path, tmp: Path) -> float:
+    """SIGKILL a worker right after a dispatch did its work; time from the new
+    worker's start until the turn is done."""
+    marker = tmp / "hung"
+    doomed = spawn_worker(
+        address, bench.task_queue, db, "--crash-after", "dispatch", "--marker", str(marker)
+    )
+    turn = TurnInput(question=QUESTION)
+    handle = await start_turn(bench.client, turn, bench.task_queue)
+    while not marker.exists():
+        await asyncio.sleep(0.02)
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait()
+    t0 = time.perf_counter()
+    fresh = spawn_worker(address, bench.task_queue, db)
+    try:
+        await handle.result()
+        return time.perf_counter() - t0
+    finally:
+        fresh.terminate()
+        fresh.wait()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="durable-agent-bench-"))
+    server = EmbeddedServer(tmp / "temporal.db", port=free_port(), ui_port=free_port()).start()
+    worker = None
+    try:
+        client = await open_client({"target_host": server.address}, wait=30)
+        task_queue = f"bench-{uuid.uuid4().hex[:6]}"
+        db = tmp / "shop.db"
+        worker = spawn_worker(server.address, task_queue, db)
+        assert server.process is not None
+        bench = Bench(client, task_queue, args.iterations, worker.pid, server.process.pid)
+
+        print("warming up…", file=sys.stderr)
+        for _ in range(5):
+            await bench.agent()
+            await bench.floor()
+
+        print(f"latency: {args.turns} sequential turns of each…", file=sys.stderr)
+        lat = await bench.latencies(args.turns)
+
+        tput = {}
+        for c in (50, 200):
+            print(f"throughput at {c} concurrent turns…", file=sys.stderr)
+            tput[c] = await bench.throughput(c)
+
+        one_agent, many_agent = await bench.agent(1), await bench.agent(3)
+        one_floor, many_floor = await bench.floor(1), await bench.floor(3)
+        (ea1, ba1), (ea3, ba3) = await bench.history(one_agent), await bench.history(many_agent)
+        (ef1, bf1), (ef3, bf3) = await bench.history(one_floor), await bench.history(many_floor)
+
+        mem = {"worker": memory_mb(worker.pid), "server": memory_mb(server.process.pid)}
+        worker.terminate()
+        worker.wait()
+        worker = None
+
+        print("recovery after SIGKILL…", file=sys.stderr)
+        rec = await recovery(bench, server.address, db, tmp)
+    finally:
+        if worker:
+            worker.kill()
+        server.stop()
+
+    agent_med, floor_med = statistics.median(lat["agent"]), statistics.median(lat["floor"])
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "iterations_per_turn": args.iterations,
+        "latency_ms": {
+            "agent_median": round(agent_med * 1000, 2),
+            "agent_p95": round(pct(lat["agent"], 0.95) * 1000, 2),
+            "floor_median": round(floor_med * 1000, 2),
+            "floor_p95": round(pct(lat["floor"], 0.95) * 1000, 2),
+        },
+        "latency_ratio": round(agent_med / floor_med, 3),
+        "turns_per_s": {str(c): round(v["agent"], 2) for c, v in tput.items()},
+        "floor_turns_per_s": {str(c): round(v["floor"], 2) for c, v in tput.items()},
+        "throughput_ratio": round(min(v["agent"] / v["floor"] for v in tput.values()), 3),
+        "events_per_iteration": (ea3 - ea1) / 2,
+        "floor_events_per_iteration": (ef3 - ef1) / 2,
+        "events_one_iteration_turn": {"agent": ea1, "floor": ef1},
+        "history_bytes_per_iteration": {"agent": (ba3 - ba1) / 2, "floor": (bf3 - bf1) / 2},
+        "cpu_ms_per_turn_at_200": bench.cpu_ms_per_turn,
+        "recovery_s": round(rec, 2),
+        "memory": mem,
+    }
+
+
+def report(r: dict[str, Any]) -> str:
+    lat = r["latency_ms"]
+    rows = [
+        ("latency per iteration, median (ms)", lat["agent_median"], lat["floor_median"]),
+        ("latency per iteration, p95 (ms)", lat["agent_p95"], lat["floor_p95"]),
+        *[
+            (f"turns/s at {c} concurrent", r["turns_per_s"][c], r["floor_turns_per_s"][c])
+            for c in r["turns_per_s"]
+        ],
+        (
+            "history events per iteration",
+            r["events_per_iteration"],
+            r["floor_events_per_iteration"],
+        ),
+        *[
+            (
+                f"{proc} CPU per turn at 200 (ms)",
+                r["cpu_ms_per_turn_at_200"]["agent"][proc],
+                r["cpu_ms_per_turn_at_200"]["floor"][proc],
+            )
+            for proc in ("worker", "server")
+        ],
+        (
+            "history bytes per iteration",
+            r["history_bytes_per_iteration"]["agent"],
+            r["history_bytes_per_iteration"]["floor"],
+        ),
+        ("worker memory, peak (MB)", r["memory"]["worker"]["peak_mb"], "—"),
+        ("server memory, peak (MB)", r["memory"]["server"]["peak_mb"], "—"),
+    ]
+    lines = [f"{'':40} {'agent':>10} {'floor':>10}"]
+    lines += [f"{name:40} {a:>10} {f:>10}" for name, a, f in rows]
+    checks = [
+        ("latency_ratio", r["latency_ratio"], f"<= {TARGETS['latency_ratio']}"),
+        ("throughput_ratio", r["throughput_ratio"], f">= {TARGETS['throughput_ratio']}"),
+        ("recovery_s", r["recovery_s"], f"<= {TARGETS['recovery_s']}"),
+        ("events_per_iteration", r["events_per_iteration"], f"<= {MAX_EVENTS_PER_ITERATION}"),
+    ]
+    lines.append("")
+    lines += [f"{name:40} {value:>10}   target {target}" for name, value, target in checks]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    p.add_argument("--turns", type=int, default=40, help="sequential turns for latency")
+    p.add_argument("--iterations", type=int, default=3, help="iterations per latency turn")
+    p.add_argument("--out", type=Path, default=Path("bench-results.json"))
+    args = p.parse_args()
+    results = asyncio.run(run(args))
+    print(report(results))
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwritten to {args.out}")
+    sys.stdout.flush()
+    os._exit(0)  # skip teardown under the SDK's runtime threads (see client.py)
+
+
+if __name__ == "__main__":
+    main()

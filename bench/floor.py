@@ -1,0 +1,49 @@
+"""The floor: a no-op workflow with the activity shape of one agent iteration.
+
+plan, dispatch and interpret are regular activities; parse and parse_output are
+local ones. Whatever a turn costs above this is the agent's own overhead.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel
+from temporalio import activity, workflow
+
+
+class FloorInput(BaseModel):
+    iterations: int = 1
+
+
+class FloorOutput(BaseModel):
+    iterations: int
+
+
+class Nop(BaseModel):
+    step: str
+
+
+@activity.defn(name="floor_remote")
+async def floor_remote(x: Nop) -> Nop:
+    return x
+
+
+@activity.defn(name="floor_local")
+async def floor_local(x: Nop) -> Nop:
+    return x
+
+
+@workflow.defn(name="FloorTurn")
+class FloorTurn:
+    @workflow.run
+    async def run(self, input: FloorInput) -> FloorOutput:
+        remote = {"start_to_close_timeout": timedelta(seconds=60)}
+        local = {"start_to_close_timeout": timedelta(seconds=5)}
+        for _ in range(input.iterations):
+            await workflow.execute_activity(floor_remote, Nop(step="plan"), **remote)
+            await workflow.execute_local_activity(floor_local, Nop(step="parse"), **local)
+            await workflow.execute_activity(floor_remote, Nop(step="dispatch"), **remote)
+            await workflow.execute_local_activity(floor_local, Nop(step="parse_output"), **local)
+            await workflow.execute_activity(floor_remote, Nop(step="interpret"), **remote)
+        return FloorOutput(iterations=input.iterations)

@@ -1,0 +1,87 @@
+"""A worker process for the benchmark and the crash tests.
+
+    python -m bench.worker ADDRESS TASK_QUEUE SHOP_DB [--log FILE]
+                           [--crash-after KIND --marker FILE]
+
+It runs agent turns and the floor workflow. `--log` appends the type of every
+activity it starts; `--crash-after KIND` makes it hang right *after* the first
+activity of that kind has done its work (its side effects happened, Temporal
+never heard of the result) and touch MARKER, so a test can SIGKILL it there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
+
+from activities import turn_activities
+from agent.faults import Faults
+from bench.floor import FloorTurn, floor_local, floor_remote
+from bench.models import bench_models
+from shop import TOOLS, ShopStore
+from worker import build_worker
+from workflows import AgentTurn
+
+
+class CrashAfter(Interceptor):
+    def __init__(self, log: Path | None, crash_at: str | None, marker: Path | None) -> None:
+        self.log, self.crash_at, self.marker = log, crash_at, marker
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        outer = self
+
+        class Inbound(ActivityInboundInterceptor):
+            async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+                kind = activity.info().activity_type
+                if outer.log:
+                    with outer.log.open("a") as f:
+                        f.write(kind + "\n")
+                result = await super().execute_activity(input)
+                if kind == outer.crash_at and outer.marker and not outer.marker.exists():
+                    outer.marker.touch()
+                    await asyncio.Event().wait()  # hang until killed
+                return result
+
+        return Inbound(next)
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("address")
+    p.add_argument("task_queue")
+    p.add_argument("shop_db")
+    p.add_argument("--log", type=Path)
+    p.add_argument("--crash-after")
+    p.add_argument("--marker", type=Path)
+    args = p.parse_args()
+
+    client = await Client.connect(args.address, data_converter=pydantic_data_converter)
+    worker = build_worker(
+        client,
+        args.task_queue,
+        workflows=[AgentTurn, FloorTurn],
+        activities=[
+            *turn_activities(bench_models(), TOOLS, ShopStore(args.shop_db), Faults()),
+            floor_remote,
+            floor_local,
+        ],
+        interceptors=[CrashAfter(args.log, args.crash_after, args.marker)],
+    )
+    async with worker:
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
