@@ -17,7 +17,6 @@ keeps failing, a cap) ends in a graceful answer; an unexpected exception fails
 the workflow *task*, which Temporal retries after a fix is deployed.
 """
 
-
 import asyncio
 
 from temporalio import workflow
