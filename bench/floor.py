@@ -11,6 +11,9 @@ from datetime import timedelta
 from pydantic import BaseModel
 from temporalio import activity, workflow
 
+REMOTE = timedelta(seconds=60)
+LOCAL = timedelta(seconds=5)
+
 
 class FloorInput(BaseModel):
     iterations: int = 1
@@ -38,12 +41,20 @@ async def floor_local(x: Nop) -> Nop:
 class FloorTurn:
     @workflow.run
     async def run(self, input: FloorInput) -> FloorOutput:
-        remote = {"start_to_close_timeout": timedelta(seconds=60)}
-        local = {"start_to_close_timeout": timedelta(seconds=5)}
         for _ in range(input.iterations):
-            await workflow.execute_activity(floor_remote, Nop(step="plan"), **remote)
-            await workflow.execute_local_activity(floor_local, Nop(step="parse"), **local)
-            await workflow.execute_activity(floor_remote, Nop(step="dispatch"), **remote)
-            await workflow.execute_local_activity(floor_local, Nop(step="parse_output"), **local)
-            await workflow.execute_activity(floor_remote, Nop(step="interpret"), **remote)
+            await workflow.execute_activity(
+                floor_remote, Nop(step="plan"), start_to_close_timeout=REMOTE
+            )
+            await workflow.execute_local_activity(
+                floor_local, Nop(step="parse"), start_to_close_timeout=LOCAL
+            )
+            await workflow.execute_activity(
+                floor_remote, Nop(step="dispatch"), start_to_close_timeout=REMOTE
+            )
+            await workflow.execute_local_activity(
+                floor_local, Nop(step="parse_output"), start_to_close_timeout=LOCAL
+            )
+            await workflow.execute_activity(
+                floor_remote, Nop(step="interpret"), start_to_close_timeout=REMOTE
+            )
         return FloorOutput(iterations=input.iterations)
