@@ -210,3 +210,20 @@ async def test_progress_query_returns_the_steps(harness: Harness) -> None:
         progress = await handle.query(AgentTurn.progress)
     assert progress.done
     assert progress.steps == result.steps
+
+
+async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> None:
+    @tool
+    def dump(args: Nothing, ctx: ToolContext[object]) -> dict[str, str]:
+        """Returns far too much."""
+        return {"log": "x" * 300_000}
+
+    model = ScriptedModel(plans=[Plan(calls=[ToolCall(id="c1", name="dump")])], decisions=[ANSWER])
+    result, handle = await harness.ask_with_handle(
+        "anything", model=model, tools=ToolRegistry([dump])
+    )
+    observation = result.steps[-2].observation
+    assert observation is not None and "[truncated" in observation.text
+    assert len(observation.text) < 2100
+    history = await handle.fetch_history()
+    assert history.events and max(e.ByteSize() for e in history.events) < 64 * 1024
