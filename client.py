@@ -127,7 +127,9 @@ async def cmd_ask(args: argparse.Namespace) -> None:
             customer_id=args.customer,
             model=args.model,
             limits=TurnLimits(
-                max_steps=args.max_steps, max_duration=timedelta(seconds=args.max_duration)
+                max_steps=args.max_steps,
+                max_duration=timedelta(seconds=args.max_duration),
+                max_tokens=args.max_tokens,
             ),
         )
     except ValidationError as e:
@@ -203,6 +205,7 @@ def parser() -> argparse.ArgumentParser:
         default=TurnLimits().max_duration.total_seconds(),
         help="seconds (default: %(default)s)",
     )
+    ask.add_argument("--max-tokens", type=int, help="token budget of the turn (default: none)")
     ask.add_argument(
         "--embedded",
         action="store_true",

@@ -21,6 +21,10 @@ def time_limit(max_duration: timedelta, steps: list[Step]) -> str:
     return f"Sorry, I ran out of time ({seconds:g} s) before finishing." + _found_so_far(steps)
 
 
+def token_limit(max_tokens: int, steps: list[Step]) -> str:
+    return f"Sorry, I used up this question's budget of {max_tokens} tokens." + _found_so_far(steps)
+
+
 def model_failed(steps: list[Step]) -> str:
     return (
         "Sorry, I cannot answer right now: the language model is unavailable. "

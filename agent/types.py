@@ -54,6 +54,10 @@ class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
 
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             model_calls=self.model_calls + other.model_calls,
@@ -98,6 +102,7 @@ class Outcome(str, Enum):
     ANSWERED = "answered"
     STEP_LIMIT = "step_limit"
     TIME_LIMIT = "time_limit"
+    TOKEN_LIMIT = "token_limit"
     MODEL_ERROR = "model_error"
 
 
@@ -110,6 +115,8 @@ class TurnLimits(BaseModel):
     """Wall time of the whole turn, enforced by a durable workflow timer."""
     max_replans: int = Field(default=2, ge=0, le=10)
     """How often per iteration the model may fix calls that failed validation."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Token budget (input + output, as the model reports it); none by default."""
 
 
 class TurnInput(BaseModel):

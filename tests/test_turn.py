@@ -13,7 +13,7 @@ from agent.errors import ModelUnavailable
 from agent.model import Decision, Plan
 from agent.scripted import ScriptedModel
 from agent.tools import ToolContext, ToolRegistry, tool
-from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
+from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
 from client import start_turn
 from tests.conftest import SEED_CASES, Harness, kinds
 from workflows import AgentTurn
@@ -227,3 +227,19 @@ async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> 
     assert len(observation.text) < 2100
     history = await handle.fetch_history()
     assert history.events and max(e.ByteSize() for e in history.events) < 64 * 1024
+
+
+async def test_token_budget_ends_the_turn_gracefully(harness: Harness) -> None:
+    usage = Usage(model_calls=1, input_tokens=80, output_tokens=20)
+    model = ScriptedModel(
+        plans=[Plan(calls=[order_call()], usage=usage)],
+        decisions=[Decision(final=False, text="check again", usage=usage)],
+    )
+    result = await harness.ask(
+        "Has order 123456 shipped?", model=model, limits=TurnLimits(max_tokens=250)
+    )
+    assert result.outcome is Outcome.TOKEN_LIMIT
+    assert result.answer.startswith("Sorry, I used up this question's budget of 250 tokens.")
+    assert "Herbal Handsoap" in result.answer
+    assert len(model.requests) == 3  # 100, 200, 300 tokens: no fourth call
+    assert result.usage.input_tokens + result.usage.output_tokens == 300

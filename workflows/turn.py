@@ -110,6 +110,7 @@ class AgentTurn:
 
             decision = (
                 await self._model_call(
+                    turn,
                     iteration,
                     InterpretActivity.interpret,
                     InterpretInput(model=turn.model, question=turn.question, steps=self._steps),
@@ -137,6 +138,7 @@ class AgentTurn:
             summary = f"plan: {_clip(question)}" if attempt == 0 else f"re-plan #{attempt}"
             plan = (
                 await self._model_call(
+                    turn,
                     iteration,
                     PlanActivity.plan,
                     PlanInput(model=turn.model, question=turn.question, steps=self._steps),
@@ -206,7 +208,11 @@ class AgentTurn:
             observation=observation,
         )
 
-    async def _model_call(self, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
+    async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
+        budget = turn.limits.max_tokens
+        if budget is not None and self._usage.total_tokens >= budget:
+            # Checked before a call, never after: an answer already paid for is kept.
+            raise _TurnEnded(Outcome.TOKEN_LIMIT, answers.token_limit(budget, self._steps))
         try:
             return await workflow.execute_activity_method(
                 method,
