@@ -21,7 +21,7 @@ from temporalio.worker import Worker
 
 from activities import turn_activities
 from agent.faults import Faults
-from agent.model import ModelCatalog
+from agent.model import Model, ModelCatalog
 from agent.offline import OfflineModel
 from agent.tools import ToolRegistry
 from runtime.server import ServerUnavailable, connect
@@ -33,7 +33,14 @@ log = logging.getLogger("durable_agent.worker")
 
 
 def default_models() -> ModelCatalog:
-    return ModelCatalog({"offline": lambda _arg: OfflineModel()})
+    """`offline`, and `openai:<model>` for any OpenAI-compatible server."""
+
+    def openai_chat(model: str) -> Model:
+        from agent.backends.openai_chat import OpenAIChatModel
+
+        return OpenAIChatModel(model)
+
+    return ModelCatalog({"offline": lambda _arg: OfflineModel(), "openai": openai_chat})
 
 
 def build_worker(

@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import timedelta
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
+from agent.errors import ModelUnavailable
 from agent.faults import Faults
+
+
+@contextmanager
+def server_suggested_delay() -> Iterator[None]:
+    """A backend that said when to come back (HTTP Retry-After) gets its way:
+    the next attempt waits that long instead of the policy's backoff."""
+    try:
+        yield
+    except ModelUnavailable as e:
+        if e.retry_after is None:
+            raise
+        raise ApplicationError(
+            str(e), type=type(e).__name__, next_retry_delay=timedelta(seconds=e.retry_after)
+        ) from e
 
 
 @asynccontextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities._common import heartbeating, inject
+from activities._common import heartbeating, inject, server_suggested_delay
 from agent.errors import ModelUnavailable
 from agent.faults import Faults
 from agent.model import Decision, ModelCatalog, ModelRequest
@@ -36,7 +36,10 @@ class InterpretActivity:
         request = ModelRequest(question=input.question, steps=input.steps, tools=self._tools.specs)
         await inject(self._faults, ModelUnavailable, "interpret")
         async with heartbeating():
-            with model_span("interpret", model.system, model.name) as span:
+            with (
+                model_span("interpret", model.system, model.name) as span,
+                server_suggested_delay(),
+            ):
                 decision = await model.interpret(request)
                 record_usage(span, decision.usage)
         return InterpretOutput(decision=decision)

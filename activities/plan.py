@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities._common import heartbeating, inject
+from activities._common import heartbeating, inject, server_suggested_delay
 from agent.errors import ModelUnavailable
 from agent.faults import Faults
 from agent.model import ModelCatalog, ModelRequest, Plan
@@ -36,7 +36,7 @@ class PlanActivity:
         request = ModelRequest(question=input.question, steps=input.steps, tools=self._tools.specs)
         await inject(self._faults, ModelUnavailable, "plan")
         async with heartbeating():
-            with model_span("plan", model.system, model.name) as span:
+            with model_span("plan", model.system, model.name) as span, server_suggested_delay():
                 plan = await model.plan(request)
                 record_usage(span, plan.usage)
         # Backends may omit call ids; later steps and the history refer to calls by id.

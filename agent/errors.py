@@ -10,6 +10,7 @@ retried with backoff.
     ├── ModelError                 the model backend failed
     │   ├── UnknownModel           no backend for that model spec
     │   ├── InvalidModelOutput     the model's reply cannot be used
+    │   ├── ModelRequestRejected   refused: bad credentials, bad request, no such model
     │   └── ModelUnavailable       transient: retried (throttling, 5xx, timeouts)
     ├── InvalidCall                a tool call fails validation; the model sees the message
     └── ToolError                  a tool could not answer; the model sees the message
@@ -45,10 +46,20 @@ class InvalidModelOutput(ModelError):
     """The model replied with something that is neither tool calls nor an answer."""
 
 
+class ModelRequestRejected(ModelError):
+    """The backend refused the request in a way a retry will not fix; the message
+    says what to change (credentials, model name, base URL)."""
+
+
 class ModelUnavailable(ModelError):
-    """The model could not be reached or is throttled; Temporal retries the call."""
+    """The model could not be reached or is throttled; Temporal retries the call,
+    after `retry_after` seconds when the backend said so (HTTP Retry-After)."""
 
     retryable = True
+
+    def __init__(self, message: str = "model unavailable", retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class InvalidCall(AgentError):

@@ -170,6 +170,8 @@ class ToolRegistry:
             raise InvalidCall(
                 f"unknown tool {call.name!r}; available tools: {', '.join(self.tools)}"
             )
+        if call.error:
+            raise InvalidCall(f"invalid arguments for {call.name}: {call.error}")
         try:
             return t.args_model.model_validate(call.arguments)
         except ValidationError as e:

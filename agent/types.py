@@ -31,6 +31,9 @@ class ToolCall(BaseModel):
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    """Set by a backend when the model's call could not be decoded (e.g. its
+    arguments were not JSON); parse then rejects the call with this text."""
 
     def render(self) -> str:
         """`order_status(order_id='123456')`: how a call reads in logs and the Web UI."""

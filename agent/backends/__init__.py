@@ -1,0 +1,1 @@
+"""Model backends behind the `agent.model.Model` interface."""
