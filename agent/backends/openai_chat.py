@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent.backends._transcript import AssistantCalls, AssistantText, UserText, transcript
 from agent.errors import ModelRequestRejected, ModelUnavailable
 from agent.model import Decision, ModelRequest, Plan
-from agent.types import StepKind, ToolCall, Usage
+from agent.types import ToolCall, Usage
 
 INSTRUCTIONS = (
     "You are a customer-support agent. Use the tools to look things up; never make up "
@@ -95,50 +96,26 @@ class OpenAIChatModel:
 
 
 def to_messages(request: ModelRequest) -> list[dict[str, Any]]:
-    """The turn so far as Chat Completions messages.
-
-    Every assistant tool call gets a tool message: its observation, its
-    rejection, or (when a sibling call was rejected and the model re-planned)
-    a note that it did not run.
-    """
-    messages: list[dict[str, Any]] = [{"role": "user", "content": request.question}]
-    pending: list[str] = []
-
-    def flush() -> None:
-        for call_id in pending:
-            messages.append(
-                {"role": "tool", "tool_call_id": call_id, "content": "not run: plan again"}
-            )
-        pending.clear()
-
-    for step in request.steps:
-        if step.kind is StepKind.PLAN:
-            flush()
-            messages.append(
+    """The turn so far as Chat Completions messages."""
+    messages: list[dict[str, Any]] = []
+    for entry in transcript(request):
+        if isinstance(entry, UserText):
+            messages.append({"role": "user", "content": entry.text})
+        elif isinstance(entry, AssistantText):
+            messages.append({"role": "assistant", "content": entry.text})
+        elif isinstance(entry, AssistantCalls):
+            calls = [
                 {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                        }
-                        for c in step.calls
-                    ],
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
                 }
-            )
-            pending.extend(c.id for c in step.calls)
-        elif step.kind in (StepKind.REJECTED, StepKind.OBSERVATION) and step.observation:
-            obs = step.observation
-            content = obs.text if obs.ok else f"error: {obs.text}"
-            messages.append({"role": "tool", "tool_call_id": obs.call_id, "content": content})
-            if obs.call_id in pending:
-                pending.remove(obs.call_id)
-        elif step.kind is StepKind.CONTINUE:
-            flush()
-            messages.append({"role": "assistant", "content": step.text})
-    flush()
+                for c in entry.calls
+            ]
+            messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        else:
+            content = entry.text if entry.ok else f"error: {entry.text}"
+            messages.append({"role": "tool", "tool_call_id": entry.call_id, "content": content})
     return messages
 
 
