@@ -33,14 +33,21 @@ log = logging.getLogger("durable_agent.worker")
 
 
 def default_models() -> ModelCatalog:
-    """`offline`, and `openai:<model>` for any OpenAI-compatible server."""
+    """`offline`, `openai:<model>` (any OpenAI-compatible server), `bedrock:<model-id>`."""
 
     def openai_chat(model: str) -> Model:
         from agent.backends.openai_chat import OpenAIChatModel
 
         return OpenAIChatModel(model)
 
-    return ModelCatalog({"offline": lambda _arg: OfflineModel(), "openai": openai_chat})
+    def bedrock(model_id: str) -> Model:
+        from agent.backends.bedrock import BedrockConverseModel
+
+        return BedrockConverseModel(model_id)
+
+    return ModelCatalog(
+        {"offline": lambda _arg: OfflineModel(), "openai": openai_chat, "bedrock": bedrock}
+    )
 
 
 def build_worker(
