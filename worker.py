@@ -33,7 +33,8 @@ log = logging.getLogger("durable_agent.worker")
 
 
 def default_models() -> ModelCatalog:
-    """`offline`, `openai:<model>` (any OpenAI-compatible server), `bedrock:<model-id>`."""
+    """`offline`, `openai:<model>` (any OpenAI-compatible server), `bedrock:<model-id>`,
+    `sagemaker:<endpoint>`. Backends are built on first use, per worker."""
 
     def openai_chat(model: str) -> Model:
         from agent.backends.openai_chat import OpenAIChatModel
@@ -45,8 +46,18 @@ def default_models() -> ModelCatalog:
 
         return BedrockConverseModel(model_id)
 
+    def sagemaker(endpoint: str) -> Model:
+        from agent.backends.sagemaker import SageMakerTextModel
+
+        return SageMakerTextModel(endpoint)
+
     return ModelCatalog(
-        {"offline": lambda _arg: OfflineModel(), "openai": openai_chat, "bedrock": bedrock}
+        {
+            "offline": lambda _arg: OfflineModel(),
+            "openai": openai_chat,
+            "bedrock": bedrock,
+            "sagemaker": sagemaker,
+        }
     )
 
 

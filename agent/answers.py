@@ -6,6 +6,9 @@ from datetime import timedelta
 
 from agent.types import Step
 
+DECLINE = "Sorry, I cannot answer that question."
+"""What the agent says to a question its tools do not cover."""
+
 
 def _found_so_far(steps: list[Step]) -> str:
     found = [s.observation.text for s in steps if s.observation and s.observation.ok]

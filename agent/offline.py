@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from agent.answers import DECLINE
+from agent.argfill import Param, fill_arguments, required_params
 from agent.model import Decision, ModelRequest, Plan
 from agent.tools import ToolSpec
 from agent.types import StepKind, ToolCall, Usage
-
-DECLINE = "Sorry, I cannot answer that question."
 
 # The share of the question's content words a tool's vocabulary must cover.
 MIN_COVERAGE = 0.5
@@ -129,33 +129,14 @@ def content_words(text: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Param:
-    name: str
-    pattern: re.Pattern[str] | None
-    """Unanchored pattern to find the value in the question; None for free text."""
-    description: str
-
-
-@dataclass(frozen=True)
 class _ToolProfile:
     spec: ToolSpec
-    params: tuple[_Param, ...]
+    params: tuple[Param, ...]
     vocabulary: frozenset[str]
 
     @classmethod
     def of(cls, spec: ToolSpec) -> _ToolProfile:
-        props: dict[str, Any] = spec.parameters.get("properties", {})
-        required = set(spec.parameters.get("required", []))
-        params = []
-        for name, schema in props.items():
-            if name not in required:
-                continue
-            pattern = schema.get("pattern")
-            compiled = None
-            if pattern:
-                body = pattern.removeprefix("^").removesuffix("$")
-                compiled = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.IGNORECASE)
-            params.append(_Param(name, compiled, schema.get("description", name)))
+        params = required_params(spec)
         text = " ".join(
             [spec.name.replace("_", " "), spec.description, *spec.examples]
             + [p.description for p in params]
@@ -170,17 +151,7 @@ class _ToolProfile:
         return tuple(args[p.name].lower() for p in self.params if p.pattern is not None)
 
     def fill(self, question: str) -> dict[str, str] | None:
-        """Arguments found in the question, or None when a required one is missing."""
-        args = {}
-        for p in self.params:
-            if p.pattern is None:
-                args[p.name] = question
-                continue
-            m = p.pattern.search(question)
-            if m is None:
-                return None
-            args[p.name] = m.group(0)
-        return args
+        return fill_arguments(self.params, question)
 
     def coverage(self, words: list[str]) -> float:
         return sum(w in self.vocabulary for w in words) / len(words) if words else 0.0

@@ -16,26 +16,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from agent.backends import _aws
 from agent.backends._transcript import AssistantCalls, AssistantText, UserText, transcript
 from agent.backends.prompts import INSTRUCTIONS, INTERPRET_HINT
-from agent.errors import ModelRequestRejected, ModelUnavailable
+from agent.errors import ModelRequestRejected
 from agent.model import Decision, ModelRequest, Plan
 from agent.types import ToolCall, Usage
-
-TRANSIENT_CODES = {
-    "ThrottlingException",
-    "ServiceUnavailableException",
-    "InternalServerException",
-    "ModelTimeoutException",
-    "ModelNotReadyException",
-    "ServiceQuotaExceededException",
-}
-AUTH_CODES = {
-    "AccessDeniedException",
-    "UnrecognizedClientException",
-    "ExpiredTokenException",
-    "InvalidSignatureException",
-}
 
 
 class BedrockConverseModel:
@@ -49,19 +35,7 @@ class BedrockConverseModel:
             )
         self.name = model_id
         self._instructions = instructions
-        if client is None:
-            try:
-                import boto3
-                from botocore.config import Config
-            except ImportError:
-                raise ModelRequestRejected(
-                    "the bedrock backend needs boto3: pip install -e '.[aws]'"
-                ) from None
-            client = boto3.client(
-                "bedrock-runtime",
-                config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=50),
-            )
-        self._client = client
+        self._client = client or _aws.client("bedrock-runtime", "bedrock")
 
     async def plan(self, request: ModelRequest) -> Plan:
         text, calls, usage, _ = await self._converse(request, self._instructions)
@@ -101,7 +75,7 @@ class BedrockConverseModel:
             # boto3 is synchronous: keep the worker's event loop free meanwhile.
             resp = await asyncio.to_thread(self._client.converse, **kwargs)
         except Exception as e:
-            raise _classify(e) from e
+            raise _aws.classify(e, "Bedrock", "model id") from e
 
         stop = resp.get("stopReason", "")
         blocks = resp.get("output", {}).get("message", {}).get("content", [])
@@ -164,29 +138,3 @@ def to_messages(request: ModelRequest) -> list[dict[str, Any]]:
     if messages[-1]["role"] == "assistant":  # Converse wants the user to speak last
         add("user", {"text": "Continue."})
     return messages
-
-
-def _classify(e: Exception) -> Exception:
-    response = getattr(e, "response", None)
-    if isinstance(response, dict):  # botocore ClientError
-        code = response.get("Error", {}).get("Code", "")
-        message = response.get("Error", {}).get("Message", "")
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        if code in TRANSIENT_CODES or status >= 500:
-            return ModelUnavailable(f"Bedrock {code or status}: {message}")
-        if code in AUTH_CODES:
-            return ModelRequestRejected(
-                f"Bedrock refused the credentials ({code}): check AWS_PROFILE / AWS_REGION and "
-                "that the model is enabled for this account"
-            )
-        if code == "ResourceNotFoundException":
-            return ModelRequestRejected(f"Bedrock model not found: {message}; check the model id")
-        return ModelRequestRejected(f"Bedrock rejected the request ({code}): {message}")
-    name = type(e).__name__
-    if name == "NoCredentialsError":
-        return ModelRequestRejected(
-            "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
-        )
-    if name in ("EndpointConnectionError", "ReadTimeoutError", "ConnectTimeoutError"):
-        return ModelUnavailable(f"Bedrock unreachable: {e}")
-    return e
