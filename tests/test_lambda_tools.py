@@ -1,0 +1,106 @@
+"""Lambda tools through real turn workflows, with botocore's Stubber as Lambda."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+
+from agent.lambda_tools import lambda_tool
+from agent.model import Decision, Plan
+from agent.scripted import ScriptedModel
+from agent.tools import ToolRegistry
+from agent.types import Outcome, ToolCall
+from shop.tools import OrderLookup
+from tests.conftest import Harness
+
+
+@pytest.fixture
+def stubbed() -> Iterator[tuple[ToolRegistry, Stubber]]:
+    client = boto3.client(
+        "lambda", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
+    )
+    tool = lambda_tool(
+        name="order_status",
+        function="LLMAgentOrdersTool",
+        args=OrderLookup,
+        description="Status of a specific order.",
+        payload=lambda a, ctx: {"orderId": a.order_id, "customerId": ctx.customer_id},
+        client=client,
+    )
+    with Stubber(client) as stubber:
+        yield ToolRegistry([tool]), stubber
+
+
+def answer(payload: bytes, **extra: Any) -> dict[str, Any]:
+    return {"StatusCode": 200, "Payload": StreamingBody(io.BytesIO(payload), len(payload)), **extra}
+
+
+EXPECTED = {
+    "FunctionName": "LLMAgentOrdersTool",
+    "InvocationType": "RequestResponse",
+    "Payload": json.dumps({"orderId": "123456", "customerId": "demo"}).encode(),
+}
+
+
+def model() -> ScriptedModel:
+    call = ToolCall(id="c1", name="order_status", arguments={"order_id": "123456"})
+    return ScriptedModel(
+        plans=[Plan(calls=[call])],
+        decisions=[lambda req: Decision(final=True, text=req.steps[-1].text)],
+    )
+
+
+async def ask(harness: Harness, tools: ToolRegistry) -> Any:
+    return await harness.ask("Has order 123456 shipped?", model=model(), tools=tools)
+
+
+async def test_invokes_the_function_with_the_seed_payload(harness: Harness, stubbed: Any) -> None:
+    tools, stubber = stubbed
+    body = json.dumps({"item": "Herbal Handsoap", "status": "shipped"})
+    stubber.add_response(
+        "invoke", answer(json.dumps({"statusCode": 200, "body": body}).encode()), EXPECTED
+    )
+    result = await ask(harness, tools)
+    assert result.outcome is Outcome.ANSWERED
+    assert result.answer == "order_status: Item: Herbal Handsoap. Status: shipped."
+
+
+async def test_function_error_is_an_observation(harness: Harness, stubbed: Any) -> None:
+    tools, stubber = stubbed
+    err = json.dumps({"errorMessage": "KeyError: 'orderId'", "errorType": "KeyError"}).encode()
+    stubber.add_response("invoke", answer(err, FunctionError="Unhandled"), EXPECTED)
+    result = await ask(harness, tools)
+    observation = result.steps[-2].observation
+    assert observation is not None and not observation.ok
+    assert observation.text == "order_status failed: KeyError: 'orderId'"
+
+
+async def test_bad_payload_is_an_observation(harness: Harness, stubbed: Any) -> None:
+    tools, stubber = stubbed
+    stubber.add_response("invoke", answer(b"<html>oops</html>"), EXPECTED)
+    result = await ask(harness, tools)
+    assert result.steps[-2].text == "order_status: order_status returned a payload that is not JSON"
+
+
+async def test_not_found_status_is_an_observation(harness: Harness, stubbed: Any) -> None:
+    tools, stubber = stubbed
+    body = {"statusCode": 404, "body": "Order not found. Please check your Order ID."}
+    stubber.add_response("invoke", answer(json.dumps(body).encode()), EXPECTED)
+    result = await ask(harness, tools)
+    assert result.answer == "order_status: Order not found. Please check your Order ID."
+
+
+async def test_throttling_is_retried(harness: Harness, stubbed: Any) -> None:
+    tools, stubber = stubbed
+    stubber.add_client_error("invoke", "TooManyRequestsException", "Rate exceeded", 429)
+    stubber.add_response("invoke", answer(b'{"status": "shipped"}'), EXPECTED)
+    result = await ask(harness, tools)
+    assert result.answer == "order_status: Status: shipped."
+    stubber.assert_no_pending_responses()
