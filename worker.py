@@ -26,7 +26,7 @@ from agent.offline import OfflineModel
 from agent.tools import ToolRegistry
 from runtime.server import ServerUnavailable, connect
 from runtime.settings import TASK_QUEUE
-from shop import TOOLS, ShopStore
+from shop import TOOLS, open_store
 from workflows import AgentTurn
 
 log = logging.getLogger("durable_agent.worker")
@@ -72,7 +72,7 @@ def build_worker(
     **options: Any,
 ) -> Worker:
     """A worker for `AgentTurn` and its activities. `deps` is what tools get as
-    `ctx.deps` (by default the demo shop's SQLite store); `faults` default to
+    `ctx.deps` (by default the demo shop's store, per `AGENT_SHOP_STORE`); `faults` default to
     `AGENT_FAULTS` (chaos runs); `options` go to `Worker`."""
     settings: dict[str, Any] = {
         "task_queue": task_queue,
@@ -87,7 +87,7 @@ def build_worker(
         settings["activities"] = turn_activities(
             models or default_models(),
             tools,
-            deps if deps is not None else ShopStore(),
+            deps if deps is not None else open_store(),
             faults if faults is not None else Faults.from_env(),
         )
     return Worker(client, **settings)

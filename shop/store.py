@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -26,6 +27,34 @@ DEFAULT_DB = Path(__file__).resolve().parent.parent / ".durable-agent" / "shop.d
 def default_db_path() -> Path:
     """`AGENT_SHOP_DB`, else `.durable-agent/shop.db` in the project folder."""
     return Path(os.environ.get("AGENT_SHOP_DB", DEFAULT_DB))
+
+
+class ShopData(Protocol):
+    """What the shop's tools need from a store (SQLite here, DynamoDB in shop/dynamo.py)."""
+
+    def order(self, customer_id: str, order_id: str) -> Order: ...
+
+    def return_(self, customer_id: str, return_id: str) -> Return: ...
+
+    def start_return(
+        self, customer_id: str, order_id: str, reason: str, idempotency_key: str
+    ) -> Return: ...
+
+    def returns_for(self, order_id: str) -> list[Return]: ...
+
+    def search_policies(self, query: str, limit: int = 2) -> list[PolicyHit]: ...
+
+
+def open_store() -> ShopData:
+    """The store `AGENT_SHOP_STORE` names: `sqlite` (default) or `dynamodb`."""
+    kind = os.environ.get("AGENT_SHOP_STORE", "sqlite").strip().lower()
+    if kind == "sqlite":
+        return ShopStore()
+    if kind == "dynamodb":
+        from shop.dynamo import DynamoStore
+
+        return DynamoStore()
+    raise ValueError(f"AGENT_SHOP_STORE={kind!r}: use sqlite or dynamodb")
 
 
 class Order(BaseModel):

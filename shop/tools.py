@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from agent.tools import ToolContext, ToolRegistry, tool
-from shop.store import Order, PolicyHit, Return, ShopStore
+from shop.store import Order, PolicyHit, Return, ShopData
 
 
 class OrderLookup(BaseModel):
@@ -51,7 +51,7 @@ class PolicyQuery(BaseModel):
     ],
     timeout=timedelta(seconds=5),
 )
-def order_status(args: OrderLookup, ctx: ToolContext[ShopStore]) -> Order:
+def order_status(args: OrderLookup, ctx: ToolContext[ShopData]) -> Order:
     """Status of a specific order: the item purchased, quantity, amount, and shipping
     status and delivery dates."""
     return ctx.deps.order(ctx.customer_id, args.order_id)
@@ -65,7 +65,7 @@ def order_status(args: OrderLookup, ctx: ToolContext[ShopStore]) -> Order:
     ],
     timeout=timedelta(seconds=5),
 )
-def return_status(args: ReturnLookup, ctx: ToolContext[ShopStore]) -> Return:
+def return_status(args: ReturnLookup, ctx: ToolContext[ShopData]) -> Return:
     """Status of a specific return: whether it is pending, received, processed or
     refunded."""
     return ctx.deps.return_(ctx.customer_id, args.return_id)
@@ -80,7 +80,7 @@ def return_status(args: ReturnLookup, ctx: ToolContext[ShopStore]) -> Return:
     timeout=timedelta(seconds=5),
     side_effects=True,
 )
-def start_return(args: ReturnRequest, ctx: ToolContext[ShopStore]) -> Return:
+def start_return(args: ReturnRequest, ctx: ToolContext[ShopData]) -> Return:
     """Start (create) a return for a shipped or delivered order, with the reason the
     customer wants to send the item back."""
     return ctx.deps.start_return(ctx.customer_id, args.order_id, args.reason, ctx.idempotency_key)
@@ -96,7 +96,7 @@ def start_return(args: ReturnRequest, ctx: ToolContext[ShopStore]) -> Return:
     ],
     timeout=timedelta(seconds=5),
 )
-def search_policies(args: PolicyQuery, ctx: ToolContext[ShopStore]) -> list[PolicyHit]:
+def search_policies(args: PolicyQuery, ctx: ToolContext[ShopData]) -> list[PolicyHit]:
     """Search the store's policy documents: returns, refunds, shipping costs and
     delivery times, warranty, payment methods and cancellations."""
     return ctx.deps.search_policies(args.query)

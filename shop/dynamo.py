@@ -1,0 +1,243 @@
+"""The demo shop's orders and returns in DynamoDB (policies stay in SQLite FTS5).
+
+    AGENT_SHOP_STORE=dynamodb                   use it (the worker's default store)
+    AGENT_DYNAMO_PREFIX=durable-agent-          table names: <prefix>orders, <prefix>returns,
+                                                <prefix>idempotency
+    python -m shop.dynamo create                create the tables and load the sample data
+
+Same contract as the SQLite store (`tests/test_stores.py` runs one suite on
+both): lookups scoped to the customer, and `start_return` exactly once per
+idempotency key, enforced by a conditional transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from datetime import date
+from typing import Any
+
+from agent.errors import NotAllowed, NotFound, ToolUnavailable
+from shop import seed
+from shop.store import (
+    ORDER_NOT_FOUND,
+    RETURN_NOT_FOUND,
+    Order,
+    PolicyHit,
+    Return,
+    ShopStore,
+)
+
+COUNTER_KEY = "__return_counter__"
+
+
+class DynamoStore:
+    def __init__(
+        self,
+        prefix: str | None = None,
+        client: Any = None,
+        policies: ShopStore | None = None,
+    ) -> None:
+        prefix = (
+            prefix
+            if prefix is not None
+            else os.environ.get("AGENT_DYNAMO_PREFIX", "durable-agent-")
+        )
+        self.orders, self.returns = f"{prefix}orders", f"{prefix}returns"
+        self.idempotency = f"{prefix}idempotency"
+        if client is None:
+            import boto3
+
+            client = boto3.client("dynamodb")
+        self._db = client
+        self._policies = policies or ShopStore()
+
+    # --- set-up -----------------------------------------------------------------
+
+    def create_tables(self) -> None:
+        for table, key in (
+            (self.orders, "order_id"),
+            (self.returns, "return_id"),
+            (self.idempotency, "key"),
+        ):
+            try:
+                self._db.create_table(
+                    TableName=table,
+                    KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
+                    AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
+                    BillingMode="PAY_PER_REQUEST",
+                )
+            except self._db.exceptions.ResourceInUseException:
+                continue
+            self._db.get_waiter("table_exists").wait(TableName=table)
+
+    def seed(self) -> None:
+        for oid, cust, item, qty, cents, status, shipped, expected in seed.ORDERS:
+            self._db.put_item(
+                TableName=self.orders,
+                Item=_item(
+                    order_id=oid,
+                    customer_id=cust,
+                    item=item,
+                    quantity=qty,
+                    total_cents=cents,
+                    status=status,
+                    shipped_on=shipped,
+                    expected_delivery=expected,
+                ),
+            )
+        for rid, cust, oid, status, detail in seed.RETURNS:
+            self._db.put_item(
+                TableName=self.returns,
+                Item=_item(
+                    return_id=rid, customer_id=cust, order_id=oid, status=status, detail=detail
+                ),
+            )
+        # New return ids continue after the sample ones, whatever was seeded before.
+        self._db.update_item(
+            TableName=self.idempotency,
+            Key={"key": {"S": COUNTER_KEY}},
+            UpdateExpression="SET n = if_not_exists(n, :n)",
+            ExpressionAttributeValues={":n": {"N": str(len(seed.RETURNS))}},
+        )
+
+    # --- the store contract ---------------------------------------------------------
+
+    def order(self, customer_id: str, order_id: str) -> Order:
+        row = self._get(self.orders, "order_id", order_id)
+        if row is None or row["customer_id"] != customer_id:
+            raise NotFound(ORDER_NOT_FOUND)
+        return Order(
+            order_id=row["order_id"],
+            item=row["item"],
+            quantity=int(row["quantity"]),
+            total=f"${int(row['total_cents']) / 100:.2f}",
+            status=row["status"],
+            shipped_on=row.get("shipped_on"),
+            expected_delivery=row.get("expected_delivery"),
+        )
+
+    def return_(self, customer_id: str, return_id: str) -> Return:
+        row = self._get(self.returns, "return_id", return_id)
+        if row is None or row["customer_id"] != customer_id:
+            raise NotFound(RETURN_NOT_FOUND)
+        return _return(row)
+
+    def start_return(
+        self, customer_id: str, order_id: str, reason: str, idempotency_key: str
+    ) -> Return:
+        done = self._done(idempotency_key)
+        if done is not None:
+            return done
+        order = self._get(self.orders, "order_id", order_id)
+        if order is None or order["customer_id"] != customer_id:
+            raise NotFound(ORDER_NOT_FOUND)
+        if order["status"] not in ("shipped", "delivered"):
+            raise NotAllowed(
+                f"Order {order_id} has not shipped yet, so it cannot be returned; "
+                "it can be cancelled free of charge instead."
+            )
+        n = self._db.update_item(
+            TableName=self.idempotency,
+            Key={"key": {"S": COUNTER_KEY}},
+            UpdateExpression="ADD n :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+            ReturnValues="UPDATED_NEW",
+        )["Attributes"]["n"]["N"]
+        ret = Return(
+            return_id=f"rtn{int(n):03d}",
+            order_id=order_id,
+            status="requested",
+            detail=f"Requested on {date.today().isoformat()} ({reason.strip()[:200]}). "
+            "Ship the item back with the prepaid label we emailed you.",
+        )
+        try:
+            # The key and the return are written together or not at all; a second
+            # writer with the same key loses the condition and reads the winner's.
+            self._db.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.idempotency,
+                            "Item": _item(key=idempotency_key, return_id=ret.return_id),
+                            "ConditionExpression": "attribute_not_exists(#k)",
+                            "ExpressionAttributeNames": {"#k": "key"},
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.returns,
+                            "Item": _item(customer_id=customer_id, **ret.model_dump()),
+                            "ConditionExpression": "attribute_not_exists(return_id)",
+                        }
+                    },
+                ]
+            )
+        except self._db.exceptions.TransactionCanceledException:
+            done = self._done(idempotency_key)
+            if done is None:
+                raise ToolUnavailable("return could not be recorded; retrying") from None
+            return done
+        return ret
+
+    def returns_for(self, order_id: str) -> list[Return]:
+        pages = self._db.get_paginator("scan").paginate(
+            TableName=self.returns,
+            FilterExpression="order_id = :o",
+            ExpressionAttributeValues={":o": {"S": order_id}},
+            ConsistentRead=True,
+        )
+        return [_return(_plain(i)) for page in pages for i in page["Items"]]
+
+    def search_policies(self, query: str, limit: int = 2) -> list[PolicyHit]:
+        return self._policies.search_policies(query, limit)
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _get(self, table: str, key: str, value: str) -> dict[str, Any] | None:
+        item = self._db.get_item(TableName=table, Key={key: {"S": value}}, ConsistentRead=True).get(
+            "Item"
+        )
+        return _plain(item) if item else None
+
+    def _done(self, idempotency_key: str) -> Return | None:
+        row = self._get(self.idempotency, "key", idempotency_key)
+        if row is None:
+            return None
+        ret = self._get(self.returns, "return_id", row["return_id"])
+        return _return(ret) if ret else None
+
+
+def _item(**values: Any) -> dict[str, Any]:
+    return {
+        k: {"N": str(v)} if isinstance(v, int) else {"S": str(v)}
+        for k, v in values.items()
+        if v is not None
+    }
+
+
+def _plain(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: next(iter(v.values())) for k, v in item.items()}
+
+
+def _return(row: dict[str, Any]) -> Return:
+    return Return(
+        return_id=row["return_id"],
+        order_id=row["order_id"],
+        status=row["status"],
+        detail=row["detail"],
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m shop.dynamo")
+    p.add_argument("command", choices=["create"], help="create the tables and load sample data")
+    p.parse_args()
+    store = DynamoStore()
+    store.create_tables()
+    store.seed()
+    print(f"tables ready: {store.orders}, {store.returns}, {store.idempotency}")
+
+
+if __name__ == "__main__":
+    main()
