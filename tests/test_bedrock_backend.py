@@ -11,9 +11,10 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
+from agent.answers import DECLINE
 from agent.backends.bedrock import BedrockConverseModel
 from agent.types import Outcome, StepKind
-from tests.conftest import Harness, kinds
+from tests.conftest import SEED_CASES, Harness, kinds
 
 MODEL_ID = "anthropic.claude-3-5-haiku-20241022-v1:0"
 
@@ -138,3 +139,49 @@ async def test_guardrail_answer_runs_no_tools(harness: Harness, bedrock: Any) ->
     result = await harness.ask("Has order 123456 shipped?", model=model)
     assert result.answer == "I can't help with that."
     assert kinds(result) == ["answer"]
+
+
+SEED_CALLS = {  # what a tool-using model asks for on each seed question
+    SEED_CASES[0][0]: ("order_status", {"order_id": "123456"}),
+    SEED_CASES[1][0]: ("return_status", {"return_id": "rtn003"}),
+    SEED_CASES[3][0]: ("order_status", {"order_id": "383833"}),
+    SEED_CASES[4][0]: ("return_status", {"return_id": "rtn123"}),
+}
+
+
+class Capture:
+    """Matches anything in Stubber's expected params, and keeps what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def __eq__(self, other: object) -> bool:
+        self.seen.append(other)
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+
+@pytest.mark.parametrize(("question", "wanted"), SEED_CASES)
+async def test_seed_cases(harness: Harness, bedrock: Any, question: str, wanted: str) -> None:
+    model, stubber = bedrock
+    if question in SEED_CALLS:
+        name, args = SEED_CALLS[question]
+        use = {"toolUse": {"toolUseId": "tu_1", "name": name, "input": args}}
+        seen = Capture()
+        stubber.add_response("converse", reply([use], "tool_use"))
+        stubber.add_response(
+            "converse", reply([{"text": "The answer."}], "end_turn"), expected(seen)
+        )
+    else:
+        stubber.add_response("converse", reply([{"text": DECLINE}], "end_turn"))
+    result = await harness.ask(question, model=model)
+
+    assert result.outcome is Outcome.ANSWERED
+    if question in SEED_CALLS:
+        tool_result = seen.seen[-1][-1]["content"][0]["toolResult"]  # messages[-1]
+        assert wanted in tool_result["content"][0]["text"]
+        assert result.answer == "The answer."
+    else:
+        assert result.answer == DECLINE

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 
+from agent.answers import DECLINE
 from agent.backends.openai_chat import OpenAIChatModel
 from agent.types import Outcome, StepKind
-from tests.conftest import Harness, kinds
+from tests.conftest import SEED_CASES, Harness, kinds
 
 Reply = tuple[int, dict[str, str], dict[str, Any]]
 
@@ -150,3 +151,28 @@ async def test_bad_credentials_are_not_retried(harness: Harness, chat: ChatServe
     assert len(chat.requests) == 1
     failure = next(s for s in result.steps if s.kind is StepKind.LIMIT)
     assert "check OPENAI_API_KEY" in failure.text
+
+
+SEED_CALLS = {  # what a tool-calling model asks for on each seed question
+    SEED_CASES[0][0]: ("order_status", '{"order_id": "123456"}'),
+    SEED_CASES[1][0]: ("return_status", '{"return_id": "rtn003"}'),
+    SEED_CASES[3][0]: ("order_status", '{"order_id": "383833"}'),
+    SEED_CASES[4][0]: ("return_status", '{"return_id": "rtn123"}'),
+}
+
+
+@pytest.mark.parametrize(("question", "expected"), SEED_CASES)
+async def test_seed_cases(harness: Harness, chat: ChatServer, question: str, expected: str) -> None:
+    if question in SEED_CALLS:
+        chat.replies = [tool_calls(("call_1", *SEED_CALLS[question])), text("The answer.")]
+    else:
+        chat.replies = [text(DECLINE)]
+    result = await harness.ask(question, model=chat.model())
+
+    assert result.outcome is Outcome.ANSWERED
+    if question in SEED_CALLS:
+        tool_message = next(m for m in chat.requests[1][2]["messages"] if m["role"] == "tool")
+        assert expected in tool_message["content"]  # the tool's result reached the model
+        assert result.answer == "The answer."
+    else:
+        assert result.answer == DECLINE and len(chat.requests) == 1
