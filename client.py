@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent.types import DEFAULT_CUSTOMER, Step, TurnInput, TurnLimits, TurnOutput
 from runtime.server import Connection, ServerUnavailable, connect
-from runtime.settings import DEFAULT_MODEL, TASK_QUEUE
+from runtime.settings import TASK_QUEUE
 from workflows import AgentTurn
 
 DEMO_QUESTIONS = [
@@ -58,7 +58,7 @@ async def start_turn(
         id=turn_id(turn.customer_id),
         task_queue=task_queue,
         static_summary=turn.question[:200],
-        static_details=f"customer: {turn.customer_id} · model: {turn.model}",
+        static_details=f"customer: {turn.customer_id} · model: {turn.model or 'worker default'}",
     )
 
 
@@ -197,7 +197,9 @@ def parser() -> argparse.ArgumentParser:
         "--customer", default=DEFAULT_CUSTOMER, help="customer id (default: %(default)s)"
     )
     ask.add_argument("--follow", action="store_true", help="print each step as it happens")
-    ask.add_argument("--model", default=DEFAULT_MODEL, help="model spec (default: %(default)s)")
+    ask.add_argument(
+        "--model", default="", help="model spec, e.g. openai:gpt-4o (default: the worker's)"
+    )
     ask.add_argument("--max-steps", type=int, default=TurnLimits().max_steps)
     ask.add_argument(
         "--max-duration",
@@ -218,7 +220,7 @@ def parser() -> argparse.ArgumentParser:
     show.set_defaults(run=cmd_show)
 
     demo = sub.add_parser("demo", help="run the six sample questions end to end")
-    demo.add_argument("--model", default=DEFAULT_MODEL)
+    demo.add_argument("--model", default="", help="model spec (default: the worker's)")
     demo.set_defaults(run=cmd_demo)
     return p
 

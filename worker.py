@@ -25,7 +25,7 @@ from agent.model import Model, ModelCatalog
 from agent.offline import OfflineModel
 from agent.tools import ToolRegistry
 from runtime.server import ServerUnavailable, connect
-from runtime.settings import TASK_QUEUE
+from runtime.settings import DEFAULT_MODEL, TASK_QUEUE
 from shop import TOOLS, open_store
 from workflows import AgentTurn
 
@@ -34,7 +34,8 @@ log = logging.getLogger("durable_agent.worker")
 
 def default_models() -> ModelCatalog:
     """`offline`, `openai:<model>` (any OpenAI-compatible server), `bedrock:<model-id>`,
-    `sagemaker:<endpoint>`. Backends are built on first use, per worker."""
+    `sagemaker:<endpoint>`. Backends are built on first use, per worker; turns that
+    name no model get `AGENT_MODEL` (default `offline`)."""
 
     def openai_chat(model: str) -> Model:
         from agent.backends.openai_chat import OpenAIChatModel
@@ -57,7 +58,8 @@ def default_models() -> ModelCatalog:
             "openai": openai_chat,
             "bedrock": bedrock,
             "sagemaker": sagemaker,
-        }
+        },
+        default=DEFAULT_MODEL,
     )
 
 

@@ -65,11 +65,14 @@ ModelFactory = Callable[[str], Model]
 class ModelCatalog:
     """Model specs (`kind` or `kind:argument`) to backends, built once per worker."""
 
-    def __init__(self, factories: dict[str, ModelFactory]) -> None:
+    def __init__(self, factories: dict[str, ModelFactory], default: str = "offline") -> None:
         self._factories = dict(factories)
         self._cache: dict[str, Model] = {}
+        self.default = default
+        """The spec a turn gets when it names none."""
 
     def resolve(self, spec: str) -> Model:
+        spec = spec or self.default
         if spec not in self._cache:
             kind, _, arg = spec.partition(":")
             factory = self._factories.get(kind)

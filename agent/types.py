@@ -128,8 +128,9 @@ class TurnInput(BaseModel):
     question: str
     customer_id: str = DEFAULT_CUSTOMER
     """Trusted: set by the caller, handed to tools, never taken from the model."""
-    model: str = "offline"
-    """Model spec, resolved by the worker (e.g. `offline`)."""
+    model: str = ""
+    """Model spec (`offline`, `openai:<model>`, `bedrock:<id>`, `sagemaker:<endpoint>`),
+    resolved by the worker; empty means the worker's default (`AGENT_MODEL`)."""
     limits: TurnLimits = Field(default_factory=TurnLimits)
 
     @field_validator("question")

@@ -8,4 +8,4 @@ TASK_QUEUE = os.environ.get("AGENT_TASK_QUEUE", "agent-turns")
 """The task queue turns run on; workers and clients must agree on it."""
 
 DEFAULT_MODEL = os.environ.get("AGENT_MODEL", "offline")
-"""The model spec a turn uses when the caller names none."""
+"""The worker's model spec for turns that name none."""

@@ -124,6 +124,7 @@ def test_store_scopes_lookups_to_the_customer(tmp_path) -> None:  # type: ignore
 def test_unknown_model_says_what_to_use() -> None:
     catalog = ModelCatalog({"offline": lambda _: OfflineModel()})
     assert catalog.resolve("offline") is catalog.resolve("offline")
+    assert catalog.resolve("") is catalog.resolve("offline")  # the worker's default
     with pytest.raises(UnknownModel, match="unknown model 'gpt:x': use one of offline"):
         catalog.resolve("gpt:x")
 
