@@ -109,6 +109,10 @@ async def run(task_queue: str) -> None:
             print(
                 f"worker ready on task queue {task_queue!r} ({where}); Ctrl-C to stop", flush=True
             )
+            tools = ", ".join(
+                f"{name} (writes)" if name in TOOLS.side_effecting else name for name in TOOLS.tools
+            )
+            print(f"tools: {tools}", flush=True)
             if conn.workflows_url:
                 print(f"Web UI: {conn.workflows_url}", flush=True)
             await stop.wait()

@@ -80,6 +80,10 @@ def test_registry_explains_invalid_calls() -> None:
         TOOLS.validate(ToolCall(id="1", name="order_status", arguments={}))
 
 
+def test_registry_knows_which_tools_write() -> None:
+    assert TOOLS.side_effecting == ["start_return"]
+
+
 def test_return_ids_are_normalised() -> None:
     call = ToolCall(id="1", name="return_status", arguments={"return_id": " RTN001 "})
     assert TOOLS.validate(call).model_dump() == {"return_id": "rtn001"}
