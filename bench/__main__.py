@@ -30,20 +30,12 @@ from temporalio.client import Client
 from agent.types import TurnInput
 from bench.floor import FloorInput, FloorTurn
 from client import start_turn
-from runtime.server import EmbeddedServer, open_client
+from runtime.server import EmbeddedServer, free_port, open_client
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "Which item was ordered for 123456?"
 TARGETS = {"latency_ratio": 1.10, "throughput_ratio": 0.90, "recovery_s": 5.0}
 MAX_EVENTS_PER_ITERATION = 25
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Bench:

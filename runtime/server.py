@@ -65,6 +65,13 @@ def temporal_cli() -> str:
     )
 
 
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind((LOCAL_HOST, 0))
+        return int(s.getsockname()[1])
+
+
 def is_listening(host: str, port: int, timeout: float = 0.3) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

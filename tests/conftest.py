@@ -3,7 +3,6 @@ and task queue per test, and a scripted model where a test needs exact replies."
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -23,12 +22,6 @@ from client import start_turn
 from runtime.server import DEV_SERVER_TUNING, temporal_cli
 from shop import TOOLS, ShopStore
 from worker import build_worker
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -151,3 +144,17 @@ SEED_CASES: Sequence[tuple[str, str]] = (
         "Sorry, I cannot answer that question.",
     ),
 )
+
+
+class Capture:
+    """Matches anything in Stubber's expected params, and keeps what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def __eq__(self, other: object) -> bool:
+        self.seen.append(other)
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)

@@ -14,7 +14,7 @@ from botocore.stub import ANY, Stubber
 from agent.answers import DECLINE
 from agent.backends.bedrock import BedrockConverseModel
 from agent.types import Outcome, StepKind
-from tests.conftest import SEED_CASES, Harness, kinds
+from tests.conftest import SEED_CASES, Capture, Harness, kinds
 
 MODEL_ID = "anthropic.claude-3-5-haiku-20241022-v1:0"
 
@@ -147,20 +147,6 @@ SEED_CALLS = {  # what a tool-using model asks for on each seed question
     SEED_CASES[3][0]: ("order_status", {"order_id": "383833"}),
     SEED_CASES[4][0]: ("return_status", {"return_id": "rtn123"}),
 }
-
-
-class Capture:
-    """Matches anything in Stubber's expected params, and keeps what it saw."""
-
-    def __init__(self) -> None:
-        self.seen: list[Any] = []
-
-    def __eq__(self, other: object) -> bool:
-        self.seen.append(other)
-        return True
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
 
 
 @pytest.mark.parametrize(("question", "wanted"), SEED_CASES)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SEED_CASES, free_port
+from runtime.server import free_port
+from tests.conftest import SEED_CASES
 
 ROOT = Path(__file__).resolve().parent.parent
 

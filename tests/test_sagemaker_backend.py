@@ -18,21 +18,7 @@ from agent.answers import DECLINE
 from agent.backends.sagemaker import SageMakerTextModel, generated_text, parse_tools
 from agent.types import Outcome
 from shop import TOOLS
-from tests.conftest import SEED_CASES, Harness, kinds
-
-
-class Capture:
-    """Matches anything in Stubber's expected params, and keeps what it saw."""
-
-    def __init__(self) -> None:
-        self.seen: list[Any] = []
-
-    def __eq__(self, other: object) -> bool:
-        self.seen.append(other)
-        return True
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
+from tests.conftest import SEED_CASES, Capture, Harness, kinds
 
 
 @pytest.fixture

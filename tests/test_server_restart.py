@@ -17,9 +17,9 @@ from agent.scripted import ScriptedModel
 from agent.tools import ToolContext, ToolRegistry, tool
 from agent.types import Outcome, ToolCall, TurnInput
 from client import start_turn
-from runtime.server import EmbeddedServer
+from runtime.server import EmbeddedServer, free_port
 from shop import ShopStore
-from tests.conftest import Harness, free_port
+from tests.conftest import Harness
 
 
 class Nothing(BaseModel):
