@@ -85,18 +85,9 @@ class Harness:
         ):
             yield task_queue
 
-    async def ask(
-        self,
-        question: str,
-        *,
-        model: Model | None = None,
-        tools: ToolRegistry = TOOLS,
-        customer_id: str = "demo",
-        limits: TurnLimits | None = None,
-    ) -> TurnOutput:
-        result, _ = await self.ask_with_handle(
-            question, model=model, tools=tools, customer_id=customer_id, limits=limits
-        )
+    async def ask(self, question: str, **options: Any) -> TurnOutput:
+        """`ask_with_handle` without the handle."""
+        result, _ = await self.ask_with_handle(question, **options)
         return result
 
     async def ask_with_handle(
@@ -144,6 +135,15 @@ SEED_CASES: Sequence[tuple[str, str]] = (
         "Sorry, I cannot answer that question.",
     ),
 )
+
+
+def stubbed_aws_client(service: str) -> Any:
+    """A boto3 client with dummy credentials, for botocore's Stubber."""
+    import boto3
+
+    return boto3.client(
+        service, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test"
+    )
 
 
 class Capture:

@@ -7,26 +7,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
 from agent.answers import DECLINE
 from agent.backends.bedrock import BedrockConverseModel
 from agent.types import Outcome, StepKind
-from tests.conftest import SEED_CASES, Capture, Harness, kinds
+from tests.conftest import SEED_CASES, Capture, Harness, kinds, stubbed_aws_client
 
 MODEL_ID = "anthropic.claude-3-5-haiku-20241022-v1:0"
 
 
 @pytest.fixture
 def bedrock() -> Iterator[tuple[BedrockConverseModel, Stubber]]:
-    client = boto3.client(
-        "bedrock-runtime",
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
+    client = stubbed_aws_client("bedrock-runtime")
     with Stubber(client) as stubber:
         yield BedrockConverseModel(MODEL_ID, client=client), stubber
         stubber.assert_no_pending_responses()

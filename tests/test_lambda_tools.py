@@ -7,7 +7,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
@@ -18,14 +17,12 @@ from agent.scripted import ScriptedModel
 from agent.tools import ToolRegistry
 from agent.types import Outcome, ToolCall
 from shop.tools import OrderLookup
-from tests.conftest import Harness
+from tests.conftest import Harness, stubbed_aws_client
 
 
 @pytest.fixture
 def stubbed() -> Iterator[tuple[ToolRegistry, Stubber]]:
-    client = boto3.client(
-        "lambda", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
-    )
+    client = stubbed_aws_client("lambda")
     tool = lambda_tool(
         name="order_status",
         function="LLMAgentOrdersTool",

@@ -9,7 +9,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
@@ -18,17 +17,12 @@ from agent.answers import DECLINE
 from agent.backends.sagemaker import SageMakerTextModel, generated_text, parse_tools
 from agent.types import Outcome
 from shop import TOOLS
-from tests.conftest import SEED_CASES, Capture, Harness, kinds
+from tests.conftest import SEED_CASES, Capture, Harness, kinds, stubbed_aws_client
 
 
 @pytest.fixture
 def endpoint() -> Iterator[tuple[Any, Stubber]]:
-    client = boto3.client(
-        "sagemaker-runtime",
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
+    client = stubbed_aws_client("sagemaker-runtime")
     with Stubber(client) as stubber:
         yield client, stubber
 
