@@ -20,10 +20,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import turn_activities
-from agent.faults import Faults
 from agent.model import Model, ModelCatalog
 from agent.offline import OfflineModel
 from agent.tools import ToolRegistry
+from runtime.chaos import ChaosInterceptor, Faults
 from runtime.server import ServerUnavailable, connect
 from runtime.settings import DEFAULT_MODEL, TASK_QUEUE
 from shop import TOOLS, open_store
@@ -74,8 +74,8 @@ def build_worker(
     **options: Any,
 ) -> Worker:
     """A worker for `AgentTurn` and its activities. `deps` is what tools get as
-    `ctx.deps` (by default the demo shop's store, per `AGENT_SHOP_STORE`); `faults` default to
-    `AGENT_FAULTS` (chaos runs); `options` go to `Worker`."""
+    `ctx.deps` (by default the demo shop's store, per `AGENT_SHOP_STORE`); `faults`
+    (chaos runs) default to `AGENT_FAULTS`; `options` go to `Worker`."""
     settings: dict[str, Any] = {
         "task_queue": task_queue,
         "workflows": [AgentTurn],
@@ -87,11 +87,11 @@ def build_worker(
     }
     if "activities" not in settings:
         settings["activities"] = turn_activities(
-            models or default_models(),
-            tools,
-            deps if deps is not None else open_store(),
-            faults if faults is not None else Faults.from_env(),
+            models or default_models(), tools, deps if deps is not None else open_store()
         )
+    faults = faults if faults is not None else Faults.from_env()
+    if faults.active:
+        settings["interceptors"] = [*settings.get("interceptors", []), ChaosInterceptor(faults)]
     return Worker(client, **settings)
 
 

@@ -5,30 +5,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from activities._model_call import ModelCallInput
 from activities.dispatch import DispatchActivity, DispatchInput, DispatchOutput
 from activities.interpret import InterpretActivity, InterpretInput, InterpretOutput
 from activities.parse import ParseActivity, ParseInput, ParseOutput, Rejection, ValidCall
 from activities.parse_output import ParseOutputInput, ParseOutputOutput, parse_output
 from activities.plan import PlanActivity, PlanInput, PlanOutput
-from agent.faults import Faults
 from agent.model import ModelCatalog
 from agent.tools import ToolRegistry
 
 
 def turn_activities(
-    models: ModelCatalog, tools: ToolRegistry, deps: Any, faults: Faults | None = None
+    models: ModelCatalog, tools: ToolRegistry, deps: Any
 ) -> list[Callable[..., Any]]:
-    """All activities of a turn, bound to one worker's models, tools and tool resources.
-
-    `faults` (chaos runs only) injects transient failures into model and tool calls.
-    """
-    faults = faults or Faults()
+    """All activities of a turn, bound to one worker's models, tools and tool resources."""
     return [
-        PlanActivity(models, tools, faults).plan,
+        PlanActivity(models, tools).plan,
         ParseActivity(tools).parse,
-        DispatchActivity(tools, deps, faults).dispatch,
+        DispatchActivity(tools, deps).dispatch,
         parse_output,
-        InterpretActivity(models, tools, faults).interpret,
+        InterpretActivity(models, tools).interpret,
     ]
 
 
@@ -39,6 +35,7 @@ __all__ = [
     "InterpretActivity",
     "InterpretInput",
     "InterpretOutput",
+    "ModelCallInput",
     "ParseActivity",
     "ParseInput",
     "ParseOutput",

@@ -1,4 +1,4 @@
-"""What every remote activity does around its work: heartbeats and injected faults."""
+"""What remote activities do around their work: heartbeats, and a backend's Retry-After."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent.errors import ModelUnavailable
-from agent.faults import Faults
 
 
 @contextmanager
@@ -53,15 +52,3 @@ async def heartbeating() -> AsyncIterator[None]:
         yield
     finally:
         task.cancel()
-
-
-async def inject(faults: Faults, error: type[Exception], what: str) -> None:
-    """Chaos runs only: maybe add latency and fail this attempt transiently."""
-    if not faults.active:
-        return
-    if faults.latency:
-        await asyncio.sleep(faults.latency)
-    info = activity.info()
-    max_attempts = info.retry_policy.maximum_attempts if info.retry_policy else 0
-    if faults.should_fail(last_attempt=0 < max_attempts <= info.attempt):
-        raise error(f"injected fault in {what} (attempt {info.attempt})")

@@ -15,9 +15,8 @@ from pydantic import BaseModel, TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities._common import heartbeating, inject
-from agent.errors import ToolError, ToolUnavailable
-from agent.faults import Faults
+from activities._common import heartbeating
+from agent.errors import ToolError
 from agent.render import render_result
 from agent.telemetry import tool_span
 from agent.tools import ToolContext, ToolRegistry
@@ -43,17 +42,15 @@ class DispatchOutput(BaseModel):
 
 
 class DispatchActivity:
-    def __init__(self, tools: ToolRegistry, deps: Any, faults: Faults) -> None:
+    def __init__(self, tools: ToolRegistry, deps: Any) -> None:
         self._tools = tools
         self._deps = deps
-        self._faults = faults
 
     @activity.defn(name="dispatch")
     async def dispatch(self, input: DispatchInput) -> DispatchOutput:
         tool = self._tools[input.call.name]
         args = self._tools.validate(input.call)
         ctx = ToolContext(input.customer_id, self._deps, input.idempotency_key)
-        await inject(self._faults, ToolUnavailable, tool.name)
         async with heartbeating():
             with tool_span(tool.name, input.call.id):
                 try:

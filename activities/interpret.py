@@ -1,45 +1,29 @@
-"""interpret: given the observations, the model answers or asks a next question."""
+"""interpret: given the tool results, the model answers, or asks for the next calls.
+
+Next calls run in the turn's next iteration straight away (parse → dispatch →
+parse_output → interpret), without asking `plan` again: a task of N sequential
+rounds of tools costs N + 1 model calls.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from temporalio import activity
 
-from activities._common import heartbeating, inject, server_suggested_delay
-from agent.errors import ModelUnavailable
-from agent.faults import Faults
-from agent.model import Decision, ModelCatalog, ModelRequest
-from agent.telemetry import model_span, record_usage
-from agent.tools import ToolRegistry
-from agent.types import Step
+from activities._model_call import ModelCaller, ModelCallInput
+from agent.model import Reply
 
 
-class InterpretInput(BaseModel):
-    model: str
-    question: str
-    steps: list[Step] = Field(default_factory=list)
+class InterpretInput(ModelCallInput):
+    pass
 
 
 class InterpretOutput(BaseModel):
-    decision: Decision
+    decision: Reply
+    """The answer (no calls), or the next calls."""
 
 
-class InterpretActivity:
-    def __init__(self, models: ModelCatalog, tools: ToolRegistry, faults: Faults) -> None:
-        self._models = models
-        self._tools = tools
-        self._faults = faults
-
+class InterpretActivity(ModelCaller):
     @activity.defn(name="interpret")
     async def interpret(self, input: InterpretInput) -> InterpretOutput:
-        model = self._models.resolve(input.model)
-        request = ModelRequest(question=input.question, steps=input.steps, tools=self._tools.specs)
-        await inject(self._faults, ModelUnavailable, "interpret")
-        async with heartbeating():
-            with (
-                model_span("interpret", model.system, model.name) as span,
-                server_suggested_delay(),
-            ):
-                decision = await model.interpret(request)
-                record_usage(span, decision.usage)
-        return InterpretOutput(decision=decision)
+        return InterpretOutput(decision=await self.call(input, "interpret"))

@@ -35,6 +35,13 @@ def model_failed(steps: list[Step]) -> str:
     )
 
 
+def model_rejected(reason: str) -> str:
+    return (
+        f"Sorry, I cannot answer: the language model refused the request ({reason}). "
+        "Trying again will not help until whoever runs this agent fixes that."
+    )
+
+
 def story(steps: list[Step]) -> str:
     """The steps as lines, for the Web UI's current details and the CLI."""
     return "\n".join(s.render() for s in steps)

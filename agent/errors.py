@@ -11,6 +11,7 @@ retried with backoff.
     │   ├── UnknownModel           no backend for that model spec
     │   ├── InvalidModelOutput     the model's reply cannot be used
     │   ├── ModelRequestRejected   refused: bad credentials, bad request, no such model
+    │   ├── InvalidConversation    the turn's conversation breaks the providers' rules (a bug)
     │   └── ModelUnavailable       transient: retried (throttling, 5xx, timeouts)
     ├── InvalidCall                a tool call fails validation; the model sees the message
     └── ToolError                  a tool could not answer; the model sees the message
@@ -49,6 +50,12 @@ class InvalidModelOutput(ModelError):
 class ModelRequestRejected(ModelError):
     """The backend refused the request in a way a retry will not fix; the message
     says what to change (credentials, model name, base URL)."""
+
+
+class InvalidConversation(ModelError):
+    """The conversation about to be sent breaks the rules every provider enforces
+    (see `agent.conversation.check`). A bug in the turn, never in the model: caught
+    before the request, so it reads as what it is rather than as a provider's 400."""
 
 
 class ModelUnavailable(ModelError):

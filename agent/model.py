@@ -1,12 +1,18 @@
 """The model interface: the two questions the turn asks a model.
 
-    plan(request)      -> Plan       which tools to call now (or a direct answer)
-    interpret(request) -> Decision   given the observations: answer, or continue
+    plan(request)      -> Reply   at the start: which tools to call (or answer directly);
+                                  again only to fix calls that all failed validation
+    interpret(request) -> Reply   given the tool results: the final answer, or the
+                                  next tool calls (which the turn runs without
+                                  asking `plan` again)
 
-A backend implements `Model` (two async methods and two names); the worker
-resolves a turn's model spec (`offline`, later `bedrock:<id>`, ...) through a
-`ModelCatalog`. Backends raise `ModelUnavailable` for transient trouble, which
-Temporal retries, and other `ModelError`s for trouble a retry will not fix.
+Both get the same `ModelRequest`: the conversation so far and the tool specs.
+Chat backends answer both the same way (one request, one system prompt);
+prompt-based backends (text completion) keep a prompt for each. A backend
+implements `Model`; the worker resolves a turn's model spec (`offline`,
+`openai:<model>`, ...) through a `ModelCatalog`. Backends raise
+`ModelUnavailable` for transient trouble, which Temporal retries, and other
+`ModelError`s for trouble a retry will not fix.
 """
 
 from __future__ import annotations
@@ -16,46 +22,50 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from agent.conversation import AssistantMessage, Message, question
 from agent.errors import UnknownModel
 from agent.tools import ToolSpec
-from agent.types import Step, ToolCall, Usage
+from agent.types import ToolCall, Usage
 
 
 class ModelRequest(BaseModel):
-    question: str
-    """The user's question, verbatim."""
-    steps: list[Step] = Field(default_factory=list)
-    """The turn so far: plans, rejected calls, observations, decisions."""
+    messages: list[Message]
+    """The conversation so far (`agent.conversation`)."""
     tools: list[ToolSpec] = Field(default_factory=list)
 
+    @property
+    def question(self) -> str:
+        """The customer's latest words."""
+        return question(self.messages)
 
-class Plan(BaseModel):
-    """The model's next move: tool calls, or (when there are none) a direct answer."""
 
-    calls: list[ToolCall] = Field(default_factory=list)
+class Reply(BaseModel):
+    """What the model said: tool calls to run, or (when there are none) the answer."""
+
     text: str = ""
-    """The direct answer when `calls` is empty, else the model's reasoning (may be empty)."""
+    """The answer when `calls` is empty, else whatever the model said alongside them."""
+    calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
+    finish_reason: str = Field(default="", exclude=True)
+    """As the provider said it (`stop`, `tool_calls`, `end_turn`, ...), for the trace
+    only: excluded from the payload, so it never enters the workflow history."""
+    response_model: str = Field(default="", exclude=True)
+    """The model that answered, when the provider names it (trace only)."""
 
-
-class Decision(BaseModel):
-    """After the observations: the final answer, or a next question to work on."""
-
-    final: bool
-    text: str
-    """The answer if `final`, else the next question for the planner."""
-    usage: Usage = Field(default_factory=Usage)
+    def message(self) -> AssistantMessage:
+        """The reply as it goes back into the conversation."""
+        return AssistantMessage(text=self.text, calls=self.calls)
 
 
 class Model(Protocol):
-    system: str
-    """Provider name, reported as `gen_ai.system` (e.g. `offline`, `aws.bedrock`)."""
+    provider: str
+    """Provider name, reported as `gen_ai.provider.name` (e.g. `openai`, `aws.bedrock`)."""
     name: str
     """Model id, reported as `gen_ai.request.model`."""
 
-    async def plan(self, request: ModelRequest) -> Plan: ...
+    async def plan(self, request: ModelRequest) -> Reply: ...
 
-    async def interpret(self, request: ModelRequest) -> Decision: ...
+    async def interpret(self, request: ModelRequest) -> Reply: ...
 
 
 ModelFactory = Callable[[str], Model]

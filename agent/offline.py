@@ -10,8 +10,9 @@ real model would be given (the question, the tool specs, the observations):
   descriptions and examples. A question whose words are mostly off the tools'
   topics ("the weather in Scotland", "the impact of return rtn001 on world
   peace") is declined. A topical question with a missing id gets asked for it.
-- interpret: answers with the observations' text (tool errors included, so an
-  unknown order reads "Order not found. Please check your Order ID.").
+- interpret: answers with the text of the results of its last calls, in call
+  order (tool errors included, so an unknown order reads "Order not found.
+  Please check your Order ID.").
 
 Token usage is estimated from word counts.
 """
@@ -20,13 +21,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from agent.answers import DECLINE
 from agent.argfill import Param, fill_arguments, required_params
-from agent.model import Decision, ModelRequest, Plan
+from agent.conversation import calls_so_far, latest_results
+from agent.model import ModelRequest, Reply
 from agent.tools import ToolSpec
-from agent.types import StepKind, ToolCall, Usage
+from agent.types import ToolCall, Usage
 
 # The share of the question's content words a tool's vocabulary must cover.
 MIN_COVERAGE = 0.5
@@ -189,7 +190,7 @@ def _usage(prompt: str, reply: str) -> Usage:
 class OfflineModel:
     """Deterministic, offline, keyword-and-pattern model. See the module docstring."""
 
-    system = "offline"
+    provider = "offline"
     name = "offline-keyword-v1"
 
     def __init__(self) -> None:
@@ -201,62 +202,43 @@ class OfflineModel:
             self._profiles[key] = _ToolProfile.of(spec)
         return self._profiles[key]
 
-    async def plan(self, request: ModelRequest) -> Plan:
-        question = _current_question(request)
+    async def plan(self, request: ModelRequest) -> Reply:
+        question = request.question
         profiles = [self._profile(s) for s in request.tools]
         words = content_words(question)
         prompt = question + " " + " ".join(s.description for s in request.tools)
+        first_id = calls_so_far(request.messages) + 1
+
+        def calls(chosen: list[tuple[_ToolProfile, dict[str, str]]]) -> Reply:
+            made = [
+                ToolCall(id=f"call_{first_id + i}", name=p.spec.name, arguments=args)
+                for i, (p, args) in enumerate(chosen)
+            ]
+            return Reply(calls=made, usage=_usage(prompt, " ".join(c.render() for c in made)))
+
+        def say(text: str) -> Reply:
+            return Reply(text=text, usage=_usage(prompt, text))
 
         with_ids = _pick_id_tools(profiles, question, words)
         if with_ids:
             vocabulary = frozenset().union(*(p.vocabulary for p, _ in with_ids))
             covered = sum(w in vocabulary for w in words) / len(words) if words else 1.0
-            if covered < MIN_COVERAGE:
-                return Plan(text=DECLINE, usage=_usage(prompt, DECLINE))
-            calls = [
-                ToolCall(id=f"call_{i + 1}", name=p.spec.name, arguments=args)
-                for i, (p, args) in enumerate(with_ids)
-            ]
-            reply = " ".join(c.render() for c in calls)
-            return Plan(calls=calls, usage=_usage(prompt, reply))
+            return calls(with_ids) if covered >= MIN_COVERAGE else say(DECLINE)
 
         # No ids: the best topical tool, asking for a missing id, or decline.
         ranked = sorted(profiles, key=lambda p: p.coverage(words), reverse=True)
         best = ranked[0] if ranked else None
         if best is None or best.coverage(words) < MIN_COVERAGE:
-            return Plan(text=DECLINE, usage=_usage(prompt, DECLINE))
+            return say(DECLINE)
         if best.needs_id:
             missing = next(p for p in best.params if p.pattern is not None)
-            text = f"I can look that up. Please tell me the {missing.description}."
-            return Plan(text=text, usage=_usage(prompt, text))
-        args = best.fill(question) or {}
-        call = ToolCall(id="call_1", name=best.spec.name, arguments=args)
-        return Plan(calls=[call], usage=_usage(prompt, call.render()))
+            return say(f"I can look that up. Please tell me the {missing.description}.")
+        return calls([(best, best.fill(question) or {})])
 
-    async def interpret(self, request: ModelRequest) -> Decision:
-        # In the order the calls were made, not the order they finished.
-        latest = sorted(_latest_observations(request), key=lambda o: o.call_id)
-        found = [o.text for o in latest if o.ok]
-        failed = [o.text for o in latest if not o.ok]
+    async def interpret(self, request: ModelRequest) -> Reply:
+        results = latest_results(request.messages)
+        found = [r.text for r in results if r.ok]
+        failed = [r.text for r in results if not r.ok]
         answer = " ".join(found + failed) or DECLINE
         prompt = request.question + " " + " ".join(found + failed)
-        return Decision(final=True, text=answer, usage=_usage(prompt, answer))
-
-
-def _current_question(request: ModelRequest) -> str:
-    """The question this iteration works on: the last 'continue' step's, else the user's."""
-    for step in reversed(request.steps):
-        if step.kind is StepKind.CONTINUE:
-            return step.text
-    return request.question
-
-
-def _latest_observations(request: ModelRequest) -> list[Any]:
-    if not request.steps:
-        return []
-    last = request.steps[-1].iteration
-    return [
-        s.observation
-        for s in request.steps
-        if s.iteration == last and s.kind is StepKind.OBSERVATION and s.observation
-    ]
+        return Reply(text=answer, usage=_usage(prompt, answer))

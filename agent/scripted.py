@@ -1,37 +1,37 @@
 """A scripted model for tests: replies come from queues you fill.
 
     model = ScriptedModel(
-        plans=[Plan(calls=[ToolCall(id="c1", name="order_status",
-                                    arguments={"order_id": "123456"})])],
-        decisions=[Decision(final=True, text="It shipped.")],
+        plans=[Reply(calls=[ToolCall(id="c1", name="order_status",
+                                     arguments={"order_id": "123456"})])],
+        decisions=[Reply(text="It shipped.")],
     )
 
-Each queue item is a reply, an exception to raise (e.g. `ModelUnavailable()` for
-a transient failure that Temporal retries), or a callable `(request) -> reply`.
-A queue that runs dry repeats its last item, so `plans=[some_plan]` plans the
-same thing forever (the "never finishes" model). Every request is recorded in
-`requests` for assertions.
+`plans` answer `plan`, `decisions` answer `interpret`. Each queue item is a
+reply, an exception to raise (e.g. `ModelUnavailable()` for a transient failure
+that Temporal retries), or a callable `(request) -> reply`. A queue that runs
+dry repeats its last item, so `decisions=[Reply(calls=[...])]` asks for tools
+forever (the "never finishes" model). Every request is recorded in `requests`
+for assertions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar, Union
+from typing import Union
 
 from agent.errors import InvalidModelOutput
-from agent.model import Decision, ModelRequest, Plan
+from agent.model import ModelRequest, Reply
 
-R = TypeVar("R", Plan, Decision)
-Item = Union[R, BaseException, Callable[[ModelRequest], R]]  # noqa: UP007 - a runtime alias on 3.10
+Item = Union[Reply, BaseException, Callable[[ModelRequest], Reply]]  # noqa: UP007 - a runtime alias on 3.10
 
 
 class ScriptedModel:
-    system = "scripted"
+    provider = "scripted"
 
     def __init__(
         self,
-        plans: Sequence[Item[Plan]] = (),
-        decisions: Sequence[Item[Decision]] = (),
+        plans: Sequence[Item] = (),
+        decisions: Sequence[Item] = (),
         name: str = "scripted",
     ) -> None:
         self.name = name
@@ -39,11 +39,11 @@ class ScriptedModel:
         self._decisions = list(decisions)
         self.requests: list[tuple[str, ModelRequest]] = []
 
-    async def plan(self, request: ModelRequest) -> Plan:
+    async def plan(self, request: ModelRequest) -> Reply:
         self.requests.append(("plan", request))
         return _next(self._plans, request, "plan")
 
-    async def interpret(self, request: ModelRequest) -> Decision:
+    async def interpret(self, request: ModelRequest) -> Reply:
         self.requests.append(("interpret", request))
         return _next(self._decisions, request, "interpret")
 
@@ -51,7 +51,7 @@ class ScriptedModel:
         return sum(k == kind for k, _ in self.requests)
 
 
-def _next(queue: list[Item[R]], request: ModelRequest, kind: str) -> R:
+def _next(queue: list[Item], request: ModelRequest, kind: str) -> Reply:
     if not queue:
         raise InvalidModelOutput(f"scripted model has no {kind} reply left")
     item = queue.pop(0) if len(queue) > 1 else queue[0]
@@ -59,4 +59,5 @@ def _next(queue: list[Item[R]], request: ModelRequest, kind: str) -> R:
         raise item
     if callable(item):
         return item(request)
-    return item
+    # A copy: the activity names calls in place, and a repeated item is reused.
+    return item.model_copy(deep=True)

@@ -34,6 +34,9 @@ class ToolCall(BaseModel):
     error: str | None = None
     """Set by a backend when the model's call could not be decoded (e.g. its
     arguments were not JSON); parse then rejects the call with this text."""
+    raw_arguments: str | None = None
+    """The arguments exactly as the model wrote them, kept only when they could not
+    be decoded: the conversation echoes the model's own words back to it."""
 
     def render(self) -> str:
         """`order_status(order_id='123456')`: how a call reads in logs and the Web UI."""
@@ -55,7 +58,10 @@ class Usage(BaseModel):
 
     model_calls: int = 0
     input_tokens: int = 0
+    """All input tokens, cached ones included."""
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Input tokens the provider read from its prompt cache (billed at a discount)."""
 
     @property
     def total_tokens(self) -> int:
@@ -66,20 +72,21 @@ class Usage(BaseModel):
             model_calls=self.model_calls + other.model_calls,
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
         )
 
 
 class StepKind(str, Enum):
     PLAN = "plan"
-    """The model picked tool calls (or answered directly)."""
+    """`plan` picked tool calls (at the start of the turn, or to fix rejected calls)."""
     REJECTED = "rejected"
-    """A call failed validation; its error goes back to the model."""
+    """A call failed validation; its error goes back to the model as the call's result."""
     TOOL_CALL = "tool_call"
     """A validated call is being run."""
     OBSERVATION = "observation"
     """A tool's result (or failure), as compact text."""
     CONTINUE = "continue"
-    """The model wants another iteration, with a next question."""
+    """`interpret` read the results and asked for more tool calls: the next iteration."""
     ANSWER = "answer"
     """The final answer."""
     LIMIT = "limit"
@@ -113,11 +120,13 @@ class TurnLimits(BaseModel):
     """Caps the workflow enforces. At a cap the turn ends with a graceful answer."""
 
     max_steps: int = Field(default=10, ge=1, le=100)
-    """Loop iterations (plan → … → interpret) before the turn gives up."""
+    """Rounds of tool calls (parse → dispatch → parse_output → interpret) before the
+    turn gives up; a turn of N rounds costs N + 1 model calls."""
     max_duration: timedelta = Field(default=timedelta(seconds=120), gt=timedelta(0))
     """Wall time of the whole turn, enforced by a durable workflow timer."""
     max_replans: int = Field(default=2, ge=0, le=10)
-    """How often per iteration the model may fix calls that failed validation."""
+    """How often per iteration the model may fix its calls when every one of them
+    failed validation (nothing could run); then the errors go to interpret."""
     max_tokens: int | None = Field(default=None, ge=1)
     """Token budget (input + output, as the model reports it); none by default."""
 

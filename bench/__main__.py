@@ -29,6 +29,7 @@ from temporalio.client import Client
 
 from agent.types import TurnInput
 from bench.floor import FloorInput, FloorTurn
+from bench.models import EXPECTED_MODEL_CALLS, TASKS
 from client import start_turn
 from runtime.server import EmbeddedServer, free_port, open_client
 
@@ -86,6 +87,15 @@ class Bench:
             for k, pid in self.pids.items():
                 used = (cpu_s(pid) - cpu0[k]) * 1000 / concurrency
                 self.cpu_ms_per_turn[name][k] = round(used, 1)
+        return out
+
+    async def model_calls(self) -> dict[str, int]:
+        """Model calls each task of `bench.models.TASKS` costs (what users pay for)."""
+        out = {}
+        for task in TASKS:
+            turn = TurnInput(question=QUESTION, model=f"task:{task}")
+            result = await (await start_turn(self.client, turn, self.task_queue)).result()
+            out[task] = result.usage.model_calls
         return out
 
     async def history(self, workflow_id: str) -> tuple[int, int]:
@@ -177,6 +187,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         (ea1, ba1), (ea3, ba3) = await bench.history(one_agent), await bench.history(many_agent)
         (ef1, bf1), (ef3, bf3) = await bench.history(one_floor), await bench.history(many_floor)
 
+        calls = await bench.model_calls()
+
         mem = {"worker": memory_mb(worker.pid), "server": memory_mb(server.process.pid)}
         worker.terminate()
         worker.wait()
@@ -213,6 +225,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "history_bytes_per_iteration": {"agent": (ba3 - ba1) / 2, "floor": (bf3 - bf1) / 2},
         "cpu_ms_per_turn_at_200": bench.cpu_ms_per_turn,
         "recovery_s": round(rec, 2),
+        "model_calls": calls,
         "memory": mem,
     }
 
@@ -254,6 +267,10 @@ def report(r: dict[str, Any]) -> str:
         ("throughput_ratio", r["throughput_ratio"], f">= {TARGETS['throughput_ratio']}"),
         ("recovery_s", r["recovery_s"], f"<= {TARGETS['recovery_s']}"),
         ("events_per_iteration", r["events_per_iteration"], f"<= {MAX_EVENTS_PER_ITERATION}"),
+    ]
+    checks += [
+        (f"model calls: {task}", n, f"== {EXPECTED_MODEL_CALLS[task]}")
+        for task, n in r["model_calls"].items()
     ]
     lines.append("")
     lines += [f"{name:40} {value:>10}   target {target}" for name, value, target in checks]

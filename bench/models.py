@@ -1,33 +1,87 @@
-"""A model for measuring multi-iteration turns: the offline model, told to go on."""
+"""Models for the benchmark: multi-iteration turns, and the three model-call tasks."""
 
 from __future__ import annotations
 
-from agent.model import Decision, ModelCatalog, ModelRequest, Plan
+from agent.conversation import AssistantMessage, latest_results
+from agent.model import ModelCatalog, ModelRequest, Reply
 from agent.offline import OfflineModel
+from agent.types import ToolCall, Usage
+
+ONE_CALL = Usage(model_calls=1)
+
+
+def _rounds_so_far(request: ModelRequest) -> list[AssistantMessage]:
+    return [m for m in request.messages if isinstance(m, AssistantMessage) and m.calls]
 
 
 class RepeatingModel:
-    """Plans like the offline model, then continues until `iterations` are done."""
+    """Plans like the offline model, then asks for the same calls again until
+    `iterations` rounds of tools have run."""
 
-    system = "offline"
+    provider = "offline"
 
     def __init__(self, iterations: int) -> None:
         self.iterations = iterations
         self.name = f"repeat-{iterations}"
         self._offline = OfflineModel()
 
-    async def plan(self, request: ModelRequest) -> Plan:
+    async def plan(self, request: ModelRequest) -> Reply:
         return await self._offline.plan(request)
 
-    async def interpret(self, request: ModelRequest) -> Decision:
-        done = request.steps[-1].iteration if request.steps else 1
-        if done < self.iterations:
-            return Decision(final=False, text=request.question)
+    async def interpret(self, request: ModelRequest) -> Reply:
+        rounds = _rounds_so_far(request)
+        if len(rounds) < self.iterations:
+            again = [c.model_copy(update={"id": ""}) for c in rounds[-1].calls]
+            return Reply(calls=again, usage=ONE_CALL)
         return await self._offline.interpret(request)
 
 
+ORDER = ToolCall(id="", name="order_status", arguments={"order_id": "123456"})
+RETURN = ToolCall(id="", name="return_status", arguments={"return_id": "rtn001"})
+
+TASKS: dict[str, list[list[ToolCall]]] = {
+    "one tool": [[ORDER]],
+    "two tools in sequence": [[ORDER], [RETURN]],
+    "two tools at once": [[ORDER, RETURN]],
+}
+"""Rounds of calls per task; a model that needs the first result before asking
+for the second call must wait for it (sequence), otherwise asks for both at once."""
+
+EXPECTED_MODEL_CALLS = {"one tool": 2, "two tools in sequence": 3, "two tools at once": 2}
+
+
+class TaskModel:
+    """Asks for one task's rounds of calls, one round per reply, then answers with
+    the results. Decides from the conversation alone, as a real model does."""
+
+    provider = "scripted"
+
+    def __init__(self, task: str) -> None:
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
+        self.name = f"task-{task.replace(' ', '-')}"
+        self._rounds = TASKS[task]
+
+    async def plan(self, request: ModelRequest) -> Reply:
+        return self._next(request)
+
+    async def interpret(self, request: ModelRequest) -> Reply:
+        return self._next(request)
+
+    def _next(self, request: ModelRequest) -> Reply:
+        done = len(_rounds_so_far(request))
+        if done < len(self._rounds):
+            return Reply(calls=[c.model_copy() for c in self._rounds[done]], usage=ONE_CALL)
+        answer = " ".join(r.text for r in latest_results(request.messages))
+        return Reply(text=answer, usage=ONE_CALL)
+
+
 def bench_models() -> ModelCatalog:
-    """`offline`, and `repeat:N` for turns of N iterations."""
+    """`offline`, `repeat:N` for turns of N iterations, and `task:<name>` per `TASKS`."""
     return ModelCatalog(
-        {"offline": lambda _: OfflineModel(), "repeat": lambda n: RepeatingModel(int(n or 1))}
+        {
+            "offline": lambda _: OfflineModel(),
+            "repeat": lambda n: RepeatingModel(int(n or 1)),
+            "task": lambda name: TaskModel(name),
+        }
     )

@@ -26,7 +26,6 @@ from temporalio.worker import (
 )
 
 from activities import turn_activities
-from agent.faults import Faults
 from bench.floor import FloorTurn, floor_local, floor_remote
 from bench.models import bench_models
 from shop import TOOLS, ShopStore
@@ -72,7 +71,7 @@ async def main() -> None:
         args.task_queue,
         workflows=[AgentTurn, FloorTurn],
         activities=[
-            *turn_activities(bench_models(), TOOLS, ShopStore(args.shop_db), Faults()),
+            *turn_activities(bench_models(), TOOLS, ShopStore(args.shop_db)),
             floor_remote,
             floor_local,
         ],

@@ -14,7 +14,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from agent.model import Model, ModelCatalog
+from agent.conversation import UserMessage, latest_results
+from agent.model import Model, ModelCatalog, ModelRequest
 from agent.offline import OfflineModel
 from agent.tools import ToolRegistry
 from agent.types import TurnInput, TurnLimits, TurnOutput
@@ -122,6 +123,16 @@ def skipping_harness(skipping_env: WorkflowEnvironment, store: ShopStore) -> Har
 
 def kinds(result: TurnOutput) -> list[str]:
     return [s.kind.value for s in result.steps]
+
+
+def request(question: str, tools: ToolRegistry = TOOLS) -> ModelRequest:
+    """A model request at the start of a turn."""
+    return ModelRequest(messages=[UserMessage(text=question)], tools=tools.specs)
+
+
+def last_result(request: ModelRequest) -> str:
+    """The text of the last tool result the model was given."""
+    return latest_results(request.messages)[-1].text
 
 
 SEED_CASES: Sequence[tuple[str, str]] = (

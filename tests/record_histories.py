@@ -17,7 +17,7 @@ from pathlib import Path
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from agent.model import Decision, Plan
+from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.types import ToolCall, TurnInput, TurnLimits
 from client import start_turn
@@ -28,19 +28,15 @@ from tests.conftest import Harness
 HISTORIES = Path(__file__).parent / "histories"
 
 
-def _order(order_id: str) -> ToolCall:
-    return ToolCall(id="c1", name="order_status", arguments={"order_id": order_id})
+def _order(order_id: str, call_id: str = "c1") -> ToolCall:
+    return ToolCall(id=call_id, name="order_status", arguments={"order_id": order_id})
 
 
 def scenarios() -> dict[str, tuple[TurnInput, ScriptedModel | None]]:
-    continuing = ScriptedModel(
-        plans=[Plan(calls=[_order("123456")])],
-        decisions=[Decision(final=False, text="check again")],
-    )
-    replanning = ScriptedModel(
-        plans=[Plan(calls=[_order("12ab")]), Plan(calls=[_order("123456")])],
-        decisions=[Decision(final=True, text="It shipped.")],
-    )
+    def scripted(question: str, **limits: int) -> TurnInput:
+        return TurnInput(question=question, model="scripted", limits=TurnLimits(**limits))
+
+    forever = Reply(calls=[_order("123456")])
     return {
         "order_answered": (TurnInput(question="Which item was ordered for 123456?"), None),
         "declined": (TurnInput(question="How is the weather in Scotland right now?"), None),
@@ -54,16 +50,32 @@ def scenarios() -> dict[str, tuple[TurnInput, ScriptedModel | None]]:
             None,
         ),
         "replanned": (
-            TurnInput(question="Has order 12ab shipped?", model="scripted"),
-            replanning,
+            scripted("Has order 12ab shipped?"),
+            ScriptedModel(
+                plans=[Reply(calls=[_order("12ab")]), Reply(calls=[_order("123456")])],
+                decisions=[Reply(text="It shipped.")],
+            ),
+        ),
+        "partly_rejected": (
+            scripted("Has order 123456 shipped, and order 12ab?"),
+            ScriptedModel(
+                plans=[Reply(calls=[_order("123456"), _order("12ab", "c2")])],
+                decisions=[Reply(text="The first shipped; the second id is wrong.")],
+            ),
+        ),
+        "two_rounds": (
+            scripted("Compare orders 123456 and 234567"),
+            ScriptedModel(
+                plans=[Reply(calls=[_order("123456")])],
+                decisions=[
+                    Reply(text="Now the other.", calls=[_order("234567", "c2")]),
+                    Reply(text="Both shipped."),
+                ],
+            ),
         ),
         "step_limit": (
-            TurnInput(
-                question="Has order 123456 shipped?",
-                model="scripted",
-                limits=TurnLimits(max_steps=2),
-            ),
-            continuing,
+            scripted("Has order 123456 shipped?", max_steps=2),
+            ScriptedModel(plans=[forever], decisions=[forever]),
         ),
     }
 

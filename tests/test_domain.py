@@ -7,19 +7,20 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from agent.conversation import AssistantMessage, ToolResult, UserMessage
 from agent.errors import InvalidCall, NotFound, UnknownModel, permanent_error_types
-from agent.model import ModelCatalog, ModelRequest
+from agent.model import ModelCatalog, ModelRequest, Reply
 from agent.offline import DECLINE, OfflineModel
 from agent.render import render_result
 from agent.tools import ToolContext, ToolRegistry, tool
-from agent.types import Observation, Step, StepKind, ToolCall, TurnInput
+from agent.types import ToolCall, TurnInput
 from shop import TOOLS, ShopStore
 from shop.store import ORDER_NOT_FOUND
-from tests.conftest import SEED_CASES
+from tests.conftest import SEED_CASES, request
 
 
-async def plan(question: str):  # type: ignore[no-untyped-def]
-    return await OfflineModel().plan(ModelRequest(question=question, tools=TOOLS.specs))
+async def plan(question: str) -> Reply:
+    return await OfflineModel().plan(request(question))
 
 
 @pytest.mark.parametrize(
@@ -63,12 +64,16 @@ async def test_offline_model_asks_for_a_missing_id() -> None:
     assert "order ID (6 digits" in p.text
 
 
-async def test_offline_model_answers_from_observations() -> None:
-    obs = Observation(call_id="c1", tool="order_status", ok=False, text=ORDER_NOT_FOUND)
-    steps = [Step(iteration=1, kind=StepKind.OBSERVATION, text="", observation=obs)]
-    decision = await OfflineModel().interpret(ModelRequest(question="q", steps=steps))
-    assert decision.final and decision.text == ORDER_NOT_FOUND
-    assert decision.usage.model_calls == 1
+async def test_offline_model_answers_from_the_results() -> None:
+    call = ToolCall(id="c1", name="order_status", arguments={"order_id": "383833"})
+    messages = [
+        UserMessage(text="Which item was ordered for 383833?"),
+        AssistantMessage(calls=[call]),
+        ToolResult(call_id="c1", tool="order_status", ok=False, text=ORDER_NOT_FOUND),
+    ]
+    reply = await OfflineModel().interpret(ModelRequest(messages=messages))
+    assert reply.calls == [] and reply.text == ORDER_NOT_FOUND
+    assert reply.usage.model_calls == 1
 
 
 def test_registry_explains_invalid_calls() -> None:

@@ -12,12 +12,12 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from agent.lambda_tools import lambda_tool
-from agent.model import Decision, Plan
+from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.tools import ToolRegistry
 from agent.types import Outcome, ToolCall
 from shop.tools import OrderLookup
-from tests.conftest import Harness, stubbed_aws_client
+from tests.conftest import Harness, last_result, stubbed_aws_client
 
 
 @pytest.fixture
@@ -49,8 +49,8 @@ EXPECTED = {
 def model() -> ScriptedModel:
     call = ToolCall(id="c1", name="order_status", arguments={"order_id": "123456"})
     return ScriptedModel(
-        plans=[Plan(calls=[call])],
-        decisions=[lambda req: Decision(final=True, text=req.steps[-1].text)],
+        plans=[Reply(calls=[call])],
+        decisions=[lambda req: Reply(text=last_result(req))],
     )
 
 
@@ -66,7 +66,7 @@ async def test_invokes_the_function_with_the_seed_payload(harness: Harness, stub
     )
     result = await ask(harness, tools)
     assert result.outcome is Outcome.ANSWERED
-    assert result.answer == "order_status: Item: Herbal Handsoap. Status: shipped."
+    assert result.answer == "Item: Herbal Handsoap. Status: shipped."
 
 
 async def test_function_error_is_an_observation(harness: Harness, stubbed: Any) -> None:
@@ -91,7 +91,7 @@ async def test_not_found_status_is_an_observation(harness: Harness, stubbed: Any
     body = {"statusCode": 404, "body": "Order not found. Please check your Order ID."}
     stubber.add_response("invoke", answer(json.dumps(body).encode()), EXPECTED)
     result = await ask(harness, tools)
-    assert result.answer == "order_status: Order not found. Please check your Order ID."
+    assert result.answer == "Order not found. Please check your Order ID."
 
 
 async def test_throttling_is_retried(harness: Harness, stubbed: Any) -> None:
@@ -99,5 +99,5 @@ async def test_throttling_is_retried(harness: Harness, stubbed: Any) -> None:
     stubber.add_client_error("invoke", "TooManyRequestsException", "Rate exceeded", 429)
     stubber.add_response("invoke", answer(b'{"status": "shipped"}'), EXPECTED)
     result = await ask(harness, tools)
-    assert result.answer == "order_status: Status: shipped."
+    assert result.answer == "Status: shipped."
     stubber.assert_no_pending_responses()

@@ -8,7 +8,7 @@ from datetime import timedelta
 from pydantic import BaseModel
 
 from agent.errors import ModelUnavailable, ToolUnavailable
-from agent.model import Decision, Plan
+from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.tools import ToolContext, ToolRegistry, tool
 from agent.types import Outcome, StepKind, ToolCall, TurnLimits
@@ -29,8 +29,8 @@ async def test_time_cap_ends_the_turn_gracefully(skipping_harness: Harness) -> N
         raise ToolUnavailable("warehouse API is down")
 
     model = ScriptedModel(
-        plans=[Plan(calls=[ToolCall(id="c1", name="down")])],
-        decisions=[Decision(final=True, text="unreachable")],
+        plans=[Reply(calls=[ToolCall(id="c1", name="down")])],
+        decisions=[Reply(text="unreachable")],
     )
     result = await skipping_harness.ask(
         "anything",

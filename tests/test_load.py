@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from agent.faults import Faults
 from agent.types import Outcome, TurnInput
 from client import start_turn
+from runtime.chaos import Faults
 from tests.conftest import SEED_CASES, Harness
 
 

@@ -1,5 +1,13 @@
 """Determinism guard: stored histories of representative turns replay on the
-current workflow code without a non-determinism error."""
+current workflow code without a non-determinism error.
+
+`histories/` holds turns recorded by the current code (`python -m
+tests.record_histories`); `histories/v0.1/` holds turns recorded before the
+native tool loop (0.1), to pin down what an upgrade does to turns in flight:
+every turn that had not asked `interpret` for more tools still replays; one that
+had (an old-style "continue") fails its workflow task with a non-determinism
+error, as the README's upgrade note says.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +17,38 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
 
 from workflows import AgentTurn
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+HERE = Path(__file__).parent / "histories"
+HISTORIES = sorted(HERE.glob("*.json"))
+V01 = sorted((HERE / "v0.1").glob("*.json"))
+V01_CONTINUED = {"step_limit"}
+"""0.1 turns whose `interpret` asked for more tools: they cannot continue on 0.2."""
+
+
+async def replay(path: Path) -> BaseException | None:
+    replayer = Replayer(workflows=[AgentTurn], data_converter=pydantic_data_converter)
+    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    return result.replay_failure
 
 
 def test_histories_are_stored() -> None:
-    assert len(HISTORIES) >= 7, "run `python -m tests.record_histories`"
+    assert len(HISTORIES) >= 9, "run `python -m tests.record_histories`"
+    assert len(V01) == 7
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_history_replays(path: Path) -> None:
-    replayer = Replayer(workflows=[AgentTurn], data_converter=pydantic_data_converter)
-    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
-    assert result.replay_failure is None
+    assert await replay(path) is None
+
+
+@pytest.mark.parametrize("path", V01, ids=lambda p: p.stem)
+async def test_turns_of_the_previous_version(path: Path) -> None:
+    failure = await replay(path)
+    if path.stem in V01_CONTINUED:
+        assert isinstance(failure, NondeterminismError)
+    else:
+        assert failure is None

@@ -17,7 +17,7 @@ from agent.answers import DECLINE
 from agent.backends.sagemaker import SageMakerTextModel, generated_text, parse_tools
 from agent.types import Outcome
 from shop import TOOLS
-from tests.conftest import SEED_CASES, Capture, Harness, kinds, stubbed_aws_client
+from tests.conftest import SEED_CASES, Capture, Harness, kinds, request, stubbed_aws_client
 
 
 @pytest.fixture
@@ -97,7 +97,6 @@ def test_response_shapes() -> None:
 
 
 async def test_text2text_payload(endpoint: Any) -> None:
-    from agent.model import ModelRequest
 
     client, stubber = endpoint
     body = Capture()
@@ -108,7 +107,7 @@ async def test_text2text_payload(endpoint: Any) -> None:
         expect(body),
     )
     model = SageMakerTextModel("flan-ul2", client=client, payload="text2text")
-    plan = await model.plan(ModelRequest(question="hi", tools=TOOLS.specs))
+    plan = await model.plan(request("hi"))
     assert plan.text == DECLINE
     sent = json.loads(body.seen[0])
     assert set(sent) == {"text_inputs", "max_length"}
@@ -130,3 +129,34 @@ async def test_unknown_endpoint_is_not_retried(harness: Harness, endpoint: Any) 
     result = await harness.ask("hi", model=SageMakerTextModel("flan-ul2", client=client))
     assert result.outcome is Outcome.MODEL_ERROR
     assert any("Endpoint flan-ul2 of account 1 not found" in s.text for s in result.steps)
+
+
+async def test_interpret_may_name_the_next_tool(harness: Harness, endpoint: Any) -> None:
+    client, stubber = endpoint
+    first, second = Capture(), Capture()
+    question = "Is the return for order 123456 (rtn001) processed?"
+    stubber.add_response("invoke_endpoint", completion("order_status"))
+    stubber.add_response("invoke_endpoint", completion("return_status"), expect(first))
+    stubber.add_response("invoke_endpoint", completion("Yes, refunded."), expect(second))
+    result = await harness.ask(question, model=SageMakerTextModel("flan-ul2", client=client))
+
+    assert result.outcome is Outcome.ANSWERED and result.answer == "Yes, refunded."
+    assert result.usage.model_calls == 3  # plan + two interprets; plan is not asked again
+    assert kinds(result).count("continue") == 1
+    prompt = json.loads(second.seen[0])["inputs"]
+    # Both rounds' results, each after its call.
+    assert "- order_status(order_id='123456'): " in prompt
+    assert "- return_status(return_id='rtn001'): " in prompt
+    stubber.assert_no_pending_responses()
+
+
+async def test_interpret_never_repeats_a_call(harness: Harness, endpoint: Any) -> None:
+    client, stubber = endpoint
+    stubber.add_response("invoke_endpoint", completion("order_status"))
+    stubber.add_response("invoke_endpoint", completion("order_status(order_id=123456)"))
+    result = await harness.ask(
+        "Has order 123456 shipped?", model=SageMakerTextModel("flan-ul2", client=client)
+    )
+    # Naming the call it already made is not a new call: the completion is the answer.
+    assert result.usage.model_calls == 2
+    assert kinds(result) == ["plan", "tool_call", "observation", "answer"]

@@ -12,14 +12,14 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agent.model import Decision, Plan
+from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.tools import ToolContext, ToolRegistry, tool
 from agent.types import Outcome, ToolCall, TurnInput
 from client import start_turn
 from runtime.server import EmbeddedServer, free_port
 from shop import ShopStore
-from tests.conftest import Harness
+from tests.conftest import Harness, last_result
 
 
 class Nothing(BaseModel):
@@ -41,8 +41,8 @@ async def test_turn_survives_a_server_restart(tmp_path: Path) -> None:
     try:
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
         model = ScriptedModel(
-            plans=[Plan(calls=[ToolCall(id="c1", name="gate")])],
-            decisions=[lambda req: Decision(final=True, text=req.steps[-1].text)],
+            plans=[Reply(calls=[ToolCall(id="c1", name="gate")])],
+            decisions=[lambda req: Reply(text=last_result(req))],
         )
         harness = Harness(client, ShopStore(tmp_path / "shop.db"))
         async with harness.worker(model, ToolRegistry([gate])) as task_queue:
@@ -61,4 +61,4 @@ async def test_turn_survives_a_server_restart(tmp_path: Path) -> None:
         server.stop()
 
     assert result.outcome is Outcome.ANSWERED
-    assert result.answer == "gate: through the gate"
+    assert result.answer == "through the gate"

@@ -60,16 +60,30 @@ async def test_one_trace_per_turn(
         "StartActivity:plan",
         "StartActivity:dispatch",
         "execute_tool order_status",
+        "invoke_agent support-agent",
     ]:
         assert names[name] == 1, f"{name}: {names[name]} spans in {sorted(names)}"
     assert len({s.context.trace_id for s in spans}) == 1
 
+    by_id = {s.context.span_id: s for s in spans}
+
+    def ancestors(span):  # type: ignore[no-untyped-def]
+        while span.parent is not None and span.parent.span_id in by_id:
+            span = by_id[span.parent.span_id]
+            yield span.name
+
+    (agent,) = [s for s in spans if s.name == "invoke_agent support-agent"]
+    assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert agent.attributes["agent.outcome"] == "answered"
+    assert agent.attributes["gen_ai.usage.input_tokens"] > 0
+    assert "RunWorkflow:AgentTurn" in ancestors(agent)
     chats = [s for s in spans if s.name.startswith("chat ")]
     assert len(chats) == 2  # plan + interpret
     for chat in chats:
-        assert chat.attributes["gen_ai.system"] == "offline"
+        assert chat.attributes["gen_ai.provider.name"] == "offline"
         assert chat.attributes["gen_ai.request.model"] == "offline-keyword-v1"
         assert chat.attributes["gen_ai.usage.input_tokens"] > 0
+        assert "invoke_agent support-agent" in ancestors(chat)
     (tool,) = [s for s in spans if s.name == "execute_tool order_status"]
     dispatch = next(s for s in spans if s.name == "RunActivity:dispatch")
     assert tool.parent is not None and tool.parent.span_id == dispatch.context.span_id

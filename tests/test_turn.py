@@ -9,11 +9,13 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
+from agent.conversation import AssistantMessage, ToolResult, latest_results
 from agent.errors import ModelUnavailable
-from agent.model import Decision, Plan
+from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.tools import ToolContext, ToolRegistry, tool
 from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
+from bench.models import EXPECTED_MODEL_CALLS, TaskModel
 from client import start_turn
 from tests.conftest import SEED_CASES, Harness, kinds
 from workflows import AgentTurn
@@ -23,7 +25,8 @@ def order_call(order_id: object = "123456", id: str = "c1") -> ToolCall:
     return ToolCall(id=id, name="order_status", arguments={"order_id": order_id})
 
 
-ANSWER = Decision(final=True, text="done")
+ANSWER = Reply(text="done")
+ANSWERS = [ANSWER]
 
 
 @pytest.mark.parametrize(("question", "expected"), SEED_CASES)
@@ -59,8 +62,8 @@ async def test_several_calls_run_in_one_iteration(harness: Harness) -> None:
 async def test_unknown_tool_is_replanned(harness: Harness) -> None:
     model = ScriptedModel(
         plans=[
-            Plan(calls=[ToolCall(id="c1", name="track_parcel", arguments={"id": "1"})]),
-            Plan(calls=[order_call()]),
+            Reply(calls=[ToolCall(id="c1", name="track_parcel", arguments={"id": "1"})]),
+            Reply(calls=[order_call()]),
         ],
         decisions=[ANSWER],
     )
@@ -69,14 +72,28 @@ async def test_unknown_tool_is_replanned(harness: Harness) -> None:
     assert kinds(result) == ["plan", "rejected", "plan", "tool_call", "observation", "answer"]
     assert "unknown tool 'track_parcel'" in result.steps[1].text
     assert "order_status" in result.steps[1].text  # the rejection lists the real tools
-    # The re-plan saw the rejection.
-    replan_request = model.requests[1][1]
-    assert replan_request.steps[-1].kind is StepKind.REJECTED
+    # The re-plan saw its call answered with the error, as the call's result.
+    *_, call, rejection = model.requests[1][1].messages
+    assert isinstance(call, AssistantMessage) and call.calls[0].name == "track_parcel"
+    assert isinstance(rejection, ToolResult) and rejection.call_id == "c1" and not rejection.ok
+    assert rejection.text.startswith("unknown tool 'track_parcel'")
+    assert result.usage.model_calls == 3
+
+
+async def test_valid_calls_run_beside_a_rejected_one(harness: Harness) -> None:
+    bad = ToolCall(id="c2", name="return_status", arguments={"return_id": "nope"})
+    model = ScriptedModel(plans=[Reply(calls=[order_call(), bad])], decisions=[ANSWER])
+    result = await harness.ask("Has order 123456 shipped and is return nope done?", model=model)
+    # No re-plan: the valid call runs, and interpret reads both results at once.
+    assert kinds(result) == ["plan", "rejected", "tool_call", "observation", "answer"]
+    assert result.usage.model_calls == 2
+    results = latest_results(model.requests[-1][1].messages)
+    assert [(r.call_id, r.ok) for r in results] == [("c1", True), ("c2", False)]
 
 
 async def test_missing_argument_is_rejected_with_the_field_name(harness: Harness) -> None:
     model = ScriptedModel(
-        plans=[Plan(calls=[ToolCall(id="c1", name="order_status")]), Plan(calls=[order_call()])],
+        plans=[Reply(calls=[ToolCall(id="c1", name="order_status")]), Reply(calls=[order_call()])],
         decisions=[ANSWER],
     )
     result = await harness.ask("Has my order shipped?", model=model)
@@ -86,22 +103,14 @@ async def test_missing_argument_is_rejected_with_the_field_name(harness: Harness
 
 
 async def test_wrong_id_format_gives_up_after_two_replans(harness: Harness) -> None:
-    model = ScriptedModel(plans=[Plan(calls=[order_call("12ab")])], decisions=[ANSWER])
+    model = ScriptedModel(plans=[Reply(calls=[order_call("12ab")])], decisions=[ANSWER])
     result = await harness.ask("Has order 12ab shipped?", model=model)
     assert model.calls("plan") == 3  # first plan + 2 re-plans
-    assert kinds(result) == [
-        "plan",
-        "rejected",
-        "plan",
-        "rejected",
-        "plan",
-        "observation",
-        "answer",
-    ]
-    final_observation = result.steps[-2].observation
-    assert final_observation is not None and not final_observation.ok
-    assert "should match pattern" in final_observation.text
-    assert model.calls("interpret") == 1  # the model still gets to answer
+    assert kinds(result) == ["plan", "rejected", "plan", "rejected", "plan", "rejected", "answer"]
+    final_rejection = result.steps[-2].observation
+    assert final_rejection is not None and not final_rejection.ok
+    assert "should match pattern" in final_rejection.text
+    assert model.calls("interpret") == 1  # the model still gets to answer, errors in hand
 
 
 class Nothing(BaseModel):
@@ -117,7 +126,9 @@ async def test_a_tool_that_raises_is_an_observation(harness: Harness) -> None:
         attempts.append(ctx.idempotency_key)
         raise RuntimeError("inventory service returned garbage")
 
-    model = ScriptedModel(plans=[Plan(calls=[ToolCall(id="c1", name="flaky")])], decisions=[ANSWER])
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="c1", name="flaky")])], decisions=[ANSWER]
+    )
     result = await harness.ask("anything", model=model, tools=ToolRegistry([flaky]))
     assert result.outcome is Outcome.ANSWERED
     observation = result.steps[-2].observation
@@ -133,7 +144,7 @@ async def test_a_tool_that_times_out_is_an_observation(harness: Harness) -> None
         await asyncio.sleep(30)
         return "too late"
 
-    model = ScriptedModel(plans=[Plan(calls=[ToolCall(id="c1", name="slow")])], decisions=[ANSWER])
+    model = ScriptedModel(plans=[Reply(calls=[ToolCall(id="c1", name="slow")])], decisions=[ANSWER])
     result = await harness.ask("anything", model=model, tools=ToolRegistry([slow]))
     assert result.outcome is Outcome.ANSWERED
     observation = result.steps[-2].observation
@@ -153,7 +164,7 @@ async def test_not_found_is_not_retried(harness: Harness) -> None:
         raise NotFound("Order not found. Please check your Order ID.")
 
     model = ScriptedModel(
-        plans=[Plan(calls=[ToolCall(id="c1", name="lookup")])], decisions=[ANSWER]
+        plans=[Reply(calls=[ToolCall(id="c1", name="lookup")])], decisions=[ANSWER]
     )
     await harness.ask("anything", model=model, tools=ToolRegistry([lookup]))
     assert len(calls) == 1
@@ -164,7 +175,7 @@ async def test_model_failing_transiently_is_retried(harness: Harness) -> None:
         plans=[
             ModelUnavailable("throttled"),
             ModelUnavailable("throttled"),
-            Plan(calls=[order_call()]),
+            Reply(calls=[order_call()]),
         ],
         decisions=[ANSWER],
     )
@@ -176,8 +187,7 @@ async def test_model_failing_transiently_is_retried(harness: Harness) -> None:
 
 async def test_never_finishing_model_hits_the_step_cap(harness: Harness) -> None:
     model = ScriptedModel(
-        plans=[Plan(calls=[order_call()])],
-        decisions=[Decision(final=False, text="check again")],
+        plans=[Reply(calls=[order_call()])], decisions=[Reply(calls=[order_call()])]
     )
     result = await harness.ask(
         "Has order 123456 shipped?", model=model, limits=TurnLimits(max_steps=3)
@@ -185,20 +195,50 @@ async def test_never_finishing_model_hits_the_step_cap(harness: Harness) -> None
     assert result.outcome is Outcome.STEP_LIMIT
     assert "could not finish within 3 steps" in result.answer
     assert "Herbal Handsoap" in result.answer  # what it found so far
-    assert model.calls("plan") == 3 and model.calls("interpret") == 3
+    # 3 rounds of tools, N + 1 model calls; the 4th round's calls never run.
+    assert model.calls("plan") == 1 and model.calls("interpret") == 3
+    assert kinds(result).count("tool_call") == 3
     assert kinds(result).count("continue") == 3
     assert result.steps[-1].kind is StepKind.LIMIT
 
 
-async def test_continue_carries_the_next_question(harness: Harness) -> None:
+async def test_interpret_hands_over_the_next_calls(harness: Harness) -> None:
+    second = order_call("234567", "c2")
     model = ScriptedModel(
-        plans=[Plan(calls=[order_call()]), Plan(calls=[order_call("234567", "c2")])],
-        decisions=[Decision(final=False, text="And order 234567?"), ANSWER],
+        plans=[Reply(calls=[order_call()])],
+        decisions=[Reply(text="Now the other order.", calls=[second]), ANSWER],
     )
     result = await harness.ask("Compare orders 123456 and 234567", model=model)
     assert result.outcome is Outcome.ANSWERED
+    # Two sequential rounds, three model calls: plan is never asked again.
+    assert [k for k, _ in model.requests] == ["plan", "interpret", "interpret"]
+    assert result.usage.model_calls == 3
     assert [s.iteration for s in result.steps if s.kind is StepKind.TOOL_CALL] == [1, 2]
-    assert any(s.kind is StepKind.CONTINUE and s.text == "And order 234567?" for s in result.steps)
+    (cont,) = [s for s in result.steps if s.kind is StepKind.CONTINUE]
+    assert cont.text == "Now the other order. → order_status(order_id='234567')"
+    # The last request holds exactly what happened, the model's own words included.
+    messages = model.requests[-1][1].messages
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert messages[3] == AssistantMessage(text="Now the other order.", calls=[second])
+
+
+async def test_results_follow_call_order_not_finish_order(harness: Harness) -> None:
+    @tool
+    async def slow_first(args: Nothing, ctx: ToolContext[object]) -> str:
+        """Answers late."""
+        await asyncio.sleep(0.5)
+        return "first"
+
+    @tool
+    def fast_second(args: Nothing, ctx: ToolContext[object]) -> str:
+        """Answers at once."""
+        return "second"
+
+    calls = [ToolCall(id="a", name="slow_first"), ToolCall(id="b", name="fast_second")]
+    model = ScriptedModel(plans=[Reply(calls=calls)], decisions=[ANSWER])
+    await harness.ask("anything", model=model, tools=ToolRegistry([slow_first, fast_second]))
+    results = latest_results(model.requests[-1][1].messages)
+    assert [(r.call_id, r.text) for r in results] == [("a", "first"), ("b", "second")]
 
 
 async def test_progress_query_returns_the_steps(harness: Harness) -> None:
@@ -218,7 +258,7 @@ async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> 
         """Returns far too much."""
         return {"log": "x" * 300_000}
 
-    model = ScriptedModel(plans=[Plan(calls=[ToolCall(id="c1", name="dump")])], decisions=[ANSWER])
+    model = ScriptedModel(plans=[Reply(calls=[ToolCall(id="c1", name="dump")])], decisions=[ANSWER])
     result, handle = await harness.ask_with_handle(
         "anything", model=model, tools=ToolRegistry([dump])
     )
@@ -232,8 +272,8 @@ async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> 
 async def test_token_budget_ends_the_turn_gracefully(harness: Harness) -> None:
     usage = Usage(model_calls=1, input_tokens=80, output_tokens=20)
     model = ScriptedModel(
-        plans=[Plan(calls=[order_call()], usage=usage)],
-        decisions=[Decision(final=False, text="check again", usage=usage)],
+        plans=[Reply(calls=[order_call()], usage=usage)],
+        decisions=[Reply(calls=[order_call()], usage=usage)],
     )
     result = await harness.ask(
         "Has order 123456 shipped?", model=model, limits=TurnLimits(max_tokens=250)
@@ -243,3 +283,11 @@ async def test_token_budget_ends_the_turn_gracefully(harness: Harness) -> None:
     assert "Herbal Handsoap" in result.answer
     assert len(model.requests) == 3  # 100, 200, 300 tokens: no fourth call
     assert result.usage.input_tokens + result.usage.output_tokens == 300
+
+
+@pytest.mark.parametrize(("task", "calls"), EXPECTED_MODEL_CALLS.items())
+async def test_model_calls_per_task(harness: Harness, task: str, calls: int) -> None:
+    """The benchmark's three tasks: N sequential rounds cost N + 1 calls; parallel, none extra."""
+    result = await harness.ask("Has order 123456 shipped?", model=TaskModel(task))
+    assert result.outcome is Outcome.ANSWERED
+    assert result.usage.model_calls == calls

@@ -2,28 +2,36 @@
 
 Works with any server that speaks the protocol (OpenAI, Ollama, vLLM, llama.cpp
 server): `OPENAI_BASE_URL` and `OPENAI_API_KEY` are read by the `openai`
-package. The client's own retries are off; Temporal owns every attempt:
-throttling (429, honouring Retry-After), timeouts, connection errors and 5xx
-become `ModelUnavailable`; auth, bad requests and unknown models become
-`ModelRequestRejected` with a message that says what to fix.
+package. Every request of a turn is the canonical conversation
+(`agent.conversation`) as Chat Completions messages: one system message, always
+first and always the same; the question; then the model's own messages and one
+`tool` message per call. `plan` and `interpret` send the same kind of request.
 
-Calls per iteration: two (plan, interpret).
+The client's own retries are off; Temporal owns every attempt. Errors are
+classified as the official SDKs do: connection errors, timeouts, 408, 409, 429
+and 5xx are transient (`ModelUnavailable`, honouring `retry-after-ms` and
+`retry-after`); anything else the server refused (400, 401, 403, 404, 422) is
+`ModelRequestRejected`, with the server's own message and what to check.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from email.utils import parsedate_to_datetime
 from typing import Any
 
-from agent.backends._transcript import AssistantCalls, AssistantText, UserText, transcript
-from agent.backends.prompts import INSTRUCTIONS, INTERPRET_HINT
+from agent.backends.prompts import INSTRUCTIONS
+from agent.conversation import AssistantMessage, UserMessage
 from agent.errors import ModelRequestRejected, ModelUnavailable
-from agent.model import Decision, ModelRequest, Plan
+from agent.model import ModelRequest, Reply
 from agent.types import ToolCall, Usage
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
 class OpenAIChatModel:
-    system = "openai"
+    provider = "openai"
 
     def __init__(
         self, model: str, client: Any = None, instructions: str = INSTRUCTIONS, timeout: float = 50
@@ -42,22 +50,8 @@ class OpenAIChatModel:
             client = AsyncOpenAI(max_retries=0, timeout=timeout)
         self._client = client
 
-    async def plan(self, request: ModelRequest) -> Plan:
-        message, usage = await self._chat(request, hint=None)
-        calls = [_decode_call(c) for c in message.tool_calls or []]
-        return Plan(calls=calls, text=message.content or "", usage=usage)
-
-    async def interpret(self, request: ModelRequest) -> Decision:
-        message, usage = await self._chat(request, hint=INTERPRET_HINT)
-        if message.tool_calls:
-            wanted = ", ".join(c.function.name for c in message.tool_calls)
-            return Decision(final=False, text=message.content or f"call {wanted}", usage=usage)
-        return Decision(final=True, text=(message.content or "").strip(), usage=usage)
-
-    async def _chat(self, request: ModelRequest, hint: str | None) -> tuple[Any, Usage]:
+    async def plan(self, request: ModelRequest) -> Reply:
         messages = [{"role": "system", "content": self._instructions}, *to_messages(request)]
-        if hint:
-            messages.append({"role": "system", "content": hint})
         tools = [
             {
                 "type": "function",
@@ -73,41 +67,57 @@ class OpenAIChatModel:
             resp = await self._client.chat.completions.create(
                 model=self.name, messages=messages, tools=tools or None
             )
-        except Exception as e:  # the openai package is optional: classify by name
-            raise _classify(e) from e
+        except Exception as e:  # the openai package is optional: classify by shape
+            raise classify(e) from e
         if not resp.choices:
             raise ModelUnavailable("the model returned no choices")
-        u = resp.usage
-        usage = Usage(
-            model_calls=1,
-            input_tokens=getattr(u, "prompt_tokens", 0) or 0,
-            output_tokens=getattr(u, "completion_tokens", 0) or 0,
+        choice = resp.choices[0]
+        message = choice.message
+        calls = [_decode_call(c) for c in message.tool_calls or []]
+        text = message.content or ""
+        if not calls and not text.strip():
+            raise ModelUnavailable("the model returned an empty message")
+        if choice.finish_reason == "length" and not calls:
+            text = text.rstrip() + " …"  # cut short: still the best answer there is
+        return Reply(
+            text=text if calls else text.strip(),
+            calls=calls,
+            usage=_usage(resp.usage),
+            finish_reason=choice.finish_reason or "",
+            response_model=getattr(resp, "model", "") or "",
         )
-        return resp.choices[0].message, usage
+
+    # A chat model answers "what next, given the results" from the same conversation.
+    interpret = plan
 
 
 def to_messages(request: ModelRequest) -> list[dict[str, Any]]:
-    """The turn so far as Chat Completions messages."""
+    """The conversation as Chat Completions messages (after the system message)."""
     messages: list[dict[str, Any]] = []
-    for entry in transcript(request):
-        if isinstance(entry, UserText):
-            messages.append({"role": "user", "content": entry.text})
-        elif isinstance(entry, AssistantText):
-            messages.append({"role": "assistant", "content": entry.text})
-        elif isinstance(entry, AssistantCalls):
-            calls = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                }
-                for c in entry.calls
-            ]
-            messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+    for m in request.messages:
+        if isinstance(m, UserMessage):
+            messages.append({"role": "user", "content": m.text})
+        elif isinstance(m, AssistantMessage):
+            message: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+            if m.calls:
+                message["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": _arguments(c)},
+                    }
+                    for c in m.calls
+                ]
+            messages.append(message)
         else:
-            content = entry.text if entry.ok else f"error: {entry.text}"
-            messages.append({"role": "tool", "tool_call_id": entry.call_id, "content": content})
+            content = m.text if m.ok else f"error: {m.text}"
+            messages.append({"role": "tool", "tool_call_id": m.call_id, "content": content})
     return messages
+
+
+def _arguments(call: ToolCall) -> str:
+    # The model's own words when they could not be decoded: it should see its mistake.
+    return call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments)
 
 
 def _decode_call(call: Any) -> ToolCall:
@@ -115,38 +125,82 @@ def _decode_call(call: Any) -> ToolCall:
     try:
         args = json.loads(raw)
     except json.JSONDecodeError as e:
-        return ToolCall(id=call.id, name=call.function.name, error=f"not valid JSON ({e.msg})")
+        return ToolCall(
+            id=call.id,
+            name=call.function.name,
+            error=f"not valid JSON ({e.msg})",
+            raw_arguments=raw,
+        )
     if not isinstance(args, dict):
-        return ToolCall(id=call.id, name=call.function.name, error="not a JSON object")
+        return ToolCall(
+            id=call.id, name=call.function.name, error="not a JSON object", raw_arguments=raw
+        )
     return ToolCall(id=call.id, name=call.function.name, arguments=args)
 
 
-def _classify(e: Exception) -> Exception:
+def _usage(u: Any) -> Usage:
+    details = getattr(u, "prompt_tokens_details", None)
+    return Usage(
+        model_calls=1,
+        input_tokens=getattr(u, "prompt_tokens", 0) or 0,
+        output_tokens=getattr(u, "completion_tokens", 0) or 0,
+        cached_input_tokens=getattr(details, "cached_tokens", 0) or 0,
+    )
+
+
+def classify(e: Exception) -> Exception:
+    """An `openai` exception as `ModelUnavailable` (retried) or `ModelRequestRejected`."""
     name = type(e).__name__
     status = getattr(e, "status_code", None)
     if name in ("APITimeoutError", "APIConnectionError"):
         return ModelUnavailable(f"model endpoint unreachable: {e}")
-    if status == 429:
-        return ModelUnavailable("model endpoint throttled (429)", retry_after=_retry_after(e))
-    if isinstance(status, int) and status >= 500:
-        return ModelUnavailable(f"model endpoint error {status}", retry_after=_retry_after(e))
+    if not isinstance(status, int):
+        return e
+    said = _provider_message(e)
+    if status in RETRYABLE_STATUS or status >= 500:
+        return ModelUnavailable(
+            f"model endpoint answered {status}: {said}", retry_after=retry_after(e)
+        )
     if status in (401, 403):
         return ModelRequestRejected(
-            f"model endpoint refused the credentials ({status}): check OPENAI_API_KEY"
+            f"model endpoint refused the credentials ({status}: {said}); check OPENAI_API_KEY"
         )
     if status == 404:
         return ModelRequestRejected(
-            "model or endpoint not found (404): check the model name and OPENAI_BASE_URL"
+            f"model or endpoint not found (404: {said}); check the model name and OPENAI_BASE_URL"
         )
-    if status is not None:
-        return ModelRequestRejected(f"model endpoint rejected the request ({status}): {e}")
-    return e
+    return ModelRequestRejected(f"model endpoint rejected the request ({status}): {said}")
 
 
-def _retry_after(e: Exception) -> float | None:
+def _provider_message(e: Exception) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+    return str(getattr(e, "message", "") or e)
+
+
+def retry_after(e: Exception) -> float | None:
+    """Seconds the server asked to wait: `retry-after-ms`, else `retry-after`
+    (seconds or an HTTP date), as the official SDKs read them."""
     response = getattr(e, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
     try:
-        return float(value) if value is not None else None
+        return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
         return None

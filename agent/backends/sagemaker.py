@@ -8,15 +8,17 @@ list and few-shot examples (the tools' own), then reads the completion
 tolerantly: every known tool name it mentions is a call; arguments written as
 `name(key="value")` or `name(value)` are used, and missing ones are filled
 from the question with the argument schemas' patterns. "no_tool" (or no known
-tool) is a direct answer. `interpret` prompts with the tool results and takes
-the completion as the final answer.
+tool) is a direct answer. `interpret` prompts with the tool results: the
+completion is the final answer, unless it names a tool, which is read as
+tolerantly as plan's and becomes the next call (a call already made is not
+repeated).
 
 Payload formats: `tgi` (TGI / LMI / most JumpStart LLM containers):
 `{"inputs": ..., "parameters": {...}}` → `[{"generated_text": ...}]`;
 `text2text` (JumpStart Flan-T5/UL2): `{"text_inputs": ..., "max_length": ...}`
 → `{"generated_texts": [...]}`. Token usage is estimated from word counts.
 
-Calls per iteration: two (plan, interpret).
+A task of N rounds of tools costs N + 1 completions, as with the chat backends.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from typing import Any
 from agent.answers import DECLINE
 from agent.argfill import fill_arguments, required_params
 from agent.backends import _aws
+from agent.conversation import AssistantMessage, ToolResult, UserMessage
 from agent.errors import InvalidModelOutput, ModelRequestRejected
-from agent.model import Decision, ModelRequest, Plan
+from agent.model import ModelRequest, Reply
 from agent.tools import ToolSpec
-from agent.types import StepKind, ToolCall, Usage
+from agent.types import ToolCall, Usage
 
 PLAN_TEMPLATE = """Your task is to select appropriate tools to satisfy the user input. If no tool is required, then pick "no_tool"
 
@@ -52,7 +55,7 @@ tool: no_tool
 user input: {question}
 tool:"""
 
-INTERPRET_TEMPLATE = """Answer the customer's question using only the tool results below. If they do not answer it, reply: {decline}
+INTERPRET_TEMPLATE = """Answer the customer's question using only the tool results below. If another tool is needed first, reply with its name instead ({tools}). If nothing answers it, reply: {decline}
 
 Tool results:
 {results}
@@ -62,7 +65,7 @@ Answer:"""
 
 
 class SageMakerTextModel:
-    system = "aws.sagemaker"
+    provider = "aws.sagemaker"
 
     def __init__(self, endpoint: str, client: Any = None, payload: str | None = None) -> None:
         if not endpoint:
@@ -75,19 +78,28 @@ class SageMakerTextModel:
             )
         self._client = client or _aws.client("sagemaker-runtime", "sagemaker")
 
-    async def plan(self, request: ModelRequest) -> Plan:
+    async def plan(self, request: ModelRequest) -> Reply:
         prompt = plan_prompt(request)
         text = await self._complete(prompt, max_new_tokens=60)
-        calls = parse_tools(text, request.tools, _current_question(request))
+        calls = parse_tools(text, request.tools, request.question)
         usage = _usage(prompt, text)
         if calls:
-            return Plan(calls=calls, usage=usage)
-        return Plan(text=DECLINE, usage=usage)
+            return Reply(calls=calls, usage=usage)
+        return Reply(text=DECLINE, usage=usage)
 
-    async def interpret(self, request: ModelRequest) -> Decision:
+    async def interpret(self, request: ModelRequest) -> Reply:
         prompt = interpret_prompt(request)
         text = (await self._complete(prompt, max_new_tokens=200)).strip()
-        return Decision(final=True, text=text or DECLINE, usage=_usage(prompt, text))
+        usage = _usage(prompt, text)
+        made = {
+            _key(c) for m in request.messages if isinstance(m, AssistantMessage) for c in m.calls
+        }
+        calls = [
+            c for c in parse_tools(text, request.tools, request.question) if _key(c) not in made
+        ]
+        if calls:
+            return Reply(calls=calls, usage=usage)
+        return Reply(text=text or DECLINE, usage=usage)
 
     async def _complete(self, prompt: str, max_new_tokens: int) -> str:
         if self.payload == "tgi":
@@ -115,18 +127,27 @@ def plan_prompt(request: ModelRequest) -> str:
     examples = "\n".join(
         f'user: "{example}"\ntool: {t.name}\n' for t in request.tools for example in t.examples
     )
-    return PLAN_TEMPLATE.format(tools=tools, examples=examples, question=_current_question(request))
+    return PLAN_TEMPLATE.format(tools=tools, examples=examples, question=request.question)
 
 
 def interpret_prompt(request: ModelRequest) -> str:
-    last = request.steps[-1].iteration if request.steps else 0
-    results = "\n".join(
-        f"- {s.observation.tool}: {s.observation.text}"
-        for s in request.steps
-        if s.iteration == last and s.kind is StepKind.OBSERVATION and s.observation
-    )
+    """The results of this turn's calls (since the customer last spoke), each after its call."""
+    calls: dict[str, ToolCall] = {}
+    results: list[str] = []
+    for m in request.messages:
+        if isinstance(m, UserMessage):
+            calls.clear()
+            results.clear()
+        elif isinstance(m, AssistantMessage):
+            calls.update((c.id, c) for c in m.calls)
+        elif isinstance(m, ToolResult):
+            call = calls.get(m.call_id)
+            results.append(f"- {call.render() if call else m.tool}: {m.text}")
     return INTERPRET_TEMPLATE.format(
-        decline=DECLINE, results=results or "(none)", question=request.question
+        tools=", ".join(t.name for t in request.tools),
+        decline=DECLINE,
+        results="\n".join(results) or "(none)",
+        question=request.question,
     )
 
 
@@ -173,11 +194,8 @@ def generated_text(raw: bytes) -> str:
     raise InvalidModelOutput(f"unrecognised SageMaker response: {str(data)[:200]}")
 
 
-def _current_question(request: ModelRequest) -> str:
-    for step in reversed(request.steps):
-        if step.kind is StepKind.CONTINUE:
-            return step.text
-    return request.question
+def _key(call: ToolCall) -> tuple[str, str]:
+    return call.name, repr(sorted(call.arguments.items()))
 
 
 def _usage(prompt: str, reply: str) -> Usage:

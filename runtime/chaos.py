@@ -2,6 +2,10 @@
 
     AGENT_FAULTS="rate=0.3,latency=0.05,seed=7" python worker.py
 
+A worker interceptor wraps every activity, so no activity knows about it and
+production code paths carry no chaos hooks; without `AGENT_FAULTS` the worker
+does not install it at all.
+
 `rate` is the chance that an attempt fails with a transient error
 (`ModelUnavailable` / `ToolUnavailable`, which Temporal retries); `latency`
 adds that many seconds to every call. The last attempt a retry policy allows
@@ -11,9 +15,19 @@ must still end with its normal answer, only later.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+from agent.errors import ModelUnavailable, ToolUnavailable
+
+MODEL_ACTIVITIES = frozenset({"plan", "interpret"})
+TOOL_ACTIVITIES = frozenset({"dispatch"})
 
 
 @dataclass
@@ -58,3 +72,33 @@ class Faults:
     @classmethod
     def from_env(cls) -> Faults:
         return cls.parse(os.environ.get("AGENT_FAULTS", ""))
+
+
+class ChaosInterceptor(Interceptor):
+    """Injects `faults` into model calls (`ModelUnavailable`) and tool calls
+    (`ToolUnavailable`): the errors real backends raise when they are down, which
+    the retry policies retry. Pure steps (parse, parse_output) are left alone."""
+
+    def __init__(self, faults: Faults) -> None:
+        self.faults = faults
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Inject(next, self.faults)
+
+
+class _Inject(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, faults: Faults) -> None:
+        super().__init__(next)
+        self._faults = faults
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        kind = info.activity_type
+        if kind in MODEL_ACTIVITIES or kind in TOOL_ACTIVITIES:
+            if self._faults.latency:
+                await asyncio.sleep(self._faults.latency)
+            limit = info.retry_policy.maximum_attempts if info.retry_policy else 0
+            if self._faults.should_fail(last_attempt=0 < limit <= info.attempt):
+                error = ModelUnavailable if kind in MODEL_ACTIVITIES else ToolUnavailable
+                raise error(f"injected fault in {kind} (attempt {info.attempt})")
+        return await super().execute_activity(input)

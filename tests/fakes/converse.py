@@ -1,0 +1,237 @@
+"""A stand-in for a `bedrock-runtime` client's `converse`, as strict as the service.
+
+    client = ConverseFake(replies=[tool_use(("order_status", {"order_id": "123456"})),
+                                   said("It shipped.")])
+    client = ConverseFake(brain=offline_brain)
+
+Every request is first checked by botocore's own parameter validation against
+the service model (what boto3 refuses before sending), then against the rules
+Bedrock enforces on a conversation, refused as the service does: a
+`ValidationException` (HTTP 400) in the service's words. The rules: the first
+message is the user's; user and assistant alternate; no blank text block;
+`toolUse` only from the assistant and `toolResult` only from the user; every
+`toolUse` is answered by a `toolResult` with its id in the very next message,
+and no `toolResult` answers anything else; tool blocks need a `toolConfig`; the
+conversation ends with a user message. With cache points in the request, usage
+reports the cached prefix as the service would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import botocore.session
+from botocore.exceptions import ClientError
+from botocore.validate import validate_parameters
+
+from agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
+from agent.model import Reply
+from agent.tools import ToolSpec
+from agent.types import ToolCall
+from tests.fakes.brain import Brain
+
+_SERVICE = botocore.session.get_session().get_service_model("bedrock-runtime")
+_CONVERSE = _SERVICE.operation_model("Converse")
+
+
+def refuse(message: str, code: str = "ValidationException", status: int = 400) -> ClientError:
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
+        "Converse",
+    )
+
+
+def violation(params: dict[str, Any]) -> str | None:
+    """What Bedrock refuses in this (shape-valid) request, or None."""
+    messages = params["messages"]
+    if not messages or messages[0]["role"] != "user":
+        return (
+            "A conversation must start with a user message. Try again with a conversation "
+            "that starts with a user message."
+        )
+    uses_tools = False
+    pending: list[str] = []
+    for i, m in enumerate(messages):
+        if i and m["role"] == messages[i - 1]["role"]:
+            return (
+                "A conversation must alternate between user and assistant roles. Make sure the "
+                "conversation alternates between user and assistant roles and try again."
+            )
+        answered = []
+        for j, block in enumerate(m["content"]):
+            where = f"messages.{i}.content.{j}"
+            if "text" in block and not block["text"].strip():
+                return (
+                    f"The text field in the ContentBlock object at {where} is blank. "
+                    "Add text to the text field, and try again."
+                )
+            if "toolUse" in block:
+                uses_tools = True
+                if m["role"] != "assistant":
+                    return f"{where}: toolUse blocks are only allowed in assistant messages"
+            if "toolResult" in block:
+                uses_tools = True
+                if m["role"] != "user":
+                    return f"{where}: toolResult blocks are only allowed in user messages"
+                tool_use_id = block["toolResult"]["toolUseId"]
+                if tool_use_id not in pending:
+                    return (
+                        f"{where}.toolResult.toolUseId: unexpected tool_use_id found in "
+                        f"tool_result blocks: {tool_use_id}. Each tool_result block must have a "
+                        "corresponding tool_use block in the previous message."
+                    )
+                answered.append(tool_use_id)
+        missing = [p for p in pending if p not in answered]
+        if missing:
+            return (
+                f"Expected toolResult blocks at messages.{i}.content for the following Ids: "
+                f"{', '.join(missing)}"
+            )
+        pending = [b["toolUse"]["toolUseId"] for b in m["content"] if "toolUse" in b]
+    if pending:
+        return f"Expected toolResult blocks for the following Ids: {', '.join(pending)}"
+    if uses_tools and "toolConfig" not in params:
+        return (
+            "The toolConfig field must be defined when using toolUse and toolResult content blocks."
+        )
+    if messages[-1]["role"] != "user":
+        return "A conversation must end with a user message. Try again with a user message."
+    for j, block in enumerate(params.get("system", [])):
+        if "text" in block and not block["text"].strip():
+            return f"The text field in the SystemContentBlock at system.{j} is blank."
+    return None
+
+
+def conversation(params: dict[str, Any]) -> tuple[list[Message], list[ToolSpec]]:
+    """A (valid) request as the canonical conversation and tool specs, for a brain."""
+    messages: list[Message] = []
+    names: dict[str, str] = {}
+    for m in params["messages"]:
+        texts = [b["text"] for b in m["content"] if "text" in b]
+        if m["role"] == "assistant":
+            calls = []
+            for b in m["content"]:
+                if "toolUse" in b:
+                    use = b["toolUse"]
+                    names[use["toolUseId"]] = use["name"]
+                    calls.append(
+                        ToolCall(id=use["toolUseId"], name=use["name"], arguments=use["input"])
+                    )
+            messages.append(AssistantMessage(text="".join(texts), calls=calls))
+            continue
+        for b in m["content"]:
+            if "toolResult" in b:
+                r = b["toolResult"]
+                messages.append(
+                    ToolResult(
+                        call_id=r["toolUseId"],
+                        tool=names[r["toolUseId"]],
+                        ok=r.get("status") != "error",
+                        text="".join(c.get("text", "") for c in r["content"]),
+                    )
+                )
+        if texts:
+            messages.append(UserMessage(text="".join(texts)))
+    tools = [
+        ToolSpec(
+            name=t["toolSpec"]["name"],
+            description=t["toolSpec"].get("description", ""),
+            parameters=t["toolSpec"]["inputSchema"]["json"],
+        )
+        for t in params.get("toolConfig", {}).get("tools", [])
+        if "toolSpec" in t
+    ]
+    return messages, tools
+
+
+def said(text: str, stop: str = "end_turn") -> dict[str, Any]:
+    """A reply that says something."""
+    return {
+        "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+        "stopReason": stop,
+    }
+
+
+def tool_use(*calls: tuple[str, dict[str, Any]], text: str = "") -> dict[str, Any]:
+    """A reply asking for calls: (name, input). Ids are given by the fake."""
+    content: list[dict[str, Any]] = [{"text": text}] if text else []
+    content += [{"toolUse": {"toolUseId": "", "name": n, "input": i}} for n, i in calls]
+    return {
+        "output": {"message": {"role": "assistant", "content": content}},
+        "stopReason": "tool_use",
+    }
+
+
+class ConverseFake:
+    def __init__(
+        self, replies: Iterable[dict[str, Any] | Exception] = (), brain: Brain | None = None
+    ) -> None:
+        self.replies: list[dict[str, Any] | Exception] = list(replies)
+        self.brain = brain
+        self.requests: list[dict[str, Any]] = []
+        """Every request that reached the service (passed botocore's validation)."""
+        self.accepted: list[dict[str, Any]] = []
+        """The requests answered with a reply: the model calls that happened."""
+        self._prefixes: list[str] = []
+        self._ids = 0
+
+    def converse(self, **params: Any) -> dict[str, Any]:
+        validate_parameters(params, _CONVERSE.input_shape)  # raises ParamValidationError
+        self.requests.append(params)
+        if problem := violation(params):
+            raise refuse(problem)
+        if self.replies:
+            reply = self.replies.pop(0)
+            if isinstance(reply, Exception):
+                raise reply
+            reply = json.loads(json.dumps(reply))
+        elif self.brain is not None:
+            reply = self._from_brain(self.brain(*conversation(params)))
+        else:
+            raise refuse(
+                "the test scripted no reply for this request", "InternalServerException", 500
+            )
+        for block in reply["output"]["message"]["content"]:
+            if "toolUse" in block and not block["toolUse"]["toolUseId"]:
+                self._ids += 1
+                block["toolUse"]["toolUseId"] = f"tooluse_{self._ids:022d}"
+        reply["usage"] = self._usage(params, reply)
+        reply.setdefault("metrics", {"latencyMs": 100})
+        self.accepted.append(params)
+        return reply
+
+    def _from_brain(self, reply: Reply) -> dict[str, Any]:
+        if not reply.calls:
+            return said(reply.text)
+        return tool_use(*((c.name, c.arguments) for c in reply.calls), text=reply.text)
+
+    def _usage(self, params: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+        """Tokens at about four characters each; with cache points, the prefix up to the
+        last cache point is written once and read by every later identical request."""
+        prompt = json.dumps([params.get("system"), params.get("toolConfig"), params["messages"]])
+        cacheable = 0
+        if any("cachePoint" in b for b in params.get("system", [])):
+            cacheable = len(json.dumps([params.get("system"), params.get("toolConfig")]))
+        read = write = 0
+        if cacheable:
+            head = prompt[:cacheable]
+            if head in self._prefixes:
+                read = cacheable // 4
+            else:
+                write = cacheable // 4
+                self._prefixes.append(head)
+        total_in = len(prompt) // 4
+        out = len(json.dumps(reply["output"])) // 4
+        usage = {
+            "inputTokens": total_in - read - write,
+            "outputTokens": out,
+            "totalTokens": total_in + out,
+        }
+        if cacheable:
+            usage |= {"cacheReadInputTokens": read, "cacheWriteInputTokens": write}
+        return usage
