@@ -6,18 +6,24 @@
     python -m shop.dynamo create                create the tables and load the sample data
 
 Same contract as the SQLite store (`tests/test_stores.py` runs one suite on
-both): lookups scoped to the customer, and `start_return` exactly once per
-idempotency key, enforced by a conditional transaction.
+both): lookups scoped to the customer, the return rules of `shop.store`, and
+`start_return` exactly once per idempotency key.
+
+DynamoDB cannot read and write in one transaction, so the rules are checked on
+what was read and then made to hold by the write: each order item names its latest
+return (`return_id`), and the transaction that writes a return also sets that
+attribute on the condition that it is still absent. Of two requests that read
+the order before either wrote, one wins; the other sees its condition fail,
+reads again and answers with the winner's return.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from datetime import date
 from typing import Any
 
-from agent.errors import NotAllowed, NotFound, ToolUnavailable
+from agent.errors import NotFound, ToolUnavailable
 from shop import seed
 from shop.store import (
     ORDER_NOT_FOUND,
@@ -26,9 +32,15 @@ from shop.store import (
     PolicyHit,
     Return,
     ShopStore,
+    clean_reason,
+    existing_return,
+    new_return,
 )
 
 COUNTER_KEY = "__return_counter__"
+# A lost race is followed by a fresh read, which sees the winner; more rounds
+# than this mean something else is wrong, and Temporal retries the whole call.
+_WRITE_ATTEMPTS = 3
 
 
 class DynamoStore:
@@ -72,11 +84,14 @@ class DynamoStore:
             self._db.get_waiter("table_exists").wait(TableName=table)
 
     def seed(self) -> None:
+        """Load the sample data; run again, it restores the sample facts and keeps
+        the returns started since (an order keeps the `return_id` it was given)."""
+        latest = {order_id: return_id for return_id, _, order_id, _, _ in seed.RETURNS}
         for oid, cust, item, qty, cents, status, shipped, expected in seed.ORDERS:
-            self._db.put_item(
+            self._db.update_item(
                 TableName=self.orders,
-                Item=_item(
-                    order_id=oid,
+                Key={"order_id": {"S": oid}},
+                **_set(
                     customer_id=cust,
                     item=item,
                     quantity=qty,
@@ -84,6 +99,7 @@ class DynamoStore:
                     status=status,
                     shipped_on=shipped,
                     expected_delivery=expected,
+                    return_id=latest.get(oid),
                 ),
             )
         for rid, cust, oid, status, detail in seed.RETURNS:
@@ -94,11 +110,12 @@ class DynamoStore:
                 ),
             )
         # New return ids continue after the sample ones, whatever was seeded before.
+        last = max(int(return_id[3:]) for return_id, *_ in seed.RETURNS)
         self._db.update_item(
             TableName=self.idempotency,
             Key={"key": {"S": COUNTER_KEY}},
             UpdateExpression="SET n = if_not_exists(n, :n)",
-            ExpressionAttributeValues={":n": {"N": str(len(seed.RETURNS))}},
+            ExpressionAttributeValues={":n": {"N": str(last)}},
         )
 
     # --- the store contract ---------------------------------------------------------
@@ -126,59 +143,25 @@ class DynamoStore:
     def start_return(
         self, customer_id: str, order_id: str, reason: str, idempotency_key: str
     ) -> Return:
-        done = self._done(idempotency_key)
-        if done is not None:
-            return done
-        order = self._get(self.orders, "order_id", order_id)
-        if order is None or order["customer_id"] != customer_id:
-            raise NotFound(ORDER_NOT_FOUND)
-        if order["status"] not in ("shipped", "delivered"):
-            raise NotAllowed(
-                f"Order {order_id} has not shipped yet, so it cannot be returned; "
-                "it can be cancelled free of charge instead."
-            )
-        n = self._db.update_item(
-            TableName=self.idempotency,
-            Key={"key": {"S": COUNTER_KEY}},
-            UpdateExpression="ADD n :one",
-            ExpressionAttributeValues={":one": {"N": "1"}},
-            ReturnValues="UPDATED_NEW",
-        )["Attributes"]["n"]["N"]
-        ret = Return(
-            return_id=f"rtn{int(n):03d}",
-            order_id=order_id,
-            status="requested",
-            detail=f"Requested on {date.today().isoformat()} ({reason.strip()[:200]}). "
-            "Ship the item back with the prepaid label we emailed you.",
-        )
-        try:
-            # The key and the return are written together or not at all; a second
-            # writer with the same key loses the condition and reads the winner's.
-            self._db.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self.idempotency,
-                            "Item": _item(key=idempotency_key, return_id=ret.return_id),
-                            "ConditionExpression": "attribute_not_exists(#k)",
-                            "ExpressionAttributeNames": {"#k": "key"},
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self.returns,
-                            "Item": _item(customer_id=customer_id, **ret.model_dump()),
-                            "ConditionExpression": "attribute_not_exists(return_id)",
-                        }
-                    },
-                ]
-            )
-        except self._db.exceptions.TransactionCanceledException:
+        """Start a return for one of the customer's orders, exactly once per key,
+        and at most one open return per order (see the module docstring)."""
+        for _ in range(_WRITE_ATTEMPTS):
             done = self._done(idempotency_key)
-            if done is None:
-                raise ToolUnavailable("return could not be recorded; retrying") from None
-            return done
-        return ret
+            if done is not None:
+                return done
+            order = self._get(self.orders, "order_id", order_id)
+            if order is None or order["customer_id"] != customer_id:
+                raise NotFound(ORDER_NOT_FOUND)
+            ret = existing_return(order_id, order["status"], self._latest_return(order))
+            if ret is not None:
+                if self._remember(idempotency_key, ret.return_id):
+                    return ret
+                continue  # a call with this key just finished: its result is read above
+            cleaned = clean_reason(order_id, reason)
+            ret = new_return(self._next_return_id(), order_id, cleaned)
+            if self._write(customer_id, ret, idempotency_key):
+                return ret
+        raise ToolUnavailable("The return could not be recorded just now; retrying.")
 
     def returns_for(self, order_id: str) -> list[Return]:
         pages = self._db.get_paginator("scan").paginate(
@@ -207,12 +190,89 @@ class DynamoStore:
         ret = self._get(self.returns, "return_id", row["return_id"])
         return _return(ret) if ret else None
 
+    def _latest_return(self, order: dict[str, Any]) -> Return | None:
+        if "return_id" not in order:
+            return None
+        row = self._get(self.returns, "return_id", order["return_id"])
+        return _return(row) if row else None
+
+    def _next_return_id(self) -> str:
+        n = self._db.update_item(
+            TableName=self.idempotency,
+            Key={"key": {"S": COUNTER_KEY}},
+            UpdateExpression="ADD n :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+            ReturnValues="UPDATED_NEW",
+        )["Attributes"]["n"]["N"]
+        return f"rtn{int(n):03d}"
+
+    def _remember(self, idempotency_key: str, return_id: str) -> bool:
+        """Tie the key to an existing return, so a re-run gets what this call got;
+        False if another call with the key got there first."""
+        try:
+            self._db.put_item(
+                TableName=self.idempotency,
+                Item=_item(key=idempotency_key, return_id=return_id),
+                ConditionExpression="attribute_not_exists(#k)",
+                ExpressionAttributeNames={"#k": "key"},
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def _write(self, customer_id: str, ret: Return, idempotency_key: str) -> bool:
+        """Write the key, the return and the order's `return_id` together or not at
+        all; False if the key was used or the order got a return since it was read."""
+        try:
+            self._db.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.idempotency,
+                            "Item": _item(key=idempotency_key, return_id=ret.return_id),
+                            "ConditionExpression": "attribute_not_exists(#k)",
+                            "ExpressionAttributeNames": {"#k": "key"},
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.returns,
+                            "Item": _item(customer_id=customer_id, **ret.model_dump()),
+                            "ConditionExpression": "attribute_not_exists(return_id)",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self.orders,
+                            "Key": {"order_id": {"S": ret.order_id}},
+                            "UpdateExpression": "SET return_id = :r",
+                            "ConditionExpression": "attribute_exists(order_id) "
+                            "AND attribute_not_exists(return_id)",
+                            "ExpressionAttributeValues": {":r": {"S": ret.return_id}},
+                        }
+                    },
+                ]
+            )
+        except self._db.exceptions.TransactionCanceledException:
+            return False
+        return True
+
 
 def _item(**values: Any) -> dict[str, Any]:
     return {
         k: {"N": str(v)} if isinstance(v, int) else {"S": str(v)}
         for k, v in values.items()
         if v is not None
+    }
+
+
+def _set(**values: Any) -> dict[str, Any]:
+    """update_item arguments that set the given attributes (None ones are left alone)."""
+    values = {k: v for k, v in values.items() if v is not None}
+    return {
+        "UpdateExpression": "SET " + ", ".join(f"#{k} = :{k}" for k in values),
+        "ExpressionAttributeNames": {f"#{k}": k for k in values},
+        "ExpressionAttributeValues": {f":{k}": v for k, v in _item(**values).items()},
     }
 
 

@@ -1,4 +1,15 @@
-"""The demo shop's sample data (the support agent's test cases refer to it)."""
+"""The demo shop's sample data (the support agent's test cases refer to it).
+
+Customer `demo` has one order for each of the return rules:
+
+    123456  shipped, no return yet        a return can be started (once)
+    234567  delivered, return rtn003      open: asking again gives rtn003
+    345678  delivered, return rtn001      refunded: cannot be returned again
+    456789  processing                    not shipped: cancel it instead
+    678901  delivered, return rtn002      open, still on its way to the warehouse
+
+Order 567890 and return rtn004 belong to another customer, so `demo` never sees them.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +43,16 @@ ORDERS = [
         "2026-10-23",
     ),
     ("456789", DEFAULT_CUSTOMER, "Electric Toothbrush", 1, 4900, "processing", None, "2026-11-27"),
+    (
+        "678901",
+        DEFAULT_CUSTOMER,
+        "Sandalwood Soap Bar",
+        2,
+        1590,
+        "delivered",
+        "2026-11-09",
+        "2026-11-12",
+    ),
     ("567890", OTHER_CUSTOMER, "Cedar Beard Oil", 1, 1800, "shipped", "2026-11-17", "2026-11-20"),
 ]
 
@@ -47,7 +68,7 @@ RETURNS = [
     (
         "rtn002",
         DEFAULT_CUSTOMER,
-        "234567",
+        "678901",
         "pending",
         "Waiting for the item to arrive at our warehouse.",
     ),

@@ -1,5 +1,9 @@
 """The demo shop's data: orders, returns and policy documents in one SQLite file.
 
+Also the contract every store keeps (`ShopData`, the records, the messages and
+the return rules), so that `shop/dynamo.py` imports from here and nothing
+imports back; `shop/stores.py` picks one of the two.
+
 The file is created and seeded the first time a store opens it (idempotently,
 so several workers may start at once). Every lookup is scoped to a customer:
 another customer's order reads exactly like an unknown one.
@@ -7,9 +11,11 @@ another customer's order reads exactly like an unknown one.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sqlite3
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
@@ -29,8 +35,16 @@ def default_db_path() -> Path:
     return Path(os.environ.get("AGENT_SHOP_DB", DEFAULT_DB))
 
 
+# --- the contract ---------------------------------------------------------------------
+
+
 class ShopData(Protocol):
-    """What the shop's tools need from a store (SQLite here, DynamoDB in shop/dynamo.py)."""
+    """What the shop's tools need from a store (SQLite here, DynamoDB in shop/dynamo.py).
+
+    `start_return` keeps the return rules (`existing_return`, `clean_reason`) even
+    against concurrent calls, and gives a call with a key already used the
+    first call's return: a re-run dispatch never writes twice.
+    """
 
     def order(self, customer_id: str, order_id: str) -> Order: ...
 
@@ -43,18 +57,6 @@ class ShopData(Protocol):
     def returns_for(self, order_id: str) -> list[Return]: ...
 
     def search_policies(self, query: str, limit: int = 2) -> list[PolicyHit]: ...
-
-
-def open_store() -> ShopData:
-    """The store `AGENT_SHOP_STORE` names: `sqlite` (default) or `dynamodb`."""
-    kind = os.environ.get("AGENT_SHOP_STORE", "sqlite").strip().lower()
-    if kind == "sqlite":
-        return ShopStore()
-    if kind == "dynamodb":
-        from shop.dynamo import DynamoStore
-
-        return DynamoStore()
-    raise ValueError(f"AGENT_SHOP_STORE={kind!r}: use sqlite or dynamodb")
 
 
 class Order(BaseModel):
@@ -77,11 +79,190 @@ class Return(BaseModel):
 class PolicyHit(BaseModel):
     title: str
     excerpt: str
+    """Whole sentences of the document, those that best match the query."""
 
 
 ORDER_NOT_FOUND = "Order not found. Please check your Order ID."
 RETURN_NOT_FOUND = "Return not found. Please check your Return ID."
 POLICY_NOT_FOUND = "No store policy covers that. Please contact support."
+
+# --- the return rules (both stores) ---------------------------------------------------
+
+SHIPPED = ("shipped", "delivered")
+"""Order statuses that can be returned."""
+REFUNDED = ("processed", "refunded")
+"""Return statuses after which the order cannot be returned again; every other
+status (requested, pending, received) is an open return."""
+MAX_REASON_CHARS = 160
+"""The reason is kept inside the return's detail, which the model reads back
+on every later step: a paragraph pasted by the customer must not ride along."""
+
+
+def existing_return(order_id: str, order_status: str, latest: Return | None) -> Return | None:
+    """Apply the rules to an order and its latest return: that return if it is
+    still open (a repeated request gets it back instead of a second one), None
+    if a new return may be started. An order has at most one open return, and
+    none after a refunded one, so its latest return is all the rules need."""
+    if latest is not None and latest.status not in REFUNDED:
+        return latest
+    if latest is not None:
+        raise NotAllowed(
+            f"Order {order_id} was already returned and refunded (return {latest.return_id}), "
+            f"so it cannot be returned again; ask about return {latest.return_id} "
+            "for the refund's details."
+        )
+    if order_status not in SHIPPED:
+        raise NotAllowed(
+            f"Order {order_id} has not shipped yet, so it cannot be returned; "
+            "you can cancel it free of charge until it ships instead."
+        )
+    return None
+
+
+def clean_reason(order_id: str, reason: str) -> str:
+    """The customer's reason on one line, capped at a word boundary; a blank one
+    is refused, since the warehouse needs it to handle the item."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in reason).split()).strip(" .")
+    if not any(c.isalnum() for c in text):
+        raise NotAllowed(
+            f"Please say why order {order_id} is going back (for example: arrived damaged, "
+            "wrong size), then ask again to start the return."
+        )
+    if len(text) <= MAX_REASON_CHARS:
+        return text
+    cut = text[: MAX_REASON_CHARS - 1]
+    if " " in cut[MAX_REASON_CHARS // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:.-") + "…"
+
+
+def new_return(return_id: str, order_id: str, reason: str) -> Return:
+    """A freshly requested return; `reason` as `clean_reason` left it."""
+    return Return(
+        return_id=return_id,
+        order_id=order_id,
+        status="requested",
+        detail=f"Requested on {date.today().isoformat()} ({reason}). "
+        "Ship the item back with the prepaid label we emailed you.",
+    )
+
+
+# --- policy search --------------------------------------------------------------------
+
+# Words that say nothing about which document answers: question words, pronouns,
+# and "policy" itself (every document is one).
+_QUERY_STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "after",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "before",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "for",
+        "from",
+        "get",
+        "got",
+        "had",
+        "has",
+        "have",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "just",
+        "know",
+        "let",
+        "long",
+        "me",
+        "much",
+        "my",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "our",
+        "please",
+        "policies",
+        "policy",
+        "shall",
+        "should",
+        "so",
+        "some",
+        "tell",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "too",
+        "us",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    ]
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
+# Titles weigh four times the body: a document named for the topic ranks first.
+_TITLE_WEIGHT, _BODY_WEIGHT = 4.0, 1.0
+SENTENCES_PER_HIT = 2
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a policy text (documents are plain prose, no abbreviations)."""
+    return [s for s in _SENTENCE_END.split(text.strip()) if s]
+
+
+def match_expression(query: str) -> str:
+    """An FTS5 query matching any of the question's content words. Each word is
+    quoted, so FTS5 operators typed by a customer ("NOT", "*") are just words,
+    and the porter tokenizer stems them as it stemmed the documents."""
+    words = re.findall(r"[a-z0-9]+", query.lower())
+    terms = dict.fromkeys(w for w in words if w not in _QUERY_STOPWORDS)
+    if not terms:
+        raise NotFound(POLICY_NOT_FOUND)
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
+# --- the SQLite store -----------------------------------------------------------------
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (
@@ -91,37 +272,20 @@ CREATE TABLE IF NOT EXISTS orders (
 CREATE TABLE IF NOT EXISTS returns (
     return_id TEXT PRIMARY KEY, customer_id TEXT NOT NULL, order_id TEXT NOT NULL,
     status TEXT NOT NULL, detail TEXT NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS policies USING fts5(slug UNINDEXED, title, body);
+CREATE INDEX IF NOT EXISTS returns_by_order ON returns (order_id);
 CREATE TABLE IF NOT EXISTS idempotency (
     key TEXT PRIMARY KEY, return_id TEXT NOT NULL REFERENCES returns(return_id));
+CREATE TABLE IF NOT EXISTS policy_index (fingerprint TEXT NOT NULL);
 """
 
-_FTS_STOPWORDS = frozenset(
-    [
-        "and",
-        "are",
-        "can",
-        "does",
-        "for",
-        "from",
-        "have",
-        "how",
-        "long",
-        "many",
-        "much",
-        "the",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "will",
-        "with",
-        "you",
-        "your",
-    ]
+# The policy index: per document a title row (n = 0, `title` set) and a row per
+# sentence (n = 1, 2, ..., `sentence` set). Porter stemming: "returning" finds "returns".
+_POLICY_INDEX = (
+    "CREATE VIRTUAL TABLE policy_text USING fts5("
+    "slug UNINDEXED, n UNINDEXED, title, sentence, tokenize = 'porter unicode61')"
 )
+
+_RETURN_COLUMNS = "return_id, order_id, status, detail"
 
 
 class ShopStore:
@@ -150,10 +314,11 @@ class ShopStore:
 
     @staticmethod
     def _seed(db: sqlite3.Connection) -> None:
-        db.executemany("INSERT OR IGNORE INTO orders VALUES (?,?,?,?,?,?,?,?)", seed.ORDERS)
-        db.executemany("INSERT OR IGNORE INTO returns VALUES (?,?,?,?,?)", seed.RETURNS)
-        if db.execute("SELECT count(*) FROM policies").fetchone()[0] == 0:
-            db.executemany("INSERT INTO policies VALUES (?,?,?)", seed.policies())
+        # REPLACE, not IGNORE: a file seeded by an older version gets today's
+        # sample facts (the store itself never changes a sample row).
+        db.executemany("INSERT OR REPLACE INTO orders VALUES (?,?,?,?,?,?,?,?)", seed.ORDERS)
+        db.executemany("INSERT OR REPLACE INTO returns VALUES (?,?,?,?,?)", seed.RETURNS)
+        _index_policies(db)
 
     def order(self, customer_id: str, order_id: str) -> Order:
         with self._connect() as db:
@@ -176,8 +341,7 @@ class ShopStore:
     def return_(self, customer_id: str, return_id: str) -> Return:
         with self._connect() as db:
             row = db.execute(
-                "SELECT return_id, order_id, status, detail FROM returns "
-                "WHERE return_id = ? AND customer_id = ?",
+                f"SELECT {_RETURN_COLUMNS} FROM returns WHERE return_id = ? AND customer_id = ?",
                 (return_id, customer_id),
             ).fetchone()
         if row is None:
@@ -187,47 +351,31 @@ class ShopStore:
     def start_return(
         self, customer_id: str, order_id: str, reason: str, idempotency_key: str
     ) -> Return:
-        """Create a return for one of the customer's orders, exactly once per key.
+        """Start a return for one of the customer's orders, exactly once per key.
 
-        The key and the new return are written in one transaction, and a call
-        with a key already used returns the first call's return: a retried or
-        re-run dispatch never creates a second return.
+        Everything happens under the write lock, in one transaction: the key
+        lookup, the rules (`existing_return`) and the writes. So a call with a
+        key already used gets the first call's return, and two calls for one
+        order, whatever their keys, leave one open return.
         """
         with self._connect() as db:
-            # Take the write lock first so two calls with one key cannot both miss it.
             db.execute("BEGIN IMMEDIATE")
             done = db.execute(
-                "SELECT r.return_id, r.order_id, r.status, r.detail FROM idempotency i "
-                "JOIN returns r USING (return_id) WHERE i.key = ?",
+                f"SELECT {_RETURN_COLUMNS} FROM idempotency JOIN returns USING (return_id) "
+                "WHERE key = ?",
                 (idempotency_key,),
             ).fetchone()
             if done is not None:
                 return Return(**dict(done))
-            order = db.execute(
-                "SELECT status FROM orders WHERE order_id = ? AND customer_id = ?",
-                (order_id, customer_id),
-            ).fetchone()
-            if order is None:
-                raise NotFound(ORDER_NOT_FOUND)
-            if order["status"] not in ("shipped", "delivered"):
-                raise NotAllowed(
-                    f"Order {order_id} has not shipped yet, so it cannot be returned; "
-                    "it can be cancelled free of charge instead."
+            status = _order_status(db, customer_id, order_id)
+            ret = existing_return(order_id, status, _latest_return(db, order_id))
+            if ret is None:
+                ret = new_return(_next_return_id(db), order_id, clean_reason(order_id, reason))
+                db.execute(
+                    "INSERT INTO returns VALUES (?,?,?,?,?)",
+                    (ret.return_id, customer_id, ret.order_id, ret.status, ret.detail),
                 )
-            last = db.execute(
-                "SELECT max(CAST(substr(return_id, 4) AS INTEGER)) FROM returns"
-            ).fetchone()[0]
-            ret = Return(
-                return_id=f"rtn{(last or 0) + 1:03d}",
-                order_id=order_id,
-                status="requested",
-                detail=f"Requested on {date.today().isoformat()} ({reason.strip()[:200]}). "
-                "Ship the item back with the prepaid label we emailed you.",
-            )
-            db.execute(
-                "INSERT INTO returns VALUES (?,?,?,?,?)",
-                (ret.return_id, customer_id, ret.order_id, ret.status, ret.detail),
-            )
+            # The key remembers an existing return too: a re-run gets what the first run got.
             db.execute("INSERT INTO idempotency VALUES (?,?)", (idempotency_key, ret.return_id))
             return ret
 
@@ -235,27 +383,99 @@ class ShopStore:
         """Every return of an order (for operators and tests)."""
         with self._connect() as db:
             rows = db.execute(
-                "SELECT return_id, order_id, status, detail FROM returns WHERE order_id = ?",
-                (order_id,),
+                f"SELECT {_RETURN_COLUMNS} FROM returns WHERE order_id = ?", (order_id,)
             ).fetchall()
         return [Return(**dict(r)) for r in rows]
 
     def search_policies(self, query: str, limit: int = 2) -> list[PolicyHit]:
-        terms = [
-            w
-            for w in re.findall(r"[a-z0-9]+", query.lower())
-            if len(w) > 2 and w not in _FTS_STOPWORDS
-        ]
-        if not terms:
-            raise NotFound(POLICY_NOT_FOUND)
-        # Prefix match on each word, any word may match; bm25 ranks the documents.
-        match = " OR ".join(f'"{t}"*' for t in terms)
+        """The best matching documents first, each with its best matching
+        sentences in reading order (see `_rank_documents`)."""
+        match = match_expression(query)
         with self._connect() as db:
             rows = db.execute(
-                "SELECT title, snippet(policies, 2, '', '', '…', 40) AS excerpt "
-                "FROM policies WHERE policies MATCH ? ORDER BY bm25(policies) LIMIT ?",
-                (match, limit),
+                "SELECT slug, n, bm25(policy_text, 0, 0, ?, ?) AS score FROM policy_text "
+                "WHERE policy_text MATCH ? ORDER BY score",
+                (_TITLE_WEIGHT, _BODY_WEIGHT, match),
             ).fetchall()
-        if not rows:
+            hits = [_hit(db, slug, numbers) for slug, numbers in _rank_documents(rows, limit)]
+        if not hits:
             raise NotFound(POLICY_NOT_FOUND)
-        return [PolicyHit(title=r["title"], excerpt=r["excerpt"]) for r in rows]
+        return hits
+
+
+def _order_status(db: sqlite3.Connection, customer_id: str, order_id: str) -> str:
+    row = db.execute(
+        "SELECT status FROM orders WHERE order_id = ? AND customer_id = ?",
+        (order_id, customer_id),
+    ).fetchone()
+    if row is None:
+        raise NotFound(ORDER_NOT_FOUND)
+    return str(row["status"])
+
+
+def _latest_return(db: sqlite3.Connection, order_id: str) -> Return | None:
+    row = db.execute(
+        f"SELECT {_RETURN_COLUMNS} FROM returns WHERE order_id = ? "
+        "ORDER BY CAST(substr(return_id, 4) AS INTEGER) DESC LIMIT 1",
+        (order_id,),
+    ).fetchone()
+    return Return(**dict(row)) if row else None
+
+
+def _next_return_id(db: sqlite3.Connection) -> str:
+    last = db.execute("SELECT max(CAST(substr(return_id, 4) AS INTEGER)) FROM returns").fetchone()
+    return f"rtn{(last[0] or 0) + 1:03d}"
+
+
+def _rank_documents(rows: list[sqlite3.Row], limit: int) -> list[tuple[str, list[int]]]:
+    """Documents by the sum of their matching rows' scores, each with the numbers
+    of the sentences for its excerpt.
+
+    The index holds a row per title and per sentence, not per document: with a
+    handful of documents, a word found in most of them ("return", "order") gets
+    an inverse document frequency of about zero and bm25 cannot rank at all,
+    while across some thirty rows it still tells the documents apart. `rows`
+    come best first (bm25 is lower for better matches).
+    """
+    score: dict[str, float] = defaultdict(float)
+    matched: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        score[row["slug"]] += row["score"]
+        matched[row["slug"]].append(row["n"])
+    ranked = sorted(score, key=score.__getitem__)[:limit]
+    return [(slug, _excerpt_sentences(matched[slug])) for slug in ranked]
+
+
+def _excerpt_sentences(matched: list[int]) -> list[int]:
+    """The best matching sentences, in reading order. A matching title stands for
+    the opening sentence: a question about the document's topic ("return
+    policy") is answered by the sentence that states the policy, not by the one
+    that repeats the word most often."""
+    best = dict.fromkeys(n or 1 for n in matched)
+    return sorted(list(best)[:SENTENCES_PER_HIT])
+
+
+def _hit(db: sqlite3.Connection, slug: str, numbers: list[int]) -> PolicyHit:
+    rows = db.execute("SELECT n, title, sentence FROM policy_text WHERE slug = ?", (slug,))
+    text = {row["n"]: (row["title"] or row["sentence"]) for row in rows}
+    return PolicyHit(title=text[0], excerpt=" ".join(text[n] for n in numbers if n in text))
+
+
+def _index_policies(db: sqlite3.Connection) -> None:
+    """(Re)build the policy index when the documents or the index's definition
+    changed since it was built, so an old file never serves stale answers."""
+    docs = seed.policies()
+    fingerprint = hashlib.sha256(repr((_POLICY_INDEX, docs)).encode()).hexdigest()
+    if db.execute("SELECT 1 FROM policy_index WHERE fingerprint = ?", (fingerprint,)).fetchone():
+        return
+    db.execute("DROP TABLE IF EXISTS policies")  # an older version's index
+    db.execute("DROP TABLE IF EXISTS policy_text")
+    db.execute(_POLICY_INDEX)
+    for slug, title, body in docs:
+        db.execute("INSERT INTO policy_text VALUES (?, 0, ?, '')", (slug, title))
+        db.executemany(
+            "INSERT INTO policy_text VALUES (?, ?, '', ?)",
+            [(slug, n, text) for n, text in enumerate(sentences(body), 1)],
+        )
+    db.execute("DELETE FROM policy_index")
+    db.execute("INSERT INTO policy_index VALUES (?)", (fingerprint,))
