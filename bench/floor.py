@@ -1,7 +1,9 @@
-"""The floor: a no-op workflow with the activity shape of one agent iteration.
+"""The floor: a no-op workflow with the activity shape of an agent turn.
 
-plan, dispatch and interpret are regular activities; parse and parse_output are
-local ones. Whatever a turn costs above this is the agent's own overhead.
+One plan, then per iteration (round of tools) parse, dispatch, parse_output and
+interpret; plan, dispatch and interpret are regular activities, parse and
+parse_output local ones. Whatever a turn costs above this is the agent's own
+overhead.
 """
 
 from __future__ import annotations
@@ -41,10 +43,10 @@ async def floor_local(x: Nop) -> Nop:
 class FloorTurn:
     @workflow.run
     async def run(self, input: FloorInput) -> FloorOutput:
+        await workflow.execute_activity(
+            floor_remote, Nop(step="plan"), start_to_close_timeout=REMOTE
+        )
         for _ in range(input.iterations):
-            await workflow.execute_activity(
-                floor_remote, Nop(step="plan"), start_to_close_timeout=REMOTE
-            )
             await workflow.execute_local_activity(
                 floor_local, Nop(step="parse"), start_to_close_timeout=LOCAL
             )
