@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from agent.argfill import find_reason
 from agent.conversation import AssistantMessage, ToolResult, UserMessage
 from agent.errors import InvalidCall, NotFound, UnknownModel, permanent_error_types
 from agent.model import ModelCatalog, ModelRequest, Reply
@@ -38,6 +39,18 @@ async def plan(question: str) -> Reply:
             "How many days do I have to return an item?",
             ["search_policies(query='How many days do I have to return an item?')"],
         ),
+        ("Do you ship to Canada?", ["search_policies(query='Do you ship to Canada?')"]),
+        (  # a question about returning looks up the order and the policy, at once
+            "Can I return order 123456?",
+            [
+                "order_status(order_id='123456')",
+                "search_policies(query='Can I return order 123456?')",
+            ],
+        ),
+        (  # a request to return writes, with the customer's reason
+            "I want to return order 123456, the soap is broken",
+            ["start_return(order_id='123456', reason='the soap is broken')"],
+        ),
     ],
 )
 async def test_offline_model_picks_tools_and_fills_arguments(question: str, calls: list[str]):
@@ -49,7 +62,7 @@ async def test_offline_model_picks_tools_and_fills_arguments(question: str, call
     [
         "How is the weather in Scotland right now?",
         "What is the impact of return rtn001 on world peace?",
-        "hi",
+        "Tell me a joke",
         "Write me a poem about order 123456 and the ocean and the moon",
     ],
 )
@@ -62,6 +75,78 @@ async def test_offline_model_asks_for_a_missing_id() -> None:
     p = await plan("Has my order shipped?")
     assert p.calls == []
     assert "order ID (6 digits" in p.text
+
+
+async def test_offline_model_asks_for_a_missing_reason() -> None:
+    p = await plan("I want to return order 123456.")
+    assert p.calls == []
+    assert p.text == "I can start a return for order 123456. Please tell me why the item goes back."
+
+
+async def test_offline_model_greets_with_what_the_tools_do() -> None:
+    p = await plan("hi")
+    assert p.calls == [] and p.text.startswith("Hello!")
+    assert "status of a specific order" in p.text and "search the store's policy" in p.text
+
+
+async def test_offline_model_follows_up_on_the_previous_answer() -> None:
+    messages = [
+        UserMessage(text="Has order 123456 shipped?"),
+        AssistantMessage(text="Yes — order 123456 shipped on 2026-11-18."),
+        UserMessage(text="When will it arrive?"),
+    ]
+    reply = await OfflineModel().plan(ModelRequest(messages=messages, tools=TOOLS.specs))
+    assert [c.render() for c in reply.calls] == ["order_status(order_id='123456')"]
+
+
+def answered(question: str, call: ToolCall, result: str) -> ModelRequest:
+    messages = [
+        UserMessage(text=question),
+        AssistantMessage(calls=[call]),
+        ToolResult(call_id=call.id, tool=call.name, ok=True, text=result),
+    ]
+    return ModelRequest(messages=messages, tools=TOOLS.specs)
+
+
+async def test_offline_model_reads_the_records_it_is_given() -> None:
+    order = (
+        "Order id: 654321. Item: Cedar Soap. Quantity: 1. Total: $7.00. Status: shipped. "
+        "Shipped on: 2027-01-02. Expected delivery: 2027-01-05."
+    )
+    call = ToolCall(id="c1", name="order_status", arguments={"order_id": "654321"})
+    reply = await OfflineModel().interpret(answered("Has order 654321 shipped?", call, order))
+    assert reply.text == "Yes — order 654321 shipped on 2027-01-02 and should arrive by 2027-01-05."
+    reply = await OfflineModel().interpret(answered("What did 654321 cost?", call, order))
+    assert reply.text == "The total for order 654321 was $7.00 (1 × Cedar Soap)."
+
+
+async def test_offline_model_tells_an_open_return_from_a_new_one() -> None:
+    args = {"order_id": "654321", "reason": "too small"}
+    call = ToolCall(id="c1", name="start_return", arguments=args)
+    new = (
+        "Return id: rtn042. Order id: 654321. Status: requested. "
+        "Detail: Requested on 2027-01-09 (too small). Ship the item back."
+    )
+    reply = await OfflineModel().interpret(answered("Return 654321, too small", call, new))
+    assert reply.text.startswith("I've started return rtn042 for order 654321")
+    open_one = new.replace("(too small)", "(broken)")
+    reply = await OfflineModel().interpret(answered("Return 654321, too small", call, open_one))
+    assert reply.text.startswith("Order 654321 already has an open return, rtn042")
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("I want to return order 123456, the soap is broken", "the soap is broken"),
+        ("please start a return for 234567: wrong size", "wrong size"),
+        ("Return order 123456 because it arrived damaged.", "it arrived damaged"),
+        ("Order 123456 arrived broken, please return it", "Order 123456 arrived broken"),
+        ("I want to return order 123456.", None),
+        ("Hi, please start a return for order 123456, thanks!", None),
+    ],
+)
+def test_the_reason_is_the_customers_own(text: str, reason: str | None) -> None:
+    assert find_reason(text, ("start", "return")) == reason
 
 
 async def test_offline_model_answers_from_the_results() -> None:
