@@ -1,6 +1,11 @@
 """Ask the support agent; every question runs as one durable Temporal workflow.
 
-python client.py ask "Has order 123456 shipped?" [--customer ID] [--follow]
+python client.py ask "Has order 123456 shipped?" [--customer ID] [--follow] [--no-wait]
+python client.py chat [--customer ID] [--model SPEC]      # a conversation; Ctrl-D ends it
+python client.py pending [--customer ID]                  # calls awaiting approval
+python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
+python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
+python client.py list [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
 python client.py demo           # the six sample questions, no setup needed
 """
@@ -10,11 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import getpass
 import os
 import sys
-import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import TaskQueueType
@@ -23,10 +28,24 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent.types import DEFAULT_CUSTOMER, Step, TurnInput, TurnLimits, TurnOutput
+from agent.chat import ConversationInput
+from agent.types import DEFAULT_CUSTOMER, Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from runtime.server import Connection, ServerUnavailable, connect
 from runtime.settings import TASK_QUEUE
-from workflows import AgentTurn
+from runtime.turns import (
+    AgentClientError,
+    decide,
+    find_turns,
+    follow,
+    pending,
+    progress_of,
+    send,
+    start_chat,
+    start_turn,
+)
+from workflows import AgentTurn, Conversation
+
+__all__ = ["main", "start_turn"]
 
 DEMO_QUESTIONS = [
     "Which item was ordered for 123456?",
@@ -37,42 +56,20 @@ DEMO_QUESTIONS = [
     "What is the impact of return rtn001 on world peace?",
 ]
 
-FOLLOW_POLL_S = 0.2
+# Where each input field comes from on the command line, for error messages.
+FLAGS = {
+    "question": "QUESTION",
+    "customer_id": "--customer",
+    "model": "--model",
+    "max_steps": "--max-steps",
+    "max_duration": "--max-duration",
+    "max_tokens": "--max-tokens",
+    "approval_timeout": "--approval-timeout",
+}
 
 
 class CliError(Exception):
     """An error shown to the user as one line, with a non-zero exit."""
-
-
-def turn_id(customer_id: str) -> str:
-    """`turn-<customer>-<8 hex>`: readable in the Web UI, unique per turn."""
-    return f"turn-{customer_id}-{uuid.uuid4().hex[:8]}"
-
-
-async def start_turn(
-    client: Client, turn: TurnInput, task_queue: str = TASK_QUEUE
-) -> WorkflowHandle:
-    return await client.start_workflow(
-        AgentTurn.run,
-        turn,
-        id=turn_id(turn.customer_id),
-        task_queue=task_queue,
-        static_summary=turn.question[:200],
-        static_details=f"customer: {turn.customer_id} · model: {turn.model or 'worker default'}",
-    )
-
-
-async def follow(handle: WorkflowHandle) -> AsyncIterator[Step]:
-    """Yield the turn's steps as they happen (polls the `progress` query)."""
-    seen = 0
-    while True:
-        progress = await handle.query(AgentTurn.progress)
-        for step in progress.steps[seen:]:
-            yield step
-        seen = len(progress.steps)
-        if progress.done:
-            return
-        await asyncio.sleep(FOLLOW_POLL_S)
 
 
 async def has_worker(client: Client, task_queue: str) -> bool:
@@ -109,41 +106,203 @@ async def session(task_queue: str, *, self_contained: bool) -> AsyncIterator[Con
         conn.close()
 
 
+def input_error(e: ValidationError) -> CliError:
+    """A validation error naming the flag or argument at fault."""
+    parts = []
+    for err in e.errors():
+        field = next((str(p) for p in reversed(err["loc"]) if str(p) in FLAGS), "")
+        message = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{FLAGS[field]}: {message}" if field else message)
+    return CliError("; ".join(parts))
+
+
+def limits(args: argparse.Namespace) -> TurnLimits:
+    try:
+        return TurnLimits(
+            max_steps=args.max_steps,
+            max_duration=timedelta(seconds=args.max_duration),
+            max_tokens=args.max_tokens,
+            approval_timeout=timedelta(seconds=args.approval_timeout),
+        )
+    except ValidationError as e:
+        raise input_error(e) from None
+
+
 def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> None:
     print(f"\nanswer ({result.outcome.value}): {result.answer}")
     u = result.usage
     print(
         f"usage: {u.model_calls} model call(s), {u.input_tokens} in / {u.output_tokens} out tokens"
+        + (f" ({u.cached_input_tokens} cached)" if u.cached_input_tokens else "")
     )
     url = conn.workflow_url(handle.id, handle.result_run_id)
     print(f"workflow: {handle.id}" + (f"  {url}" if url else ""))
+
+
+def decide_hint(workflow_id: str, step: Step) -> str:
+    call = step.calls[0] if step.calls else None
+    call_id = f" {call.id}" if call else ""
+    return (
+        f"  decide with: python client.py approve {workflow_id}{call_id}"
+        f"   (or: python client.py reject {workflow_id}{call_id} --reason '...')"
+    )
 
 
 async def cmd_ask(args: argparse.Namespace) -> None:
     question = sys.stdin.read() if args.question == "-" else args.question
     try:
         turn = TurnInput(
-            question=question,
-            customer_id=args.customer,
-            model=args.model,
-            limits=TurnLimits(
-                max_steps=args.max_steps,
-                max_duration=timedelta(seconds=args.max_duration),
-                max_tokens=args.max_tokens,
-            ),
+            question=question, customer_id=args.customer, model=args.model, limits=limits(args)
         )
     except ValidationError as e:
-        raise CliError(
-            "; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())
-        ) from None
+        raise input_error(e) from None
     async with session(args.task_queue, self_contained=args.embedded) as conn:
         handle = await start_turn(conn.client, turn, args.task_queue)
+        if args.no_wait:
+            print(handle.id)
+            return
         print(f"turn {handle.id} started", file=sys.stderr)
-        if args.follow:
+        try:
             async for step in follow(handle):
-                print(step.render(), flush=True)
-        result = await handle.result()
+                if args.follow:
+                    print(step.render(), flush=True)
+                if step.kind is StepKind.APPROVAL:
+                    if not args.follow:
+                        print(step.render(), flush=True)
+                    print(decide_hint(handle.id, step), flush=True)
+            result = await handle.result()
+        except asyncio.CancelledError:
+            print(
+                "\nstopped waiting; the turn goes on. "
+                f"See it with: python client.py show {handle.id}",
+                file=sys.stderr,
+            )
+            raise
         print_result(conn, handle, result)
+
+
+async def cmd_chat(args: argparse.Namespace) -> None:
+    try:
+        chat = ConversationInput(customer_id=args.customer, model=args.model, limits=limits(args))
+    except ValidationError as e:
+        raise input_error(e) from None
+    interactive = sys.stdin.isatty()
+    lines = Lines()
+    async with session(args.task_queue, self_contained=args.embedded) as conn:
+        conversation: WorkflowHandle | None = None
+        while True:
+            text = await lines.read("you> " if interactive else "")
+            if text is None:
+                break
+            if not text.strip():
+                continue
+            if not interactive:
+                print(f"you> {text}", flush=True)
+            try:
+                if conversation is None:
+                    conversation, accepted = await start_chat(
+                        conn.client, chat, text, args.task_queue
+                    )
+                    print(f"(conversation {conversation.id}; Ctrl-D ends it)", file=sys.stderr)
+                else:
+                    accepted = await send(conversation, text)
+            except AgentClientError as e:
+                print(f"error: {e}", file=sys.stderr)
+                continue
+            turn = conn.client.get_workflow_handle_for(AgentTurn.run, accepted.turn_id)
+            if not await answer_turn(conn.client, turn, lines):
+                break
+        if conversation is not None:
+            with contextlib.suppress(RPCError):
+                await conversation.signal(Conversation.end)
+            print(f"(conversation {conversation.id} ended)", file=sys.stderr)
+
+
+async def answer_turn(client: Client, turn: WorkflowHandle, lines: Lines) -> bool:
+    """Print a turn's steps and answer, asking inline for any approval it needs.
+    False when input ended at an approval question (the call stays pending)."""
+    async for step in follow(turn):
+        if step.kind in (StepKind.ANSWER, StepKind.LIMIT):
+            continue
+        print(f"  {step.render()}", flush=True)
+        if step.kind is StepKind.APPROVAL and step.calls:
+            call = step.calls[0]
+            reply = await lines.read(f"approve {call.render()}? [y/N] ")
+            if reply is None:
+                print(decide_hint(turn.id, step), flush=True)
+                return False
+            yes = reply.strip().lower() in ("y", "yes")
+            try:
+                await decide(client, turn.id, call.id, approved=yes, by="customer")
+            except AgentClientError as e:
+                print(f"error: {e}", file=sys.stderr)
+    result: TurnOutput = await turn.result()
+    print(f"agent> {result.answer}", flush=True)
+    return True
+
+
+class Lines:
+    """Lines from standard input, read without blocking the event loop."""
+
+    async def read(self, prompt: str) -> str | None:
+        if prompt:
+            print(prompt, end="", flush=True)
+        line = await asyncio.to_thread(sys.stdin.readline)
+        if not line:
+            if prompt:
+                print()
+            return None
+        return line.rstrip("\n")
+
+
+async def cmd_pending(args: argparse.Namespace) -> None:
+    async with session(args.task_queue, self_contained=False) as conn:
+        waiting = await pending(conn.client, args.customer)
+        if not waiting:
+            print("no calls awaiting approval")
+            return
+        now = datetime.now(timezone.utc)
+        for w in waiting:
+            print(
+                f"{w.workflow_id}  {w.approval.call.id}  {w.approval.call.render()}  {w.age(now)}"
+            )
+
+
+async def cmd_decide(args: argparse.Namespace) -> None:
+    approved = args.command == "approve"
+    async with session(args.task_queue, self_contained=False) as conn:
+        result = await decide(
+            conn.client,
+            args.workflow_id,
+            args.call_id,
+            approved=approved,
+            by=args.by,
+            reason=getattr(args, "reason", "") or "",
+        )
+        print(f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})")
+        if args.wait:
+            handle = conn.client.get_workflow_handle_for(AgentTurn.run, args.workflow_id)
+            print_result(conn, handle, await handle.result())
+
+
+async def cmd_list(args: argparse.Namespace) -> None:
+    async with session(args.task_queue, self_contained=False) as conn:
+        rows = await find_turns(
+            conn.client,
+            customer_id=args.customer,
+            outcome=args.outcome,
+            awaiting_approval=args.awaiting_approval,
+            limit=args.limit,
+        )
+        if not rows:
+            print("no turns found")
+        for r in rows:
+            started = r.started.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+            tools = ",".join(r.tools) or "-"
+            print(
+                f"{r.workflow_id}  {started}  {r.status:<17}  {r.outcome or '-':<11}  "
+                f"{tools}  {r.question!r}"
+            )
 
 
 async def cmd_show(args: argparse.Namespace) -> None:
@@ -157,9 +316,13 @@ async def cmd_show(args: argparse.Namespace) -> None:
             raise
         print(f"{desc.id} ({desc.status.name.lower() if desc.status else 'unknown'})")
         if desc.status == WorkflowExecutionStatus.RUNNING:
-            progress = await handle.query(AgentTurn.progress)
+            progress = await progress_of(handle)
             for step in progress.steps:
                 print(step.render())
+                if step.kind is StepKind.APPROVAL and any(
+                    p.call.id == c.id for p in progress.pending for c in step.calls
+                ):
+                    print(decide_hint(desc.id, step))
             return
         if desc.status != WorkflowExecutionStatus.COMPLETED:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
@@ -183,6 +346,40 @@ async def cmd_demo(args: argparse.Namespace) -> None:
                 print("(the embedded server stops with this command; `python worker.py` keeps one)")
 
 
+def add_turn_options(p: argparse.ArgumentParser) -> None:
+    defaults = TurnLimits()
+    p.add_argument(
+        "--customer", default=DEFAULT_CUSTOMER, help="customer id (default: %(default)s)"
+    )
+    p.add_argument(
+        "--model", default="", help="model spec, e.g. openai:gpt-4o (default: the worker's)"
+    )
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=defaults.max_steps,
+        help="rounds of tool calls per turn (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-duration",
+        type=float,
+        default=defaults.max_duration.total_seconds(),
+        help="seconds of work per turn, not counting waits for approval (default: %(default)s)",
+    )
+    p.add_argument("--max-tokens", type=int, help="token budget of a turn (default: none)")
+    p.add_argument(
+        "--approval-timeout",
+        type=float,
+        default=defaults.approval_timeout.total_seconds(),
+        help="seconds a call waits for approval before it is dropped (default: %(default)s)",
+    )
+    p.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start a server and worker in this process if none are running",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="client.py",
@@ -193,27 +390,43 @@ def parser() -> argparse.ArgumentParser:
 
     ask = sub.add_parser("ask", help="ask one question")
     ask.add_argument("question", help="the question, or - to read it from standard input")
-    ask.add_argument(
-        "--customer", default=DEFAULT_CUSTOMER, help="customer id (default: %(default)s)"
-    )
     ask.add_argument("--follow", action="store_true", help="print each step as it happens")
     ask.add_argument(
-        "--model", default="", help="model spec, e.g. openai:gpt-4o (default: the worker's)"
+        "--no-wait", action="store_true", help="print the turn's workflow id and return at once"
     )
-    ask.add_argument("--max-steps", type=int, default=TurnLimits().max_steps)
-    ask.add_argument(
-        "--max-duration",
-        type=float,
-        default=TurnLimits().max_duration.total_seconds(),
-        help="seconds (default: %(default)s)",
-    )
-    ask.add_argument("--max-tokens", type=int, help="token budget of the turn (default: none)")
-    ask.add_argument(
-        "--embedded",
-        action="store_true",
-        help="start a server and worker in this process if none are running",
-    )
+    add_turn_options(ask)
     ask.set_defaults(run=cmd_ask)
+
+    chat = sub.add_parser("chat", help="a conversation: one message per line, Ctrl-D ends it")
+    add_turn_options(chat)
+    chat.set_defaults(run=cmd_chat)
+
+    waiting = sub.add_parser("pending", help="calls awaiting approval, one line each")
+    waiting.add_argument("--customer", help="only this customer's turns")
+    waiting.set_defaults(run=cmd_pending)
+
+    for name, verb in (("approve", "run"), ("reject", "drop")):
+        d = sub.add_parser(name, help=f"{verb} a call that awaits approval")
+        d.add_argument("workflow_id", help="the turn's workflow id (see `pending`)")
+        d.add_argument("call_id", nargs="?", help="which call; needed only if several wait")
+        d.add_argument(
+            "--by",
+            default=getpass.getuser(),
+            help="who decides, for the record (default: %(default)s)",
+        )
+        if name == "reject":
+            d.add_argument("--reason", default="", help="why, for the record and the model")
+        d.add_argument("--wait", action="store_true", help="then wait for the turn's answer")
+        d.set_defaults(run=cmd_decide)
+
+    lst = sub.add_parser("list", help="recent turns, one line each")
+    lst.add_argument("--customer", help="only this customer's turns")
+    lst.add_argument("--outcome", help="only turns that ended so (answered, step_limit, ...)")
+    lst.add_argument(
+        "--awaiting-approval", action="store_true", help="only turns waiting for a decision"
+    )
+    lst.add_argument("--limit", type=int, default=20, help="at most this many (default: 20)")
+    lst.set_defaults(run=cmd_list)
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")
     show.add_argument("workflow_id")
@@ -229,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         asyncio.run(args.run(args))
-    except (CliError, ServerUnavailable) as e:
+    except (CliError, AgentClientError, ServerUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

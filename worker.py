@@ -20,14 +20,16 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import turn_activities
+from agent.approval import ApprovalPolicy
 from agent.model import Model, ModelCatalog
 from agent.offline import OfflineModel
 from agent.tools import ToolRegistry
+from runtime import search
 from runtime.chaos import ChaosInterceptor, Faults
 from runtime.server import ServerUnavailable, connect
 from runtime.settings import DEFAULT_MODEL, TASK_QUEUE
 from shop import TOOLS, open_store
-from workflows import AgentTurn
+from workflows import AgentTurn, Conversation
 
 log = logging.getLogger("durable_agent.worker")
 
@@ -70,15 +72,17 @@ def build_worker(
     models: ModelCatalog | None = None,
     tools: ToolRegistry = TOOLS,
     deps: Any = None,
+    approvals: ApprovalPolicy | None = None,
     faults: Faults | None = None,
     **options: Any,
 ) -> Worker:
-    """A worker for `AgentTurn` and its activities. `deps` is what tools get as
-    `ctx.deps` (by default the demo shop's store, per `AGENT_SHOP_STORE`); `faults`
-    (chaos runs) default to `AGENT_FAULTS`; `options` go to `Worker`."""
+    """A worker for turns and conversations and their activities. `deps` is what
+    tools get as `ctx.deps` (by default the demo shop's store, per
+    `AGENT_SHOP_STORE`); `approvals` default to `AGENT_APPROVAL_*`; `faults`
+    (chaos runs) to `AGENT_FAULTS`; `options` go to `Worker`."""
     settings: dict[str, Any] = {
         "task_queue": task_queue,
-        "workflows": [AgentTurn],
+        "workflows": [AgentTurn, Conversation],
         # A dead worker's cached workflows move to a live one after 2 s, not 10 s.
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
         # On SIGTERM, let in-flight activities finish rather than time out.
@@ -86,13 +90,29 @@ def build_worker(
         **options,
     }
     if "activities" not in settings:
+        approvals = approvals if approvals is not None else ApprovalPolicy.from_env()
+        approvals.check(tools.tools)
         settings["activities"] = turn_activities(
-            models or default_models(), tools, deps if deps is not None else open_store()
+            models or default_models(),
+            tools,
+            deps if deps is not None else open_store(),
+            approvals,
         )
     faults = faults if faults is not None else Faults.from_env()
     if faults.active:
         settings["interceptors"] = [*settings.get("interceptors", []), ChaosInterceptor(faults)]
     return Worker(client, **settings)
+
+
+def describe_tools(tools: ToolRegistry, approvals: ApprovalPolicy) -> str:
+    """`order_status, start_return (writes, needs approval), …` for the start-up line."""
+    parts = []
+    for name, t in tools.tools.items():
+        notes = ["writes"] if t.side_effects else []
+        if approvals.needs_approval(name, t.needs_approval):
+            notes.append("needs approval")
+        parts.append(f"{name} ({', '.join(notes)})" if notes else name)
+    return ", ".join(parts)
 
 
 async def run(task_queue: str) -> None:
@@ -102,6 +122,8 @@ async def run(task_queue: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
+        if problem := await search.ensure(conn.client):
+            print(f"note: {problem}", flush=True)
         async with build_worker(conn.client, task_queue):
             where = (
                 "embedded server" if conn.server else conn.client.service_client.config.target_host
@@ -109,10 +131,7 @@ async def run(task_queue: str) -> None:
             print(
                 f"worker ready on task queue {task_queue!r} ({where}); Ctrl-C to stop", flush=True
             )
-            tools = ", ".join(
-                f"{name} (writes)" if name in TOOLS.side_effecting else name for name in TOOLS.tools
-            )
-            print(f"tools: {tools}", flush=True)
+            print(f"tools: {describe_tools(TOOLS, ApprovalPolicy.from_env())}", flush=True)
             if conn.workflows_url:
                 print(f"Web UI: {conn.workflows_url}", flush=True)
             await stop.wait()
@@ -128,7 +147,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(run(args.task_queue))
-    except ServerUnavailable as e:
+    except (ServerUnavailable, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
 
 

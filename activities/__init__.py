@@ -11,17 +11,22 @@ from activities.interpret import InterpretActivity, InterpretInput, InterpretOut
 from activities.parse import ParseActivity, ParseInput, ParseOutput, Rejection, ValidCall
 from activities.parse_output import ParseOutputInput, ParseOutputOutput, parse_output
 from activities.plan import PlanActivity, PlanInput, PlanOutput
+from agent.approval import ApprovalPolicy
 from agent.model import ModelCatalog
 from agent.tools import ToolRegistry
 
 
 def turn_activities(
-    models: ModelCatalog, tools: ToolRegistry, deps: Any
+    models: ModelCatalog,
+    tools: ToolRegistry,
+    deps: Any,
+    approvals: ApprovalPolicy | None = None,
 ) -> list[Callable[..., Any]]:
-    """All activities of a turn, bound to one worker's models, tools and tool resources."""
+    """All activities of a turn, bound to one worker's models, tools, tool resources
+    and approval settings."""
     return [
         PlanActivity(models, tools).plan,
-        ParseActivity(tools).parse,
+        ParseActivity(tools, approvals).parse,
         DispatchActivity(tools, deps).dispatch,
         parse_output,
         InterpretActivity(models, tools).interpret,

@@ -1,8 +1,9 @@
 """parse (local activity): validate the model's calls against the tool registry.
 
 Pure and fast, so it runs as a local activity. It never fails on bad calls: an
-unknown tool or invalid arguments come back as a rejection whose text the
-model sees on its next plan.
+unknown tool or invalid arguments come back as a rejection, whose text is the
+call's result for the model. It also says which valid calls must wait for a
+person's consent (the tool's declaration, then the worker's `ApprovalPolicy`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from datetime import timedelta
 from pydantic import BaseModel
 from temporalio import activity
 
+from agent.approval import ApprovalPolicy
 from agent.errors import InvalidCall
-from agent.tools import ToolRegistry
+from agent.tools import Tool, ToolRegistry
 from agent.types import ToolCall
 
 
@@ -23,6 +25,8 @@ class ValidCall(BaseModel):
     timeout: timedelta
     max_attempts: int
     side_effects: bool = False
+    approval: str = ""
+    """Why the call needs a person's consent before it runs; empty when it does not."""
 
 
 class Rejection(BaseModel):
@@ -40,8 +44,9 @@ class ParseOutput(BaseModel):
 
 
 class ParseActivity:
-    def __init__(self, tools: ToolRegistry) -> None:
+    def __init__(self, tools: ToolRegistry, approvals: ApprovalPolicy | None = None) -> None:
         self._tools = tools
+        self._approvals = approvals or ApprovalPolicy()
 
     @activity.defn(name="parse")
     async def parse(self, input: ParseInput) -> ParseOutput:
@@ -60,6 +65,15 @@ class ParseActivity:
                     timeout=tool.timeout,
                     max_attempts=tool.max_attempts,
                     side_effects=tool.side_effects,
+                    approval=self._why_approval(tool),
                 )
             )
         return ParseOutput(valid=valid, rejected=rejected)
+
+    def _why_approval(self, tool: Tool) -> str:
+        if not self._approvals.needs_approval(tool.name, tool.needs_approval):
+            return ""
+        if tool.side_effects:
+            what = tool.description.split(".")[0].split("\n")[0].strip()
+            return f"{tool.name} changes things: {what}"
+        return f"this worker asks for consent before every {tool.name} call"

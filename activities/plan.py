@@ -19,9 +19,12 @@ class PlanInput(ModelCallInput):
 
 class PlanOutput(BaseModel):
     plan: Reply
+    model: str = ""
+    """The model spec the worker used: the turn's, or the worker's default."""
 
 
 class PlanActivity(ModelCaller):
     @activity.defn(name="plan")
     async def plan(self, input: PlanInput) -> PlanOutput:
-        return PlanOutput(plan=await self.call(input, "plan"))
+        reply = await self.call(input, "plan")
+        return PlanOutput(plan=reply, model=input.model or self._models.default)

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from agent.errors import InvalidConversation
-from agent.types import Observation, ToolCall
+from agent.types import Exchange, Observation, ToolCall
 
 
 class UserMessage(BaseModel):
@@ -54,6 +54,14 @@ class ToolResult(BaseModel):
 
 
 Message = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="role")]
+
+
+def prior(exchanges: Sequence[Exchange]) -> list[Message]:
+    """Earlier exchanges of a conversation, as the messages that open a turn's."""
+    messages: list[Message] = []
+    for e in exchanges:
+        messages += [UserMessage(text=e.question), AssistantMessage(text=e.answer)]
+    return messages
 
 
 def question(messages: Sequence[Message]) -> str:

@@ -72,6 +72,13 @@ class Tool:
     side_effects: bool = False
     """Writes something: it must key its write on `ctx.idempotency_key`, because a
     retried or re-run call reaches it again with the same key."""
+    approval: bool | None = None
+    """Whether a call waits for a person's consent before it runs; by default, when
+    it has side effects. The worker's settings can override it (`agent.approval`)."""
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.side_effects if self.approval is None else self.approval
 
     @property
     def spec(self) -> ToolSpec:
@@ -98,6 +105,7 @@ def tool(
     timeout: timedelta = timedelta(seconds=10),
     max_attempts: int = 3,
     side_effects: bool = False,
+    approval: bool | None = None,
 ) -> Any:
     """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
     # Annotations may be strings (`from __future__ import annotations`) naming a
@@ -125,6 +133,7 @@ def tool(
             timeout=timeout,
             max_attempts=max_attempts,
             side_effects=side_effects,
+            approval=approval,
         )
 
     return wrap(fn) if fn is not None else wrap

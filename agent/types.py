@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -87,6 +87,10 @@ class StepKind(str, Enum):
     """A tool's result (or failure), as compact text."""
     CONTINUE = "continue"
     """`interpret` read the results and asked for more tool calls: the next iteration."""
+    APPROVAL = "approval"
+    """A call waits for a person's consent before it runs."""
+    DECISION = "decision"
+    """A person approved or declined a call (or nobody did in time)."""
     ANSWER = "answer"
     """The final answer."""
     LIMIT = "limit"
@@ -129,6 +133,16 @@ class TurnLimits(BaseModel):
     failed validation (nothing could run); then the errors go to interpret."""
     max_tokens: int | None = Field(default=None, ge=1)
     """Token budget (input + output, as the model reports it); none by default."""
+    approval_timeout: timedelta = Field(default=timedelta(hours=24), gt=timedelta(0))
+    """How long a call that needs consent waits for a decision; then it is not run.
+    Time spent waiting does not count towards `max_duration`."""
+
+
+class Exchange(BaseModel):
+    """An earlier question of the same conversation and the answer it got."""
+
+    question: str
+    answer: str
 
 
 class TurnInput(BaseModel):
@@ -141,24 +155,16 @@ class TurnInput(BaseModel):
     """Model spec (`offline`, `openai:<model>`, `bedrock:<id>`, `sagemaker:<endpoint>`),
     resolved by the worker; empty means the worker's default (`AGENT_MODEL`)."""
     limits: TurnLimits = Field(default_factory=TurnLimits)
+    history: list[Exchange] = Field(default_factory=list)
+    """Earlier exchanges of the conversation this turn belongs to (bounded by the
+    conversation), given to the model before the question."""
+    conversation_id: str = ""
+    """The conversation workflow this turn answers a message of, if any."""
 
     @field_validator("question")
     @classmethod
-    def _question_not_blank(cls, v: str) -> str:
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("the question is not valid UTF-8 text") from None
-        v = v.strip()
-        if len(v) > MAX_QUESTION_CHARS:
-            raise ValueError(
-                f"the question is too long ({len(v)} characters; at most {MAX_QUESTION_CHARS})"
-            )
-        if not v:
-            raise ValueError(
-                "the question is empty; ask something, e.g. 'Has order 123456 shipped?'"
-            )
-        return v
+    def _question(cls, v: str) -> str:
+        return check_question(v)
 
     @field_validator("customer_id")
     @classmethod
@@ -170,6 +176,23 @@ class TurnInput(BaseModel):
         return v
 
 
+def check_question(v: str) -> str:
+    """A customer's question or message, stripped; refused (ValueError) if it is
+    not text, empty, or too long to carry through every model call."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the question is not valid UTF-8 text") from None
+    v = v.strip()
+    if len(v) > MAX_QUESTION_CHARS:
+        raise ValueError(
+            f"the question is too long ({len(v)} characters; at most {MAX_QUESTION_CHARS})"
+        )
+    if not v:
+        raise ValueError("the question is empty; ask something, e.g. 'Has order 123456 shipped?'")
+    return v
+
+
 class TurnOutput(BaseModel):
     """Result of one agent turn."""
 
@@ -179,12 +202,24 @@ class TurnOutput(BaseModel):
     usage: Usage
 
 
+class PendingApproval(BaseModel):
+    """A call waiting for a person's decision."""
+
+    call: ToolCall
+    why: str
+    """Why it needs consent, in words the person deciding can judge."""
+    since: datetime
+    """When the turn started waiting (workflow time)."""
+
+
 class TurnProgress(BaseModel):
     """What the `progress` query returns while (and after) a turn runs."""
 
     steps: list[Step]
     usage: Usage
     done: bool = False
+    pending: list[PendingApproval] = Field(default_factory=list)
+    """Calls waiting for a decision (the turn's `decide` update)."""
 
 
 def compact_json(value: Any) -> str:

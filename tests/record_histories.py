@@ -17,13 +17,17 @@ from pathlib import Path
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from temporalio.client import WorkflowHandle
+
+from agent.chat import ConversationInput
 from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.types import ToolCall, TurnInput, TurnLimits
-from client import start_turn
 from runtime.server import DEV_SERVER_TUNING, temporal_cli
+from runtime.turns import decide, progress_of, send, start_chat, start_turn
 from shop import ShopStore
-from tests.conftest import Harness
+from tests.conftest import Harness, last_result
+from workflows import Conversation, search
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -40,10 +44,6 @@ def scenarios() -> dict[str, tuple[TurnInput, ScriptedModel | None]]:
     return {
         "order_answered": (TurnInput(question="Which item was ordered for 123456?"), None),
         "declined": (TurnInput(question="How is the weather in Scotland right now?"), None),
-        "start_return": (
-            TurnInput(question="I want to return order 123456, it arrived damaged."),
-            None,
-        ),
         "not_found": (TurnInput(question="When is my return rtn123 processed?"), None),
         "two_calls": (
             TurnInput(question="Has order 123456 shipped and is return rtn001 processed?"),
@@ -80,22 +80,71 @@ def scenarios() -> dict[str, tuple[TurnInput, ScriptedModel | None]]:
     }
 
 
+async def approving(harness: Harness, task_queue: str, approved: bool) -> WorkflowHandle:
+    """A turn whose write waits for consent, decided by the recorder."""
+    call = ToolCall(
+        id="c1", name="start_return", arguments={"order_id": "123456", "reason": "arrived damaged"}
+    )
+    handle = await start_turn(
+        harness.client, TurnInput(question="Return order 123456.", model="scripted"), task_queue
+    )
+    while not (await progress_of(handle)).pending:
+        await asyncio.sleep(0.05)
+    await decide(harness.client, handle.id, call.id, approved=approved, by="recorder")
+    await handle.result()
+    return handle
+
+
+def approval_model() -> ScriptedModel:
+    call = ToolCall(
+        id="c1", name="start_return", arguments={"order_id": "123456", "reason": "arrived damaged"}
+    )
+    return ScriptedModel(
+        plans=[Reply(calls=[call])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+
+
+async def chatting(harness: Harness, task_queue: str) -> WorkflowHandle:
+    """A conversation of two messages, ended by the customer."""
+    conversation, first = await start_chat(
+        harness.client, ConversationInput(), "Has order 123456 shipped?", task_queue
+    )
+    await harness.client.get_workflow_handle(first.turn_id).result()
+    second = await send(conversation, "When will it arrive?")
+    await harness.client.get_workflow_handle(second.turn_id).result()
+    await conversation.signal(Conversation.end)
+    await conversation.result()
+    return conversation
+
+
 async def main() -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
         data_converter=pydantic_data_converter,
+        search_attributes=search.ALL,
     )
     try:
         with tempfile.TemporaryDirectory() as tmp:
             harness = Harness(env.client, ShopStore(Path(tmp) / "shop.db"))
+
+            async def save(name: str, handle: WorkflowHandle) -> None:
+                history = await handle.fetch_history()
+                (HISTORIES / f"{name}.json").write_text(history.to_json())
+                # Replay needs the real id: a conversation names its turns after it.
+                (HISTORIES / f"{name}.id").write_text(handle.id + "\n")
+                print(f"recorded {name}")
+
             for name, (turn, model) in scenarios().items():
                 async with harness.worker(model) as task_queue:
                     handle = await start_turn(env.client, turn, task_queue)
                     await handle.result()
-                history = await handle.fetch_history()
-                (HISTORIES / f"{name}.json").write_text(history.to_json())
-                print(f"recorded {name}")
+                await save(name, handle)
+            for name, approved in (("approved", True), ("declined_by_person", False)):
+                async with harness.worker(approval_model()) as task_queue:
+                    await save(name, await approving(harness, task_queue, approved))
+            async with harness.worker() as task_queue:
+                await save("conversation", await chatting(harness, task_queue))
     finally:
         await env.shutdown()
 

@@ -8,12 +8,14 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runtime.server import free_port
+from shop import ShopStore
 from tests.conftest import SEED_CASES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +89,10 @@ def test_worker_and_ask_follow_in_two_processes(
     assert lines[1] == "[1] tool_call   order_status(order_id='123456')"
     assert lines[2].startswith("[1] observation order_status: Order id: 123456. Item: Herbal")
     assert lines[3].startswith("[1] answer")
-    assert "answer (answered): Order id: 123456" in out.stdout
+    assert (
+        "answer (answered): Yes — order 123456 shipped on 2026-11-18 and should arrive by "
+        "2026-11-21." in out.stdout
+    )
     workflow_id = next(line.split()[1] for line in lines if line.startswith("workflow: "))
     assert workflow_id.startswith("turn-demo-")
     assert f"/namespaces/default/workflows/{workflow_id}/" in out.stdout
@@ -120,16 +125,18 @@ def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
     )
     assert out.returncode == 1
     assert out.stderr.strip() == (
-        "error: the question is too long (1048575 characters; at most 4000)"
+        "error: QUESTION: the question is too long (1048575 characters; at most 4000)"
     )
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["ask", "   "], "error: the question is empty"),
-        (["ask", "Has order \udcff123456 shipped?"], "error: the question is not valid UTF-8"),
-        (["ask", "hi", "--customer", "x/../y"], "error: customer id must be"),
+        (["ask", "   "], "error: QUESTION: the question is empty"),
+        (["ask", "Has order \udcff123456 shipped?"], "error: QUESTION: the question is not valid"),
+        (["ask", "hi", "--customer", "x/../y"], "error: --customer: customer id must be"),
+        (["ask", "hi", "--max-steps", "0"], "error: --max-steps: Input should be greater than"),
+        (["chat", "--approval-timeout", "0"], "error: --approval-timeout: Input should be greater"),
         (["ask", "Has order 123456 shipped?"], "error: no Temporal server on localhost"),
         (["show", "turn-demo-nope"], "error: no Temporal server on localhost"),
     ],
@@ -141,3 +148,129 @@ def test_bad_input_gets_one_clear_line(
     assert out.returncode == 1
     assert out.stderr.strip().startswith(message), out.stderr
     assert "Traceback" not in out.stderr
+
+
+def lines_of(out: subprocess.CompletedProcess) -> list[str]:
+    return out.stdout.strip().splitlines()
+
+
+def test_ask_no_wait_then_pending_then_approve(
+    cli_env: dict[str, str], worker: subprocess.Popen[str]
+) -> None:
+    question = "I want to return order 123456, the soap is broken"
+    started = run(["client.py", "ask", question, "--no-wait"], cli_env)
+    assert started.returncode == 0, started.stderr
+    (workflow_id,) = lines_of(started)
+    assert workflow_id.startswith("turn-demo-")
+
+    waiting = poll(
+        lambda: run(["client.py", "pending"], cli_env), lambda o: workflow_id in o.stdout
+    )
+    (line,) = lines_of(waiting)
+    wf, call_id, call, age = line.split("  ")
+    assert wf == workflow_id and call.startswith("start_return(order_id='123456'")
+    assert age.endswith("s")
+
+    shown = run(["client.py", "show", workflow_id], cli_env)
+    assert "(running)" in shown.stdout and "awaits approval" in shown.stdout
+    assert f"decide with: python client.py approve {workflow_id} {call_id}" in shown.stdout
+
+    approved = run(["client.py", "approve", workflow_id, "--by", "alice", "--wait"], cli_env)
+    assert approved.returncode == 0, approved.stderr
+    assert lines_of(approved)[0] == f"approved: start_return ({call_id})"
+    assert "answer (answered):" in approved.stdout
+    returns = ShopStore(cli_env["AGENT_SHOP_DB"]).returns_for("123456")
+    assert len(returns) == 1 and returns[0].return_id in approved.stdout
+
+    listed = poll(
+        lambda: run(["client.py", "list", "--outcome", "answered"], cli_env),
+        lambda o: workflow_id in o.stdout,
+    )
+    assert "start_return" in listed.stdout and question in listed.stdout
+
+    again = run(["client.py", "approve", workflow_id], cli_env)
+    assert again.returncode == 1
+    assert (
+        again.stderr.strip() == f"error: turn {workflow_id} is completed: no call awaits approval"
+    )
+    unknown = run(["client.py", "reject", "turn-demo-nope", "--reason", "no"], cli_env)
+    assert unknown.stderr.strip() == "error: no turn with workflow id 'turn-demo-nope'"
+
+
+def test_ask_waits_and_says_how_to_decide_then_reject(
+    cli_env: dict[str, str], worker: subprocess.Popen[str]
+) -> None:
+    asking = subprocess.Popen(
+        [sys.executable, "client.py", "ask", "Please start a return for 123456: wrong colour"],
+        cwd=ROOT,
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert asking.stdout is not None
+    hint = ""
+    while "decide with:" not in hint:
+        hint = asking.stdout.readline()
+        assert hint, asking.stderr.read() if asking.stderr else ""
+    workflow_id = hint.split("approve ")[1].split()[0]
+    rejected = run(
+        ["client.py", "reject", workflow_id, "--reason", "changed my mind", "--by", "bob"],
+        cli_env,
+    )
+    assert rejected.returncode == 0, rejected.stderr
+    rest, _ = asking.communicate(timeout=60)
+    assert asking.returncode == 0
+    assert "answer (answered): Not done: start_return" in rest
+    assert "declined by bob: changed my mind" in rest
+    assert ShopStore(cli_env["AGENT_SHOP_DB"]).returns_for("123456") == []
+
+
+def test_chat_reads_lines_from_standard_input(
+    cli_env: dict[str, str], worker: subprocess.Popen[str]
+) -> None:
+    out = subprocess.run(
+        [sys.executable, "client.py", "chat"],
+        cwd=ROOT,
+        env=cli_env,
+        input="Has order 123456 shipped?\nWhen will it arrive?\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    said = [line for line in out.stdout.splitlines() if line.startswith(("you> ", "agent> "))]
+    assert said[0] == "you> Has order 123456 shipped?"
+    assert said[1].startswith("agent> ") and "123456" in said[1]
+    assert said[2] == "you> When will it arrive?"
+    assert said[3].startswith("agent> ") and "Sorry" not in said[3]
+    assert "(conversation chat-demo-" in out.stderr and "ended)" in out.stderr
+
+
+def poll(command, ready, timeout: float = 30) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        out = command()
+        if ready(out):
+            return out
+        assert time.monotonic() < deadline, out.stdout + out.stderr
+        time.sleep(0.3)
+
+
+def test_the_embedded_server_stops_when_its_worker_is_killed(cli_env: dict[str, str]) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "worker.py"], cwd=ROOT, env=cli_env, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and "worker ready" in proc.stdout.readline()
+    port = int(cli_env["AGENT_SERVER_PORT"])
+    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        except OSError:
+            break  # nothing listens: the server went with its worker
+        assert time.monotonic() < deadline, "the embedded server outlived its worker"
+        time.sleep(0.2)

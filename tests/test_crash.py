@@ -1,6 +1,7 @@
 """Crash matrix: SIGKILL the worker while each activity kind is in flight, start a
 new one; the turn completes with the right answer, completed activities are not
-re-run, and the side-effecting `start_return` wrote exactly one return."""
+re-run, and the side-effecting `start_return`, approved by a person meanwhile,
+wrote exactly one return."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from agent.types import Outcome, TurnInput
 from client import start_turn
+from runtime.turns import AgentClientError, decide, progress_of
 from shop import ShopStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +51,19 @@ async def wait_for(path: Path, timeout: float = 30) -> None:
         await asyncio.sleep(0.05)
 
 
+async def approve_when_asked(env: WorkflowEnvironment, workflow_id: str) -> int:
+    """Approve the turn's write once it asks; the number of decisions taken."""
+    handle = env.client.get_workflow_handle(workflow_id)
+    while True:
+        try:
+            if (await progress_of(handle)).pending:
+                await decide(env.client, workflow_id, None, approved=True, by="test")
+                return 1
+        except (AgentClientError, RPCError):
+            pass  # the turn's worker is not up yet
+        await asyncio.sleep(0.1)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_sigkill_during_each_activity_kind(
     env: WorkflowEnvironment, tmp_path: Path, kind: str
@@ -61,11 +77,13 @@ async def test_sigkill_during_each_activity_kind(
     second = None
     try:
         handle = await start_turn(env.client, TurnInput(question=QUESTION), task_queue)
+        approver = asyncio.create_task(approve_when_asked(env, handle.id))
         await wait_for(marker)
         first.kill()
         first.wait()
         second = spawn_worker(env, task_queue, str(db), "--log", str(log))
         result = await asyncio.wait_for(handle.result(), timeout=60)
+        assert approver.done() and approver.result() == 1
     finally:
         for proc in (first, second):
             if proc and proc.poll() is None:
@@ -73,7 +91,7 @@ async def test_sigkill_during_each_activity_kind(
                 proc.wait()
 
     assert result.outcome is Outcome.ANSWERED
-    assert "Status: requested" in result.answer
+    assert "(status: requested)" in result.answer
     runs = Counter(log.read_text().split())
     assert runs[kind] == 2, runs  # the one in flight ran again on the new worker
     assert all(runs[k] == 1 for k in KINDS if k != kind), runs  # nothing else re-ran

@@ -19,7 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from workflows import AgentTurn
+from workflows import AgentTurn, Conversation
 
 HERE = Path(__file__).parent / "histories"
 HISTORIES = sorted(HERE.glob("*.json"))
@@ -29,14 +29,16 @@ V01_CONTINUED = {"step_limit"}
 
 
 async def replay(path: Path) -> BaseException | None:
-    replayer = Replayer(workflows=[AgentTurn], data_converter=pydantic_data_converter)
-    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+    replayer = Replayer(workflows=[AgentTurn, Conversation], data_converter=pydantic_data_converter)
+    id_file = path.with_suffix(".id")
+    workflow_id = id_file.read_text().strip() if id_file.exists() else f"replay-{path.stem}"
+    history = WorkflowHistory.from_json(workflow_id, path.read_text())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     return result.replay_failure
 
 
 def test_histories_are_stored() -> None:
-    assert len(HISTORIES) >= 9, "run `python -m tests.record_histories`"
+    assert len(HISTORIES) >= 11, "run `python -m tests.record_histories`"
     assert len(V01) == 7
 
 

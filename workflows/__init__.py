@@ -1,5 +1,7 @@
-"""Temporal workflows. One turn of the agent is one `AgentTurn` workflow."""
+"""Temporal workflows: one turn of the agent is one `AgentTurn`; a chat is a
+`Conversation` whose messages are each answered by an `AgentTurn` child."""
 
+from workflows.conversation import Conversation
 from workflows.turn import AgentTurn
 
-__all__ = ["AgentTurn"]
+__all__ = ["AgentTurn", "Conversation"]

@@ -1,12 +1,22 @@
 """AgentTurn: one question, answered through tools, as one durable workflow.
 
-    for each iteration (at most limits.max_steps):
-        plan            model picks tool calls, or answers directly
-        parse           validate the calls (local); rejected → re-plan, ≤ max_replans
-        dispatch        run the valid calls concurrently, each with its own policy
-        parse_output    each result → compact text (local)
-        interpret       model: final answer, or continue with a next question
-    the whole turn runs under a durable timer of limits.max_duration
+    plan                    model: tool calls for the question, or a direct answer
+    for each round of calls (iterations, at most limits.max_steps):
+        parse               validate the calls (local activity); when none is valid,
+                            plan again with the errors, at most limits.max_replans times
+        dispatch ×N         run the valid calls concurrently, each with its own policy;
+                            a call that needs consent first waits for a person's
+                            decision (the `decide` update) or the approval timeout
+        parse_output        each result → compact text (local activity)
+        interpret           model: the final answer, or the next round's calls
+    the whole turn runs under a durable timer of limits.max_duration, which stops
+    while a call waits for a decision: a person's time is not the agent's
+
+The model sees one conversation (`agent/conversation.py`): the question, then its
+own messages as it sent them and one result per call, in call order; a rejected
+call's result is its error. Nothing else is added, so every call of a turn sends
+the same system prompt and a conversation each provider accepts. A task of N
+sequential rounds costs N + 1 model calls; parallel calls in a round cost none.
 
 Durability notes. This code is replayed from history after a crash, so it must
 be deterministic: no I/O, no clocks, no randomness, only `workflow.*` APIs.
@@ -18,8 +28,11 @@ the workflow *task*, which Temporal retries after a fix is deployed.
 """
 
 import asyncio
+from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -30,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         InterpretInput,
         ParseActivity,
         ParseInput,
+        ParseOutput,
         ParseOutputInput,
         PlanActivity,
         PlanInput,
@@ -37,10 +51,15 @@ with workflow.unsafe.imports_passed_through():
         parse_output,
     )
     from agent import answers
-    from agent.model import Plan
+    from agent.approval import ApprovalDecision, ApprovalResult, declined, expired
+    from agent.conversation import Message, ToolResult, UserMessage, prior
+    from agent.errors import ModelUnavailable
+    from agent.model import Reply
+    from agent.telemetry import agent_span, record_turn
     from agent.types import (
         Observation,
         Outcome,
+        PendingApproval,
         Step,
         StepKind,
         ToolCall,
@@ -49,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         TurnProgress,
         Usage,
     )
+    from workflows import search
     from workflows.policies import (
         HEARTBEAT_TIMEOUT,
         MODEL_RETRY,
@@ -74,106 +94,169 @@ class AgentTurn:
         self._steps: list[Step] = []
         self._usage = Usage()
         self._done = False
+        self._messages: list[Message] = []
+        self._pending: dict[str, PendingApproval] = {}
+        self._decisions: dict[str, ApprovalDecision] = {}
+        self._model = ""
+        self._tools_used: list[str] = []
+        self._status = search.RUNNING
 
     @workflow.query
     def progress(self) -> TurnProgress:
-        return TurnProgress(steps=self._steps, usage=self._usage, done=self._done)
+        return TurnProgress(
+            steps=self._steps,
+            usage=self._usage,
+            done=self._done,
+            pending=list(self._pending.values()),
+        )
+
+    @workflow.update
+    async def decide(self, decision: ApprovalDecision) -> ApprovalResult:
+        """A person's decision on a call that waits for consent."""
+        self._decisions[decision.call_id] = decision
+        call = self._pending[decision.call_id].call
+        return ApprovalResult(call_id=call.id, approved=decision.approved, tool=call.name)
+
+    @decide.validator
+    def _check_decision(self, decision: ApprovalDecision) -> None:
+        # Refused here, an update leaves no trace in the history.
+        if decision.call_id not in self._pending or decision.call_id in self._decisions:
+            waiting = ", ".join(self._pending) or "none"
+            raise ValueError(
+                f"call {decision.call_id!r} is not awaiting approval in this turn "
+                f"(awaiting: {waiting})"
+            )
 
     @workflow.run
     async def run(self, turn: TurnInput) -> TurnOutput:
+        with agent_span(turn.model) as span:
+            result = await self._run(turn)
+            record_turn(span, result.outcome.value, result.usage)
+            return result
+
+    async def _run(self, turn: TurnInput) -> TurnOutput:
         loop = asyncio.create_task(self._loop(turn))
-        try:
-            await workflow.wait_condition(
-                loop.done, timeout=turn.limits.max_duration, timeout_summary="max_duration"
-            )
-        except asyncio.TimeoutError:
-            # Cancelling the loop cancels its in-flight activities; the answer uses
-            # what the steps found so far.
-            loop.cancel()
-            answer = answers.time_limit(turn.limits.max_duration, self._steps)
-            return self._finish(turn, Outcome.TIME_LIMIT, answer)
+        left = turn.limits.max_duration
+        while not loop.done():
+            started = workflow.now()
+            try:
+                await workflow.wait_condition(
+                    lambda: loop.done() or bool(self._pending),
+                    timeout=left,
+                    timeout_summary="max_duration",
+                )
+            except asyncio.TimeoutError:
+                # Cancelling the loop cancels its in-flight activities; the answer uses
+                # what the steps found so far.
+                loop.cancel()
+                answer = answers.time_limit(turn.limits.max_duration, self._steps)
+                return self._finish(Outcome.TIME_LIMIT, answer)
+            if self._pending:
+                # A person is deciding: the clock stops until nobody is.
+                left -= workflow.now() - started
+                await workflow.wait_condition(lambda: loop.done() or not self._pending)
         try:
             return loop.result()
         except _TurnEnded as end:
-            return self._finish(turn, end.outcome, end.answer)
+            return self._finish(end.outcome, end.answer)
 
     async def _loop(self, turn: TurnInput) -> TurnOutput:
-        question = turn.question
-        for iteration in range(1, turn.limits.max_steps + 1):
-            plan, valid = await self._plan(turn, iteration, question)
-            if not plan.calls:
-                return self._finish(turn, Outcome.ANSWERED, plan.text, iteration)
+        self._messages = [*prior(turn.history), UserMessage(text=turn.question)]
+        iteration, replans, source = 1, 0, StepKind.PLAN
+        reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
+        while reply.calls:
+            self._record(iteration, source, _describe(reply), calls=reply.calls)
+            if iteration > turn.limits.max_steps:
+                # The model still wants tools: stop here, with what was found.
+                answer = answers.step_limit(turn.limits.max_steps, self._steps)
+                return self._finish(Outcome.STEP_LIMIT, answer)
 
-            await asyncio.gather(
-                *(self._run_call(turn, iteration, i, vc) for i, vc in enumerate(valid))
+            parsed = await self._parse(reply.calls)
+            results = {r.call.id: self._reject(iteration, r.call, r.error) for r in parsed.rejected}
+            if not parsed.valid and replans < turn.limits.max_replans:
+                # Nothing can run: the model reads the errors and fixes its calls.
+                replans += 1
+                self._answer(reply, results)
+                reply = await self._plan(turn, iteration, f"re-plan #{replans}")
+                source = StepKind.PLAN
+                continue
+
+            observations = await asyncio.gather(
+                *(self._run_call(turn, iteration, i, vc) for i, vc in enumerate(parsed.valid))
             )
+            results.update((o.call_id, o) for o in observations)
+            self._answer(reply, results)
+            reply = await self._interpret(turn, iteration, f"interpret: {len(results)} result(s)")
+            if reply.calls:
+                iteration, replans, source = iteration + 1, 0, StepKind.CONTINUE
 
-            decision = (
-                await self._model_call(
-                    turn,
-                    iteration,
-                    InterpretActivity.interpret,
-                    InterpretInput(model=turn.model, question=turn.question, steps=self._steps),
-                    f"interpret: {_count_observations(self._steps, iteration)} observation(s)",
-                )
-            ).decision
-            self._usage += decision.usage
-            if decision.final:
-                return self._finish(turn, Outcome.ANSWERED, decision.text, iteration)
-            question = decision.text
-            self._record(iteration, StepKind.CONTINUE, decision.text)
+        self._record(iteration, StepKind.ANSWER, reply.text)
+        return self._finish(Outcome.ANSWERED, reply.text)
 
-        answer = answers.step_limit(turn.limits.max_steps, self._steps)
-        return self._finish(turn, Outcome.STEP_LIMIT, answer)
+    async def _plan(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
+        arg = PlanInput(model=turn.model, messages=self._messages)
+        reply: Reply = (
+            await self._model_call(turn, iteration, PlanActivity.plan, arg, summary)
+        ).plan
+        self._usage += reply.usage
+        return reply
 
-    async def _plan(
-        self, turn: TurnInput, iteration: int, question: str
-    ) -> tuple[Plan, list[ValidCall]]:
-        """Plan, then validate; rejected calls go back to the model, at most max_replans times.
+    async def _interpret(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
+        arg = InterpretInput(model=turn.model, messages=self._messages)
+        out = await self._model_call(turn, iteration, InterpretActivity.interpret, arg, summary)
+        reply: Reply = out.decision
+        self._usage += reply.usage
+        return reply
 
-        Calls still invalid after that become failed observations for interpret.
-        """
-        attempt = 0
-        while True:
-            summary = f"plan: {_clip(question)}" if attempt == 0 else f"re-plan #{attempt}"
-            plan = (
-                await self._model_call(
-                    turn,
-                    iteration,
-                    PlanActivity.plan,
-                    PlanInput(model=turn.model, question=turn.question, steps=self._steps),
-                    summary,
-                )
-            ).plan
-            self._usage += plan.usage
-            if not plan.calls:
-                return plan, []
-            self._record(iteration, StepKind.PLAN, _describe_plan(plan), calls=plan.calls)
-
-            parsed = await workflow.execute_local_activity_method(
-                ParseActivity.parse,
-                ParseInput(calls=plan.calls),
-                start_to_close_timeout=PURE_TIMEOUT,
-                retry_policy=PURE_RETRY,
-                summary=f"parse: {', '.join(c.name for c in plan.calls)}",
+    async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
+        budget = turn.limits.max_tokens
+        if budget is not None and self._usage.total_tokens >= budget:
+            # Checked before a call, never after: an answer already paid for is kept.
+            raise _TurnEnded(Outcome.TOKEN_LIMIT, answers.token_limit(budget, self._steps))
+        try:
+            return await workflow.execute_activity_method(
+                method,
+                arg,
+                start_to_close_timeout=MODEL_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=MODEL_RETRY,
+                summary=summary,
             )
-            last_try = attempt == turn.limits.max_replans
-            for r in parsed.rejected:
-                kind = StepKind.OBSERVATION if last_try else StepKind.REJECTED
-                self._record(
-                    iteration,
-                    kind,
-                    f"{r.call.name}: rejected: {r.error}",
-                    observation=Observation(
-                        call_id=r.call.id, tool=r.call.name, ok=False, text=r.error
-                    ),
-                )
-            if not parsed.rejected or last_try:
-                return plan, parsed.valid
-            attempt += 1
+        except ActivityError as e:
+            raise self._model_failed(iteration, e) from e
 
-    async def _run_call(self, turn: TurnInput, iteration: int, index: int, vc: ValidCall) -> None:
+    def _model_failed(self, iteration: int, err: ActivityError) -> _TurnEnded:
+        """Transient trouble that outlasted every retry, or a request a retry cannot fix."""
+        cause = err.cause
+        if isinstance(cause, ApplicationError) and cause.type != ModelUnavailable.__name__:
+            self._record(iteration, StepKind.LIMIT, f"model request rejected: {cause.message}")
+            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_rejected(cause.message))
+        reason = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+        self._record(iteration, StepKind.LIMIT, f"model unavailable: {reason}")
+        return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._steps))
+
+    async def _parse(self, calls: list[ToolCall]) -> ParseOutput:
+        return await workflow.execute_local_activity_method(
+            ParseActivity.parse,
+            ParseInput(calls=calls),
+            start_to_close_timeout=PURE_TIMEOUT,
+            retry_policy=PURE_RETRY,
+            summary=f"parse: {', '.join(c.name for c in calls)}",
+        )
+
+    def _reject(self, iteration: int, call: ToolCall, error: str) -> Observation:
+        observation = Observation(call_id=call.id, tool=call.name, ok=False, text=error)
+        self._record(
+            iteration, StepKind.REJECTED, f"{call.name}: rejected: {error}", observation=observation
+        )
+        return observation
+
+    async def _run_call(
+        self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
+    ) -> Observation:
         call = vc.call
+        if vc.approval and (refused := await self._consent(turn, iteration, call, vc.approval)):
+            return refused
         self._record(iteration, StepKind.TOOL_CALL, call.render(), calls=[call])
         try:
             dispatched = await workflow.execute_activity_method(
@@ -201,52 +284,107 @@ class AgentTurn:
             # A failing tool is something for the model to read, not a failed turn.
             text = _failure_text(e, call, vc)
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
+        if call.name not in self._tools_used:
+            self._tools_used.append(call.name)
         self._record(
             iteration,
             StepKind.OBSERVATION,
             f"{call.name}: {observation.text}",
             observation=observation,
         )
+        return observation
 
-    async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
-        budget = turn.limits.max_tokens
-        if budget is not None and self._usage.total_tokens >= budget:
-            # Checked before a call, never after: an answer already paid for is kept.
-            raise _TurnEnded(Outcome.TOKEN_LIMIT, answers.token_limit(budget, self._steps))
+    async def _consent(
+        self, turn: TurnInput, iteration: int, call: ToolCall, why: str
+    ) -> Observation | None:
+        """Wait, durably and holding no worker slot, for a person's decision on `call`.
+        None when approved; otherwise the result the model reads instead."""
+        self._pending[call.id] = PendingApproval(call=call, why=why, since=workflow.now())
+        self._record(
+            iteration, StepKind.APPROVAL, f"{call.render()} awaits approval: {why}", calls=[call]
+        )
+        self._set_status(search.AWAITING_APPROVAL)
+        wait = turn.limits.approval_timeout
         try:
-            return await workflow.execute_activity_method(
-                method,
-                arg,
-                start_to_close_timeout=MODEL_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=MODEL_RETRY,
-                summary=summary,
+            await workflow.wait_condition(
+                lambda: call.id in self._decisions,
+                timeout=wait,
+                timeout_summary=f"approval of {call.name}",
             )
-        except ActivityError as e:
-            cause = e.cause
-            reason = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
-            self._record(iteration, StepKind.LIMIT, f"model failed: {reason}")
-            raise _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._steps)) from e
+            decision: ApprovalDecision | None = self._decisions[call.id]
+        except asyncio.TimeoutError:
+            decision = None
+        finally:
+            del self._pending[call.id]
+            if not self._pending:
+                self._set_status(search.RUNNING)
+        if decision is None:
+            text = expired(call, _duration(wait))
+            self._record(iteration, StepKind.DECISION, f"{call.name}: no decision in time")
+        elif decision.approved:
+            self._record(iteration, StepKind.DECISION, f"{call.name}: approved by {decision.by}")
+            return None
+        else:
+            text = declined(call, decision)
+            because = f": {decision.reason}" if decision.reason else ""
+            self._record(
+                iteration, StepKind.DECISION, f"{call.name}: declined by {decision.by}{because}"
+            )
+        observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
+        self._record(
+            iteration, StepKind.OBSERVATION, f"{call.name}: {text}", observation=observation
+        )
+        return observation
+
+    def _answer(self, reply: Reply, results: dict[str, Observation]) -> None:
+        """The model's message, then one result per call, in the order it made them."""
+        self._messages.append(reply.message())
+        self._messages.extend(ToolResult.of(results[c.id]) for c in reply.calls)
 
     def _record(self, iteration: int, kind: StepKind, text: str, **fields) -> None:  # type: ignore[no-untyped-def]
         self._steps.append(Step(iteration=iteration, kind=kind, text=text, **fields))
         workflow.set_current_details(answers.story(self._steps))
 
-    def _finish(
-        self, turn: TurnInput, outcome: Outcome, answer: str, iteration: int | None = None
-    ) -> TurnOutput:
-        if outcome is Outcome.ANSWERED:
-            self._record(iteration or 1, StepKind.ANSWER, answer)
-        else:
+    def _set_status(self, status: str) -> None:
+        if status != self._status and _indexed():
+            self._status = status
+            workflow.upsert_search_attributes([search.STATUS.value_set(status)])
+
+    def _finish(self, outcome: Outcome, answer: str) -> TurnOutput:
+        if outcome is not Outcome.ANSWERED:
             last = self._steps[-1].iteration if self._steps else 1
             self._record(last, StepKind.LIMIT, f"{outcome.value}: {answer}")
         self._done = True
+        if _indexed():
+            # One upsert for all of them, in the turn's last workflow task.
+            updates: list[SearchAttributeUpdate[Any]] = [
+                search.STATUS.value_set(search.DONE),
+                search.OUTCOME.value_set(outcome.value),
+                search.TOOLS.value_set(self._tools_used),
+            ]
+            if self._model:
+                updates.append(search.MODEL.value_set(self._model))
+            workflow.upsert_search_attributes(updates)
         return TurnOutput(answer=answer, outcome=outcome, steps=self._steps, usage=self._usage)
 
 
-def _describe_plan(plan: Plan) -> str:
-    calls = ", ".join(c.render() for c in plan.calls)
-    return f"{plan.text.strip()} → {calls}" if plan.text.strip() else calls
+def _indexed() -> bool:
+    """Started with the agent's search attributes (so the namespace has them)."""
+    return search.CUSTOMER in workflow.info().typed_search_attributes
+
+
+def _duration(d: timedelta) -> str:
+    seconds = d.total_seconds()
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
+def _describe(reply: Reply) -> str:
+    calls = ", ".join(c.render() for c in reply.calls)
+    return f"{reply.text.strip()} → {calls}" if reply.text.strip() else calls
 
 
 def _failure_text(err: ActivityError, call: ToolCall, vc: ValidCall) -> str:
@@ -259,10 +397,6 @@ def _failure_text(err: ActivityError, call: ToolCall, vc: ValidCall) -> str:
     if isinstance(cause, ApplicationError):
         return cause.message
     return str(cause or err)
-
-
-def _count_observations(steps: list[Step], iteration: int) -> int:
-    return sum(s.iteration == iteration and s.kind is StepKind.OBSERVATION for s in steps)
 
 
 def _clip(text: str, limit: int = 80) -> str:

@@ -1,0 +1,169 @@
+"""Conversations on the real dev server: each message is its own AgentTurn child
+with the conversation's memory; one message at a time; continue-as-new keeps the
+memory; an idle conversation ends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import pytest
+from temporalio.client import WorkflowHandle
+
+from agent.chat import ConversationInput, Memory
+from agent.conversation import AssistantMessage, UserMessage
+from agent.model import ModelRequest, Reply
+from agent.scripted import ScriptedModel
+from agent.types import Exchange, Outcome, ToolCall, TurnOutput
+from runtime.turns import AgentClientError, decide, send, start_chat
+from tests.conftest import Harness, last_result
+from workflows import AgentTurn, Conversation
+
+
+def echo_model() -> ScriptedModel:
+    """Answers each question with how much it was told: 'heard N earlier exchange(s)'."""
+
+    def reply(request: ModelRequest) -> Reply:
+        earlier = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        return Reply(text=f"{request.question} - heard {earlier} earlier exchange(s)")
+
+    return ScriptedModel(plans=[reply])
+
+
+async def answer(harness: Harness, turn_id: str) -> TurnOutput:
+    handle = harness.client.get_workflow_handle_for(AgentTurn.run, turn_id)
+    return await asyncio.wait_for(handle.result(), timeout=30)
+
+
+async def test_each_message_is_a_turn_with_the_memory(harness: Harness) -> None:
+    model = echo_model()
+    async with harness.worker(model) as task_queue:
+        chat = ConversationInput(model="scripted")
+        conversation, first = await start_chat(harness.client, chat, "one", task_queue)
+        assert first.turn_id == f"{conversation.id}-1"
+        answers = [(await answer(harness, first.turn_id)).answer]
+        for text in ("two", "three"):
+            accepted = await send(conversation, text)
+            answers.append((await answer(harness, accepted.turn_id)).answer)
+        state = await conversation.query(Conversation.state)
+
+    assert answers == [
+        "one - heard 0 earlier exchange(s)",
+        "two - heard 1 earlier exchange(s)",
+        "three - heard 2 earlier exchange(s)",
+    ]
+    assert state.turns == 3 and state.current_turn_id is None
+    assert [e.question for e in state.exchanges] == ["one", "two", "three"]
+    # The third turn's model saw the conversation as it happened, the question last.
+    messages = model.requests[-1][1].messages
+    assert messages == [
+        UserMessage(text="one"),
+        AssistantMessage(text=answers[0]),
+        UserMessage(text="two"),
+        AssistantMessage(text=answers[1]),
+        UserMessage(text="three"),
+    ]
+
+
+async def test_offline_follow_up_names_no_id(harness: Harness) -> None:
+    async with harness.worker() as task_queue:
+        conversation, first = await start_chat(
+            harness.client, ConversationInput(), "Has order 123456 shipped?", task_queue
+        )
+        shipped = await answer(harness, first.turn_id)
+        follow_up = await answer(
+            harness, (await send(conversation, "When will it arrive?")).turn_id
+        )
+        third = await answer(harness, (await send(conversation, "What did it cost?")).turn_id)
+
+    assert shipped.outcome is Outcome.ANSWERED and "123456" in shipped.answer
+    # The follow-up resolved to the order the conversation is about.
+    calls = [c for s in follow_up.steps for c in s.calls]
+    assert calls and all(c.arguments.get("order_id") == "123456" for c in calls)
+    assert follow_up.outcome is Outcome.ANSWERED
+    assert third.outcome is Outcome.ANSWERED and "123456" in str(
+        [c.arguments for s in third.steps for c in s.calls]
+    )
+
+
+async def test_messages_wait_their_turn(harness: Harness) -> None:
+    waits = ToolCall(id="c1", name="start_return", arguments={"order_id": "123456", "reason": "broken"})
+
+    def answer_or_echo(request: ModelRequest) -> Reply:
+        if request.question.startswith("Return"):
+            return Reply(calls=[waits])
+        return Reply(text=f"{request.question}: after {len(request.messages) // 2} exchange(s)")
+
+    model = ScriptedModel(
+        plans=[answer_or_echo], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    async with harness.worker(model) as task_queue:
+        conversation, first = await start_chat(
+            harness.client, ConversationInput(model="scripted"), "Return 123456", task_queue
+        )
+        # The first turn waits for approval; the next message waits its turn.
+        second = asyncio.create_task(send(conversation, "hello?"))
+        await asyncio.sleep(1.5)
+        assert not second.done()
+        with pytest.raises(AgentClientError, match="the question is empty"):
+            await send(conversation, "   ")
+        await decide(harness.client, first.turn_id, None, approved=False, by="customer")
+        accepted = await asyncio.wait_for(second, timeout=20)
+        assert accepted.turn == 2
+        result = await answer(harness, accepted.turn_id)
+    assert result.answer == "hello?: after 1 exchange(s)"
+
+
+async def test_continue_as_new_keeps_the_memory(harness: Harness) -> None:
+    async with harness.worker(echo_model()) as task_queue:
+        chat = ConversationInput(model="scripted", max_turns_per_run=2)
+        conversation, first = await start_chat(harness.client, chat, "one", task_queue)
+        await answer(harness, first.turn_id)
+        await answer(harness, (await send(conversation, "two")).turn_id)
+        await wait_for_new_run(conversation)
+        third = await answer(harness, (await send(conversation, "three")).turn_id)
+        state = await conversation.query(Conversation.state)
+
+    assert third.answer == "three - heard 2 earlier exchange(s)"
+    assert third.steps  # a real turn
+    assert state.turns == 3
+    assert third.answer.startswith("three")
+
+
+async def wait_for_new_run(conversation: WorkflowHandle) -> None:
+    first_run = (await conversation.describe()).run_id
+    deadline = time.monotonic() + 20
+    while (await conversation.describe()).run_id == first_run:
+        assert time.monotonic() < deadline, "no continue-as-new"
+        await asyncio.sleep(0.1)
+
+
+def test_memory_is_bounded_by_count_and_size() -> None:
+    exchanges = [Exchange(question=f"q{i}", answer="a" * 100) for i in range(20)]
+    assert [e.question for e in Memory(max_exchanges=3).keep(exchanges)] == ["q17", "q18", "q19"]
+    assert len(Memory(max_exchanges=20, max_chars=450).keep(exchanges)) == 4
+    assert Memory(max_exchanges=0).keep(exchanges) == []
+
+
+async def test_an_idle_conversation_ends(harness: Harness) -> None:
+    async with harness.worker(echo_model()) as task_queue:
+        chat = ConversationInput(model="scripted", idle_timeout=timedelta(seconds=1))
+        conversation, first = await start_chat(harness.client, chat, "hi", task_queue)
+        await answer(harness, first.turn_id)
+        result = await asyncio.wait_for(conversation.result(), timeout=20)
+    assert result["ended_by"] == "idle" if isinstance(result, dict) else result.ended_by == "idle"
+    with pytest.raises(AgentClientError):
+        await send(conversation, "still there?")
+
+
+async def test_the_customer_ends_it(harness: Harness) -> None:
+    async with harness.worker(echo_model()) as task_queue:
+        conversation, first = await start_chat(
+            harness.client, ConversationInput(model="scripted"), "hi", task_queue
+        )
+        await answer(harness, first.turn_id)
+        await conversation.signal(Conversation.end)
+        handle = harness.client.get_workflow_handle_for(Conversation.run, conversation.id)
+        result = await asyncio.wait_for(handle.result(), timeout=20)
+    assert result.ended_by == "customer" and result.turns == 1

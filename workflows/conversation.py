@@ -1,0 +1,154 @@
+"""Conversation: one chat with a customer, as one long-lived workflow.
+
+    send (update)     a message → its own AgentTurn child workflow (`<chat id>-<n>`),
+                      given the conversation's memory; answered in order, one at a time
+    end (signal)      the customer is done
+    state (query)     the memory, the turn in flight, how many turns so far
+    idle_timeout      no message for this long ends the conversation
+    continue-as-new   when Temporal suggests it (or after max_turns_per_run turns),
+                      carrying the memory, so a long chat's history stays bounded
+
+Each turn keeps its own history, five activity kinds and approvals; the
+conversation only remembers questions and answers, bounded in count and size,
+and hands them to the next turn as prior conversation. Messages are answered in
+the order they came, one at a time: a message sent while another is being
+answered waits its turn (its `send` returns when its turn starts), so a client
+that sends as soon as it has seen an answer never races the conversation. At
+most `MAX_WAITING` messages wait; more are refused by the update's validator,
+which leaves no trace in the history.
+"""
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from agent.chat import (
+        ChatMessage,
+        ConversationInput,
+        ConversationOutput,
+        ConversationState,
+        MessageAccepted,
+    )
+    from agent.types import Exchange, TurnInput, TurnOutput
+    from workflows import search
+    from workflows.turn import AgentTurn
+
+MAX_WAITING = 5
+
+
+@workflow.defn(name="Conversation")
+class Conversation:
+    @workflow.init
+    def __init__(self, input: ConversationInput) -> None:
+        # State comes from the input here, not in `run`: the first message arrives
+        # with the start (update-with-start), and its handler runs before `run` does.
+        self._input = input
+        self._exchanges: list[Exchange] = list(input.exchanges)
+        self._turns = input.turns
+        self._inbox: list[tuple[str, str]] = []
+        """(question, turn id) accepted by `send`, not yet started, in order."""
+        self._started: set[str] = set()
+        self._current: str | None = None
+        self._ended = False
+
+    @workflow.run
+    async def run(self, input: ConversationInput) -> ConversationOutput:
+        answered = 0
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: bool(self._inbox) or self._ended,
+                    timeout=input.idle_timeout,
+                    timeout_summary="idle_timeout",
+                )
+            except asyncio.TimeoutError:
+                return self._close("idle")
+            if not self._inbox:
+                return self._close("customer")
+            question, turn_id = self._inbox.pop(0)
+            await self._answer(question, turn_id)
+            answered += 1
+            suggested = workflow.info().is_continue_as_new_suggested()
+            if (answered >= input.max_turns_per_run or suggested) and self._idle():
+                workflow.continue_as_new(
+                    input.model_copy(update={"exchanges": self._exchanges, "turns": self._turns})
+                )
+
+    def _idle(self) -> bool:
+        """Nothing accepted and not yet answered, no update in flight: safe to move on."""
+        return not self._inbox and workflow.all_handlers_finished()
+
+    async def _answer(self, question: str, turn_id: str) -> None:
+        turn = TurnInput(
+            question=question,
+            customer_id=self._input.customer_id,
+            model=self._input.model,
+            limits=self._input.limits,
+            history=self._exchanges,
+            conversation_id=workflow.info().workflow_id,
+        )
+        indexed = search.CUSTOMER in workflow.info().typed_search_attributes
+        handle = await workflow.start_child_workflow(
+            AgentTurn.run,
+            turn,
+            id=turn_id,
+            search_attributes=search.at_start(turn.customer_id, turn.model, turn.conversation_id)
+            if indexed
+            else None,
+            static_summary=question[:200],
+        )
+        self._current = turn_id
+        self._started.add(turn_id)
+        try:
+            result: TurnOutput = await handle
+            answer = result.answer
+        except ChildWorkflowError as e:
+            # A turn that failed (terminated, say) must not end the conversation.
+            answer = f"(no answer: the turn ended without one: {e.cause or e})"
+        self._exchanges = self._input.memory.keep(
+            [*self._exchanges, Exchange(question=question, answer=answer)]
+        )
+        self._current = None
+
+    def _close(self, ended_by: str) -> ConversationOutput:
+        self._ended = True
+        if search.CUSTOMER in workflow.info().typed_search_attributes:
+            workflow.upsert_search_attributes([search.STATUS.value_set(search.DONE)])
+        return ConversationOutput(turns=self._turns, ended_by=ended_by)
+
+    @workflow.update
+    async def send(self, message: ChatMessage) -> MessageAccepted:
+        """Accept a message; returns once the turn that answers it has started."""
+        self._turns += 1
+        turn_id = f"{workflow.info().workflow_id}-{self._turns}"
+        self._inbox.append((message.text, turn_id))
+        await workflow.wait_condition(lambda: turn_id in self._started)
+        return MessageAccepted(turn_id=turn_id, turn=self._turns)
+
+    @send.validator
+    def _check_message(self, message: ChatMessage) -> None:
+        if self._ended:
+            raise ValueError("this conversation has ended; start a new one")
+        if len(self._inbox) >= MAX_WAITING:
+            raise ValueError(
+                f"{len(self._inbox)} messages are already waiting for an answer; "
+                "send this one when they have theirs"
+            )
+
+    @workflow.signal
+    def end(self) -> None:
+        """The customer is done: the conversation ends once the messages it already
+        accepted have their answers."""
+        self._ended = True
+
+    @workflow.query
+    def state(self) -> ConversationState:
+        return ConversationState(
+            customer_id=self._input.customer_id,
+            exchanges=self._exchanges,
+            turns=self._turns,
+            current_turn_id=self._current,
+            ended=self._ended,
+        )

@@ -1,0 +1,68 @@
+"""Search attributes: how turns and conversations are found, in the Web UI and by
+`client.py list` / `pending`.
+
+    AgentCustomer      Keyword      who asked (set at start)
+    AgentModel         Keyword      the model spec the worker used
+    AgentStatus        Keyword      running | awaiting_approval | done
+    AgentOutcome       Keyword      answered, step_limit, ... (when done)
+    AgentTools         KeywordList  the tools that ran
+    AgentConversation  Keyword      the conversation a turn belongs to
+
+The client sets the first ones when it starts a workflow, and only when the
+namespace has them registered; a workflow upserts the rest only if it was
+started with them, so a server without them still runs every turn.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+)
+
+CUSTOMER = SearchAttributeKey.for_keyword("AgentCustomer")
+MODEL = SearchAttributeKey.for_keyword("AgentModel")
+STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+OUTCOME = SearchAttributeKey.for_keyword("AgentOutcome")
+TOOLS = SearchAttributeKey.for_keyword_list("AgentTools")
+CONVERSATION = SearchAttributeKey.for_keyword("AgentConversation")
+
+ALL: tuple[SearchAttributeKey, ...] = (CUSTOMER, MODEL, STATUS, OUTCOME, TOOLS, CONVERSATION)
+
+RUNNING = "running"
+AWAITING_APPROVAL = "awaiting_approval"
+DONE = "done"
+
+
+def at_start(customer_id: str, model: str, conversation_id: str = "") -> TypedSearchAttributes:
+    """What a turn or conversation is started with (`model` empty: the worker's default,
+    filled in by the workflow once known)."""
+    pairs: list[SearchAttributePair] = [
+        SearchAttributePair(CUSTOMER, customer_id),
+        SearchAttributePair(STATUS, RUNNING),
+    ]
+    if model:
+        pairs.append(SearchAttributePair(MODEL, model))
+    if conversation_id:
+        pairs.append(SearchAttributePair(CONVERSATION, conversation_id))
+    return TypedSearchAttributes(pairs)
+
+
+def dev_server_args() -> list[str]:
+    """`temporal server start-dev` flags that register them on the dev server."""
+    kinds = {CUSTOMER.indexed_value_type: "Keyword", TOOLS.indexed_value_type: "KeywordList"}
+    args: list[str] = []
+    for key in ALL:
+        args += ["--search-attribute", f"{key.name}={kinds[key.indexed_value_type]}"]
+    return args
+
+
+def create_command(names: list[str] | None = None) -> str:
+    """The `temporal` command that registers them on another server."""
+    wanted = [k for k in ALL if names is None or k.name in names]
+    parts = []
+    for key in wanted:
+        kind = "KeywordList" if key is TOOLS else "Keyword"
+        parts.append(f"--name {key.name} --type {kind}")
+    return "temporal operator search-attribute create " + " ".join(parts)
