@@ -74,6 +74,6 @@ class ParseActivity:
         if not self._approvals.needs_approval(tool.name, tool.needs_approval):
             return ""
         if tool.side_effects:
-            what = tool.description.split(".")[0].split("\n")[0].strip()
-            return f"{tool.name} changes things: {what}"
+            what = " ".join(tool.description.split()).split(". ")[0].rstrip(".")
+            return f"it writes: {what}"
         return f"this worker asks for consent before every {tool.name} call"

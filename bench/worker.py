@@ -5,9 +5,10 @@
 
 It runs agent turns and the floor workflow, with the worker's settings
 (AGENT_APPROVAL_*, AGENT_ENCRYPTION_KEY) as `worker.py` reads them. `--log`
-appends the type of every activity it starts; `--crash-after KIND` makes it hang right *after* the first
-activity of that kind has done its work (its side effects happened, Temporal
-never heard of the result) and touch MARKER, so a test can SIGKILL it there.
+appends the type of every activity it starts; `--crash-after KIND` makes it
+hang right *after* the first activity of that kind has done its work (its side
+effects happened, Temporal never heard of the result) and touch MARKER, so a
+test can SIGKILL it there.
 """
 
 from __future__ import annotations

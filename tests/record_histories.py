@@ -14,10 +14,9 @@ import asyncio
 import tempfile
 from pathlib import Path
 
+from temporalio.client import WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-
-from temporalio.client import WorkflowHandle
 
 from agent.chat import ConversationInput
 from agent.model import Reply

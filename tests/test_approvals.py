@@ -66,7 +66,10 @@ async def test_approved_call_runs_exactly_once(harness: Harness) -> None:
         progress = await until(handle, awaiting)
         (waiting,) = progress.pending
         assert waiting.call.render() == RETURN.render()
-        assert "start_return changes things" in waiting.why
+        assert waiting.why == (
+            "it writes: Start (create) a return for a shipped or delivered order, with the "
+            "reason the customer wants to send the item back"
+        )
         assert new_returns(harness.store) == []  # nothing written while it waits
 
         decided = await decide(harness.client, handle.id, None, approved=True, by="alice")

@@ -88,7 +88,9 @@ async def test_offline_follow_up_names_no_id(harness: Harness) -> None:
 
 
 async def test_messages_wait_their_turn(harness: Harness) -> None:
-    waits = ToolCall(id="c1", name="start_return", arguments={"order_id": "123456", "reason": "broken"})
+    waits = ToolCall(
+        id="c1", name="start_return", arguments={"order_id": "123456", "reason": "broken"}
+    )
 
     def answer_or_echo(request: ModelRequest) -> Reply:
         if request.question.startswith("Return"):
