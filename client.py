@@ -22,26 +22,35 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent.chat import ConversationInput
-from agent.types import DEFAULT_CUSTOMER, Step, StepKind, TurnInput, TurnLimits, TurnOutput
+from agent.types import (
+    DEFAULT_CUSTOMER,
+    Outcome,
+    Step,
+    StepKind,
+    TurnInput,
+    TurnLimits,
+    TurnOutput,
+)
 from runtime.server import Connection, ServerUnavailable, connect
 from runtime.settings import TASK_QUEUE
 from runtime.turns import (
     AgentClientError,
+    WorkerNeeded,
+    Workers,
     decide,
     find_turns,
     follow,
+    history_view,
     pending,
     progress_of,
     send,
     start_chat,
     start_turn,
+    workers,
 )
 from workflows import AgentTurn, Conversation
 
@@ -72,38 +81,48 @@ class CliError(Exception):
     """An error shown to the user as one line, with a non-zero exit."""
 
 
-async def has_worker(client: Client, task_queue: str) -> bool:
-    resp = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    return bool(resp.pollers)
+EXIT_NOT_ANSWERED = 3
+"""A turn that ended without a real answer (its model failed or was refused, or it hit
+a cap): the answer says why; scripts can tell it from a good one."""
+
+UNANSWERED = (Outcome.MODEL_ERROR, Outcome.STEP_LIMIT, Outcome.TIME_LIMIT, Outcome.TOKEN_LIMIT)
 
 
 @contextlib.asynccontextmanager
 async def session(task_queue: str, *, self_contained: bool) -> AsyncIterator[Connection]:
     """A connection; with `self_contained`, also an embedded server and an in-process
-    worker when none are running, so the command works on a fresh machine."""
+    worker when no live one serves the queue, so the command works on a fresh machine."""
     conn = await connect(start_embedded=self_contained)
     try:
-        if self_contained and not await has_worker(conn.client, task_queue):
+        serving = await workers(conn.client, task_queue)
+        if self_contained and not serving.live:
             from worker import build_worker
 
             async with build_worker(conn.client, task_queue):
                 yield conn
         else:
-            if not await has_worker(conn.client, task_queue):
-                print(
-                    f"note: no worker polls task queue {task_queue!r} yet; "
-                    "the turn waits until you start `python worker.py`",
-                    file=sys.stderr,
-                )
+            if not serving.live:
+                print(f"note: {no_worker(task_queue, serving)}", file=sys.stderr)
             yield conn
     finally:
         conn.close()
+
+
+def no_worker(task_queue: str, serving: Workers) -> str:
+    seen = (
+        f"the last one was seen {ago(serving.last_seen)} ago"
+        if serving.last_seen
+        else "none has been seen"
+    )
+    return (
+        f"no live worker serves task queue {task_queue!r} ({seen}); the turn waits until "
+        "you start `python worker.py` (or use --embedded)"
+    )
+
+
+def ago(when: datetime) -> str:
+    seconds = int((datetime.now(timezone.utc) - when).total_seconds())
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"
 
 
 def input_error(e: ValidationError) -> CliError:
@@ -128,7 +147,8 @@ def limits(args: argparse.Namespace) -> TurnLimits:
         raise input_error(e) from None
 
 
-def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> None:
+def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> int:
+    """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
     print(f"\nanswer ({result.outcome.value}): {result.answer}")
     u = result.usage
     print(
@@ -137,6 +157,7 @@ def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -
     )
     url = conn.workflow_url(handle.id, handle.result_run_id)
     print(f"workflow: {handle.id}" + (f"  {url}" if url else ""))
+    return EXIT_NOT_ANSWERED if result.outcome in UNANSWERED else 0
 
 
 def decide_hint(workflow_id: str, step: Step) -> str:
@@ -148,7 +169,7 @@ def decide_hint(workflow_id: str, step: Step) -> str:
     )
 
 
-async def cmd_ask(args: argparse.Namespace) -> None:
+async def cmd_ask(args: argparse.Namespace) -> int:
     question = sys.stdin.read() if args.question == "-" else args.question
     try:
         turn = TurnInput(
@@ -160,10 +181,12 @@ async def cmd_ask(args: argparse.Namespace) -> None:
         handle = await start_turn(conn.client, turn, args.task_queue)
         if args.no_wait:
             print(handle.id)
-            return
+            return 0
         print(f"turn {handle.id} started", file=sys.stderr)
+        watchdog = asyncio.create_task(nobody_picks_up(conn.client, handle, args.task_queue))
         try:
             async for step in follow(handle):
+                watchdog.cancel()
                 if args.follow:
                     print(step.render(), flush=True)
                 if step.kind is StepKind.APPROVAL:
@@ -178,7 +201,23 @@ async def cmd_ask(args: argparse.Namespace) -> None:
                 file=sys.stderr,
             )
             raise
-        print_result(conn, handle, result)
+        finally:
+            watchdog.cancel()
+        return print_result(conn, handle, result)
+
+
+PICK_UP_S = 8.0
+
+
+async def nobody_picks_up(client: Client, handle: WorkflowHandle, task_queue: str) -> None:
+    """Say so, once, when no worker has taken the turn after a few seconds."""
+    await asyncio.sleep(PICK_UP_S)
+    serving = await workers(client, task_queue)
+    print(
+        f"note: no worker has picked up turn {handle.id} after {PICK_UP_S:g} s; "
+        + (no_worker(task_queue, serving) if not serving.live else "the workers may be busy"),
+        file=sys.stderr,
+    )
 
 
 async def cmd_chat(args: argparse.Namespace) -> None:
@@ -268,7 +307,7 @@ async def cmd_pending(args: argparse.Namespace) -> None:
             )
 
 
-async def cmd_decide(args: argparse.Namespace) -> None:
+async def cmd_decide(args: argparse.Namespace) -> int:
     approved = args.command == "approve"
     async with session(args.task_queue, self_contained=False) as conn:
         result = await decide(
@@ -280,9 +319,10 @@ async def cmd_decide(args: argparse.Namespace) -> None:
             reason=getattr(args, "reason", "") or "",
         )
         print(f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})")
-        if args.wait:
-            handle = conn.client.get_workflow_handle_for(AgentTurn.run, args.workflow_id)
-            print_result(conn, handle, await handle.result())
+        if not args.wait:
+            return 0
+        handle = conn.client.get_workflow_handle_for(AgentTurn.run, args.workflow_id)
+        return print_result(conn, handle, await handle.result())
 
 
 async def cmd_list(args: argparse.Namespace) -> None:
@@ -305,7 +345,7 @@ async def cmd_list(args: argparse.Namespace) -> None:
             )
 
 
-async def cmd_show(args: argparse.Namespace) -> None:
+async def cmd_show(args: argparse.Namespace) -> int:
     async with session(args.task_queue, self_contained=False) as conn:
         handle = conn.client.get_workflow_handle_for(AgentTurn.run, args.workflow_id)
         try:
@@ -316,20 +356,34 @@ async def cmd_show(args: argparse.Namespace) -> None:
             raise
         print(f"{desc.id} ({desc.status.name.lower() if desc.status else 'unknown'})")
         if desc.status == WorkflowExecutionStatus.RUNNING:
-            progress = await progress_of(handle)
+            try:
+                progress = await progress_of(handle, timeout=SHOW_QUERY_S)
+            except WorkerNeeded:
+                # No worker to ask: what the history holds, and what is missing.
+                for line in await history_view(handle):
+                    print(line)
+                print(
+                    "note: no worker answered, so this is the history only; the live steps "
+                    "need a running worker (`python worker.py`)",
+                    file=sys.stderr,
+                )
+                return 0
             for step in progress.steps:
                 print(step.render())
                 if step.kind is StepKind.APPROVAL and any(
                     p.call.id == c.id for p in progress.pending for c in step.calls
                 ):
                     print(decide_hint(desc.id, step))
-            return
+            return 0
         if desc.status != WorkflowExecutionStatus.COMPLETED:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
         result = await handle.result()
         for step in result.steps:
             print(step.render())
-        print_result(conn, handle, result)
+        return print_result(conn, handle, result)
+
+
+SHOW_QUERY_S = 5.0
 
 
 async def cmd_demo(args: argparse.Namespace) -> None:
@@ -441,13 +495,12 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        asyncio.run(args.run(args))
+        return asyncio.run(args.run(args)) or 0
     except (CliError, AgentClientError, ServerUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
-    return 0
 
 
 if __name__ == "__main__":

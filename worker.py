@@ -141,8 +141,22 @@ async def run(task_queue: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[1].strip())
-    parser.add_argument("--task-queue", default=TASK_QUEUE)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[1].strip(),
+        epilog=(
+            "settings (environment): TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / "
+            "TEMPORAL_PROFILE (the server; unset: localhost:7233 or an embedded one), "
+            "AGENT_MODEL (default model spec), OPENAI_BASE_URL / OPENAI_API_KEY, AWS_*, "
+            "AGENT_APPROVAL_REQUIRED / AGENT_APPROVAL_WAIVED, AGENT_ENCRYPTION_KEY, "
+            "AGENT_SHOP_DB / AGENT_SHOP_STORE, OTEL_TRACES_EXPORTER; see README.md"
+        ),
+    )
+    parser.add_argument(
+        "--task-queue",
+        default=TASK_QUEUE,
+        help="task queue to serve; clients must use the same (default: %(default)s, "
+        "from AGENT_TASK_QUEUE)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

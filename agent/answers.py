@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from agent.types import Step
@@ -42,6 +43,25 @@ def model_rejected(reason: str) -> str:
     )
 
 
+def model_unusable(reason: str) -> str:
+    return f"Sorry, I cannot answer: the language model's reply could not be used ({reason})."
+
+
 def story(steps: list[Step]) -> str:
-    """The steps as lines, for the Web UI's current details and the CLI."""
-    return "\n".join(s.render() for s in steps)
+    """The steps as lines, for the Web UI's current details (Markdown-safe)."""
+    return markdown_safe("\n".join(s.render() for s in steps))
+
+
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>#|$~])")
+
+
+def markdown_safe(text: str) -> str:
+    """The Web UI renders summaries and details as Markdown (with math: `$19.98 …
+    $26.85` would become a formula): escape what it would interpret, so amounts and
+    ids read as written."""
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def markdown_plain(text: str) -> str:
+    """`markdown_safe` undone, for a terminal."""
+    return re.sub(r"\\([\\`*_\[\]<>#|$~])", r"\1", text)

@@ -7,6 +7,8 @@ What every front end does (`client.py` today), in one place:
     follow(handle)                                a turn's steps as they happen
     pending(client) / decide(client, wf, ...)     calls awaiting consent, and deciding them
     find_turns(client, customer=..., ...)         recent turns, by search attributes
+    workers(client, task_queue)                   is anyone serving the queue, truly?
+    history_view(handle)                          what a turn's history holds, no worker needed
 
 Errors a person can act on are `AgentClientError`s with a one-line message.
 """
@@ -17,8 +19,11 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
+from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWorkersRequest
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -30,6 +35,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent.answers import markdown_plain, markdown_safe
 from agent.approval import ApprovalDecision, ApprovalResult
 from agent.chat import ChatMessage, ConversationInput, MessageAccepted
 from agent.types import PendingApproval, Step, TurnInput, TurnProgress
@@ -63,7 +69,7 @@ async def start_turn(
         turn,
         id=turn_id(turn.customer_id),
         task_queue=task_queue,
-        static_summary=turn.question[:200],
+        static_summary=markdown_safe(turn.question[:200]),
         static_details=f"customer: {turn.customer_id} · model: {turn.model or 'worker default'}",
         search_attributes=search.at_start(turn.customer_id, turn.model) if indexed else None,
     )
@@ -124,13 +130,110 @@ async def follow(handle: WorkflowHandle) -> AsyncIterator[Step]:
         await asyncio.sleep(FOLLOW_POLL_S)
 
 
-async def progress_of(handle: WorkflowHandle) -> TurnProgress:
+async def progress_of(handle: WorkflowHandle, timeout: float | None = None) -> TurnProgress:
+    """The turn's steps so far. A query needs a worker: with `timeout`, give up
+    after that many seconds (`WorkerNeeded`) instead of waiting for one."""
     try:
-        return await handle.query(AgentTurn.progress)
+        rpc_timeout = timedelta(seconds=timeout) if timeout else None
+        return await handle.query(AgentTurn.progress, rpc_timeout=rpc_timeout)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise AgentClientError(f"no turn with workflow id {handle.id!r}") from None
+        if timeout and e.status in (
+            RPCStatusCode.CANCELLED,  # how the client reports its own deadline
+            RPCStatusCode.DEADLINE_EXCEEDED,
+            RPCStatusCode.FAILED_PRECONDITION,
+            RPCStatusCode.UNAVAILABLE,
+        ):
+            raise WorkerNeeded(e.message) from None
         raise
+
+
+class WorkerNeeded(AgentClientError):
+    """No worker answered a query in time."""
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Who serves a task queue, by their heartbeats (pollers alone linger after a crash)."""
+
+    live: int
+    last_seen: datetime | None
+    """The most recent heartbeat of any worker of the queue, live or not."""
+
+
+async def workers(client: Client, task_queue: str) -> Workers:
+    """Live workers of `task_queue`: running, and heartbeating on time. A worker
+    killed outright keeps its pollers listed for a minute or more; its heartbeats
+    stop at once. Servers without worker heartbeats: any poller counts as live."""
+    try:
+        resp = await client.workflow_service.list_workers(
+            ListWorkersRequest(namespace=client.namespace, page_size=200)
+        )
+    except RPCError:
+        return await _pollers(client, task_queue)
+    now = datetime.now(timezone.utc)
+    live, last = 0, None
+    for info in resp.workers_info:
+        beat = info.worker_heartbeat
+        if beat.task_queue != task_queue:
+            continue
+        at = beat.heartbeat_time.ToDatetime(tzinfo=timezone.utc)
+        last = max(last, at) if last else at
+        interval = beat.elapsed_since_last_heartbeat.ToTimedelta() or timedelta(seconds=60)
+        if (
+            beat.status == WorkerStatus.WORKER_STATUS_RUNNING
+            and now - at <= 2 * interval + timedelta(seconds=5)
+        ):
+            live += 1
+    if not resp.workers_info:
+        return await _pollers(client, task_queue)
+    return Workers(live=live, last_seen=last)
+
+
+async def _pollers(client: Client, task_queue: str) -> Workers:
+    resp = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    seen = [p.last_access_time.ToDatetime(tzinfo=timezone.utc) for p in resp.pollers]
+    return Workers(live=len(seen), last_seen=max(seen) if seen else None)
+
+
+async def history_view(handle: WorkflowHandle) -> list[str]:
+    """A turn's activities as its history records them (with their Web UI summaries),
+    for when no worker is there to answer the `progress` query."""
+    converter = handle._client.data_converter  # the client's own, encryption included
+    scheduled: dict[int, str] = {}
+    lines: list[str] = []
+    async for event in handle.fetch_history_events():
+        summary = ""
+        if event.user_metadata.HasField("summary"):
+            summary = markdown_plain(
+                str((await converter.decode([event.user_metadata.summary]))[0])
+            )
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            kind = event.activity_task_scheduled_event_attributes.activity_type.name
+            scheduled[event.event_id] = f"{kind}: {summary}" if summary else kind
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            done = scheduled.pop(
+                event.activity_task_completed_event_attributes.scheduled_event_id, ""
+            )
+            lines.append(f"done     {done}")
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            failed = scheduled.pop(
+                event.activity_task_failed_event_attributes.scheduled_event_id, ""
+            )
+            lines.append(f"failed   {failed}")
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and summary:
+            lines.append(f"done     {summary}")
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_STARTED and summary:
+            lines.append(f"waiting  {summary}")
+    lines += [f"running  {what}" for what in scheduled.values()]
+    return lines
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,12 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from runtime.server import free_port
 from shop import ShopStore
@@ -274,3 +276,76 @@ def test_the_embedded_server_stops_when_its_worker_is_killed(cli_env: dict[str, 
             break  # nothing listens: the server went with its worker
         assert time.monotonic() < deadline, "the embedded server outlived its worker"
         time.sleep(0.2)
+
+
+@pytest.fixture
+def shared_server(env: WorkflowEnvironment, cli_env: dict[str, str]) -> dict[str, str]:
+    """The test session's dev server, and a task queue no worker serves yet."""
+    return {
+        **cli_env,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": f"cli-{uuid.uuid4().hex[:6]}",
+    }
+
+
+def test_show_without_a_worker_shows_the_history(shared_server: dict[str, str]) -> None:
+    started = run(["client.py", "ask", "Has order 123456 shipped?", "--no-wait"], shared_server)
+    assert started.returncode == 0, started.stderr
+    assert "no live worker serves task queue" in started.stderr  # said before waiting
+    (workflow_id,) = lines_of(started)
+    t0 = time.monotonic()
+    shown = run(["client.py", "show", workflow_id], shared_server, timeout=30)
+    assert time.monotonic() - t0 < 20
+    assert shown.returncode == 0, shown.stderr
+    assert "(running)" in shown.stdout
+    assert "no worker answered, so this is the history only" in shown.stderr
+    assert "Traceback" not in shown.stderr
+
+
+def test_ctrl_c_on_ask_says_the_turn_goes_on(shared_server: dict[str, str]) -> None:
+    asking = subprocess.Popen(
+        [sys.executable, "client.py", "ask", "Has order 123456 shipped?"],
+        cwd=ROOT,
+        env=shared_server,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert asking.stderr is not None
+    while "started" not in (line := asking.stderr.readline()):
+        assert line, "ask ended early"
+    asking.send_signal(signal.SIGINT)
+    _, err = asking.communicate(timeout=30)
+    assert asking.returncode == 130
+    workflow_id = line.split()[1]
+    assert f"the turn goes on. See it with: python client.py show {workflow_id}" in err
+    assert "Traceback" not in err
+
+
+def test_setup_mistakes_are_named_and_exit_non_zero(
+    shared_server: dict[str, str], tmp_path: Path
+) -> None:
+    env = {k: v for k, v in shared_server.items() if k != "OPENAI_API_KEY"}
+    env["AGENT_MODEL"] = "openai:gpt-4o"
+    worker = subprocess.Popen(
+        [sys.executable, "worker.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert worker.stdout is not None and "worker ready" in worker.stdout.readline()
+        no_key = run(["client.py", "ask", "Has order 123456 shipped?"], env)
+        unknown = run(["client.py", "ask", "hi", "--model", "gpt4:turbo"], env)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert no_key.returncode == 3, no_key.stdout + no_key.stderr
+    assert "set OPENAI_API_KEY for the worker" in no_key.stdout
+    assert "unavailable" not in no_key.stdout
+    assert unknown.returncode == 3
+    assert "unknown model 'gpt4:turbo': use one of bedrock, offline, openai" in unknown.stdout
+
+
+def test_worker_help_describes_every_option(cli_env: dict[str, str]) -> None:
+    out = run(["worker.py", "--help"], cli_env)
+    assert out.returncode == 0
+    assert "--task-queue TASK_QUEUE" in out.stdout and "task queue to serve" in out.stdout
+    assert "AGENT_MODEL" in out.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -242,3 +243,16 @@ def test_odd_customer_ids_are_refused() -> None:
 
 def test_seed_cases_cover_the_six_questions() -> None:
     assert len(SEED_CASES) == 6
+
+
+def test_web_ui_text_survives_markdown() -> None:
+    from agent.answers import markdown_plain, markdown_safe, story
+    from agent.types import Step, StepKind
+
+    text = "Total: $19.98. Refund of $26.85 for order_status(order_id='123456') [1] *x* <b>"
+    steps = [Step(iteration=1, kind=StepKind.OBSERVATION, text=text)]
+    shown = story(steps)
+    # No unescaped character Markdown (or its math) would interpret.
+    assert not re.search(r"(?<!\\)[$*_\[\]<>`]", shown.replace("\\\\", ""))
+    assert markdown_plain(shown) == steps[0].render()
+    assert markdown_plain(markdown_safe(text)) == text

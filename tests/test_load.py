@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
-from agent.types import Outcome, TurnInput
+from agent.types import Outcome, TurnInput, TurnLimits
 from client import start_turn
 from runtime.chaos import Faults
 from tests.conftest import SEED_CASES, Harness
@@ -12,8 +13,14 @@ from tests.conftest import SEED_CASES, Harness
 
 async def run_many(harness: Harness, task_queue: str, n: int) -> None:
     cases = [SEED_CASES[i % len(SEED_CASES)] for i in range(n)]
+    # Correctness under load, not latency: a loaded 2-core machine may take longer
+    # than the default max_duration to get through 200 turns.
+    limits = TurnLimits(max_duration=timedelta(minutes=10))
     handles = await asyncio.gather(
-        *(start_turn(harness.client, TurnInput(question=q), task_queue) for q, _ in cases)
+        *(
+            start_turn(harness.client, TurnInput(question=q, limits=limits), task_queue)
+            for q, _ in cases
+        )
     )
     results = await asyncio.gather(*(h.result() for h in handles))
     wrong = [

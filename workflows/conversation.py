@@ -24,6 +24,7 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from agent.answers import markdown_safe
     from agent.chat import (
         ChatMessage,
         ConversationInput,
@@ -97,7 +98,7 @@ class Conversation:
             search_attributes=search.at_start(turn.customer_id, turn.model, turn.conversation_id)
             if indexed
             else None,
-            static_summary=question[:200],
+            static_summary=markdown_safe(question[:200]),
         )
         self._current = turn_id
         self._started.add(turn_id)

@@ -53,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from agent import answers
     from agent.approval import ApprovalDecision, ApprovalResult, declined, expired
     from agent.conversation import Message, ToolResult, UserMessage, prior
-    from agent.errors import ModelUnavailable
+    from agent.errors import ModelRequestRejected, ModelUnavailable, UnknownModel
     from agent.model import Reply
     from agent.telemetry import agent_span, record_turn
     from agent.types import (
@@ -77,6 +77,10 @@ with workflow.unsafe.imports_passed_through():
         PURE_TIMEOUT,
         tool_retry,
     )
+
+
+# Model errors that say the request can never succeed as configured.
+_REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__)
 
 
 class _TurnEnded(Exception):
@@ -220,7 +224,7 @@ class AgentTurn:
                 start_to_close_timeout=MODEL_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=MODEL_RETRY,
-                summary=summary,
+                summary=answers.markdown_safe(summary),
             )
         except ActivityError as e:
             raise self._model_failed(iteration, e) from e
@@ -228,9 +232,12 @@ class AgentTurn:
     def _model_failed(self, iteration: int, err: ActivityError) -> _TurnEnded:
         """Transient trouble that outlasted every retry, or a request a retry cannot fix."""
         cause = err.cause
-        if isinstance(cause, ApplicationError) and cause.type != ModelUnavailable.__name__:
+        if isinstance(cause, ApplicationError) and cause.type in _REFUSED:
             self._record(iteration, StepKind.LIMIT, f"model request rejected: {cause.message}")
             return _TurnEnded(Outcome.MODEL_ERROR, answers.model_rejected(cause.message))
+        if isinstance(cause, ApplicationError) and cause.type != ModelUnavailable.__name__:
+            self._record(iteration, StepKind.LIMIT, f"model reply unusable: {cause.message}")
+            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_unusable(cause.message))
         reason = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
         self._record(iteration, StepKind.LIMIT, f"model unavailable: {reason}")
         return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._steps))
@@ -241,7 +248,7 @@ class AgentTurn:
             ParseInput(calls=calls),
             start_to_close_timeout=PURE_TIMEOUT,
             retry_policy=PURE_RETRY,
-            summary=f"parse: {', '.join(c.name for c in calls)}",
+            summary=answers.markdown_safe(f"parse: {', '.join(c.name for c in calls)}"),
         )
 
     def _reject(self, iteration: int, call: ToolCall, error: str) -> Observation:
@@ -269,7 +276,9 @@ class AgentTurn:
                 start_to_close_timeout=vc.timeout,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=tool_retry(vc.max_attempts),
-                summary=("writes: " if vc.side_effects else "") + call.render(),
+                summary=answers.markdown_safe(
+                    ("writes: " if vc.side_effects else "") + call.render()
+                ),
             )
             observation = (
                 await workflow.execute_local_activity(
@@ -277,7 +286,7 @@ class AgentTurn:
                     ParseOutputInput(call=call, result=dispatched.result),
                     start_to_close_timeout=PURE_TIMEOUT,
                     retry_policy=PURE_RETRY,
-                    summary=f"parse_output: {call.name}",
+                    summary=answers.markdown_safe(f"parse_output: {call.name}"),
                 )
             ).observation
         except ActivityError as e:
@@ -309,7 +318,7 @@ class AgentTurn:
             await workflow.wait_condition(
                 lambda: call.id in self._decisions,
                 timeout=wait,
-                timeout_summary=f"approval of {call.name}",
+                timeout_summary=answers.markdown_safe(f"approval of {call.name}"),
             )
             decision: ApprovalDecision | None = self._decisions[call.id]
         except asyncio.TimeoutError:

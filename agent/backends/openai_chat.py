@@ -47,7 +47,13 @@ class OpenAIChatModel:
                 raise ModelRequestRejected(
                     "the openai backend needs the `openai` package: pip install -e '.[openai]'"
                 ) from None
-            client = AsyncOpenAI(max_retries=0, timeout=timeout)
+            try:
+                client = AsyncOpenAI(max_retries=0, timeout=timeout)
+            except Exception as e:  # openai.OpenAIError: no API key
+                raise ModelRequestRejected(
+                    f"the openai backend cannot start ({e}); set OPENAI_API_KEY for the "
+                    "worker (any value for a local server that needs none) and restart it"
+                ) from None
         self._client = client
 
     async def plan(self, request: ModelRequest) -> Reply:
