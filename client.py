@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import getpass
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
@@ -25,7 +26,9 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent import telemetry
 from agent.chat import ConversationInput
+from agent.pricing import usage_line
 from agent.types import (
     DEFAULT_CUSTOMER,
     Outcome,
@@ -150,11 +153,7 @@ def limits(args: argparse.Namespace) -> TurnLimits:
 def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> int:
     """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
     print(f"\nanswer ({result.outcome.value}): {result.answer}")
-    u = result.usage
-    print(
-        f"usage: {u.model_calls} model call(s), {u.input_tokens} in / {u.output_tokens} out tokens"
-        + (f" ({u.cached_input_tokens} cached)" if u.cached_input_tokens else "")
-    )
+    print(usage_line(result.usage))
     url = conn.workflow_url(handle.id, handle.result_run_id)
     print(f"workflow: {handle.id}" + (f"  {url}" if url else ""))
     return EXIT_NOT_ANSWERED if result.outcome in UNANSWERED else 0
@@ -492,15 +491,48 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(Exception):
+    """SIGTERM: the command stops as on Ctrl-C, with exit code 143."""
+
+
+async def run_command(args: argparse.Namespace) -> int:
+    """The command as the root span of its trace (a turn's trace starts where it was
+    asked); SIGTERM cancels it the way Ctrl-C does, so it ends, and exports, cleanly."""
+    task = asyncio.current_task()
+    terminated = False
+
+    def on_sigterm() -> None:
+        nonlocal terminated
+        terminated = True
+        if task is not None:
+            task.cancel()
+
+    with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
+    with telemetry.command_span(f"client.py {args.command}"):
+        try:
+            return await args.run(args) or 0
+        except asyncio.CancelledError:
+            if terminated:
+                raise Terminated from None
+            raise
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return asyncio.run(args.run(args)) or 0
+        return asyncio.run(run_command(args))
     except (CliError, AgentClientError, ServerUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 143
+    finally:
+        # Every exit sends the spans first: `__main__` ends with os._exit, which runs
+        # no exit handler, so whatever is still buffered would be lost.
+        telemetry.flush()
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
     python worker.py                 # connects per TEMPORAL_* / temporal.toml, else
                                      # to localhost:7233, else starts an embedded server
+    python worker.py --metrics-port 9464 --log-format json --log-level info
 
 Ctrl-C or SIGTERM stop it gracefully: in-flight activities get time to finish,
-and the server stops after the worker if this process started it.
+the last spans and metrics are sent, and the server stops after the worker if
+this process started it.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import turn_activities
+from agent import telemetry
 from agent.approval import ApprovalPolicy
 from agent.model import Model, ModelCatalog
 from agent.offline import OfflineModel
+from agent.shields import ShieldConfigError, ShieldSet
 from agent.tools import ToolRegistry
-from runtime import search
+from runtime import logs, metrics, search
 from runtime.chaos import ChaosInterceptor, Faults
 from runtime.server import ServerUnavailable, connect
 from runtime.settings import DEFAULT_MODEL, TASK_QUEUE
@@ -73,12 +77,14 @@ def build_worker(
     tools: ToolRegistry = TOOLS,
     deps: Any = None,
     approvals: ApprovalPolicy | None = None,
+    shields: ShieldSet | None = None,
     faults: Faults | None = None,
     **options: Any,
 ) -> Worker:
     """A worker for turns and conversations and their activities. `deps` is what
     tools get as `ctx.deps` (by default the demo shop's store, per
-    `AGENT_SHOP_STORE`); `approvals` default to `AGENT_APPROVAL_*`; `faults`
+    `AGENT_SHOP_STORE`); `approvals` default to `AGENT_APPROVAL_*`, `shields` to
+    `AGENT_SHIELDS_*`; `faults`
     (chaos runs) to `AGENT_FAULTS`; `options` go to `Worker`."""
     settings: dict[str, Any] = {
         "task_queue": task_queue,
@@ -97,10 +103,15 @@ def build_worker(
             tools,
             deps if deps is not None else open_store(),
             approvals,
+            shields if shields is not None else ShieldSet.from_env(),
         )
+    # Inside the tracing plugin's spans (the client's interceptors come first): each
+    # activity attempt's span gets its attempt and error, each turn its metrics.
+    observe = [telemetry.ActivityAttempts(), metrics.TurnMetrics()]
+    settings["interceptors"] = [*observe, *settings.get("interceptors", [])]
     faults = faults if faults is not None else Faults.from_env()
     if faults.active:
-        settings["interceptors"] = [*settings.get("interceptors", []), ChaosInterceptor(faults)]
+        settings["interceptors"] = [*settings["interceptors"], ChaosInterceptor(faults)]
     return Worker(client, **settings)
 
 
@@ -115,8 +126,9 @@ def describe_tools(tools: ToolRegistry, approvals: ApprovalPolicy) -> str:
     return ", ".join(parts)
 
 
-async def run(task_queue: str) -> None:
-    conn = await connect(start_embedded=True)
+async def run(task_queue: str, observed: metrics.MetricsSettings) -> None:
+    runtime = metrics.worker_runtime(observed, core_logger=logging.getLogger("temporalio.core"))
+    conn = await connect(start_embedded=True, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -134,8 +146,13 @@ async def run(task_queue: str) -> None:
             print(f"tools: {describe_tools(TOOLS, ApprovalPolicy.from_env())}", flush=True)
             if conn.workflows_url:
                 print(f"Web UI: {conn.workflows_url}", flush=True)
+            if observed.prometheus:
+                print(f"metrics: http://{observed.prometheus}/metrics", flush=True)
+            elif observed.otlp_url:
+                print(f"metrics: OTLP to {observed.otlp_url}", flush=True)
             await stop.wait()
             print("shutting down…", flush=True)
+        await metrics.drain(observed)
     finally:
         conn.close()
 
@@ -148,7 +165,8 @@ def main() -> None:
             "TEMPORAL_PROFILE (the server; unset: localhost:7233 or an embedded one), "
             "AGENT_MODEL (default model spec), OPENAI_BASE_URL / OPENAI_API_KEY, AWS_*, "
             "AGENT_APPROVAL_REQUIRED / AGENT_APPROVAL_WAIVED, AGENT_ENCRYPTION_KEY, "
-            "AGENT_SHOP_DB / AGENT_SHOP_STORE, OTEL_TRACES_EXPORTER; see README.md"
+            "AGENT_SHOP_DB / AGENT_SHOP_STORE, AGENT_MODEL_PRICES, OTEL_TRACES_EXPORTER, "
+            "OTEL_METRICS_EXPORTER; see README.md"
         ),
     )
     parser.add_argument(
@@ -157,12 +175,33 @@ def main() -> None:
         help="task queue to serve; clients must use the same (default: %(default)s, "
         "from AGENT_TASK_QUEUE)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        help="serve Prometheus metrics (Temporal's and the agent's) on "
+        f"http://HOST:PORT/metrics, host {metrics.DEFAULT_HOST} unless given "
+        f"(default: from {metrics.PORT_SETTING}; none)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        help=f"text for people, json for log shippers (default: from {logs.FORMAT_SETTING}; text)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=logs.LEVELS,
+        help="info logs every model and tool call with its turn and trace "
+        f"(default: from {logs.LEVEL_SETTING}; warning)",
+    )
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(run(args.task_queue))
-    except (ServerUnavailable, ValueError) as e:
+        logs.setup(args.log_format, args.log_level)
+        observed = metrics.MetricsSettings.from_env(args.metrics_port)
+        asyncio.run(run(args.task_queue, observed))
+    except (ServerUnavailable, ShieldConfigError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
+    finally:
+        telemetry.flush()
 
 
 if __name__ == "__main__":

@@ -9,10 +9,12 @@ from activities._model_call import ModelCallInput
 from activities.dispatch import DispatchActivity, DispatchInput, DispatchOutput
 from activities.interpret import InterpretActivity, InterpretInput, InterpretOutput
 from activities.parse import ParseActivity, ParseInput, ParseOutput, Rejection, ValidCall
-from activities.parse_output import ParseOutputInput, ParseOutputOutput, parse_output
+from activities.parse_output import ParseOutputActivity, ParseOutputInput, ParseOutputOutput
 from activities.plan import PlanActivity, PlanInput, PlanOutput
+from activities.shield import ShieldActivity, ShieldInput, ShieldOutput
 from agent.approval import ApprovalPolicy
 from agent.model import ModelCatalog
+from agent.shields import ShieldSet
 from agent.tools import ToolRegistry
 
 
@@ -21,14 +23,17 @@ def turn_activities(
     tools: ToolRegistry,
     deps: Any,
     approvals: ApprovalPolicy | None = None,
+    shields: ShieldSet | None = None,
 ) -> list[Callable[..., Any]]:
-    """All activities of a turn, bound to one worker's models, tools, tool resources
-    and approval settings."""
+    """All activities of a turn, bound to one worker's models, tools, tool resources,
+    approval settings and shields."""
+    shields = shields or ShieldSet.none()
     return [
+        ShieldActivity(shields).shield,
         PlanActivity(models, tools).plan,
         ParseActivity(tools, approvals).parse,
         DispatchActivity(tools, deps).dispatch,
-        parse_output,
+        ParseOutputActivity(shields).parse_output,
         InterpretActivity(models, tools).interpret,
     ]
 
@@ -44,13 +49,16 @@ __all__ = [
     "ParseActivity",
     "ParseInput",
     "ParseOutput",
+    "ParseOutputActivity",
     "ParseOutputInput",
     "ParseOutputOutput",
     "PlanActivity",
     "PlanInput",
     "PlanOutput",
     "Rejection",
+    "ShieldActivity",
+    "ShieldInput",
+    "ShieldOutput",
     "ValidCall",
-    "parse_output",
     "turn_activities",
 ]

@@ -9,12 +9,15 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel
+from temporalio import activity
 
 from activities._common import heartbeating, server_suggested_delay
 from agent.conversation import Message, calls_so_far, check
 from agent.model import ModelCatalog, ModelRequest, Reply
-from agent.telemetry import model_span, record_reply
+from agent.pricing import Pricing, format_cost
+from agent.telemetry import model_span, record_cost, record_reply
 from agent.tools import ToolRegistry
+from runtime import metrics
 
 
 class ModelCallInput(BaseModel):
@@ -25,25 +28,44 @@ class ModelCallInput(BaseModel):
 
 
 class ModelCaller:
-    """Holds the worker's models and tools for the model-call activities."""
+    """Holds the worker's models, tools and prices for the model-call activities."""
 
-    def __init__(self, models: ModelCatalog, tools: ToolRegistry) -> None:
+    def __init__(
+        self, models: ModelCatalog, tools: ToolRegistry, pricing: Pricing | None = None
+    ) -> None:
         self._models = models
         self._tools = tools
+        # Read at worker start, so a malformed AGENT_MODEL_PRICES stops the worker there.
+        self._pricing = pricing if pricing is not None else Pricing.from_env()
 
     async def call(self, input: ModelCallInput, step: Literal["plan", "interpret"]) -> Reply:
-        model = self._models.resolve(input.model)
+        spec = input.model or self._models.default
+        model = self._models.resolve(spec)
         # A broken conversation is a bug of the turn: say so before a provider's 400 does.
         check(input.messages)
         request = ModelRequest(messages=input.messages, tools=self._tools.specs)
         async with heartbeating():
             with (
                 model_span(step, model.provider, model.name) as span,
+                metrics.model_call(model.provider, model.name) as measured,
                 server_suggested_delay(),
             ):
                 reply = await getattr(model, step)(request)
                 record_reply(span, reply)
-        reply.usage.model_calls = 1  # counted here, whatever the backend reports
+                # Priced as it happens: the workflow only adds the costs up. One call is
+                # counted here, whatever the backend reports.
+                cost = self._pricing.price(reply.usage, model.provider, model.name, spec)
+                reply.usage = reply.usage.model_copy(update={"model_calls": 1, "cost_usd": cost})
+                record_cost(span, cost)
+                measured.usage, measured.cost = reply.usage, cost
+        activity.logger.info(
+            "%s %s: %d in / %d out tokens, cost %s",
+            model.provider,
+            model.name,
+            reply.usage.input_tokens,
+            reply.usage.output_tokens,
+            format_cost(cost),
+        )
         _name_calls(reply, input.messages)
         return reply
 

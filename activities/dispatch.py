@@ -21,6 +21,7 @@ from agent.render import render_result
 from agent.telemetry import tool_span
 from agent.tools import ToolContext, ToolRegistry
 from agent.types import ToolCall
+from runtime import metrics
 
 _json = TypeAdapter(Any)
 
@@ -52,7 +53,7 @@ class DispatchActivity:
         args = self._tools.validate(input.call)
         ctx = ToolContext(input.customer_id, self._deps, input.idempotency_key)
         async with heartbeating():
-            with tool_span(tool.name, input.call.id):
+            with tool_span(tool.name, input.call.id), metrics.tool_call(tool.name):
                 try:
                     if tool.is_async:
                         result = await tool(args, ctx)
@@ -71,6 +72,8 @@ class DispatchActivity:
                         non_retryable=True,
                         category=ApplicationErrorCategory.BENIGN,
                     ) from e
+        # Names only: arguments are the customer's words, which logs must not hold.
+        activity.logger.info("%s %s: ok", tool.name, input.call.id)
         data = _json.dump_python(result, mode="json")
         if len(_json.dump_json(data)) > MAX_RESULT_BYTES:
             # Never store a huge result in the history: keep the compact text only.

@@ -27,6 +27,8 @@ class ValidCall(BaseModel):
     side_effects: bool = False
     approval: str = ""
     """Why the call needs a person's consent before it runs; empty when it does not."""
+    return_direct: bool = False
+    """Its result is the turn's answer (no interpret)."""
 
 
 class Rejection(BaseModel):
@@ -66,6 +68,7 @@ class ParseActivity:
                     max_attempts=tool.max_attempts,
                     side_effects=tool.side_effects,
                     approval=self._why_approval(tool),
+                    return_direct=tool.return_direct,
                 )
             )
         return ParseOutput(valid=valid, rejected=rejected)

@@ -29,6 +29,20 @@ def token_limit(max_tokens: int, steps: list[Step]) -> str:
     return f"Sorry, I used up this question's budget of {max_tokens} tokens." + _found_so_far(steps)
 
 
+def refused_question() -> str:
+    return (
+        "Sorry, I can't help with that request. I can answer questions about your orders, "
+        "returns and our store policies."
+    )
+
+
+def refused_answer() -> str:
+    return (
+        "Sorry, I can't share that answer: it held information I may not give out. "
+        "Please ask about your own orders and returns."
+    )
+
+
 def model_failed(steps: list[Step]) -> str:
     return (
         "Sorry, I cannot answer right now: the language model is unavailable. "

@@ -76,6 +76,9 @@ class Tool:
     """Whether a call waits for a person's consent before it runs; by default, when
     it has side effects. The worker's settings can override it (`agent.approval`)."""
 
+    return_direct: bool = False
+    """Its rendered result is the final answer: the turn ends without `interpret`."""
+
     @property
     def needs_approval(self) -> bool:
         return self.side_effects if self.approval is None else self.approval
@@ -106,6 +109,7 @@ def tool(
     max_attempts: int = 3,
     side_effects: bool = False,
     approval: bool | None = None,
+    return_direct: bool = False,
 ) -> Any:
     """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
     # Annotations may be strings (`from __future__ import annotations`) naming a
@@ -134,6 +138,7 @@ def tool(
             max_attempts=max_attempts,
             side_effects=side_effects,
             approval=approval,
+            return_direct=return_direct,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -62,6 +62,9 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cached_input_tokens: int = 0
     """Input tokens the provider read from its prompt cache (billed at a discount)."""
+    cost_usd: float | None = None
+    """What the calls cost in US dollars, priced by the worker as each call returned
+    (`agent/pricing.py`); None when a call's price is unknown (so the sum is too)."""
 
     @property
     def total_tokens(self) -> int:
@@ -73,6 +76,9 @@ class Usage(BaseModel):
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cost_usd=None
+            if self.cost_usd is None or other.cost_usd is None
+            else self.cost_usd + other.cost_usd,
         )
 
 
@@ -91,6 +97,8 @@ class StepKind(str, Enum):
     """A call waits for a person's consent before it runs."""
     DECISION = "decision"
     """A person approved or declined a call (or nobody did in time)."""
+    SHIELD = "shield"
+    """A shield judged the question, a call, a tool result or the answer."""
     ANSWER = "answer"
     """The final answer."""
     LIMIT = "limit"
@@ -118,6 +126,8 @@ class Outcome(str, Enum):
     TIME_LIMIT = "time_limit"
     TOKEN_LIMIT = "token_limit"
     MODEL_ERROR = "model_error"
+    REFUSED = "refused"
+    """A shield stopped the question or the answer."""
 
 
 class TurnLimits(BaseModel):

@@ -27,6 +27,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from agent import telemetry
 from agent.types import TurnInput
 from bench.floor import FloorInput, FloorTurn
 from bench.models import EXPECTED_MODEL_CALLS, TASKS
@@ -283,7 +284,10 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=3, help="iterations per latency turn")
     p.add_argument("--out", type=Path, default=Path("bench-results.json"))
     args = p.parse_args()
-    results = asyncio.run(run(args))
+    try:
+        results = asyncio.run(run(args))
+    finally:
+        telemetry.flush()  # its client's spans, before os._exit or a traceback
     print(report(results))
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

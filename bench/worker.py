@@ -28,6 +28,7 @@ from temporalio.worker import (
 
 from activities import turn_activities
 from agent.approval import ApprovalPolicy
+from agent.shields import ShieldSet
 from bench.floor import FloorTurn, floor_local, floor_remote
 from bench.models import bench_models
 from runtime.codec import data_converter
@@ -75,7 +76,11 @@ async def main() -> None:
         workflows=[AgentTurn, FloorTurn],
         activities=[
             *turn_activities(
-                bench_models(), TOOLS, ShopStore(args.shop_db), ApprovalPolicy.from_env()
+                bench_models(),
+                TOOLS,
+                ShopStore(args.shop_db),
+                ApprovalPolicy.from_env(),
+                ShieldSet.from_env(),
             ),
             floor_remote,
             floor_local,

@@ -27,6 +27,7 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime
 
 from agent.telemetry import tracing_plugins
 from runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
@@ -142,6 +143,9 @@ class EmbeddedServer:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            # OTEL_* configure this project's processes; the server would read them as its
+            # own, and refuses to start with OTEL_TRACES_EXPORTER=console.
+            env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
             # Its own process group: Ctrl-C in the terminal reaches the worker,
             # which then stops the server after a graceful shutdown.
             start_new_session=True,
@@ -215,8 +219,9 @@ def connect_settings() -> dict[str, Any]:
         ) from None
 
 
-async def connect(*, start_embedded: bool = False) -> Connection:
-    """Connect per the environment; optionally start the embedded server if none is found."""
+async def connect(*, start_embedded: bool = False, runtime: Runtime | None = None) -> Connection:
+    """Connect per the environment; optionally start the embedded server if none is found.
+    `runtime` carries a worker's metrics (`runtime.metrics.worker_runtime`)."""
     settings = connect_settings()
     server = None
     if "target_host" not in settings:
@@ -229,7 +234,7 @@ async def connect(*, start_embedded: bool = False) -> Connection:
             server = EmbeddedServer(STATE_DIR / "temporal.db").start()
         settings["target_host"] = f"{LOCAL_HOST}:{LOCAL_PORT}"
     try:
-        client = await open_client(settings, wait=30 if server else 0)
+        client = await open_client(settings, wait=30 if server else 0, runtime=runtime)
     except ServerUnavailable:
         if server:
             server.stop()
@@ -237,10 +242,12 @@ async def connect(*, start_embedded: bool = False) -> Connection:
     return Connection(client=client, ui_url=_ui_url(settings["target_host"]), server=server)
 
 
-async def open_client(settings: dict[str, Any], wait: float = 0) -> Client:
-    """`Client.connect` with the project's converter (encrypting when a key is set) and
-    tracing, retried for `wait` s (a server that just started listens before its
-    frontend is healthy)."""
+async def open_client(
+    settings: dict[str, Any], wait: float = 0, runtime: Runtime | None = None
+) -> Client:
+    """`Client.connect` with the project's converter (encrypting when a key is set),
+    tracing and `runtime` (the SDK's default when None), retried for `wait` s (a
+    server that just started listens before its frontend is healthy)."""
     try:
         converter = data_converter()
     except EncryptionConfigError as e:
@@ -249,7 +256,7 @@ async def open_client(settings: dict[str, Any], wait: float = 0) -> Client:
     while True:
         try:
             return await Client.connect(
-                **settings, data_converter=converter, plugins=tracing_plugins()
+                **settings, data_converter=converter, plugins=tracing_plugins(), runtime=runtime
             )
         except RuntimeError as e:
             if time.monotonic() < deadline:

@@ -18,7 +18,7 @@ from agent.conversation import UserMessage, latest_results
 from agent.model import Model, ModelCatalog, ModelRequest
 from agent.offline import OfflineModel
 from agent.tools import ToolRegistry
-from agent.types import TurnInput, TurnLimits, TurnOutput
+from agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from client import start_turn
 from runtime.server import DEV_SERVER_TUNING, temporal_cli
 from shop import TOOLS, ShopStore
@@ -123,8 +123,13 @@ def skipping_harness(skipping_env: WorkflowEnvironment, store: ShopStore) -> Har
     return Harness(skipping_env.client, store)
 
 
+def story(result: TurnOutput) -> list[Step]:
+    """The turn's steps without its shield checks (tests of shields look at those)."""
+    return [s for s in result.steps if s.kind is not StepKind.SHIELD]
+
+
 def kinds(result: TurnOutput) -> list[str]:
-    return [s.kind.value for s in result.steps]
+    return [s.kind.value for s in story(result)]
 
 
 def request(question: str, tools: ToolRegistry = TOOLS) -> ModelRequest:

@@ -23,7 +23,7 @@ from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Turn
 from runtime.server import EmbeddedServer, free_port
 from runtime.turns import AgentClientError, decide, find_turns, pending, progress_of, start_turn
 from shop import ShopStore
-from tests.conftest import Harness, kinds, last_result
+from tests.conftest import Harness, kinds, last_result, story
 from workflows import AgentTurn, search
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +78,7 @@ async def test_approved_call_runs_exactly_once(harness: Harness) -> None:
 
     assert result.outcome is Outcome.ANSWERED
     assert kinds(result) == ["plan", "approval", "decision", "tool_call", "observation", "answer"]
-    assert result.steps[2].text == "start_return: approved by alice"
+    assert story(result)[2].text == "start_return: approved by alice"
     (created,) = new_returns(harness.store)
     assert created in result.answer
 

@@ -86,7 +86,8 @@ def test_worker_and_ask_follow_in_two_processes(
 ) -> None:
     out = run(["client.py", "ask", "Has order 123456 shipped?", "--follow"], cli_env)
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    lines = [line for line in out.stdout.splitlines() if "] shield " not in line]
+    assert "[1] shield      input: allowed by offline" in out.stdout
     assert lines[0] == "[1] plan        order_status(order_id='123456')"
     assert lines[1] == "[1] tool_call   order_status(order_id='123456')"
     assert lines[2].startswith("[1] observation order_status: Order id: 123456. Item: Herbal")

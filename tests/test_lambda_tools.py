@@ -17,7 +17,7 @@ from agent.scripted import ScriptedModel
 from agent.tools import ToolRegistry
 from agent.types import Outcome, ToolCall
 from shop.tools import OrderLookup
-from tests.conftest import Harness, last_result, stubbed_aws_client
+from tests.conftest import Harness, last_result, story, stubbed_aws_client
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ async def test_function_error_is_an_observation(harness: Harness, stubbed: Any) 
     err = json.dumps({"errorMessage": "KeyError: 'orderId'", "errorType": "KeyError"}).encode()
     stubber.add_response("invoke", answer(err, FunctionError="Unhandled"), EXPECTED)
     result = await ask(harness, tools)
-    observation = result.steps[-2].observation
+    observation = story(result)[-2].observation
     assert observation is not None and not observation.ok
     assert observation.text == "order_status failed: KeyError: 'orderId'"
 
@@ -83,7 +83,9 @@ async def test_bad_payload_is_an_observation(harness: Harness, stubbed: Any) -> 
     tools, stubber = stubbed
     stubber.add_response("invoke", answer(b"<html>oops</html>"), EXPECTED)
     result = await ask(harness, tools)
-    assert result.steps[-2].text == "order_status: order_status returned a payload that is not JSON"
+    assert (
+        story(result)[-2].text == "order_status: order_status returned a payload that is not JSON"
+    )
 
 
 async def test_not_found_status_is_an_observation(harness: Harness, stubbed: Any) -> None:

@@ -2,11 +2,11 @@
 current workflow code without a non-determinism error.
 
 `histories/` holds turns recorded by the current code (`python -m
-tests.record_histories`); `histories/v0.1/` holds turns recorded before the
-native tool loop (0.1), to pin down what an upgrade does to turns in flight:
-every turn that had not asked `interpret` for more tools still replays; one that
-had (an old-style "continue") fails its workflow task with a non-determinism
-error, as the README's upgrade note says.
+tests.record_histories`); `histories/v0.1/` holds turns recorded by 0.1, to pin
+down what an upgrade does to turns in flight: 0.2 screens the question with the
+input shields before `plan`, so no 0.1 turn can continue on a 0.2 worker; each
+fails its workflow task with a non-determinism error, as the README's upgrade
+note says (drain 0.1 workers first).
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from workflows import AgentTurn, Conversation
 HERE = Path(__file__).parent / "histories"
 HISTORIES = sorted(HERE.glob("*.json"))
 V01 = sorted((HERE / "v0.1").glob("*.json"))
-V01_CONTINUED = {"step_limit"}
-"""0.1 turns whose `interpret` asked for more tools: they cannot continue on 0.2."""
 
 
 async def replay(path: Path) -> BaseException | None:
@@ -48,9 +46,5 @@ async def test_history_replays(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", V01, ids=lambda p: p.stem)
-async def test_turns_of_the_previous_version(path: Path) -> None:
-    failure = await replay(path)
-    if path.stem in V01_CONTINUED:
-        assert isinstance(failure, NondeterminismError)
-    else:
-        assert failure is None
+async def test_turns_of_the_previous_version_fail_clearly(path: Path) -> None:
+    assert isinstance(await replay(path), NondeterminismError)

@@ -17,7 +17,7 @@ from agent.tools import ToolContext, ToolRegistry, tool
 from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
 from bench.models import EXPECTED_MODEL_CALLS, TaskModel
 from client import start_turn
-from tests.conftest import SEED_CASES, Harness, kinds
+from tests.conftest import SEED_CASES, Harness, kinds, story
 from workflows import AgentTurn
 
 
@@ -34,13 +34,22 @@ async def test_seed_cases(harness: Harness, question: str, expected: str) -> Non
     result = await harness.ask(question)
     assert result.outcome is Outcome.ANSWERED
     assert expected in result.answer
-    assert result.steps[-1].kind is StepKind.ANSWER
+    assert story(result)[-1].kind is StepKind.ANSWER
 
 
 async def test_tool_turn_reads_as_a_story(harness: Harness) -> None:
     result = await harness.ask("Has order 123456 shipped?")
     assert kinds(result) == ["plan", "tool_call", "observation", "answer"]
-    assert result.steps[0].text == "order_status(order_id='123456')"
+    plan = next(s for s in result.steps if s.kind is StepKind.PLAN)
+    assert plan.text == "order_status(order_id='123456')"
+    # Screened on the way in and out by the default (offline) shields.
+    shields = [s.text for s in result.steps if s.kind is StepKind.SHIELD]
+    assert shields == [
+        "input: allowed by offline",
+        "tool_input order_status(order_id='123456'): allowed by offline",
+        "tool_output order_status(order_id='123456'): allowed by offline",
+        "output: allowed by offline",
+    ]
     assert result.usage.model_calls == 2
 
 
@@ -70,8 +79,8 @@ async def test_unknown_tool_is_replanned(harness: Harness) -> None:
     result = await harness.ask("Has order 123456 shipped?", model=model)
     assert result.outcome is Outcome.ANSWERED
     assert kinds(result) == ["plan", "rejected", "plan", "tool_call", "observation", "answer"]
-    assert "unknown tool 'track_parcel'" in result.steps[1].text
-    assert "order_status" in result.steps[1].text  # the rejection lists the real tools
+    assert "unknown tool 'track_parcel'" in story(result)[1].text
+    assert "order_status" in story(result)[1].text  # the rejection lists the real tools
     # The re-plan saw its call answered with the error, as the call's result.
     *_, call, rejection = model.requests[1][1].messages
     assert isinstance(call, AssistantMessage) and call.calls[0].name == "track_parcel"
@@ -107,7 +116,7 @@ async def test_wrong_id_format_gives_up_after_two_replans(harness: Harness) -> N
     result = await harness.ask("Has order 12ab shipped?", model=model)
     assert model.calls("plan") == 3  # first plan + 2 re-plans
     assert kinds(result) == ["plan", "rejected", "plan", "rejected", "plan", "rejected", "answer"]
-    final_rejection = result.steps[-2].observation
+    final_rejection = story(result)[-2].observation
     assert final_rejection is not None and not final_rejection.ok
     assert "should match pattern" in final_rejection.text
     assert model.calls("interpret") == 1  # the model still gets to answer, errors in hand
@@ -131,7 +140,7 @@ async def test_a_tool_that_raises_is_an_observation(harness: Harness) -> None:
     )
     result = await harness.ask("anything", model=model, tools=ToolRegistry([flaky]))
     assert result.outcome is Outcome.ANSWERED
-    observation = result.steps[-2].observation
+    observation = story(result)[-2].observation
     assert observation is not None and not observation.ok
     assert "inventory service returned garbage" in observation.text
     assert len(attempts) == 2 and len(set(attempts)) == 1  # retried, same idempotency key
@@ -147,7 +156,7 @@ async def test_a_tool_that_times_out_is_an_observation(harness: Harness) -> None
     model = ScriptedModel(plans=[Reply(calls=[ToolCall(id="c1", name="slow")])], decisions=[ANSWER])
     result = await harness.ask("anything", model=model, tools=ToolRegistry([slow]))
     assert result.outcome is Outcome.ANSWERED
-    observation = result.steps[-2].observation
+    observation = story(result)[-2].observation
     assert observation is not None
     assert observation.text.startswith("slow timed out after 0.3 s")
 
@@ -199,7 +208,7 @@ async def test_never_finishing_model_hits_the_step_cap(harness: Harness) -> None
     assert model.calls("plan") == 1 and model.calls("interpret") == 3
     assert kinds(result).count("tool_call") == 3
     assert kinds(result).count("continue") == 3
-    assert result.steps[-1].kind is StepKind.LIMIT
+    assert story(result)[-1].kind is StepKind.LIMIT
 
 
 async def test_interpret_hands_over_the_next_calls(harness: Harness) -> None:
@@ -262,7 +271,7 @@ async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> 
     result, handle = await harness.ask_with_handle(
         "anything", model=model, tools=ToolRegistry([dump])
     )
-    observation = result.steps[-2].observation
+    observation = story(result)[-2].observation
     assert observation is not None and "[truncated" in observation.text
     assert len(observation.text) < 2100
     history = await handle.fetch_history()

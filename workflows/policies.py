@@ -42,3 +42,16 @@ def tool_retry(max_attempts: int) -> RetryPolicy:
         maximum_attempts=max_attempts,
         non_retryable_error_types=permanent_error_types(),
     )
+
+
+# Shields (and parse_output, which runs the tool-output shields) run as local
+# activities: quick checks, some of them remote (Bedrock Guardrails, Llama Guard),
+# so a few retries with backoff; then the shield fails closed (activities/shield.py).
+SHIELD_TIMEOUT = timedelta(seconds=10)
+SHIELD_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=3,
+    non_retryable_error_types=permanent_error_types(),
+)

@@ -44,17 +44,21 @@ with workflow.unsafe.imports_passed_through():
         ParseActivity,
         ParseInput,
         ParseOutput,
+        ParseOutputActivity,
         ParseOutputInput,
         PlanActivity,
         PlanInput,
+        ShieldActivity,
+        ShieldInput,
         ValidCall,
-        parse_output,
     )
     from agent import answers
     from agent.approval import ApprovalDecision, ApprovalResult, declined, expired
-    from agent.conversation import Message, ToolResult, UserMessage, prior
+    from agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
     from agent.errors import ModelRequestRejected, ModelUnavailable, UnknownModel
     from agent.model import Reply
+    from agent.pricing import usage_line
+    from agent.shields import ShieldRequest, Verdict
     from agent.telemetry import agent_span, record_turn
     from agent.types import (
         Observation,
@@ -75,6 +79,8 @@ with workflow.unsafe.imports_passed_through():
         MODEL_TIMEOUT,
         PURE_RETRY,
         PURE_TIMEOUT,
+        SHIELD_RETRY,
+        SHIELD_TIMEOUT,
         tool_retry,
     )
 
@@ -96,7 +102,7 @@ class _TurnEnded(Exception):
 class AgentTurn:
     def __init__(self) -> None:
         self._steps: list[Step] = []
-        self._usage = Usage()
+        self._usage = Usage(cost_usd=0.0)  # a turn's total starts at zero
         self._done = False
         self._messages: list[Message] = []
         self._pending: dict[str, PendingApproval] = {}
@@ -104,6 +110,8 @@ class AgentTurn:
         self._model = ""
         self._tools_used: list[str] = []
         self._status = search.RUNNING
+        self._tainted = False
+        """A tool result carried instruction-like text: later writes need consent."""
 
     @workflow.query
     def progress(self) -> TurnProgress:
@@ -133,7 +141,7 @@ class AgentTurn:
 
     @workflow.run
     async def run(self, turn: TurnInput) -> TurnOutput:
-        with agent_span(turn.model) as span:
+        with agent_span(turn.model, turn.conversation_id) as span:
             result = await self._run(turn)
             record_turn(span, result.outcome.value, result.usage)
             return result
@@ -167,6 +175,11 @@ class AgentTurn:
     async def _loop(self, turn: TurnInput) -> TurnOutput:
         self._messages = [*prior(turn.history), UserMessage(text=turn.question)]
         iteration, replans, source = 1, 0, StepKind.PLAN
+        (stop,) = await self._screen(
+            turn, iteration, [ShieldRequest(position="input", text=turn.question)]
+        )
+        if stop:
+            raise _TurnEnded(Outcome.REFUSED, answers.refused_question())
         reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
         while reply.calls:
             self._record(iteration, source, _describe(reply), calls=reply.calls)
@@ -177,7 +190,8 @@ class AgentTurn:
 
             parsed = await self._parse(reply.calls)
             results = {r.call.id: self._reject(iteration, r.call, r.error) for r in parsed.rejected}
-            if not parsed.valid and replans < turn.limits.max_replans:
+            valid = await self._screen_calls(turn, iteration, parsed.valid, results)
+            if not valid and replans < turn.limits.max_replans and parsed.rejected:
                 # Nothing can run: the model reads the errors and fixes its calls.
                 replans += 1
                 self._answer(reply, results)
@@ -186,16 +200,102 @@ class AgentTurn:
                 continue
 
             observations = await asyncio.gather(
-                *(self._run_call(turn, iteration, i, vc) for i, vc in enumerate(parsed.valid))
+                *(self._run_call(turn, iteration, i, vc) for i, vc in enumerate(valid))
             )
             results.update((o.call_id, o) for o in observations)
             self._answer(reply, results)
+            ran = zip(valid, observations, strict=True)
+            direct = [o.text for vc, o in ran if vc.return_direct and o.ok]
+            if direct:
+                # A return-direct tool's result is the answer: no interpret.
+                return await self._answered(turn, iteration, " ".join(direct))
             reply = await self._interpret(turn, iteration, f"interpret: {len(results)} result(s)")
             if reply.calls:
                 iteration, replans, source = iteration + 1, 0, StepKind.CONTINUE
 
-        self._record(iteration, StepKind.ANSWER, reply.text)
-        return self._finish(Outcome.ANSWERED, reply.text)
+        return await self._answered(turn, iteration, reply.text)
+
+    async def _answered(self, turn: TurnInput, iteration: int, answer: str) -> TurnOutput:
+        """The answer, once the output shields let it through."""
+        context = self._context(turn)
+        request = ShieldRequest(
+            position="output", text=answer, context=context, customer_id=turn.customer_id
+        )
+        (stop,) = await self._screen(turn, iteration, [request])
+        if stop:
+            raise _TurnEnded(Outcome.REFUSED, answers.refused_answer())
+        self._record(iteration, StepKind.ANSWER, answer)
+        return self._finish(Outcome.ANSWERED, answer)
+
+    def _context(self, turn: TurnInput) -> list[str]:
+        """What an answer or a call may draw on: the question first, then the tool
+        results and the conversation's earlier questions and answers (those answers
+        passed the output shields when they were given)."""
+        rest = [
+            m.text
+            for m in self._messages
+            if not (isinstance(m, AssistantMessage) and m.calls) and m.text != turn.question
+        ]
+        return [turn.question, *rest]
+
+    async def _screen_calls(
+        self,
+        turn: TurnInput,
+        iteration: int,
+        valid: list[ValidCall],
+        results: dict[str, Observation],
+    ) -> list[ValidCall]:
+        """The calls the tool-input shields let through; the others are rejected,
+        with the shield's words as their result."""
+        if not valid:
+            return []
+        requests = [
+            ShieldRequest(
+                position="tool_input",
+                text=vc.call.render(),
+                call=vc.call,
+                context=self._context(turn),
+                customer_id=turn.customer_id,
+            )
+            for vc in valid
+        ]
+        stops = await self._screen(turn, iteration, requests)
+        for vc, stop in zip(valid, stops, strict=True):
+            if stop:
+                text = f"blocked by the {stop.shield} shield ({stop.category}): {stop.message}"
+                results[vc.call.id] = Observation(
+                    call_id=vc.call.id, tool=vc.call.name, ok=False, text=text
+                )
+        return [vc for vc, stop in zip(valid, stops, strict=True) if stop is None]
+
+    async def _screen(
+        self, turn: TurnInput, iteration: int, requests: list[ShieldRequest]
+    ) -> list[Verdict | None]:
+        """Run the shields on each request; per request, its violation (None: allowed).
+        A shield step is recorded for each request some shield judged."""
+        position = requests[0].position
+        try:
+            out = await workflow.execute_local_activity_method(
+                ShieldActivity.shield,
+                ShieldInput(requests=requests),
+                start_to_close_timeout=SHIELD_TIMEOUT,
+                retry_policy=SHIELD_RETRY,
+                summary=answers.markdown_safe(f"shield: {position}"),
+            )
+            judged = out.verdicts
+        except ActivityError as e:
+            # The shields could not run at all: fail closed.
+            failed = Verdict(
+                shield="shields", allowed=False, category="shield_error", message=str(e.cause or e)
+            )
+            judged = [[failed] for _ in requests]
+        stops: list[Verdict | None] = []
+        for request, verdicts in zip(requests, judged, strict=True):
+            stop = next((v for v in verdicts if not v.allowed), None)
+            if verdicts:
+                self._record(iteration, StepKind.SHIELD, _verdict_line(request, verdicts, stop))
+            stops.append(stop)
+        return stops
 
     async def _plan(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
         arg = PlanInput(model=turn.model, messages=self._messages)
@@ -262,7 +362,13 @@ class AgentTurn:
         self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
     ) -> Observation:
         call = vc.call
-        if vc.approval and (refused := await self._consent(turn, iteration, call, vc.approval)):
+        why = vc.approval
+        if not why and vc.side_effects and self._tainted:
+            why = (
+                "a tool result earlier in this turn carried instruction-like text, so every "
+                "write after it needs consent"
+            )
+        if why and (refused := await self._consent(turn, iteration, call, why)):
             return refused
         self._record(iteration, StepKind.TOOL_CALL, call.render(), calls=[call])
         try:
@@ -280,15 +386,22 @@ class AgentTurn:
                     ("writes: " if vc.side_effects else "") + call.render()
                 ),
             )
-            observation = (
-                await workflow.execute_local_activity(
-                    parse_output,
-                    ParseOutputInput(call=call, result=dispatched.result),
-                    start_to_close_timeout=PURE_TIMEOUT,
-                    retry_policy=PURE_RETRY,
-                    summary=answers.markdown_safe(f"parse_output: {call.name}"),
+            parsed = await workflow.execute_local_activity_method(
+                ParseOutputActivity.parse_output,
+                ParseOutputInput(call=call, result=dispatched.result, customer_id=turn.customer_id),
+                start_to_close_timeout=SHIELD_TIMEOUT,
+                retry_policy=SHIELD_RETRY,
+                summary=answers.markdown_safe(f"parse_output: {call.name}"),
+            )
+            observation = parsed.observation
+            if parsed.verdicts:
+                request = ShieldRequest(position="tool_output", text="", call=call)
+                stop = next((v for v in parsed.verdicts if not v.allowed), None)
+                self._record(
+                    iteration, StepKind.SHIELD, _verdict_line(request, parsed.verdicts, stop)
                 )
-            ).observation
+                # Data, never instructions: whatever it says, writes from now on need consent.
+                self._tainted = self._tainted or stop is not None
         except ActivityError as e:
             # A failing tool is something for the model to read, not a failed turn.
             text = _failure_text(e, call, vc)
@@ -364,6 +477,9 @@ class AgentTurn:
             last = self._steps[-1].iteration if self._steps else 1
             self._record(last, StepKind.LIMIT, f"{outcome.value}: {answer}")
         self._done = True
+        workflow.set_current_details(
+            f"{answers.story(self._steps)}\n{answers.markdown_safe(usage_line(self._usage))}"
+        )
         if _indexed():
             # One upsert for all of them, in the turn's last workflow task.
             updates: list[SearchAttributeUpdate[Any]] = [
@@ -389,6 +505,13 @@ def _duration(d: timedelta) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return f"{seconds / 60:g} min"
     return f"{seconds:g} s"
+
+
+def _verdict_line(request: ShieldRequest, verdicts: list[Verdict], stop: Verdict | None) -> str:
+    what = request.position + (f" {request.call.render()}" if request.call else "")
+    if stop is None:
+        return f"{what}: allowed by {', '.join(v.shield for v in verdicts)}"
+    return f"{what}: {stop.category} (the {stop.shield} shield): {stop.message}"
 
 
 def _describe(reply: Reply) -> str:

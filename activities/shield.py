@@ -1,0 +1,65 @@
+"""shield (local activity): run the worker's shields of one position on some texts.
+
+Shields only read, and most answer in milliseconds (the offline one) or a short
+HTTP call (Bedrock Guardrails, Llama Guard), so this is a local activity: its
+result is one marker in the history, with no extra round trip to the server.
+Transient trouble is retried by the activity's policy; on the last attempt a
+shield that still cannot judge gives a verdict instead: a violation (fail
+closed), or, with `AGENT_SHIELDS_FAIL_OPEN=1`, an allowance.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from agent.shields import ShieldConfigError, ShieldRequest, ShieldSet, Verdict
+
+
+class ShieldInput(BaseModel):
+    requests: list[ShieldRequest]
+
+
+class ShieldOutput(BaseModel):
+    verdicts: list[list[Verdict]]
+    """Per request, one verdict per shield of its position (none: no shields there)."""
+
+
+class ShieldActivity:
+    def __init__(self, shields: ShieldSet) -> None:
+        self._shields = shields
+
+    @activity.defn(name="shield")
+    async def shield(self, input: ShieldInput) -> ShieldOutput:
+        return ShieldOutput(verdicts=[await judge(self._shields, r) for r in input.requests])
+
+
+async def judge(shields: ShieldSet, request: ShieldRequest) -> list[Verdict]:
+    """Every shield of the request's position, in order."""
+    verdicts = []
+    for shield in shields.at(request.position):
+        try:
+            verdicts.append(await shield.check(request))
+        except ShieldConfigError as e:
+            verdicts.append(_cannot_judge(shield.name, str(e), shields.fail_open))
+        except Exception as e:
+            if not _last_attempt():
+                raise  # transient: the activity's retry policy tries again
+            verdicts.append(_cannot_judge(shield.name, str(e), shields.fail_open))
+    return verdicts
+
+
+def _last_attempt() -> bool:
+    info = activity.info()
+    limit = info.retry_policy.maximum_attempts if info.retry_policy else 0
+    return 0 < limit <= info.attempt
+
+
+def _cannot_judge(name: str, why: str, fail_open: bool) -> Verdict:
+    then = "allowed (AGENT_SHIELDS_FAIL_OPEN)" if fail_open else "refused (shields fail closed)"
+    return Verdict(
+        shield=name,
+        allowed=fail_open,
+        category="shield_unavailable",
+        message=f"{name} could not judge ({why}); {then}",
+    )
