@@ -147,6 +147,14 @@ class AgentTurn:
             return result
 
     async def _run(self, turn: TurnInput) -> TurnOutput:
+        # Screen the question before the max_duration timer exists. On replay a local
+        # activity's result is there at once, so a refusal right after the timer's
+        # start would start and cancel it in one activation, where the original run
+        # had them in two workflow tasks: the histories would not match.
+        question = ShieldRequest(position="input", text=turn.question)
+        (stop,) = await self._screen(turn, 1, [question])
+        if stop:
+            return self._finish(Outcome.REFUSED, answers.refused_question())
         loop = asyncio.create_task(self._loop(turn))
         left = turn.limits.max_duration
         while not loop.done():
@@ -175,11 +183,6 @@ class AgentTurn:
     async def _loop(self, turn: TurnInput) -> TurnOutput:
         self._messages = [*prior(turn.history), UserMessage(text=turn.question)]
         iteration, replans, source = 1, 0, StepKind.PLAN
-        (stop,) = await self._screen(
-            turn, iteration, [ShieldRequest(position="input", text=turn.question)]
-        )
-        if stop:
-            raise _TurnEnded(Outcome.REFUSED, answers.refused_question())
         reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
         while reply.calls:
             self._record(iteration, source, _describe(reply), calls=reply.calls)
