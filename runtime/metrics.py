@@ -69,6 +69,7 @@ from temporalio.worker import (
 from agent.pricing import cost_of, format_cost
 from agent.telemetry import error_type
 from agent.types import Step, StepKind, TurnOutput, Usage
+from runtime import settings as settings_
 
 PORT_SETTING = "AGENT_METRICS_PORT"
 DEFAULT_HOST = "127.0.0.1"
@@ -275,7 +276,7 @@ def worker_runtime(settings: MetricsSettings, core_logger: logging.Logger | None
         attach_service_name=False,
     )
     try:
-        return Runtime(telemetry=telemetry)
+        return Runtime(telemetry=telemetry, worker_heartbeat_interval=settings_.WORKER_HEARTBEAT)
     except ValueError as e:  # the port is taken, the endpoint is no URL
         fix = (
             "choose another --metrics-port (AGENT_METRICS_PORT)"

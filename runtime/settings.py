@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 TASK_QUEUE = os.environ.get("AGENT_TASK_QUEUE", "agent-turns")
 """The task queue turns run on; workers and clients must agree on it."""
 
 DEFAULT_MODEL = os.environ.get("AGENT_MODEL", "offline")
 """The worker's model spec for turns that name none."""
+
+WORKER_HEARTBEAT = timedelta(seconds=5)
+"""How often a worker tells the server it is alive (ListWorkers); clients assume the
+same interval, so a killed worker stops counting as live within seconds."""

@@ -40,7 +40,7 @@ from agent.approval import ApprovalDecision, ApprovalResult
 from agent.chat import ChatMessage, ConversationInput, MessageAccepted
 from agent.types import PendingApproval, Step, TurnInput, TurnProgress
 from runtime import search as registered
-from runtime.settings import TASK_QUEUE
+from runtime.settings import TASK_QUEUE, WORKER_HEARTBEAT
 from workflows import AgentTurn, Conversation, search
 
 FOLLOW_POLL_S = 0.2
@@ -180,7 +180,8 @@ async def workers(client: Client, task_queue: str) -> Workers:
             continue
         at = beat.heartbeat_time.ToDatetime(tzinfo=timezone.utc)
         last = max(last, at) if last else at
-        interval = beat.elapsed_since_last_heartbeat.ToTimedelta() or timedelta(seconds=60)
+        # Before its second beat a worker's interval is unknown: assume ours.
+        interval = beat.elapsed_since_last_heartbeat.ToTimedelta() or WORKER_HEARTBEAT
         if (
             beat.status == WorkerStatus.WORKER_STATUS_RUNNING
             and now - at <= 2 * interval + timedelta(seconds=5)

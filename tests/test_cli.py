@@ -350,3 +350,26 @@ def test_worker_help_describes_every_option(cli_env: dict[str, str]) -> None:
     assert out.returncode == 0
     assert "--task-queue TASK_QUEUE" in out.stdout and "task queue to serve" in out.stdout
     assert "AGENT_MODEL" in out.stdout
+
+
+def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]) -> None:
+    """A worker killed outright leaves its pollers listed for a minute; its heartbeats
+    stop at once, and `ask` says no live worker serves the queue."""
+    proc = subprocess.Popen(
+        [sys.executable, "worker.py"],
+        cwd=ROOT,
+        env=shared_server,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and "worker ready" in proc.stdout.readline()
+    live = run(["client.py", "ask", "hi", "--no-wait"], shared_server)
+    assert "no live worker" not in live.stderr
+    proc.kill()
+    proc.wait()
+    stale = poll(
+        lambda: run(["client.py", "ask", "hi", "--no-wait"], shared_server),
+        lambda o: "no live worker serves task queue" in o.stderr,
+        timeout=40,
+    )
+    assert "the last one was seen" in stale.stderr
