@@ -32,7 +32,7 @@ from runtime import logs, metrics, search
 from runtime.chaos import ChaosInterceptor, Faults
 from runtime.server import ServerUnavailable, connect
 from runtime.settings import DEFAULT_MODEL, TASK_QUEUE
-from shop import TOOLS, open_store
+from shop import open_store, shop_tools
 from workflows import AgentTurn, Conversation
 
 log = logging.getLogger("durable_agent.worker")
@@ -74,18 +74,17 @@ def build_worker(
     task_queue: str = TASK_QUEUE,
     *,
     models: ModelCatalog | None = None,
-    tools: ToolRegistry = TOOLS,
+    tools: ToolRegistry | None = None,
     deps: Any = None,
     approvals: ApprovalPolicy | None = None,
     shields: ShieldSet | None = None,
     faults: Faults | None = None,
     **options: Any,
 ) -> Worker:
-    """A worker for turns and conversations and their activities. `deps` is what
-    tools get as `ctx.deps` (by default the demo shop's store, per
-    `AGENT_SHOP_STORE`); `approvals` default to `AGENT_APPROVAL_*`, `shields` to
-    `AGENT_SHIELDS_*`; `faults`
-    (chaos runs) to `AGENT_FAULTS`; `options` go to `Worker`."""
+    """A worker for turns and conversations and their activities. Defaults: `tools`,
+    the demo shop's (`AGENT_POLICY_EXPERT`); `deps` (what tools get as `ctx.deps`),
+    the shop's store (`AGENT_SHOP_STORE`); `approvals`, `AGENT_APPROVAL_*`; `shields`,
+    `AGENT_SHIELDS_*`; `faults` (chaos runs), `AGENT_FAULTS`. `options` go to `Worker`."""
     settings: dict[str, Any] = {
         "task_queue": task_queue,
         "workflows": [AgentTurn, Conversation],
@@ -96,6 +95,7 @@ def build_worker(
         **options,
     }
     if "activities" not in settings:
+        tools = tools if tools is not None else shop_tools()
         approvals = approvals if approvals is not None else ApprovalPolicy.from_env()
         approvals.check(tools.tools)
         settings["activities"] = turn_activities(
@@ -122,6 +122,10 @@ def describe_tools(tools: ToolRegistry, approvals: ApprovalPolicy) -> str:
         notes = ["writes"] if t.side_effects else []
         if approvals.needs_approval(name, t.needs_approval):
             notes.append("needs approval")
+        if t.agent is not None:
+            notes.append(f"a sub-agent with {', '.join(t.agent.tools)}")
+        if not t.top_level:
+            notes.append("for sub-agents only")
         parts.append(f"{name} ({', '.join(notes)})" if notes else name)
     return ", ".join(parts)
 
@@ -143,7 +147,7 @@ async def run(task_queue: str, observed: metrics.MetricsSettings) -> None:
             print(
                 f"worker ready on task queue {task_queue!r} ({where}); Ctrl-C to stop", flush=True
             )
-            print(f"tools: {describe_tools(TOOLS, ApprovalPolicy.from_env())}", flush=True)
+            print(f"tools: {describe_tools(shop_tools(), ApprovalPolicy.from_env())}", flush=True)
             if conn.workflows_url:
                 print(f"Web UI: {conn.workflows_url}", flush=True)
             if observed.prometheus:

@@ -25,6 +25,10 @@ class ModelCallInput(BaseModel):
     """The turn's model spec; empty means the worker's default."""
     messages: list[Message]
     """The conversation so far: all the model needs, nothing for display."""
+    tools: list[str] | None = None
+    """A sub-agent's tools (None: the top-level agent's)."""
+    instructions: str = ""
+    """A sub-agent's system prompt (empty: the default)."""
 
 
 class ModelCaller:
@@ -43,7 +47,11 @@ class ModelCaller:
         model = self._models.resolve(spec)
         # A broken conversation is a bug of the turn: say so before a provider's 400 does.
         check(input.messages)
-        request = ModelRequest(messages=input.messages, tools=self._tools.specs)
+        request = ModelRequest(
+            messages=input.messages,
+            tools=self._tools.specs_for(input.tools),
+            instructions=input.instructions,
+        )
         async with heartbeating():
             with (
                 model_span(step, model.provider, model.name) as span,

@@ -15,6 +15,7 @@ from temporalio import activity
 
 from agent.approval import ApprovalPolicy
 from agent.errors import InvalidCall
+from agent.subagents import SubAgent
 from agent.tools import Tool, ToolRegistry
 from agent.types import ToolCall
 
@@ -29,6 +30,8 @@ class ValidCall(BaseModel):
     """Why the call needs a person's consent before it runs; empty when it does not."""
     return_direct: bool = False
     """Its result is the turn's answer (no interpret)."""
+    agent: SubAgent | None = None
+    """An agent tool: the turn runs the sub-agent's own turn as a child workflow."""
 
 
 class Rejection(BaseModel):
@@ -38,6 +41,8 @@ class Rejection(BaseModel):
 
 class ParseInput(BaseModel):
     calls: list[ToolCall]
+    tools: list[str] | None = None
+    """The tools this agent was offered (None: the top-level agent's)."""
 
 
 class ParseOutput(BaseModel):
@@ -55,7 +60,7 @@ class ParseActivity:
         valid, rejected = [], []
         for call in input.calls:
             try:
-                args = self._tools.validate(call)
+                args = self._tools.validate(call, self._tools.offered(input.tools))
             except InvalidCall as e:
                 rejected.append(Rejection(call=call, error=str(e)))
                 continue
@@ -69,6 +74,7 @@ class ParseActivity:
                     side_effects=tool.side_effects,
                     approval=self._why_approval(tool),
                     return_direct=tool.return_direct,
+                    agent=tool.agent,
                 )
             )
         return ParseOutput(valid=valid, rejected=rejected)

@@ -32,6 +32,8 @@ class ModelRequest(BaseModel):
     messages: list[Message]
     """The conversation so far (`agent.conversation`)."""
     tools: list[ToolSpec] = Field(default_factory=list)
+    instructions: str = ""
+    """A sub-agent's own system prompt (chat backends); empty: the backend's default."""
 
     @property
     def question(self) -> str:

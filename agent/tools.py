@@ -26,12 +26,15 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
 from agent.errors import InvalidCall
 from agent.types import ToolCall
+
+if TYPE_CHECKING:
+    from agent.subagents import SubAgent
 
 Deps = TypeVar("Deps")
 
@@ -78,6 +81,10 @@ class Tool:
 
     return_direct: bool = False
     """Its rendered result is the final answer: the turn ends without `interpret`."""
+    top_level: bool = True
+    """Offered to the top-level agent; False: only to sub-agents that name it."""
+    agent: SubAgent | None = None
+    """Set for an agent tool (`agent.subagents.agent_tool`): a sub-agent answers it."""
 
     @property
     def needs_approval(self) -> bool:
@@ -110,6 +117,7 @@ def tool(
     side_effects: bool = False,
     approval: bool | None = None,
     return_direct: bool = False,
+    top_level: bool = True,
 ) -> Any:
     """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
     # Annotations may be strings (`from __future__ import annotations`) naming a
@@ -139,6 +147,7 @@ def tool(
             side_effects=side_effects,
             approval=approval,
             return_direct=return_direct,
+            top_level=top_level,
         )
 
     return wrap(fn) if fn is not None else wrap
@@ -172,18 +181,28 @@ class ToolRegistry:
 
     @property
     def specs(self) -> list[ToolSpec]:
+        """What the top-level agent is offered."""
         # Built once: JSON schema generation costs far more than a model call here.
         if self._specs is None:
-            self._specs = [t.spec for t in self.tools.values()]
+            self._specs = [t.spec for t in self.tools.values() if t.top_level]
         return self._specs
 
-    def validate(self, call: ToolCall) -> BaseModel:
-        """The call's arguments as the tool's model, or `InvalidCall` saying what to fix."""
-        t = self.tools.get(call.name)
+    def specs_for(self, names: list[str] | None) -> list[ToolSpec]:
+        """What an agent limited to `names` is offered (None: the top-level agent)."""
+        if names is None:
+            return self.specs
+        return [t.spec for n in names if (t := self.tools.get(n)) is not None]
+
+    def offered(self, names: list[str] | None) -> list[str]:
+        return [s.name for s in self.specs_for(names)]
+
+    def validate(self, call: ToolCall, offered: list[str] | None = None) -> BaseModel:
+        """The call's arguments as the tool's model, or `InvalidCall` saying what to fix.
+        `offered`: the tools this agent was given (None: the top-level agent's)."""
+        names = self.offered(offered) if offered is not None else list(self.tools)
+        t = self.tools.get(call.name) if call.name in names else None
         if t is None:
-            raise InvalidCall(
-                f"unknown tool {call.name!r}; available tools: {', '.join(self.tools)}"
-            )
+            raise InvalidCall(f"unknown tool {call.name!r}; available tools: {', '.join(names)}")
         if call.error:
             raise InvalidCall(f"invalid arguments for {call.name}: {call.error}")
         try:

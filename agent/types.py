@@ -170,6 +170,10 @@ class TurnInput(BaseModel):
     conversation), given to the model before the question."""
     conversation_id: str = ""
     """The conversation workflow this turn answers a message of, if any."""
+    tools: list[str] | None = None
+    """A sub-agent's tools (None: the worker's top-level tools)."""
+    instructions: str = ""
+    """A sub-agent's system prompt for chat models (empty: the default)."""
 
     @field_validator("question")
     @classmethod

@@ -32,7 +32,7 @@ from agent.shields import ShieldSet
 from bench.floor import FloorTurn, floor_local, floor_remote
 from bench.models import bench_models
 from runtime.codec import data_converter
-from shop import TOOLS, ShopStore
+from shop import ShopStore, shop_tools
 from worker import build_worker
 from workflows import AgentTurn
 
@@ -77,7 +77,7 @@ async def main() -> None:
         activities=[
             *turn_activities(
                 bench_models(),
-                TOOLS,
+                shop_tools(),
                 ShopStore(args.shop_db),
                 ApprovalPolicy.from_env(),
                 ShieldSet.from_env(),

@@ -163,36 +163,42 @@ class Workers:
 
 
 async def workers(client: Client, task_queue: str) -> Workers:
-    """Live workers of `task_queue`: running, and heartbeating on time. A worker
-    killed outright keeps its pollers listed for a minute or more; its heartbeats
-    stop at once. Servers without worker heartbeats: any poller counts as live."""
+    """Live workers of `task_queue`. A worker with heartbeats is live while it beats on
+    time: one killed outright stops at once, though its pollers stay listed for a
+    minute or more. A worker too new to have beaten yet counts if it polled lately.
+    Servers without worker heartbeats: any poller counts as live."""
+    polled = await _pollers(client, task_queue)
     try:
         resp = await client.workflow_service.list_workers(
             ListWorkersRequest(namespace=client.namespace, page_size=200)
         )
     except RPCError:
-        return await _pollers(client, task_queue)
+        return Workers(live=len(polled), last_seen=max(polled.values(), default=None))
     now = datetime.now(timezone.utc)
-    live, last = 0, None
+    window = 2 * WORKER_HEARTBEAT + timedelta(seconds=5)
+    live: set[str] = set()
+    seen = dict(polled)
+    beating: set[str] = set()
     for info in resp.workers_info:
         beat = info.worker_heartbeat
         if beat.task_queue != task_queue:
             continue
         at = beat.heartbeat_time.ToDatetime(tzinfo=timezone.utc)
-        last = max(last, at) if last else at
+        beating.add(beat.worker_identity)
+        seen[beat.worker_identity] = max(at, seen.get(beat.worker_identity, at))
         # Before its second beat a worker's interval is unknown: assume ours.
         interval = beat.elapsed_since_last_heartbeat.ToTimedelta() or WORKER_HEARTBEAT
         if (
             beat.status == WorkerStatus.WORKER_STATUS_RUNNING
             and now - at <= 2 * interval + timedelta(seconds=5)
         ):
-            live += 1
-    if not resp.workers_info:
-        return await _pollers(client, task_queue)
-    return Workers(live=live, last_seen=last)
+            live.add(beat.worker_identity)
+    live |= {who for who, at in polled.items() if who not in beating and now - at <= window}
+    return Workers(live=len(live), last_seen=max(seen.values(), default=None))
 
 
-async def _pollers(client: Client, task_queue: str) -> Workers:
+async def _pollers(client: Client, task_queue: str) -> dict[str, datetime]:
+    """Each poller's identity and last poll."""
     resp = await client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=client.namespace,
@@ -200,8 +206,7 @@ async def _pollers(client: Client, task_queue: str) -> Workers:
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
         )
     )
-    seen = [p.last_access_time.ToDatetime(tzinfo=timezone.utc) for p in resp.pollers]
-    return Workers(live=len(seen), last_seen=max(seen) if seen else None)
+    return {p.identity: p.last_access_time.ToDatetime(tzinfo=timezone.utc) for p in resp.pollers}
 
 
 async def history_view(handle: WorkflowHandle) -> list[str]:

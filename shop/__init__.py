@@ -2,6 +2,6 @@
 
 from shop.store import ShopData, ShopStore
 from shop.stores import open_store
-from shop.tools import TOOLS
+from shop.tools import TOOLS, TOOLS_WITH_POLICY_EXPERT, shop_tools
 
-__all__ = ["TOOLS", "ShopData", "ShopStore", "open_store"]
+__all__ = ["TOOLS", "TOOLS_WITH_POLICY_EXPERT", "ShopData", "ShopStore", "open_store", "shop_tools"]

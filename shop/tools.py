@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
+from agent.subagents import agent_tool
 from agent.tools import ToolContext, ToolRegistry, tool
 from shop.store import Order, PolicyHit, Return, ShopData
 
@@ -102,4 +105,38 @@ def search_policies(args: PolicyQuery, ctx: ToolContext[ShopData]) -> list[Polic
     return ctx.deps.search_policies(args.query)
 
 
+policy_expert = agent_tool(
+    "policy_expert",
+    "Ask the store's policy expert a question about returns, refunds, shipping costs and "
+    "delivery times, warranty, payment methods or cancellations; it reads the policy "
+    "documents and answers.",
+    tools=["search_policies"],
+    instructions=(
+        "You are the store's policy expert. Look the question up with search_policies and "
+        "answer in one or two sentences from the documents, quoting what they say."
+    ),
+    examples=search_policies.examples,
+)
+
+
 TOOLS = ToolRegistry([order_status, return_status, start_return, search_policies])
+"""The support agent's tools: policy questions use the policy search directly."""
+
+TOOLS_WITH_POLICY_EXPERT = ToolRegistry(
+    [
+        order_status,
+        return_status,
+        start_return,
+        replace(search_policies, top_level=False),
+        policy_expert,
+    ]
+)
+"""The same, but policy questions go to the `policy_expert` sub-agent, which alone may
+use the policy search (a child turn of its own per question)."""
+
+
+def shop_tools() -> ToolRegistry:
+    """`AGENT_POLICY_EXPERT=1`: the policy expert sub-agent; else the plain tools."""
+    if os.environ.get("AGENT_POLICY_EXPERT", "").strip() in ("1", "true"):
+        return TOOLS_WITH_POLICY_EXPERT
+    return TOOLS

@@ -28,12 +28,17 @@ the workflow *task*, which Temporal retries after a fix is deployed.
 """
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    TimeoutError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities import (
@@ -59,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
     from agent.model import Reply
     from agent.pricing import usage_line
     from agent.shields import ShieldRequest, Verdict
+    from agent.subagents import SubAgent
     from agent.telemetry import agent_span, record_turn
     from agent.types import (
         Observation,
@@ -112,6 +118,8 @@ class AgentTurn:
         self._status = search.RUNNING
         self._tainted = False
         """A tool result carried instruction-like text: later writes need consent."""
+        self._left, self._since = timedelta(0), datetime.min.replace(tzinfo=timezone.utc)
+        """max_duration left when the clock last (re)started, and when that was."""
 
     @workflow.query
     def progress(self) -> TurnProgress:
@@ -159,6 +167,7 @@ class AgentTurn:
         left = turn.limits.max_duration
         while not loop.done():
             started = workflow.now()
+            self._left, self._since = left, started
             try:
                 await workflow.wait_condition(
                     lambda: loop.done() or bool(self._pending),
@@ -191,7 +200,7 @@ class AgentTurn:
                 answer = answers.step_limit(turn.limits.max_steps, self._steps)
                 return self._finish(Outcome.STEP_LIMIT, answer)
 
-            parsed = await self._parse(reply.calls)
+            parsed = await self._parse(reply.calls, turn.tools)
             results = {r.call.id: self._reject(iteration, r.call, r.error) for r in parsed.rejected}
             valid = await self._screen_calls(turn, iteration, parsed.valid, results)
             if not valid and replans < turn.limits.max_replans and parsed.rejected:
@@ -301,7 +310,12 @@ class AgentTurn:
         return stops
 
     async def _plan(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
-        arg = PlanInput(model=turn.model, messages=self._messages)
+        arg = PlanInput(
+            model=turn.model,
+            messages=self._messages,
+            tools=turn.tools,
+            instructions=turn.instructions,
+        )
         reply: Reply = (
             await self._model_call(turn, iteration, PlanActivity.plan, arg, summary)
         ).plan
@@ -309,7 +323,12 @@ class AgentTurn:
         return reply
 
     async def _interpret(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
-        arg = InterpretInput(model=turn.model, messages=self._messages)
+        arg = InterpretInput(
+            model=turn.model,
+            messages=self._messages,
+            tools=turn.tools,
+            instructions=turn.instructions,
+        )
         out = await self._model_call(turn, iteration, InterpretActivity.interpret, arg, summary)
         reply: Reply = out.decision
         self._usage += reply.usage
@@ -345,10 +364,10 @@ class AgentTurn:
         self._record(iteration, StepKind.LIMIT, f"model unavailable: {reason}")
         return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._steps))
 
-    async def _parse(self, calls: list[ToolCall]) -> ParseOutput:
+    async def _parse(self, calls: list[ToolCall], tools: list[str] | None) -> ParseOutput:
         return await workflow.execute_local_activity_method(
             ParseActivity.parse,
-            ParseInput(calls=calls),
+            ParseInput(calls=calls, tools=tools),
             start_to_close_timeout=PURE_TIMEOUT,
             retry_policy=PURE_RETRY,
             summary=answers.markdown_safe(f"parse: {', '.join(c.name for c in calls)}"),
@@ -373,6 +392,8 @@ class AgentTurn:
             )
         if why and (refused := await self._consent(turn, iteration, call, why)):
             return refused
+        if vc.agent is not None:
+            return await self._ask_subagent(turn, iteration, index, call, vc.agent)
         self._record(iteration, StepKind.TOOL_CALL, call.render(), calls=[call])
         try:
             dispatched = await workflow.execute_activity_method(
@@ -418,6 +439,59 @@ class AgentTurn:
             observation=observation,
         )
         return observation
+
+    async def _ask_subagent(
+        self, turn: TurnInput, iteration: int, index: int, call: ToolCall, agent: SubAgent
+    ) -> Observation:
+        """An agent tool's call: the sub-agent's own turn, as a child workflow, with what
+        is left of this turn's budget; its answer is the call's result."""
+        child_id = f"{workflow.info().workflow_id}-{call.name}-{iteration}-{index}"
+        self._record(iteration, StepKind.TOOL_CALL, f"{call.render()} → {child_id}", calls=[call])
+        limits = turn.limits.model_copy(
+            update={
+                "max_steps": max(1, turn.limits.max_steps - iteration + 1),
+                "max_duration": max(self._time_left(), timedelta(seconds=1)),
+                "max_tokens": None
+                if turn.limits.max_tokens is None
+                else max(1, turn.limits.max_tokens - self._usage.total_tokens),
+            }
+        )
+        child = TurnInput(
+            question=str(call.arguments.get("question", "")),
+            customer_id=turn.customer_id,
+            model=agent.model or turn.model,
+            limits=limits,
+            conversation_id=turn.conversation_id,
+            tools=agent.tools,
+            instructions=agent.instructions,
+        )
+        try:
+            result: TurnOutput = await workflow.execute_child_workflow(
+                AgentTurn.run,
+                child,
+                id=child_id,
+                static_summary=answers.markdown_safe(f"{call.name}: {_clip(child.question)}"),
+                search_attributes=search.at_start(
+                    child.customer_id, child.model, child.conversation_id
+                )
+                if _indexed()
+                else None,
+            )
+            self._usage += result.usage
+            ok, text = result.outcome is Outcome.ANSWERED, result.answer
+        except ChildWorkflowError as e:
+            ok, text = False, f"{call.name} could not answer: {e.cause or e}"
+        observation = Observation(call_id=call.id, tool=call.name, ok=ok, text=text)
+        if call.name not in self._tools_used:
+            self._tools_used.append(call.name)
+        self._record(
+            iteration, StepKind.OBSERVATION, f"{call.name}: {text}", observation=observation
+        )
+        return observation
+
+    def _time_left(self) -> timedelta:
+        """What is left of max_duration (waits for a person do not count)."""
+        return self._left - (workflow.now() - self._since)
 
     async def _consent(
         self, turn: TurnInput, iteration: int, call: ToolCall, why: str

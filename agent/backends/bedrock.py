@@ -72,7 +72,7 @@ class BedrockConverseModel:
 
     def request(self, request: ModelRequest) -> dict[str, Any]:
         """The `converse` keyword arguments for a request."""
-        system: list[dict[str, Any]] = [{"text": self._instructions}]
+        system: list[dict[str, Any]] = [{"text": request.instructions or self._instructions}]
         if self._cache_point:
             system.append(CACHE_POINT)
         kwargs: dict[str, Any] = {

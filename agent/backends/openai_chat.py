@@ -57,7 +57,8 @@ class OpenAIChatModel:
         self._client = client
 
     async def plan(self, request: ModelRequest) -> Reply:
-        messages = [{"role": "system", "content": self._instructions}, *to_messages(request)]
+        system = request.instructions or self._instructions
+        messages = [{"role": "system", "content": system}, *to_messages(request)]
         tools = [
             {
                 "type": "function",
