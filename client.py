@@ -340,7 +340,7 @@ async def cmd_list(args: argparse.Namespace) -> None:
             tools = ",".join(r.tools) or "-"
             print(
                 f"{r.workflow_id}  {started}  {r.status:<17}  {r.outcome or '-':<11}  "
-                f"{tools}  {r.question!r}"
+                f"{r.model or '-'}  {tools}  {r.question!r}"
             )
 
 

@@ -6,12 +6,11 @@ worker rather than once per workflow run in Temporal's sandbox.
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 from pydantic import BaseModel, Field, field_validator
 
-from agent.types import CUSTOMER_ID_PATTERN, DEFAULT_CUSTOMER, Exchange, TurnLimits, check_question
+from agent.types import DEFAULT_CUSTOMER, Exchange, TurnLimits, check_customer_id, check_question
 
 
 class Memory(BaseModel):
@@ -36,11 +35,7 @@ class ConversationInput(BaseModel):
     @field_validator("customer_id")
     @classmethod
     def _customer_id_shape(cls, v: str) -> str:
-        if not re.match(CUSTOMER_ID_PATTERN, v):
-            raise ValueError(
-                "customer id must be 1-64 characters of letters, digits, '_', '.', '@' or '-'"
-            )
-        return v
+        return check_customer_id(v)
 
     limits: TurnLimits = Field(default_factory=TurnLimits)
     memory: Memory = Field(default_factory=Memory)

@@ -183,11 +183,16 @@ class TurnInput(BaseModel):
     @field_validator("customer_id")
     @classmethod
     def _customer_id_shape(cls, v: str) -> str:
-        if not re.match(CUSTOMER_ID_PATTERN, v):
-            raise ValueError(
-                "customer id must be 1-64 characters of letters, digits, '_', '.', '@' or '-'"
-            )
-        return v
+        return check_customer_id(v)
+
+
+def check_customer_id(v: str) -> str:
+    """A customer id as tools and workflow ids can carry it; ValueError otherwise."""
+    if not re.match(CUSTOMER_ID_PATTERN, v):
+        raise ValueError(
+            "customer id must be 1-64 characters of letters, digits, '_', '.', '@' or '-'"
+        )
+    return v
 
 
 def check_question(v: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 from temporalio.client import Client
 
 from agent import telemetry
+from agent.shields import SETTINGS as SHIELD_SETTINGS
 from agent.types import TurnInput
 from bench.floor import FloorInput, FloorTurn
 from bench.models import EXPECTED_MODEL_CALLS, TASKS
@@ -50,10 +51,10 @@ class Bench:
         self.pids = {"worker": worker_pid, "server": server_pid}
         self.cpu_ms_per_turn: dict[str, dict[str, float]] = {"agent": {}, "floor": {}}
 
-    async def agent(self, iterations: int | None = None) -> str:
+    async def agent(self, iterations: int | None = None, task_queue: str | None = None) -> str:
         n = iterations or self.iterations
         turn = TurnInput(question=QUESTION, model=f"repeat:{n}" if n > 1 else "offline")
-        handle = await start_turn(self.client, turn, self.task_queue)
+        handle = await start_turn(self.client, turn, task_queue or self.task_queue)
         result = await handle.result()
         assert "Herbal Handsoap" in result.answer, result.answer
         return handle.id
@@ -99,17 +100,37 @@ class Bench:
             out[task] = result.usage.model_calls
         return out
 
+    async def shields_cost(self, bare_queue: str, turns: int) -> dict[str, Any]:
+        """One-tool turns with the default (offline) shields and with none, interleaved."""
+        times: dict[str, list[float]] = {"shielded": [], "bare": []}
+        ids = {}
+        for _ in range(turns):
+            for name, queue in (("shielded", self.task_queue), ("bare", bare_queue)):
+                t0 = time.perf_counter()
+                ids[name] = await self.agent(1, queue)
+                times[name].append(time.perf_counter() - t0)
+        shielded, bare = statistics.median(times["shielded"]), statistics.median(times["bare"])
+        return {
+            "shielded_median_ms": round(shielded * 1000, 2),
+            "bare_median_ms": round(bare * 1000, 2),
+            "latency_ratio": round(shielded / bare, 3),
+            "events_one_tool_turn": {k: (await self.history(v))[0] for k, v in ids.items()},
+        }
+
     async def history(self, workflow_id: str) -> tuple[int, int]:
         history = await self.client.get_workflow_handle(workflow_id).fetch_history()
         return len(history.events), sum(e.ByteSize() for e in history.events)
 
 
-def spawn_worker(address: str, task_queue: str, db: Path, *extra: str) -> subprocess.Popen[str]:
+def spawn_worker(
+    address: str, task_queue: str, db: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.worker", address, task_queue, str(db), *extra],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
@@ -190,6 +211,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         calls = await bench.model_calls()
 
+        print("shields: the same turns with none…", file=sys.stderr)
+        bare_queue = f"bench-bare-{uuid.uuid4().hex[:6]}"
+        off = {setting: "none" for setting in SHIELD_SETTINGS.values()}
+        bare = spawn_worker(server.address, bare_queue, db, env=off)
+        try:
+            shields = await bench.shields_cost(bare_queue, args.turns)
+        finally:
+            bare.terminate()
+            bare.wait()
+
         mem = {"worker": memory_mb(worker.pid), "server": memory_mb(server.process.pid)}
         worker.terminate()
         worker.wait()
@@ -227,6 +258,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_ms_per_turn_at_200": bench.cpu_ms_per_turn,
         "recovery_s": round(rec, 2),
         "model_calls": calls,
+        "shields": shields,
         "memory": mem,
     }
 
@@ -273,6 +305,9 @@ def report(r: dict[str, Any]) -> str:
         (f"model calls: {task}", n, f"== {EXPECTED_MODEL_CALLS[task]}")
         for task, n in r["model_calls"].items()
     ]
+    checks.append(
+        ("shields latency ratio (offline / none)", r["shields"]["latency_ratio"], "<= 1.05")
+    )
     lines.append("")
     lines += [f"{name:40} {value:>10}   target {target}" for name, value, target in checks]
     return "\n".join(lines)

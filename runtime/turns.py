@@ -329,6 +329,7 @@ class TurnRow:
     status: str
     outcome: str
     customer_id: str
+    model: str
     started: datetime
     tools: list[str]
     question: str
@@ -365,6 +366,7 @@ async def find_turns(
                 or (wf.status.name.lower() if wf.status else "unknown"),
                 outcome=attrs.get(search.OUTCOME) or "",
                 customer_id=attrs.get(search.CUSTOMER) or "",
+                model=attrs.get(search.MODEL) or "",
                 started=wf.start_time,
                 tools=list(attrs.get(search.TOOLS) or []),
                 question="",

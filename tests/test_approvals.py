@@ -180,6 +180,7 @@ async def test_waiting_turns_are_found_by_customer_and_status(harness: Harness) 
         assert time.monotonic() < deadline
         await asyncio.sleep(0.2)
     assert rows[0].status == search.DONE and rows[0].tools == []  # the write never ran
+    assert rows[0].model == "scripted"  # the spec the worker used
     assert rows[0].question == "Return order 123456."
 
 

@@ -316,10 +316,10 @@ class AgentTurn:
             tools=turn.tools,
             instructions=turn.instructions,
         )
-        reply: Reply = (
-            await self._model_call(turn, iteration, PlanActivity.plan, arg, summary)
-        ).plan
+        out = await self._model_call(turn, iteration, PlanActivity.plan, arg, summary)
+        reply: Reply = out.plan
         self._usage += reply.usage
+        self._model = out.model  # the spec the worker resolved, for AgentModel
         return reply
 
     async def _interpret(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
