@@ -17,7 +17,7 @@ from agent.model import ModelCatalog, ModelRequest, Reply
 from agent.pricing import Pricing, format_cost
 from agent.telemetry import model_span, record_cost, record_reply
 from agent.tools import ToolRegistry
-from runtime import metrics
+from runtime import metrics, streams
 
 
 class ModelCallInput(BaseModel):
@@ -29,6 +29,8 @@ class ModelCallInput(BaseModel):
     """A sub-agent's tools (None: the top-level agent's)."""
     instructions: str = ""
     """A sub-agent's system prompt (empty: the default)."""
+    stream: bool = False
+    """Publish the model's text to the turn's stream as it comes."""
 
 
 class ModelCaller:
@@ -52,13 +54,23 @@ class ModelCaller:
             tools=self._tools.specs_for(input.tools),
             instructions=input.instructions,
         )
-        async with heartbeating():
+        async with heartbeating(), streams.model_text(input.stream) as sink:
+            wrote = False
+
+            def write(piece: str) -> None:
+                nonlocal wrote
+                wrote = True
+                if sink is not None:
+                    sink(piece)
+
             with (
                 model_span(step, model.provider, model.name) as span,
                 metrics.model_call(model.provider, model.name) as measured,
                 server_suggested_delay(),
             ):
-                reply = await getattr(model, step)(request)
+                reply = await getattr(model, step)(request, write if sink else None)
+                if sink is not None and not wrote and reply.text:
+                    sink(reply.text)  # a model that cannot stream: its text in one piece
                 record_reply(span, reply)
                 # Priced as it happens: the workflow only adds the costs up. One call is
                 # counted here, whatever the backend reports.

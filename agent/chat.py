@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from pydantic import BaseModel, Field, field_validator
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agent.types import DEFAULT_CUSTOMER, Exchange, TurnLimits, check_customer_id, check_question
 
@@ -47,6 +48,11 @@ class ConversationInput(BaseModel):
     """Carried over continue-as-new: the memory so far."""
     turns: int = 0
     """Carried over continue-as-new: turns so far (numbers the turns' ids)."""
+    stream: bool = False
+    """Turns publish their models' text as it is written (see `TurnInput.stream`)."""
+    stream_state: WorkflowStreamState | None = None
+    """Carried over continue-as-new: the conversation's stream (its recent events and
+    offsets), so a reader follows it across runs without a gap."""
 
 
 class ChatMessage(BaseModel):

@@ -6,7 +6,9 @@
                                   next tool calls (which the turn runs without
                                   asking `plan` again)
 
-Both get the same `ModelRequest`: the conversation so far and the tool specs.
+Both get the same `ModelRequest`: the conversation so far and the tool specs,
+and may get a `TextSink` (`stream`): a backend that can stream writes its text there as it
+comes (the reply is still the whole message; one that cannot just ignores it).
 Chat backends answer both the same way (one request, one system prompt);
 prompt-based backends (text completion) keep a prompt for each. A backend
 implements `Model`; the worker resolves a turn's model spec (`offline`,
@@ -24,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from agent.conversation import AssistantMessage, Message, question
 from agent.errors import UnknownModel
+from agent.stream import TextSink
 from agent.tools import ToolSpec
 from agent.types import ToolCall, Usage
 
@@ -65,9 +68,9 @@ class Model(Protocol):
     name: str
     """Model id, reported as `gen_ai.request.model`."""
 
-    async def plan(self, request: ModelRequest) -> Reply: ...
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply: ...
 
-    async def interpret(self, request: ModelRequest) -> Reply: ...
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply: ...
 
 
 ModelFactory = Callable[[str], Model]

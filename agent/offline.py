@@ -58,6 +58,7 @@ from agent.conversation import (
     latest_results,
 )
 from agent.model import ModelRequest, Reply
+from agent.stream import TextSink, write_out
 from agent.tools import ToolSpec
 from agent.types import ToolCall, Usage
 
@@ -734,12 +735,13 @@ class OfflineModel:
             profiles.append(self._profiles[key])
         return profiles
 
-    async def plan(self, request: ModelRequest) -> Reply:
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         profiles = self._profiles_of(request.tools)
         talk = _Dialogue.of(request.messages, profiles)
         decided = _decide(talk, profiles)
         prompt = talk.question + " " + " ".join(s.description for s in request.tools)
         if not decided.calls:
+            await write_out(decided.text, stream)
             return Reply(text=decided.text, usage=_usage(prompt, decided.text))
         first_id = calls_so_far(request.messages) + 1
         made = [
@@ -748,7 +750,7 @@ class OfflineModel:
         ]
         return Reply(calls=made, usage=_usage(prompt, " ".join(c.render() for c in made)))
 
-    async def interpret(self, request: ModelRequest) -> Reply:
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         profiles = self._profiles_of(request.tools)
         talk = _Dialogue.of(request.messages, profiles)
         results = latest_results(request.messages)
@@ -764,6 +766,7 @@ class OfflineModel:
         if offer := _offer(results, calls, profiles, talk):
             answer += " " + offer
         prompt = talk.question + " " + " ".join(r.text for r in results)
+        await write_out(answer, stream)
         return Reply(text=answer, usage=_usage(prompt, answer))
 
     @staticmethod

@@ -21,6 +21,7 @@ from typing import Union
 
 from agent.errors import InvalidModelOutput
 from agent.model import ModelRequest, Reply
+from agent.stream import TextSink
 
 Item = Union[Reply, BaseException, Callable[[ModelRequest], Reply]]  # noqa: UP007 - a runtime alias on 3.10
 
@@ -39,11 +40,11 @@ class ScriptedModel:
         self._decisions = list(decisions)
         self.requests: list[tuple[str, ModelRequest]] = []
 
-    async def plan(self, request: ModelRequest) -> Reply:
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         self.requests.append(("plan", request))
         return _next(self._plans, request, "plan")
 
-    async def interpret(self, request: ModelRequest) -> Reply:
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         self.requests.append(("interpret", request))
         return _next(self._decisions, request, "interpret")
 

@@ -174,6 +174,9 @@ class TurnInput(BaseModel):
     """A sub-agent's tools (None: the worker's top-level tools)."""
     instructions: str = ""
     """A sub-agent's system prompt for chat models (empty: the default)."""
+    stream: bool = False
+    """Publish the models' text to the turn's stream as they write it (for a reader
+    that shows the answer typing itself out). Steps are always on the stream."""
 
     @field_validator("question")
     @classmethod

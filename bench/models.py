@@ -5,6 +5,7 @@ from __future__ import annotations
 from agent.conversation import AssistantMessage, latest_results
 from agent.model import ModelCatalog, ModelRequest, Reply
 from agent.offline import OfflineModel
+from agent.stream import TextSink
 from agent.types import ToolCall, Usage
 
 ONE_CALL = Usage(model_calls=1)
@@ -25,10 +26,10 @@ class RepeatingModel:
         self.name = f"repeat-{iterations}"
         self._offline = OfflineModel()
 
-    async def plan(self, request: ModelRequest) -> Reply:
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         return await self._offline.plan(request)
 
-    async def interpret(self, request: ModelRequest) -> Reply:
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         rounds = _rounds_so_far(request)
         if len(rounds) < self.iterations:
             again = [c.model_copy(update={"id": ""}) for c in rounds[-1].calls]
@@ -62,10 +63,10 @@ class TaskModel:
         self.name = f"task-{task.replace(' ', '-')}"
         self._rounds = TASKS[task]
 
-    async def plan(self, request: ModelRequest) -> Reply:
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         return self._next(request)
 
-    async def interpret(self, request: ModelRequest) -> Reply:
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         return self._next(request)
 
     def _next(self, request: ModelRequest) -> Reply:

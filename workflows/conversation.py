@@ -19,8 +19,10 @@ which leaves no trace in the history.
 """
 
 import asyncio
+from dataclasses import replace
 
 from temporalio import workflow
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -32,11 +34,15 @@ with workflow.unsafe.imports_passed_through():
         ConversationState,
         MessageAccepted,
     )
-    from agent.types import Exchange, TurnInput, TurnOutput
+    from agent.stream import CHAT_TOPIC, ChatEnded, TurnAnswered, TurnStarted
+    from agent.types import Exchange, Outcome, TurnInput, TurnOutput
     from workflows import search
     from workflows.turn import AgentTurn
 
 MAX_WAITING = 5
+STREAM_KEEP = 200
+"""Events of the conversation's stream carried over continue-as-new (the rest are
+dropped: a reader that far behind starts again from the oldest kept)."""
 
 
 @workflow.defn(name="Conversation")
@@ -53,6 +59,9 @@ class Conversation:
         self._started: set[str] = set()
         self._current: str | None = None
         self._ended = False
+        # Which turn answers which message, for readers (`agent/stream.py`).
+        self._stream = WorkflowStream(input.stream_state)
+        self._events = self._stream.topic(CHAT_TOPIC)
 
     @workflow.run
     async def run(self, input: ConversationInput) -> ConversationOutput:
@@ -65,21 +74,38 @@ class Conversation:
                     timeout_summary="idle_timeout",
                 )
             except asyncio.TimeoutError:
-                return self._close("idle")
+                return await self._close("idle")
             if not self._inbox:
-                return self._close("customer")
+                return await self._close("customer")
             question, turn_id = self._inbox.pop(0)
             await self._answer(question, turn_id)
             answered += 1
             suggested = workflow.info().is_continue_as_new_suggested()
-            if (answered >= input.max_turns_per_run or suggested) and self._idle():
+            if (answered >= input.max_turns_per_run or suggested) and await self._quiet():
+                state = self._stream.get_state()
+                dropped = max(0, len(state.log) - STREAM_KEEP)
+                state = replace(
+                    state, log=state.log[dropped:], base_offset=state.base_offset + dropped
+                )
                 workflow.continue_as_new(
-                    input.model_copy(update={"exchanges": self._exchanges, "turns": self._turns})
+                    input.model_copy(
+                        update={
+                            "exchanges": self._exchanges,
+                            "turns": self._turns,
+                            "stream_state": state,
+                        }
+                    )
                 )
 
-    def _idle(self) -> bool:
-        """Nothing accepted and not yet answered, no update in flight: safe to move on."""
-        return not self._inbox and workflow.all_handlers_finished()
+    async def _quiet(self) -> bool:
+        """Let readers' polls go and wait for the handlers in flight; True when no
+        message waits either, so the run may continue as new. A message that came
+        meanwhile is answered first (readers retry their polls until then)."""
+        if self._inbox:
+            return False
+        self._stream.detach_pollers()
+        await workflow.wait_condition(lambda: workflow.all_handlers_finished() or bool(self._inbox))
+        return not self._inbox
 
     async def _answer(self, question: str, turn_id: str) -> None:
         turn = TurnInput(
@@ -89,6 +115,7 @@ class Conversation:
             limits=self._input.limits,
             history=self._exchanges,
             conversation_id=workflow.info().workflow_id,
+            stream=self._input.stream,
         )
         indexed = search.CUSTOMER in workflow.info().typed_search_attributes
         handle = await workflow.start_child_workflow(
@@ -102,21 +129,28 @@ class Conversation:
         )
         self._current = turn_id
         self._started.add(turn_id)
+        self._events.publish(TurnStarted(turn_id=turn_id, question=question).model_dump())
         try:
             result: TurnOutput = await handle
-            answer = result.answer
+            answer, outcome = result.answer, result.outcome
         except ChildWorkflowError as e:
             # A turn that failed (terminated, say) must not end the conversation.
             answer = f"(no answer: the turn ended without one: {e.cause or e})"
+            outcome = Outcome.MODEL_ERROR
+        answered = TurnAnswered(turn_id=turn_id, outcome=outcome, answer=answer)
+        self._events.publish(answered.model_dump(mode="json"))
         self._exchanges = self._input.memory.keep(
             [*self._exchanges, Exchange(question=question, answer=answer)]
         )
         self._current = None
 
-    def _close(self, ended_by: str) -> ConversationOutput:
+    async def _close(self, ended_by: str) -> ConversationOutput:
         self._ended = True
         if search.CUSTOMER in workflow.info().typed_search_attributes:
             workflow.upsert_search_attributes([search.STATUS.value_set(search.DONE)])
+        self._events.publish(ChatEnded(reason=ended_by).model_dump())
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
         return ConversationOutput(turns=self._turns, ended_by=ended_by)
 
     @workflow.update

@@ -33,6 +33,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -64,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from agent.model import Reply
     from agent.pricing import usage_line
     from agent.shields import ShieldRequest, Verdict
+    from agent.stream import TURN_TOPIC, DoneEvent, StepEvent
     from agent.subagents import SubAgent
     from agent.telemetry import agent_span, record_turn
     from agent.types import (
@@ -120,6 +122,11 @@ class AgentTurn:
         """A tool result carried instruction-like text: later writes need consent."""
         self._left, self._since = timedelta(0), datetime.min.replace(tzinfo=timezone.utc)
         """max_duration left when the clock last (re)started, and when that was."""
+        # The turn's story for whoever watches (`agent/stream.py`): steps are added
+        # here as they are recorded, which writes nothing to the history; the model
+        # calls publish their text to it by signal when the turn asks them to.
+        self._stream = WorkflowStream()
+        self._events = self._stream.topic(TURN_TOPIC)
 
     @workflow.query
     def progress(self) -> TurnProgress:
@@ -152,7 +159,13 @@ class AgentTurn:
         with agent_span(turn.model, turn.conversation_id) as span:
             result = await self._run(turn)
             record_turn(span, result.outcome.value, result.usage)
-            return result
+        done = DoneEvent(outcome=result.outcome, answer=result.answer, usage=result.usage)
+        self._events.publish(done.model_dump(mode="json"))
+        # Readers waiting on the stream get its last events before the turn closes;
+        # later ones read them by query.
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return result
 
     async def _run(self, turn: TurnInput) -> TurnOutput:
         # Screen the question before the max_duration timer exists. On replay a local
@@ -315,6 +328,7 @@ class AgentTurn:
             messages=self._messages,
             tools=turn.tools,
             instructions=turn.instructions,
+            stream=turn.stream,
         )
         out = await self._model_call(turn, iteration, PlanActivity.plan, arg, summary)
         reply: Reply = out.plan
@@ -328,6 +342,7 @@ class AgentTurn:
             messages=self._messages,
             tools=turn.tools,
             instructions=turn.instructions,
+            stream=turn.stream,
         )
         out = await self._model_call(turn, iteration, InterpretActivity.interpret, arg, summary)
         reply: Reply = out.decision
@@ -541,7 +556,9 @@ class AgentTurn:
         self._messages.extend(ToolResult.of(results[c.id]) for c in reply.calls)
 
     def _record(self, iteration: int, kind: StepKind, text: str, **fields) -> None:  # type: ignore[no-untyped-def]
-        self._steps.append(Step(iteration=iteration, kind=kind, text=text, **fields))
+        step = Step(iteration=iteration, kind=kind, text=text, **fields)
+        self._steps.append(step)
+        self._events.publish(StepEvent(step=step).model_dump(mode="json"))
         workflow.set_current_details(answers.story(self._steps))
 
     def _set_status(self, status: str) -> None:

@@ -30,6 +30,7 @@ from agent.backends.prompts import INSTRUCTIONS
 from agent.conversation import AssistantMessage, UserMessage
 from agent.errors import ModelRequestRejected, ModelUnavailable
 from agent.model import ModelRequest, Reply
+from agent.stream import TextSink
 from agent.types import ToolCall, Usage
 
 CACHE_POINT = {"cachePoint": {"type": "default"}}
@@ -58,7 +59,7 @@ class BedrockConverseModel:
         self._cache_point = cache_point
         self._client = client or _aws.client("bedrock-runtime", "bedrock")
 
-    async def plan(self, request: ModelRequest) -> Reply:
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         kwargs = self.request(request)
         try:
             # boto3 is synchronous: keep the worker's event loop free meanwhile.

@@ -25,6 +25,7 @@ from agent.backends.prompts import INSTRUCTIONS
 from agent.conversation import AssistantMessage, UserMessage
 from agent.errors import ModelRequestRejected, ModelUnavailable
 from agent.model import ModelRequest, Reply
+from agent.stream import TextSink
 from agent.types import ToolCall, Usage
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -56,7 +57,7 @@ class OpenAIChatModel:
                 ) from None
         self._client = client
 
-    async def plan(self, request: ModelRequest) -> Reply:
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         system = request.instructions or self._instructions
         messages = [{"role": "system", "content": system}, *to_messages(request)]
         tools = [

@@ -35,6 +35,7 @@ from agent.backends import _aws
 from agent.conversation import AssistantMessage, ToolResult, UserMessage
 from agent.errors import InvalidModelOutput, ModelRequestRejected
 from agent.model import ModelRequest, Reply
+from agent.stream import TextSink
 from agent.tools import ToolSpec
 from agent.types import ToolCall, Usage
 
@@ -78,7 +79,7 @@ class SageMakerTextModel:
             )
         self._client = client or _aws.client("sagemaker-runtime", "sagemaker")
 
-    async def plan(self, request: ModelRequest) -> Reply:
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         prompt = plan_prompt(request)
         text = await self._complete(prompt, max_new_tokens=60)
         calls = parse_tools(text, request.tools, request.question)
@@ -87,7 +88,7 @@ class SageMakerTextModel:
             return Reply(calls=calls, usage=usage)
         return Reply(text=DECLINE, usage=usage)
 
-    async def interpret(self, request: ModelRequest) -> Reply:
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         prompt = interpret_prompt(request)
         text = (await self._complete(prompt, max_new_tokens=200)).strip()
         usage = _usage(prompt, text)
