@@ -29,6 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent import telemetry
 from agent.chat import ConversationInput
 from agent.pricing import usage_line
+from agent.stream import DoneEvent, Drafts, StepEvent, TokensEvent
 from agent.types import (
     DEFAULT_CUSTOMER,
     Outcome,
@@ -172,7 +173,11 @@ async def cmd_ask(args: argparse.Namespace) -> int:
     question = sys.stdin.read() if args.question == "-" else args.question
     try:
         turn = TurnInput(
-            question=question, customer_id=args.customer, model=args.model, limits=limits(args)
+            question=question,
+            customer_id=args.customer,
+            model=args.model,
+            limits=limits(args),
+            stream=args.follow,
         )
     except ValidationError as e:
         raise input_error(e) from None
@@ -183,9 +188,17 @@ async def cmd_ask(args: argparse.Namespace) -> int:
             return 0
         print(f"turn {handle.id} started", file=sys.stderr)
         watchdog = asyncio.create_task(nobody_picks_up(conn.client, handle, args.task_queue))
+        writing = Writing(f"[~] {'writing':<11} ")
         try:
-            async for step in follow(handle):
+            async for event in follow(conn.client, handle.id):
                 watchdog.cancel()
+                if isinstance(event, TokensEvent):
+                    writing.add(event)
+                    continue
+                writing.end()
+                if not isinstance(event, StepEvent):
+                    continue
+                step = event.step
                 if args.follow:
                     print(step.render(), flush=True)
                 if step.kind is StepKind.APPROVAL:
@@ -221,7 +234,9 @@ async def nobody_picks_up(client: Client, handle: WorkflowHandle, task_queue: st
 
 async def cmd_chat(args: argparse.Namespace) -> None:
     try:
-        chat = ConversationInput(customer_id=args.customer, model=args.model, limits=limits(args))
+        chat = ConversationInput(
+            customer_id=args.customer, model=args.model, limits=limits(args), stream=True
+        )
     except ValidationError as e:
         raise input_error(e) from None
     interactive = sys.stdin.isatty()
@@ -257,11 +272,26 @@ async def cmd_chat(args: argparse.Namespace) -> None:
 
 
 async def answer_turn(client: Client, turn: WorkflowHandle, lines: Lines) -> bool:
-    """Print a turn's steps and answer, asking inline for any approval it needs.
-    False when input ended at an approval question (the call stays pending)."""
-    async for step in follow(turn):
+    """Print a turn's steps and its answer as it is written, asking inline for any
+    approval it needs. False when input ended at an approval question (the call
+    stays pending)."""
+    writing = Writing("agent> ")
+    async for event in follow(client, turn.id):
+        if isinstance(event, TokensEvent):
+            writing.add(event)
+            continue
+        if isinstance(event, DoneEvent):
+            # What was written is a draft: the turn's answer is what counts (an
+            # output shield may have refused the draft).
+            if writing.text != event.answer:
+                writing.end()
+                print(f"agent> {event.answer}", flush=True)
+            writing.end()
+            continue
+        step = event.step
         if step.kind in (StepKind.ANSWER, StepKind.LIMIT):
             continue
+        writing.end()
         print(f"  {step.render()}", flush=True)
         if step.kind is StepKind.APPROVAL and step.calls:
             call = step.calls[0]
@@ -274,9 +304,41 @@ async def answer_turn(client: Client, turn: WorkflowHandle, lines: Lines) -> boo
                 await decide(client, turn.id, call.id, approved=yes, by="customer")
             except AgentClientError as e:
                 print(f"error: {e}", file=sys.stderr)
-    result: TurnOutput = await turn.result()
-    print(f"agent> {result.answer}", flush=True)
     return True
+
+
+class Writing:
+    """Prints a model's text as it is written, on a line of its own. A retried
+    model call starts again, on a new line, so no text is ever shown twice."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._drafts = Drafts()
+        self._call = ""
+        self._open = False
+
+    @property
+    def text(self) -> str:
+        """What the latest model call that wrote has written."""
+        return self._drafts.text(self._call)
+
+    def add(self, event: TokensEvent) -> None:
+        change = self._drafts.add(event)
+        if change == "stale":
+            return
+        if change != "continued" or not self._open:
+            self.end()
+            again = "(again) " if change == "restarted" else ""
+            print(f"{self._prefix}{again}{self._drafts.text(event.call)}", end="", flush=True)
+            self._call, self._open = event.call, True
+            return
+        print(event.text, end="", flush=True)
+
+    def end(self) -> None:
+        """Close the line being written."""
+        if self._open:
+            print(flush=True)
+            self._open = False
 
 
 class Lines:
@@ -354,6 +416,15 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 raise CliError(f"no turn with workflow id {args.workflow_id!r}") from None
             raise
         print(f"{desc.id} ({desc.status.name.lower() if desc.status else 'unknown'})")
+        if args.follow and desc.status == WorkflowExecutionStatus.RUNNING:
+            writing = Writing(f"[~] {'writing':<11} ")
+            async for event in follow(conn.client, handle.id):
+                if isinstance(event, TokensEvent):
+                    writing.add(event)
+                elif isinstance(event, StepEvent):
+                    writing.end()
+                    print(event.step.render(), flush=True)
+            return print_result(conn, handle, await handle.result())
         if desc.status == WorkflowExecutionStatus.RUNNING:
             try:
                 progress = await progress_of(handle, timeout=SHOW_QUERY_S)
@@ -483,6 +554,9 @@ def parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")
     show.add_argument("workflow_id")
+    show.add_argument(
+        "--follow", action="store_true", help="on a running turn: print its steps as they happen"
+    )
     show.set_defaults(run=cmd_show)
 
     demo = sub.add_parser("demo", help="run the six sample questions end to end")

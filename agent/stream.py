@@ -91,6 +91,9 @@ ChatEvent = Annotated[TurnStarted | TurnAnswered | ChatEnded, Field(discriminato
 CHAT_EVENT: TypeAdapter[ChatEvent] = TypeAdapter(ChatEvent)
 
 
+DraftChange = Literal["started", "continued", "restarted", "stale"]
+
+
 class Drafts:
     """A reader's view of the text models are writing: one draft per model call,
     restarted when a retried attempt starts writing again."""
@@ -99,16 +102,18 @@ class Drafts:
         self._attempts: dict[str, int] = {}
         self._text: dict[str, str] = {}
 
-    def add(self, event: TokensEvent) -> bool:
-        """Take a batch; True when it restarted the call's draft (a new attempt)."""
+    def add(self, event: TokensEvent) -> DraftChange:
+        """Take a batch, and say what it did to its call's draft."""
         seen = self._attempts.get(event.call)
         if seen is not None and event.attempt < seen:
-            return False  # a late batch of an attempt already replaced
-        restarted = seen is not None and event.attempt > seen
-        if seen is None or restarted:
+            return "stale"  # a late batch of an attempt already replaced
+        change: DraftChange = (
+            "started" if seen is None else "restarted" if event.attempt > seen else "continued"
+        )
+        if change != "continued":
             self._attempts[event.call], self._text[event.call] = event.attempt, ""
         self._text[event.call] += event.text
-        return restarted
+        return change
 
     def text(self, call: str) -> str:
         return self._text.get(call, "")

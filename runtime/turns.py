@@ -4,7 +4,7 @@ What every front end does (`client.py` today), in one place:
 
     start_turn(client, TurnInput(...))            one question, one AgentTurn workflow
     start_chat / send                             a Conversation; each message is a turn
-    follow(handle)                                a turn's steps as they happen
+    follow(client, turn_id)                       a turn's events as they happen (its stream)
     pending(client) / decide(client, wf, ...)     calls awaiting consent, and deciding them
     find_turns(client, customer=..., ...)         recent turns, by search attributes
     workers(client, task_queue)                   is anyone serving the queue, truly?
@@ -38,12 +38,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent.answers import markdown_plain, markdown_safe
 from agent.approval import ApprovalDecision, ApprovalResult
 from agent.chat import ChatMessage, ConversationInput, MessageAccepted
-from agent.types import PendingApproval, Step, TurnInput, TurnProgress
+from agent.stream import TurnEvent
+from agent.types import PendingApproval, TurnInput, TurnProgress
 from runtime import search as registered
 from runtime.settings import TASK_QUEUE, WORKER_HEARTBEAT
+from runtime.streams import turn_events
 from workflows import AgentTurn, Conversation, search
-
-FOLLOW_POLL_S = 0.2
 
 
 class AgentClientError(Exception):
@@ -117,17 +117,17 @@ def _message(text: str) -> ChatMessage:
         raise AgentClientError(_first_error(e)) from None
 
 
-async def follow(handle: WorkflowHandle) -> AsyncIterator[Step]:
-    """Yield the turn's steps as they happen (polls the `progress` query)."""
-    seen = 0
-    while True:
-        progress = await progress_of(handle)
-        for step in progress.steps[seen:]:
-            yield step
-        seen = len(progress.steps)
-        if progress.done:
-            return
-        await asyncio.sleep(FOLLOW_POLL_S)
+async def follow(client: Client, turn_id: str, from_offset: int = 0) -> AsyncIterator[TurnEvent]:
+    """The turn's events from its stream (`agent/stream.py`): steps as they are
+    recorded, the models' text as it is written (when the turn streams it), then
+    its outcome. On a finished turn, its whole story (a worker answers that)."""
+    try:
+        async for _, event in turn_events(client, turn_id, from_offset):
+            yield event
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise AgentClientError(f"no turn with workflow id {turn_id!r}") from None
+        raise
 
 
 async def progress_of(handle: WorkflowHandle, timeout: float | None = None) -> TurnProgress:

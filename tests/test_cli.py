@@ -91,11 +91,11 @@ def test_worker_and_ask_follow_in_two_processes(
     assert lines[0] == "[1] plan        order_status(order_id='123456')"
     assert lines[1] == "[1] tool_call   order_status(order_id='123456')"
     assert lines[2].startswith("[1] observation order_status: Order id: 123456. Item: Herbal")
-    assert lines[3].startswith("[1] answer")
-    assert (
-        "answer (answered): Yes — order 123456 shipped on 2026-11-18 and should arrive by "
-        "2026-11-21." in out.stdout
-    )
+    answer = "Yes — order 123456 shipped on 2026-11-18 and should arrive by 2026-11-21."
+    # The answer as the model writes it (from the turn's stream), then the step.
+    assert lines[3] == f"[~] writing     {answer}"
+    assert lines[4] == f"[1] answer      {answer}"
+    assert f"answer (answered): {answer}" in out.stdout
     workflow_id = next(line.split()[1] for line in lines if line.startswith("workflow: "))
     assert workflow_id.startswith("turn-demo-")
     assert f"/namespaces/default/workflows/{workflow_id}/" in out.stdout
@@ -103,6 +103,36 @@ def test_worker_and_ask_follow_in_two_processes(
     shown = run(["client.py", "show", workflow_id], cli_env)
     assert shown.returncode == 0, shown.stderr
     assert "(completed)" in shown.stdout and "Herbal Handsoap" in shown.stdout
+
+
+def test_show_follow_prints_a_running_turn_as_it_goes(
+    cli_env: dict[str, str], worker: subprocess.Popen[str]
+) -> None:
+    started = run(
+        ["client.py", "ask", "I want to return order 123456, it arrived damaged.", "--no-wait"],
+        cli_env,
+    )
+    assert started.returncode == 0, started.stderr
+    turn = started.stdout.strip()
+    following = subprocess.Popen(
+        [sys.executable, "client.py", "show", turn, "--follow"],
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # The turn waits for consent; deciding it lets the follower see the rest.
+    deadline = time.monotonic() + 30
+    while "approval" not in run(["client.py", "show", turn], cli_env).stdout:
+        assert time.monotonic() < deadline, "the turn never asked for approval"
+        time.sleep(0.3)
+    decided = run(["client.py", "reject", turn, "--reason", "changed my mind"], cli_env)
+    assert decided.returncode == 0, decided.stderr
+    out, err = following.communicate(timeout=60)
+    assert following.returncode == 0, err
+    kinds = [line.split()[1] for line in out.splitlines() if line.startswith("[")]
+    assert kinds.index("approval") < kinds.index("decision") < kinds.index("answer")
+    assert "answer (answered): " in out
 
     missing = run(["client.py", "show", "turn-demo-nope"], cli_env)
     assert missing.returncode == 1

@@ -54,11 +54,11 @@ def test_batches_are_bounded_in_size() -> None:
 
 def test_a_later_attempt_replaces_the_draft() -> None:
     drafts = Drafts()
-    assert not drafts.add(TokensEvent(call="3", attempt=1, text="Your ord"))
-    assert drafts.add(TokensEvent(call="3", attempt=2, text="Your "))
-    assert not drafts.add(TokensEvent(call="3", attempt=1, text="er has"))  # late, dropped
-    drafts.add(TokensEvent(call="3", attempt=2, text="order shipped."))
-    drafts.add(TokensEvent(call="5", text="Another call."))
+    assert drafts.add(TokensEvent(call="3", attempt=1, text="Your ord")) == "started"
+    assert drafts.add(TokensEvent(call="3", attempt=2, text="Your ")) == "restarted"
+    assert drafts.add(TokensEvent(call="3", attempt=1, text="er has")) == "stale"
+    assert drafts.add(TokensEvent(call="3", attempt=2, text="order shipped.")) == "continued"
+    assert drafts.add(TokensEvent(call="5", text="Another call.")) == "started"
     assert drafts.text("3") == "Your order shipped."
     assert drafts.text("5") == "Another call."
 
@@ -153,8 +153,8 @@ async def test_a_retried_model_call_shows_no_doubled_text(harness: Harness) -> N
     tokens = [e for _, e in events if isinstance(e, TokensEvent)]
     assert {t.attempt for t in tokens} == {1, 2}
     drafts = Drafts()
-    restarted = [drafts.add(t) for t in tokens]
-    assert sum(restarted) == 1
+    changes = [drafts.add(t) for t in tokens]
+    assert changes.count("restarted") == 1
     assert drafts.text(tokens[0].call) == result.answer == "Your order 123456 has shipped."
 
 
