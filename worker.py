@@ -38,6 +38,10 @@ from workflows import AgentTurn, Conversation
 log = logging.getLogger("durable_agent.worker")
 
 
+MAX_WORKFLOW_TASKS = 10
+"""Workflow tasks a worker runs at once (one Python process runs one at a time)."""
+
+
 def default_models() -> ModelCatalog:
     """`offline`, `openai:<model>` (any OpenAI-compatible server), `bedrock:<model-id>`,
     `sagemaker:<endpoint>`. Backends are built on first use, per worker; turns that
@@ -90,6 +94,10 @@ def build_worker(
         "workflows": [AgentTurn, Conversation],
         # A dead worker's cached workflows move to a live one after 2 s, not 10 s.
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
+        # Workflow tasks take CPU, not I/O: a worker takes only as many at once as it
+        # gets through well within their timeout (workflows/policies.py); the rest
+        # wait on the server, where their clock has not started.
+        "max_concurrent_workflow_tasks": MAX_WORKFLOW_TASKS,
         # On SIGTERM, let in-flight activities finish rather than time out.
         "graceful_shutdown_timeout": timedelta(seconds=10),
         **options,

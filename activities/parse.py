@@ -26,6 +26,8 @@ class ValidCall(BaseModel):
     timeout: timedelta
     max_attempts: int
     side_effects: bool = False
+    quick: bool = False
+    """A quick read: dispatched as a local activity."""
     approval: str = ""
     """Why the call needs a person's consent before it runs; empty when it does not."""
     return_direct: bool = False
@@ -72,6 +74,7 @@ class ParseActivity:
                     timeout=tool.timeout,
                     max_attempts=tool.max_attempts,
                     side_effects=tool.side_effects,
+                    quick=tool.quick,
                     approval=self._why_approval(tool),
                     return_direct=tool.return_direct,
                     agent=tool.agent,

@@ -75,6 +75,11 @@ class Tool:
     side_effects: bool = False
     """Writes something: it must key its write on `ctx.idempotency_key`, because a
     retried or re-run call reaches it again with the same key."""
+    quick: bool = False
+    """A quick, read-only lookup: its calls run as local activities, in the worker
+    that runs the turn, with no round trip through a task queue (one that runs long
+    runs again as a regular activity). Never for tools with side effects: a local
+    activity may run again after a crash with no record that it ran."""
     approval: bool | None = None
     """Whether a call waits for a person's consent before it runs; by default, when
     it has side effects. The worker's settings can override it (`agent.approval`)."""
@@ -115,6 +120,7 @@ def tool(
     timeout: timedelta = timedelta(seconds=10),
     max_attempts: int = 3,
     side_effects: bool = False,
+    quick: bool = False,
     approval: bool | None = None,
     return_direct: bool = False,
     top_level: bool = True,
@@ -136,6 +142,11 @@ def tool(
         description = inspect.cleandoc(f.__doc__ or "").strip()
         if not description:
             raise TypeError(f"tool {f.__name__}: add a docstring; the model reads it")
+        if quick and side_effects:
+            raise TypeError(
+                f"tool {f.__name__}: a tool with side effects cannot be quick; its calls "
+                "must run as regular activities, recorded once they ran"
+            )
         return Tool(
             name=name or f.__name__,
             description=description,
@@ -145,6 +156,7 @@ def tool(
             timeout=timeout,
             max_attempts=max_attempts,
             side_effects=side_effects,
+            quick=quick,
             approval=approval,
             return_direct=return_direct,
             top_level=top_level,

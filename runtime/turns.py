@@ -44,6 +44,7 @@ from runtime import search as registered
 from runtime.settings import TASK_QUEUE, WORKER_HEARTBEAT
 from runtime.streams import turn_events
 from workflows import AgentTurn, Conversation, search
+from workflows.policies import WORKFLOW_TASK_TIMEOUT
 
 
 class AgentClientError(Exception):
@@ -72,6 +73,7 @@ async def start_turn(
         static_summary=markdown_safe(turn.question[:200]),
         static_details=f"customer: {turn.customer_id} · model: {turn.model or 'worker default'}",
         search_attributes=search.at_start(turn.customer_id, turn.model) if indexed else None,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
     )
 
 
@@ -89,6 +91,7 @@ async def start_chat(
         task_queue=task_queue,
         static_summary=f"chat with {chat.customer_id}",
         search_attributes=search.at_start(chat.customer_id, chat.model) if indexed else None,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
     )
     accepted = await _update(
         client.execute_update_with_start_workflow(

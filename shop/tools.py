@@ -53,6 +53,7 @@ class PolicyQuery(BaseModel):
         "When will my order arrive?",
     ],
     timeout=timedelta(seconds=5),
+    quick=True,
 )
 def order_status(args: OrderLookup, ctx: ToolContext[ShopData]) -> Order:
     """Status of a specific order: the item purchased, quantity, amount, and shipping
@@ -67,6 +68,7 @@ def order_status(args: OrderLookup, ctx: ToolContext[ShopData]) -> Order:
         "Has my return been refunded yet?",
     ],
     timeout=timedelta(seconds=5),
+    quick=True,
 )
 def return_status(args: ReturnLookup, ctx: ToolContext[ShopData]) -> Return:
     """Status of a specific return: whether it is pending, received, processed or
@@ -98,6 +100,7 @@ def start_return(args: ReturnRequest, ctx: ToolContext[ShopData]) -> Return:
         "Is there a warranty on electric toothbrushes?",
     ],
     timeout=timedelta(seconds=5),
+    quick=True,
 )
 def search_policies(args: PolicyQuery, ctx: ToolContext[ShopData]) -> list[PolicyHit]:
     """Search the store's policy documents: returns, refunds, shipping costs and

@@ -98,3 +98,42 @@ async def test_sigkill_during_each_activity_kind(
     returns = ShopStore(db).returns_for("123456")
     assert len(returns) == 1, returns
     assert returns[0].return_id in result.answer
+
+
+async def test_sigkill_during_a_quick_read(env: WorkflowEnvironment, tmp_path: Path) -> None:
+    """A quick read runs as a local activity, inside a workflow task: a worker killed
+    while it runs leaves no record of it, so the new worker reads again (it is
+    read-only: that is why only reads may be quick) and the turn answers."""
+    task_queue = f"crash-quick-{uuid.uuid4().hex[:6]}"
+    db, log, marker = tmp_path / "shop.db", tmp_path / "activities.log", tmp_path / "hung"
+    ShopStore(db)
+    first = spawn_worker(
+        env,
+        task_queue,
+        str(db),
+        "--log",
+        str(log),
+        "--crash-after",
+        "dispatch",
+        "--marker",
+        str(marker),
+    )
+    second = None
+    try:
+        turn = TurnInput(question="Has order 123456 shipped?")
+        handle = await start_turn(env.client, turn, task_queue)
+        await wait_for(marker)
+        first.kill()
+        first.wait()
+        second = spawn_worker(env, task_queue, str(db), "--log", str(log))
+        result = await asyncio.wait_for(handle.result(), timeout=60)
+    finally:
+        for proc in (first, second):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert result.outcome is Outcome.ANSWERED and "shipped" in result.answer
+    runs = Counter(log.read_text().split())
+    assert runs["dispatch"] == 2, runs
+    assert runs["plan"] == runs["interpret"] == 1, runs

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+
 from agent.types import Outcome, TurnInput, TurnLimits
 from client import start_turn
 from runtime.chaos import Faults
@@ -23,6 +26,10 @@ async def run_many(harness: Harness, task_queue: str, n: int) -> None:
         )
     )
     results = await asyncio.gather(*(h.result() for h in handles))
+    # The short workflow task timeout (workflows/policies.py) is safe only if a
+    # loaded worker never overruns it: no turn may have seen one expire.
+    timed_out = [h.id for h in handles if await task_timeouts(h)]
+    assert not timed_out, f"{len(timed_out)} turn(s) saw a workflow task time out"
     wrong = [
         (q, r.answer)
         for (q, expected), r in zip(cases, results, strict=True)
@@ -30,6 +37,15 @@ async def run_many(harness: Harness, task_queue: str, n: int) -> None:
     ]
     assert not wrong, wrong[:3]
     assert len({h.id for h in handles}) == n
+
+
+async def task_timeouts(handle: WorkflowHandle) -> int:
+    return sum(
+        [
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+            async for e in handle.fetch_history_events()
+        ]
+    )
 
 
 async def test_fifty_turns_at_thirty_percent_transient_faults(harness: Harness) -> None:

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from agent.stream import CHAT_TOPIC, ChatEnded, TurnAnswered, TurnStarted
     from agent.types import Exchange, Outcome, TurnInput, TurnOutput
     from workflows import search
+    from workflows.policies import WORKFLOW_TASK_TIMEOUT
     from workflows.turn import AgentTurn
 
 MAX_WAITING = 5
@@ -126,6 +127,7 @@ class Conversation:
             if indexed
             else None,
             static_summary=markdown_safe(question[:200]),
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
         )
         self._current = turn_id
         self._started.add(turn_id)

@@ -13,6 +13,14 @@ from temporalio.common import RetryPolicy
 
 from agent.errors import permanent_error_types
 
+# A workflow task (one step of the turn's code, quick reads and checks included) is
+# given this long before Temporal hands it to another worker. A worker killed while
+# it holds one (SIGKILL, OOM, a lost node) leaves the turn waiting this long, not the
+# SDK's default 10 s. A task's own work takes milliseconds; local activities that run
+# longer extend the task by heartbeat; tests/test_load.py checks that 200 concurrent
+# turns on one 2-core worker see no task timeout at all.
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)
+
 # Model calls (plan, interpret): slow, remote, throttled at times.
 MODEL_TIMEOUT = timedelta(seconds=60)
 MODEL_RETRY = RetryPolicy(
@@ -42,6 +50,12 @@ def tool_retry(max_attempts: int) -> RetryPolicy:
         maximum_attempts=max_attempts,
         non_retryable_error_types=permanent_error_types(),
     )
+
+
+# Quick reads (`@tool(quick=True)`) run as local activities with this much time in
+# all, retries included; one that has not answered by then runs again as a regular
+# activity under the tool's own timeout and retry policy.
+QUICK_TIMEOUT = timedelta(seconds=2)
 
 
 # Shields (and parse_output, which runs the tool-output shields) run as local

@@ -4,7 +4,8 @@
     for each round of calls (iterations, at most limits.max_steps):
         parse               validate the calls (local activity); when none is valid,
                             plan again with the errors, at most limits.max_replans times
-        dispatch ×N         run the valid calls concurrently, each with its own policy;
+        dispatch ×N         run the valid calls concurrently, each with its own policy
+                            (quick reads as local activities, the rest as activities);
                             a call that needs consent first waits for a person's
                             decision (the `decide` update) or the approval timeout
         parse_output        each result → compact text (local activity)
@@ -45,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import (
         DispatchActivity,
         DispatchInput,
+        DispatchOutput,
         InterpretActivity,
         InterpretInput,
         ParseActivity,
@@ -87,11 +89,16 @@ with workflow.unsafe.imports_passed_through():
         MODEL_TIMEOUT,
         PURE_RETRY,
         PURE_TIMEOUT,
+        QUICK_TIMEOUT,
         SHIELD_RETRY,
         SHIELD_TIMEOUT,
+        WORKFLOW_TASK_TIMEOUT,
         tool_retry,
     )
 
+
+QUICK_READS = "quick-reads-as-local-activities"
+"""Patch id: turns recorded since quick reads run as local activities."""
 
 # Model errors that say the request can never succeed as configured.
 _REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__)
@@ -411,18 +418,12 @@ class AgentTurn:
             return await self._ask_subagent(turn, iteration, index, call, vc.agent)
         self._record(iteration, StepKind.TOOL_CALL, call.render(), calls=[call])
         try:
-            dispatched = await workflow.execute_activity_method(
-                DispatchActivity.dispatch,
+            dispatched = await self._dispatch(
+                vc,
                 DispatchInput(
                     call=call,
                     customer_id=turn.customer_id,
                     idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
-                ),
-                start_to_close_timeout=vc.timeout,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=tool_retry(vc.max_attempts),
-                summary=answers.markdown_safe(
-                    ("writes: " if vc.side_effects else "") + call.render()
                 ),
             )
             parsed = await workflow.execute_local_activity_method(
@@ -441,7 +442,7 @@ class AgentTurn:
                 )
                 # Data, never instructions: whatever it says, writes from now on need consent.
                 self._tainted = self._tainted or stop is not None
-        except ActivityError as e:
+        except (ActivityError, ApplicationError, TimeoutError) as e:
             # A failing tool is something for the model to read, not a failed turn.
             text = _failure_text(e, call, vc)
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
@@ -454,6 +455,35 @@ class AgentTurn:
             observation=observation,
         )
         return observation
+
+    async def _dispatch(self, vc: ValidCall, input: DispatchInput) -> DispatchOutput:
+        """Run the call: a quick read as a local activity first, anything else (or a
+        quick read that ran long) as a regular activity with the tool's own policy."""
+        summary = answers.markdown_safe(("writes: " if vc.side_effects else "") + vc.call.render())
+        # Turns started before quick reads existed ran every call as a regular activity:
+        # they replay that way (the patch marks the turns that do not).
+        if vc.quick and workflow.patched(QUICK_READS):
+            try:
+                return await workflow.execute_local_activity_method(
+                    DispatchActivity.dispatch,
+                    input,
+                    start_to_close_timeout=min(vc.timeout, QUICK_TIMEOUT),
+                    schedule_to_close_timeout=QUICK_TIMEOUT,
+                    retry_policy=tool_retry(vc.max_attempts),
+                    summary=summary,
+                )
+            except (ActivityError, ApplicationError, TimeoutError) as e:
+                # A local activity's failure may arrive unwrapped (ApplicationError).
+                if not isinstance(_cause(e), TimeoutError):
+                    raise
+        return await workflow.execute_activity_method(
+            DispatchActivity.dispatch,
+            input,
+            start_to_close_timeout=vc.timeout,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=tool_retry(vc.max_attempts),
+            summary=summary,
+        )
 
     async def _ask_subagent(
         self, turn: TurnInput, iteration: int, index: int, call: ToolCall, agent: SubAgent
@@ -486,6 +516,7 @@ class AgentTurn:
                 child,
                 id=child_id,
                 static_summary=answers.markdown_safe(f"{call.name}: {_clip(child.question)}"),
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
                 search_attributes=search.at_start(
                     child.customer_id, child.model, child.conversation_id
                 )
@@ -613,8 +644,13 @@ def _describe(reply: Reply) -> str:
     return f"{reply.text.strip()} → {calls}" if reply.text.strip() else calls
 
 
-def _failure_text(err: ActivityError, call: ToolCall, vc: ValidCall) -> str:
-    cause = err.cause
+def _cause(err: Exception) -> BaseException | None:
+    """What went wrong in an activity, however its failure arrived."""
+    return err.cause if isinstance(err, ActivityError) else err
+
+
+def _failure_text(err: Exception, call: ToolCall, vc: ValidCall) -> str:
+    cause = _cause(err)
     if isinstance(cause, TimeoutError):
         return (
             f"{call.name} timed out after {vc.timeout.total_seconds():g} s "

@@ -15,6 +15,7 @@ TRANSIENT_CODES = {
     "ModelTimeoutException",
     "ModelNotReadyException",
     "ServiceQuotaExceededException",
+    "ModelStreamErrorException",  # the model failed mid-stream: "retry your request"
 }
 AUTH_CODES = {
     "AccessDeniedException",
@@ -46,6 +47,9 @@ def classify(e: Exception, service: str, what: str) -> Exception:
     response = getattr(e, "response", None)
     if isinstance(response, dict):  # botocore ClientError
         code = response.get("Error", {}).get("Code", "")
+        # An exception event inside a stream names its type as the stream's member
+        # does (`throttlingException`), with no HTTP status: the same error all the same.
+        code = code[:1].upper() + code[1:]
         message = response.get("Error", {}).get("Message", "")
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0
         original = response.get("OriginalStatusCode", 0) or 0  # SageMaker ModelError
@@ -64,6 +68,13 @@ def classify(e: Exception, service: str, what: str) -> Exception:
         return ModelRequestRejected(
             "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
         )
-    if name in ("EndpointConnectionError", "ReadTimeoutError", "ConnectTimeoutError"):
+    # ProtocolError: urllib3's, when a connection breaks while an event stream is read.
+    if name in (
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "ProtocolError",
+    ):
         return ModelUnavailable(f"{service} unreachable: {e}")
     return e

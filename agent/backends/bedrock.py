@@ -13,6 +13,11 @@ alternating, the model's `toolUse` blocks as it sent them, and each call's
 conversation always ends with a user message. `plan` and `interpret` send the
 same kind of request.
 
+Given a `TextSink`, the request goes to `converse_stream`: text goes to the sink
+as it comes, `toolUse` blocks are put together from their input's pieces, and
+the reply is the one `converse` would have given. An error inside the event
+stream is classified as the same error before it would be.
+
 botocore's own retries are off (one attempt per activity attempt): throttling,
 timeouts, 5xx and a model that is not ready yet become `ModelUnavailable`; bad
 credentials, access denied, validation errors and unknown models become
@@ -22,6 +27,7 @@ credentials, access denied, validation errors and unknown models become
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from typing import Any
 
@@ -62,11 +68,45 @@ class BedrockConverseModel:
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         kwargs = self.request(request)
         try:
-            # boto3 is synchronous: keep the worker's event loop free meanwhile.
-            resp = await asyncio.to_thread(self._client.converse, **kwargs)
+            if stream is None:
+                # boto3 is synchronous: keep the worker's event loop free meanwhile.
+                resp = await asyncio.to_thread(self._client.converse, **kwargs)
+            else:
+                resp = (await self._streamed(kwargs, stream)).response()
+        except _Unfinished as e:
+            raise ModelUnavailable(str(e)) from None
         except Exception as e:
             raise _aws.classify(e, "Bedrock", "model id") from e
         return _reply(resp)
+
+    async def _streamed(self, kwargs: dict[str, Any], sink: TextSink) -> _Streamed:
+        """`converse_stream`, read in a thread (boto3 blocks); each piece of text is
+        handed to `sink` on the event loop, which is where the activity's sink lives."""
+        loop = asyncio.get_running_loop()
+        done = False  # set when the call ends: reading stops, and so does text for `sink`
+
+        def deliver(text: str) -> None:
+            if not done:
+                sink(text)
+
+        def read() -> _Streamed:
+            streamed = _Streamed()
+            events = self._client.converse_stream(**kwargs)["stream"]
+            try:
+                for event in events:
+                    if done:
+                        break  # the call was cancelled: stop reading
+                    if text := streamed.add(event):
+                        loop.call_soon_threadsafe(deliver, text)
+            finally:
+                if close := getattr(events, "close", None):
+                    close()
+            return streamed
+
+        try:
+            return await asyncio.to_thread(read)
+        finally:
+            done = True
 
     # A chat model answers "what next, given the results" from the same conversation.
     interpret = plan
@@ -120,6 +160,67 @@ def _reply(resp: dict[str, Any]) -> Reply:
         cached_input_tokens=cached,
     )
     return Reply(text=text if calls else text.strip(), calls=calls, usage=usage, finish_reason=stop)
+
+
+class _Unfinished(Exception):
+    """The event stream ended before `messageStop`."""
+
+
+class _Streamed:
+    """`converse_stream`'s events put back together as `converse` returns the
+    message, so that one function makes the reply either way."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.stop: str | None = None
+        self.usage: dict[str, Any] = {}
+
+    def add(self, event: dict[str, Any]) -> str:
+        """Take the next event; returns the text it adds ("" when none)."""
+        if start := event.get("contentBlockStart"):
+            use = start["start"].get("toolUse")
+            if use is not None:
+                use = {"toolUseId": use["toolUseId"], "name": use["name"], "input": ""}
+                self.blocks[start["contentBlockIndex"]] = {"toolUse": use}
+        elif delta := event.get("contentBlockDelta"):
+            return self._add_delta(delta["contentBlockIndex"], delta["delta"])
+        elif stop := event.get("messageStop"):
+            self.stop = stop["stopReason"]
+        elif metadata := event.get("metadata"):
+            self.usage = metadata.get("usage", {})
+        return ""
+
+    def _add_delta(self, index: int, delta: dict[str, Any]) -> str:
+        # Text blocks start with their first delta; a tool's input comes as JSON text.
+        if "text" in delta:
+            self.blocks.setdefault(index, {"text": ""})["text"] += delta["text"]
+            return str(delta["text"])
+        if "toolUse" in delta and "toolUse" in self.blocks.get(index, {}):
+            self.blocks[index]["toolUse"]["input"] += delta["toolUse"]["input"]
+        return ""  # reasoning and other blocks: not part of the reply, as with `converse`
+
+    def response(self) -> dict[str, Any]:
+        """What `converse` would have returned for the same message."""
+        if self.stop is None:
+            raise _Unfinished("the model's stream ended before the message did")
+        content = [self.blocks[i] for i in sorted(self.blocks)]
+        for block in content:
+            if "toolUse" in block:
+                block["toolUse"]["input"] = _json_input(block["toolUse"]["input"])
+        return {
+            "output": {"message": {"role": "assistant", "content": content}},
+            "stopReason": self.stop,
+            "usage": self.usage,
+        }
+
+
+def _json_input(text: str) -> Any:
+    """A tool's input as streamed (JSON text; nothing for no input), or the text as
+    it came when it is not JSON: `_decode_call` says it is not an object."""
+    try:
+        return json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return text
 
 
 def _decode_call(use: dict[str, Any]) -> ToolCall:
