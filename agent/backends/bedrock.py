@@ -73,8 +73,8 @@ class BedrockConverseModel:
                 resp = await asyncio.to_thread(self._client.converse, **kwargs)
             else:
                 resp = (await self._streamed(kwargs, stream)).response()
-        except _Unfinished as e:
-            raise ModelUnavailable(str(e)) from None
+        except ModelUnavailable:
+            raise  # a stream that ended too soon: already said
         except Exception as e:
             raise _aws.classify(e, "Bedrock", "model id") from e
         return _reply(resp)
@@ -162,10 +162,6 @@ def _reply(resp: dict[str, Any]) -> Reply:
     return Reply(text=text if calls else text.strip(), calls=calls, usage=usage, finish_reason=stop)
 
 
-class _Unfinished(Exception):
-    """The event stream ended before `messageStop`."""
-
-
 class _Streamed:
     """`converse_stream`'s events put back together as `converse` returns the
     message, so that one function makes the reply either way."""
@@ -202,7 +198,7 @@ class _Streamed:
     def response(self) -> dict[str, Any]:
         """What `converse` would have returned for the same message."""
         if self.stop is None:
-            raise _Unfinished("the model's stream ended before the message did")
+            raise ModelUnavailable("the model's stream ended before its message did")
         content = [self.blocks[i] for i in sorted(self.blocks)]
         for block in content:
             if "toolUse" in block:

@@ -13,11 +13,22 @@ It refuses, with a 400 and OpenAI's own wording where OpenAI has one:
 - an assistant message with neither content nor tool calls, arguments that are
   not a string, duplicate call ids; a request that ends with an assistant
   message (the model would be asked to answer itself);
-- tools that are not `function`s with a valid name and an object schema.
+- tools that are not `function`s with a valid name and an object schema;
+- `stream_options` without `stream: true`, or either of the wrong type.
 A wrong API key gets 401 and an unknown model 404, as from OpenAI. Usage counts
 about four characters a token and reports as cached the prefix (tools, then
 messages) shared with an earlier request: a prompt that changes between the
 calls of a turn gets no cache hits, as with a real provider.
+
+Asked to stream, it answers as OpenAI does: server-sent events in a chunked
+body, `data: {chunk}` each and `data: [DONE]` last. The first chunk carries the
+role; text comes a few characters a chunk; each tool call comes as a piece with
+its index, id and name, then pieces of argument text; then a chunk with the
+finish reason; usage only when `stream_options.include_usage` asks for it, in a
+last chunk with no choices. A `Cut` reply fails mid-answer: an error event
+(OpenAI's way) or a dropped connection; asked without streaming, the same reply
+is the error a whole response gets instead. Errors before the first chunk are
+whole JSON answers with their status, streaming or not.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from tests.fakes.brain import Brain
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ROLES = ("system", "user", "assistant", "tool")
+SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
 
 Scripted = tuple[int, dict[str, str], dict[str, Any]]
 """status, headers, body: one HTTP answer."""
@@ -120,6 +132,8 @@ def violation(body: dict[str, Any]) -> str | None:
         elif not isinstance(m.get("content"), str) or not m["content"]:
             return f"Invalid 'messages[{i}].content': a user message needs text"
         previous = role
+    if problem := stream_violation(body):
+        return problem
     if pending:
         return (
             "An assistant message with 'tool_calls' must be followed by tool messages responding "
@@ -128,6 +142,22 @@ def violation(body: dict[str, Any]) -> str | None:
         )
     if previous == "assistant":
         return "Conversation must end with a user or tool message."
+    return None
+
+
+def stream_violation(body: dict[str, Any]) -> str | None:
+    """What OpenAI refuses in a request's `stream` and `stream_options`, or None."""
+    stream, options = body.get("stream"), body.get("stream_options")
+    if stream is not None and not isinstance(stream, bool):
+        return f"Invalid type for 'stream': expected a boolean, but got {type(stream).__name__}."
+    if options is None:
+        return None
+    if not stream:
+        return "The 'stream_options' parameter is only allowed when 'stream' is enabled."
+    if not isinstance(options, dict):
+        return "Invalid type for 'stream_options': expected an object."
+    if not isinstance(options.get("include_usage", False), bool):
+        return "Invalid type for 'stream_options.include_usage': expected a boolean."
     return None
 
 
@@ -191,6 +221,19 @@ def error(status: int, headers: dict[str, str] | None = None, message: str = "")
     return status, headers or {}, body
 
 
+@dataclass
+class Cut:
+    """A reply that fails while the model writes it.
+
+    Streamed: the role and `partial` text, then an error event with `message`, or
+    (`message` None) the connection drops. Not streamed: what a whole response
+    gets instead, `status` with `message`, or a dropped connection."""
+
+    partial: str = ""
+    message: str | None = SERVER_ERROR
+    status: int = 500
+
+
 def completion(message: dict[str, Any], finish: str) -> dict[str, Any]:
     return {
         "id": "chatcmpl-fake",
@@ -199,6 +242,56 @@ def completion(message: dict[str, Any], finish: str) -> dict[str, Any]:
         "model": "",
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
     }
+
+
+def pieces(text: str, size: int = 6) -> list[str]:
+    """Text as a model writes it: a few characters at a time, spaces in front."""
+    found = re.findall(rf"\s*\S{{1,{size}}}|\s+$", text)
+    assert "".join(found) == text
+    return found
+
+
+def chunks(payload: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
+    """A whole completion as the chunks OpenAI streams it in."""
+    message = payload["choices"][0]["message"]
+    content, calls = message.get("content"), message.get("tool_calls") or []
+    out = [_chunk(payload, include_usage, {"role": "assistant", "content": "", "refusal": None})]
+    if content is None:
+        out[0]["choices"][0]["delta"]["content"] = None
+    for piece in pieces(content or ""):
+        out.append(_chunk(payload, include_usage, {"content": piece}))
+    for i, call in enumerate(calls):
+        head = {"index": i, "id": call["id"], "type": "function"}
+        head["function"] = {"name": call["function"]["name"], "arguments": ""}
+        if i == 0 and content is None:  # OpenAI names the first call in the role's chunk
+            out[0]["choices"][0]["delta"]["tool_calls"] = [head]
+        else:
+            out.append(_chunk(payload, include_usage, {"tool_calls": [head]}))
+        arguments = call["function"]["arguments"]
+        for at in range(0, len(arguments), 8):
+            fragment = {"index": i, "function": {"arguments": arguments[at : at + 8]}}
+            out.append(_chunk(payload, include_usage, {"tool_calls": [fragment]}))
+    finish = payload["choices"][0]["finish_reason"]
+    out.append(_chunk(payload, include_usage, {}, finish))
+    if include_usage:
+        out.append({**_chunk(payload, True, {}), "choices": [], "usage": payload["usage"]})
+    return out
+
+
+def _chunk(
+    payload: dict[str, Any], include_usage: bool, delta: dict[str, Any], finish: str | None = None
+) -> dict[str, Any]:
+    chunk: dict[str, Any] = {
+        "id": payload["id"],
+        "object": "chat.completion.chunk",
+        "created": payload["created"],
+        "model": payload["model"],
+        "system_fingerprint": "fp_fake",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    if include_usage:
+        chunk["usage"] = None  # on every chunk but the last, as OpenAI sends it
+    return chunk
 
 
 @dataclass
@@ -217,11 +310,17 @@ class ChatCompletionsServer:
         api_key: str = "test-key",
         models: tuple[str, ...] = ("test-model",),
         port: int = 0,
+        chunk_delay: float = 0.0,
+        stream_usage: bool = True,
     ) -> None:
         self.brain = brain
         self.api_key = api_key
         self.models = models
-        self.replies: list[Scripted] = []
+        self.chunk_delay = chunk_delay
+        """Seconds between streamed chunks: a model takes its time to write."""
+        self.stream_usage = stream_usage
+        """False: no usage in a stream, whatever `include_usage` asks (some servers)."""
+        self.replies: list[Scripted | Cut] = []
         """Scripted answers, used in order before the brain (if any)."""
         self.requests: list[Received] = []
         self._prefixes: list[str] = []
@@ -232,17 +331,8 @@ class ChatCompletionsServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, headers, payload = server.answer(
-                    self.path, self.headers.get("Authorization", ""), body
-                )
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                reply = server.answer(self.path, self.headers.get("Authorization", ""), body)
+                server.write(self, body, reply)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -271,10 +361,11 @@ class ChatCompletionsServer:
         client = AsyncOpenAI(base_url=self.url, api_key=self.api_key, max_retries=0)
         return OpenAIChatModel(name, client=client)
 
-    def answer(self, path: str, auth: str, body: dict[str, Any]) -> Scripted:
+    def answer(self, path: str, auth: str, body: dict[str, Any]) -> Scripted | Cut:
         with self._lock:
+            reply: Scripted | Cut
             try:
-                status, headers, payload = self._answer(path, auth, body)
+                reply = self._answer(path, auth, body)
             except Refused as e:
                 error_body = {
                     "message": e.message,
@@ -282,11 +373,13 @@ class ChatCompletionsServer:
                     "param": None,
                     "code": e.code,
                 }
-                status, headers, payload = e.status, {}, {"error": error_body}
+                reply = e.status, {}, {"error": error_body}
+            # A cut reply counts as the error it ends in, streamed or not.
+            status = reply.status if isinstance(reply, Cut) else reply[0]
             self.requests.append(Received(time.monotonic(), body, status))
-            return status, headers, payload
+            return reply
 
-    def _answer(self, path: str, auth: str, body: dict[str, Any]) -> Scripted:
+    def _answer(self, path: str, auth: str, body: dict[str, Any]) -> Scripted | Cut:
         if path.rstrip("/") != "/v1/chat/completions":
             raise Refused(404, f"Unknown request URL: POST {path}", "unknown_url")
         if auth != f"Bearer {self.api_key}":
@@ -298,7 +391,10 @@ class ChatCompletionsServer:
         if problem := violation(body):
             raise Refused(400, problem)
         if self.replies:
-            status, headers, payload = self.replies.pop(0)
+            reply = self.replies.pop(0)
+            if isinstance(reply, Cut):
+                return reply
+            status, headers, payload = reply
         elif self.brain is not None:
             status, headers = 200, {}
             payload = self._from_brain(body)
@@ -307,6 +403,29 @@ class ChatCompletionsServer:
         if status == 200:
             payload = {**payload, "model": body["model"], "usage": self._usage(body, payload)}
         return status, headers, payload
+
+    def write(
+        self, handler: BaseHTTPRequestHandler, body: dict[str, Any], reply: Scripted | Cut
+    ) -> None:
+        """Send `reply` as the request asked for it: whole, or as a stream of chunks."""
+        streaming = body.get("stream") is True
+        options = body.get("stream_options")
+        asked = isinstance(options, dict) and options.get("include_usage") is True
+        include_usage = asked and self.stream_usage
+        if isinstance(reply, Cut) and streaming:
+            events = cut_chunks(reply, body["model"], include_usage)
+            end = None if reply.message is None else _error_event(reply.message)
+            _send_events(handler, events, self.chunk_delay, end)
+        elif isinstance(reply, Cut):
+            if reply.message is None:
+                handler.close_connection = True  # no answer at all: the connection drops
+            else:
+                _send_json(handler, *error(reply.status, message=reply.message))
+        elif streaming and reply[0] == 200:
+            events = chunks(reply[2], include_usage)
+            _send_events(handler, events, self.chunk_delay, "[DONE]")
+        else:
+            _send_json(handler, *reply)  # errors are whole JSON answers, streaming or not
 
     def _from_brain(self, body: dict[str, Any]) -> dict[str, Any]:
         assert self.brain is not None
@@ -338,6 +457,61 @@ class ChatCompletionsServer:
             "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": shared // 4},
         }
+
+
+def cut_chunks(cut: Cut, model: str, include_usage: bool) -> list[dict[str, Any]]:
+    """The chunks a cut reply gets out before it fails: the role, then its partial text."""
+    payload = {**completion({}, "stop"), "model": model}
+    first = _chunk(payload, include_usage, {"role": "assistant", "content": "", "refusal": None})
+    return [first, *(_chunk(payload, include_usage, {"content": p}) for p in pieces(cut.partial))]
+
+
+def _error_event(message: str) -> dict[str, Any]:
+    """What OpenAI sends in place of the next chunk when the model fails mid-answer."""
+    return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+
+
+def _send_json(
+    handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], payload: Any
+) -> None:
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for k, v in headers.items():
+        handler.send_header(k, v)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def _send_events(
+    handler: BaseHTTPRequestHandler,
+    events: list[dict[str, Any]],
+    delay: float,
+    end: str | dict[str, Any] | None,
+) -> None:
+    """Server-sent events in a chunked HTTP/1.1 body, one `data:` line each, then
+    `end`: `[DONE]`, an error event, or (None) a dropped connection, which the
+    client sees as a body cut short rather than a complete one."""
+    handler.protocol_version = "HTTP/1.1"
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream; charset=utf-8")
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+
+    def send(data: str) -> None:
+        frame = f"data: {data}\n\n".encode()
+        handler.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+        handler.wfile.flush()
+
+    for event in events:
+        send(json.dumps(event))
+        time.sleep(delay)
+    if end is None:
+        return  # the handler closes the connection without ending the body
+    send(end if isinstance(end, str) else json.dumps(end))
+    handler.wfile.write(b"0\r\n\r\n")
 
 
 def _common_prefix(a: str, b: str) -> int:

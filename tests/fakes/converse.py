@@ -14,36 +14,71 @@ message is the user's; user and assistant alternate; no blank text block;
 and no `toolResult` answers anything else; tool blocks need a `toolConfig`; the
 conversation ends with a user message. With cache points in the request, usage
 reports the cached prefix as the service would.
+
+`converse_stream` takes the same requests (checked against its own input shape)
+and returns `{"stream": ...}` as boto3 does: botocore's own `EventStream` over
+the binary event-stream messages the service sends, so events are parsed by the
+service model and an exception event raises botocore's `EventStreamError`. The
+events: `messageStart`; per content block, `contentBlockStart` (tool use only:
+its id and name), `contentBlockDelta` pieces (text, or the tool's input as JSON
+text) and `contentBlockStop`; `messageStop` with the stop reason; `metadata`
+with usage. A `Broken` reply fails mid-answer: streamed, its partial text, then
+an exception event (or a dropped connection); not streamed, the error a whole
+response gets instead.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import struct
+import time
+from binascii import crc32
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import botocore.session
-from botocore.exceptions import ClientError
+from botocore.eventstream import EventStream
+from botocore.exceptions import ClientError, ConnectionClosedError
+from botocore.parsers import EventStreamJSONParser
 from botocore.validate import validate_parameters
+from urllib3.exceptions import ProtocolError
 
 from agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
 from agent.model import Reply
 from agent.tools import ToolSpec
 from agent.types import ToolCall
 from tests.fakes.brain import Brain
+from tests.fakes.chat_completions import pieces
 
 _SERVICE = botocore.session.get_session().get_service_model("bedrock-runtime")
 _CONVERSE = _SERVICE.operation_model("Converse")
+_CONVERSE_STREAM = _SERVICE.operation_model("ConverseStream")
 
 
-def refuse(message: str, code: str = "ValidationException", status: int = 400) -> ClientError:
+def refuse(
+    message: str, code: str = "ValidationException", status: int = 400, operation: str = "Converse"
+) -> ClientError:
     return ClientError(
         {
             "Error": {"Code": code, "Message": message},
             "ResponseMetadata": {"HTTPStatusCode": status},
         },
-        "Converse",
+        operation,
     )
+
+
+@dataclass
+class Broken:
+    """A reply that fails while the model writes it.
+
+    Streamed: its `partial` text, then an exception event `code` (or, with `code`
+    None, the connection breaks). Not streamed: what a whole response gets instead,
+    that error as a `ClientError` with its HTTP status (or a closed connection)."""
+
+    partial: str = ""
+    code: str | None = "InternalServerException"
+    message: str = "The server encountered an error processing the request. Try again."
 
 
 def violation(params: dict[str, Any]) -> str | None:
@@ -169,32 +204,66 @@ def tool_use(*calls: tuple[str, dict[str, Any]], text: str = "") -> dict[str, An
 
 class ConverseFake:
     def __init__(
-        self, replies: Iterable[dict[str, Any] | Exception] = (), brain: Brain | None = None
+        self,
+        replies: Iterable[dict[str, Any] | Exception | Broken] = (),
+        brain: Brain | None = None,
+        event_delay: float = 0.0,
     ) -> None:
-        self.replies: list[dict[str, Any] | Exception] = list(replies)
+        self.replies: list[dict[str, Any] | Exception | Broken] = list(replies)
         self.brain = brain
+        self.event_delay = event_delay
+        """Seconds between streamed events: a model takes its time to write."""
         self.requests: list[dict[str, Any]] = []
         """Every request that reached the service (passed botocore's validation)."""
         self.accepted: list[dict[str, Any]] = []
         """The requests answered with a reply: the model calls that happened."""
+        self.bodies: list[_Body] = []
+        """The streams' bodies, as `converse_stream` answered them: a test can see
+        how much of each was sent and whether the reader closed it."""
         self._prefixes: list[str] = []
         self._ids = 0
 
     def converse(self, **params: Any) -> dict[str, Any]:
-        validate_parameters(params, _CONVERSE.input_shape)  # raises ParamValidationError
+        reply = self._answer(params, _CONVERSE)
+        if isinstance(reply, Broken):
+            raise _whole_failure(reply)
+        return reply
+
+    def converse_stream(self, **params: Any) -> dict[str, Any]:
+        reply = self._answer(params, _CONVERSE_STREAM)
+        frames = _broken_frames(reply) if isinstance(reply, Broken) else _frames(reply)
+        self.bodies.append(body := _Body(frames, self.event_delay))
+        return {
+            "ResponseMetadata": {"HTTPStatusCode": 200},
+            "stream": EventStream(
+                body,
+                _CONVERSE_STREAM.output_shape.members["stream"],
+                EventStreamJSONParser(),
+                _CONVERSE_STREAM.name,
+            ),
+        }
+
+    def _answer(self, params: dict[str, Any], operation: Any) -> dict[str, Any] | Broken:
+        """The reply to a request, or the error the service answers it with."""
+        validate_parameters(params, operation.input_shape)  # raises ParamValidationError
         self.requests.append(params)
         if problem := violation(params):
-            raise refuse(problem)
+            raise refuse(problem, operation=operation.name)
         if self.replies:
             reply = self.replies.pop(0)
             if isinstance(reply, Exception):
                 raise reply
+            if isinstance(reply, Broken):
+                return reply
             reply = json.loads(json.dumps(reply))
         elif self.brain is not None:
             reply = self._from_brain(self.brain(*conversation(params)))
         else:
             raise refuse(
-                "the test scripted no reply for this request", "InternalServerException", 500
+                "the test scripted no reply for this request",
+                "InternalServerException",
+                500,
+                operation.name,
             )
         for block in reply["output"]["message"]["content"]:
             if "toolUse" in block and not block["toolUse"]["toolUseId"]:
@@ -235,3 +304,90 @@ class ConverseFake:
         if cacheable:
             usage |= {"cacheReadInputTokens": read, "cacheWriteInputTokens": write}
         return usage
+
+
+# --- the event stream, as the service sends it ----------------------------------------
+
+
+def events(reply: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A whole reply as the events `converse_stream` sends it in: (type, payload)."""
+    out: list[tuple[str, dict[str, Any]]] = [("messageStart", {"role": "assistant"})]
+    for i, block in enumerate(reply["output"]["message"]["content"]):
+        deltas: list[dict[str, Any]]
+        if "text" in block:
+            deltas = [{"text": piece} for piece in pieces(block["text"])]
+        else:
+            use = block["toolUse"]
+            start = {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}
+            out.append(("contentBlockStart", {"contentBlockIndex": i, "start": start}))
+            text = json.dumps(use["input"])
+            deltas = [{"toolUse": {"input": text[at : at + 8]}} for at in range(0, len(text), 8)]
+        out += [("contentBlockDelta", {"contentBlockIndex": i, "delta": d}) for d in deltas]
+        out.append(("contentBlockStop", {"contentBlockIndex": i}))
+    out.append(("messageStop", {"stopReason": reply["stopReason"]}))
+    out.append(("metadata", {"usage": reply["usage"], "metrics": reply["metrics"]}))
+    return out
+
+
+def _frames(reply: dict[str, Any]) -> Iterator[bytes]:
+    for kind, payload in events(reply):
+        yield _event(kind, payload)
+
+
+def _broken_frames(broken: Broken) -> Iterator[bytes]:
+    yield _event("messageStart", {"role": "assistant"})
+    for piece in pieces(broken.partial):
+        yield _event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": piece}})
+    if broken.code is None:
+        raise ProtocolError("Connection broken: IncompleteRead(0 bytes read)")
+    # In the stream, an exception is named as the stream's member: `throttlingException`.
+    kind = broken.code[:1].lower() + broken.code[1:]
+    headers = {":message-type": "exception", ":exception-type": kind}
+    yield _message(headers, {"message": broken.message})
+
+
+def _whole_failure(broken: Broken) -> Exception:
+    """What `converse` raises where the stream would have broken."""
+    if broken.code is None:
+        return ConnectionClosedError(endpoint_url="https://bedrock-runtime.us-east-1.amazonaws.com")
+    status = _SERVICE.shape_for(broken.code).metadata["error"]["httpStatusCode"]
+    return refuse(broken.message, broken.code, status)
+
+
+def _event(kind: str, payload: dict[str, Any]) -> bytes:
+    return _message({":message-type": "event", ":event-type": kind}, payload)
+
+
+def _message(headers: dict[str, str], payload: dict[str, Any]) -> bytes:
+    """One message of the binary event-stream encoding: a prelude (lengths and their
+    CRC), string headers, a JSON payload, and the whole message's CRC."""
+    head = b""
+    for name, value in {**headers, ":content-type": "application/json"}.items():
+        raw = value.encode()
+        head += bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(raw)) + raw
+    body = json.dumps(payload).encode()
+    prelude = struct.pack(">II", 12 + len(head) + len(body) + 4, len(head))
+    prelude += struct.pack(">I", crc32(prelude) & 0xFFFFFFFF)
+    message = prelude + head + body
+    return message + struct.pack(">I", crc32(message) & 0xFFFFFFFF)
+
+
+class _Body:
+    """The HTTP body botocore's `EventStream` reads: the messages as they are sent."""
+
+    def __init__(self, frames: Iterator[bytes], delay: float) -> None:
+        self._frames = frames
+        self._delay = delay
+        self.sent = 0
+        self.closed = False
+
+    def stream(self) -> Iterator[bytes]:
+        for frame in self._frames:
+            if self.closed:
+                return
+            self.sent += 1
+            yield frame
+            time.sleep(self._delay)
+
+    def close(self) -> None:
+        self.closed = True
