@@ -8,6 +8,7 @@ python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
 python client.py list [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
 python client.py demo           # the six sample questions, no setup needed
+python client.py web [--port 8080] [--customer ID]        # the web chat, on loopback
 """
 
 from __future__ import annotations
@@ -470,6 +471,20 @@ async def cmd_demo(args: argparse.Namespace) -> None:
                 print("(the embedded server stops with this command; `python worker.py` keeps one)")
 
 
+async def cmd_web(args: argparse.Namespace) -> None:
+    from frontends.web import serve
+
+    try:
+        chat = ConversationInput(
+            customer_id=args.customer, model=args.model, limits=limits(args), stream=True
+        )
+    except ValidationError as e:
+        raise input_error(e) from None
+    # Self-contained like `demo`: on a fresh machine the page works with nothing else running.
+    async with session(args.task_queue, self_contained=True) as conn:
+        await serve(conn, chat, host=args.host, port=args.port, task_queue=args.task_queue)
+
+
 def add_turn_options(p: argparse.ArgumentParser) -> None:
     defaults = TurnLimits()
     p.add_argument(
@@ -562,6 +577,16 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the six sample questions end to end")
     demo.add_argument("--model", default="", help="model spec (default: the worker's)")
     demo.set_defaults(run=cmd_demo)
+
+    web = sub.add_parser("web", help="a web chat with the agent, served on this machine")
+    add_turn_options(web)
+    web.add_argument("--port", type=int, default=8080, help="default: %(default)s")
+    web.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s; the page has no login)",
+    )
+    web.set_defaults(run=cmd_web)
     return p
 
 

@@ -1,0 +1,249 @@
+"""The web chat's HTTP side: one page, and a small JSON and server-sent events API.
+
+    GET  /                                  the page (static/index.html)
+    GET  /api/session                       who the page chats as
+    POST /api/chats               {text}    a new conversation and its first message
+    POST /api/chats/{id}/messages {text}    the next message (returns when its turn starts)
+    GET  /api/chats/{id}/events             the conversation as server-sent events
+                                            (`events.py`), resumable with Last-Event-ID
+    POST /api/turns/{id}/decisions {call_id, approved, reason?}
+                                            approve or reject a call awaiting consent
+
+Everything goes through `runtime.turns`, as `client.py chat` does. Errors are JSON
+`{"error": "..."}` in one line, which the page shows as a line of the chat.
+
+There is no authentication: whoever reaches the server chats and approves as its
+customer. It is meant for loopback, or behind the operator's own gateway. Two
+guards keep other web sites out of it: writes must be JSON (a cross-site form or
+`fetch` cannot send that without a preflight this server never answers) and come
+from the page's own origin (the `Origin` a browser sends names the `Host` it
+asked: a gateway must pass `Host` on), and only `allowed_hosts` are served, so a
+name rebound to 127.0.0.1 reaches nothing (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from agent.chat import ConversationInput
+from frontends.web.events import Position, conversation, with_keepalive
+from runtime.server import Connection
+from runtime.settings import TASK_QUEUE
+from runtime.turns import AgentClientError, decide, send, start_chat
+
+log = logging.getLogger("durable_agent.web")
+
+STATIC = Path(__file__).resolve().parent / "static"
+DECIDED_BY = "web"
+"""Who decided, for the turn's record: the channel (the Lex front end records `lex:…`)."""
+KEEPALIVE_S = 15.0
+RETRY_MS = 1000
+"""How soon EventSource reconnects when a stream ends unexpectedly (a restart)."""
+PROBLEM_RETRY_MS = 5000
+"""How soon after a `problem` event."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+
+
+class Problem(Exception):
+    """A request the chat cannot serve, said in one line, with its HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def create_app(
+    conn: Connection,
+    chat: ConversationInput | None = None,
+    *,
+    task_queue: str = TASK_QUEUE,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+) -> Starlette:
+    """The chat for `chat`'s customer (model and limits too; its turns always stream),
+    talking to Temporal through `conn` on `task_queue`, for requests to
+    `allowed_hosts` (host names; `*`: any)."""
+    template = (chat or ConversationInput()).model_copy(update={"stream": True})
+    client = conn.client
+    # This customer's conversations (`runtime.turns.chat_id`) and their turns: the
+    # only ones this chat reads or decides.
+    own_chat = rf"chat-{re.escape(template.customer_id)}-[0-9a-f]+"
+
+    def chat_id(request: Request) -> str:
+        value = str(request.path_params["chat_id"])
+        if not re.fullmatch(own_chat, value):
+            raise Problem(404, f"no conversation {value!r} for customer {template.customer_id}")
+        return value
+
+    async def session(request: Request) -> Response:
+        return JSONResponse({"customer_id": template.customer_id})
+
+    async def new_chat(request: Request) -> Response:
+        text = _field(await _body(request), "text", str)
+        handle, accepted = await start_chat(client, template, text, task_queue)
+        return JSONResponse({"chat_id": handle.id, "turn_id": accepted.turn_id}, status_code=201)
+
+    async def message(request: Request) -> Response:
+        handle = client.get_workflow_handle(chat_id(request))
+        text = _field(await _body(request), "text", str)
+        try:
+            accepted = await send(handle, text)
+        except AgentClientError as e:
+            # An ended conversation is gone for good: the page starts a new one.
+            raise Problem(409 if await _running(handle) else 410, str(e)) from None
+        return JSONResponse({"chat_id": handle.id, "turn_id": accepted.turn_id}, status_code=202)
+
+    async def decision(request: Request) -> Response:
+        turn_id = str(request.path_params["turn_id"])
+        if not re.fullmatch(own_chat + r"-\d+", turn_id):
+            raise Problem(404, f"no turn {turn_id!r} in a conversation of this customer")
+        body = await _body(request)
+        call_id, approved = _field(body, "call_id", str), _field(body, "approved", bool)
+        reason = _field(body, "reason", str) if "reason" in body else ""
+        result = await decide(
+            client, turn_id, call_id, approved=approved, by=DECIDED_BY, reason=reason
+        )
+        return JSONResponse(result.model_dump(mode="json"))
+
+    async def events(request: Request) -> Response:
+        after = Position.parse(request.headers.get("last-event-id"))
+        return StreamingResponse(
+            _sse(conn, chat_id(request), after, closing),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    closing = asyncio.Event()
+    app = Starlette(
+        routes=[
+            Route("/", page),
+            Route("/api/session", _guarded(session)),
+            Route("/api/chats", _guarded(new_chat), methods=["POST"]),
+            Route("/api/chats/{chat_id}/messages", _guarded(message), methods=["POST"]),
+            Route("/api/chats/{chat_id}/events", _guarded(events)),
+            Route("/api/turns/{turn_id}/decisions", _guarded(decision), methods=["POST"]),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ],
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
+    )
+    app.state.closing = closing  # set by the server as it shuts down: streams end
+    return app
+
+
+def _guarded(handler: Handler) -> Handler:
+    """The handler, with writes kept to the page's own origin and every failure
+    answered as one JSON line (never a blank page or a stack trace)."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            if request.method == "POST":
+                _same_origin_json(request)
+            return await handler(request)
+        except Problem as e:
+            return _error(e.status, str(e))
+        except AgentClientError as e:  # the validator's or the client's own words
+            return _error(409, str(e))
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return _error(404, e.message)
+            log.warning("Temporal refused %s %s: %s", request.method, request.url.path, e)
+            return _error(502, f"the Temporal server said: {e.message}")
+        except Exception as e:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return _error(500, f"the chat server failed: {_one_line(e)}")
+
+    return guarded
+
+
+def _same_origin_json(request: Request) -> None:
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise Problem(415, "send JSON (Content-Type: application/json)")
+    origin = request.headers.get("origin")
+    if origin and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Problem(403, f"requests from {origin} are not accepted")
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise Problem(400, "the request body is not a JSON object")
+    return body
+
+
+def _field(body: dict[str, Any], name: str, kind: type) -> Any:
+    """A field of the request's JSON object, of the type the endpoint needs."""
+    value = body.get(name)
+    if not isinstance(value, kind):
+        raise Problem(400, f"{name}: expected a {kind.__name__}")
+    return value
+
+
+async def _running(handle: WorkflowHandle) -> bool:
+    try:
+        return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    except RPCError:
+        return False
+
+
+async def _sse(
+    conn: Connection, chat_id: str, after: Position | None, closing: asyncio.Event
+) -> AsyncIterator[str]:
+    """The conversation's events as server-sent events, until it ends or the server
+    closes. A problem ends the response with a `problem` event; EventSource then
+    comes back with its last event id."""
+    yield f"retry: {RETRY_MS}\n\n"
+    try:
+        story = conversation(conn.client, chat_id, after, conn.workflow_url)
+        async for event in with_keepalive(story, KEEPALIVE_S, closing):
+            yield event.encode() if event else ": keepalive\n\n"
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            yield _named(
+                "missing", f"no conversation {chat_id} (it ended long ago, or never began)"
+            )
+        else:
+            yield _named("problem", f"the Temporal server said: {e.message}")
+    except Exception as e:  # the response has begun: say it in the stream
+        log.exception("reading conversation %s failed", chat_id)
+        yield _named("problem", f"reading the conversation failed: {_one_line(e)}")
+
+
+def _named(name: str, message: str) -> str:
+    """An event with no id (reconnecting resumes after the last event that had one),
+    and a slower reconnect: the problem may take a while to go away."""
+    data = json.dumps({"message": message})
+    return f"retry: {PROBLEM_RETRY_MS}\nevent: {name}\ndata: {data}\n\n"
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text[:300]

@@ -1,0 +1,381 @@
+// The web chat's page. It reads its conversation as server-sent events (app.py,
+// events.py): each turn's steps as they are recorded, its text as the model writes
+// it, its outcome. A page (or a reload, or a second tab) reads the conversation
+// from the start into an empty log, so nothing shows twice; EventSource resumes a
+// dropped connection from its last event id by itself. Every text from the model,
+// a tool or a person goes in with textContent, never as HTML.
+"use strict";
+
+const log = document.getElementById("log");
+const input = document.getElementById("message");
+const statusLine = document.getElementById("status");
+const turnsBox = el("div", { class: "turns" });
+const pendingBox = el("div", { class: "pending" });
+log.append(turnsBox, pendingBox);
+
+const LABELS = {
+  plan: "plans",
+  continue: "continues",
+  tool_call: "calls",
+  observation: "result",
+  approval: "asks you",
+  decision: "decided",
+  shield: "check",
+  rejected: "invalid call",
+};
+
+const chat = { id: null, source: null, turns: new Map() };
+let sending = Promise.resolve();
+
+/** An element with its children; strings become text nodes. */
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value !== undefined && value !== null) node.setAttribute(name, value);
+  }
+  node.append(...children);
+  return node;
+}
+
+/** What the models of a turn are writing, one draft per model call. A call that
+ *  fails and is retried writes again from the start: its later attempt replaces
+ *  the draft, so no text shows twice (agent/stream.py: Drafts). */
+class Drafts {
+  constructor() {
+    this.attempts = new Map();
+    this.texts = new Map();
+  }
+
+  add(batch) {
+    const seen = this.attempts.get(batch.call);
+    if (seen !== undefined && batch.attempt < seen) return "stale";
+    const change =
+      seen === undefined ? "started" : batch.attempt > seen ? "restarted" : "continued";
+    if (change !== "continued") {
+      this.attempts.set(batch.call, batch.attempt);
+      this.texts.set(batch.call, "");
+    }
+    this.texts.set(batch.call, this.texts.get(batch.call) + batch.text);
+    return change;
+  }
+
+  text(call) {
+    return this.texts.get(call) ?? "";
+  }
+}
+
+/** One turn on the page: the question, its steps, its answer, its history link. */
+class Turn {
+  constructor(event) {
+    this.id = event.turn_id;
+    this.drafts = new Drafts();
+    this.answered = false; // the turn recorded its answer
+    this.outcome = null; // and ended so
+    this.waiting = []; // approvals not decided yet: {call, actions}
+    this.steps = el("ol", { class: "steps" });
+    this.answer = null;
+    this.meta = el("div", { class: "meta" }, this.id);
+    if (event.url) {
+      const title = "this turn's workflow history in the Temporal Web UI";
+      const link = el("a", { href: event.url, target: "_blank", rel: "noopener", title }, "history ↗");
+      this.meta.append(" · ", link);
+    }
+    this.node = el(
+      "section",
+      { class: "turn", "data-turn": this.id },
+      el("div", { class: "bubble you" }, event.question),
+      this.steps,
+      this.meta,
+    );
+  }
+
+  step(step) {
+    if (step.kind === "answer") return this.finish(step.text);
+    if (step.kind === "limit") return; // its answer comes with `done`
+    // Text a model wrote before asking for tools is part of this step's text.
+    if (step.kind === "plan" || step.kind === "continue") this.dropDraft();
+    if (step.kind === "decision") this.decided(step);
+    this.steps.append(this.stepNode(step));
+  }
+
+  stepNode(step) {
+    const node = el("li", {
+      class: `step ${step.kind}`,
+      "data-testid": "step",
+      "data-kind": step.kind,
+    });
+    const label = el("span", { class: "kind" }, LABELS[step.kind] ?? step.kind);
+    if (step.kind === "observation") {
+      const summary = el("summary", {}, label, " ", el("span", { class: "gist" }, step.text));
+      node.append(el("details", {}, summary, el("pre", {}, step.text)));
+      if (step.observation && !step.observation.ok) node.classList.add("failed");
+    } else if (step.kind === "approval" && step.calls.length) {
+      node.append(label, " ", this.approvalNode(step));
+    } else {
+      const code = ["plan", "continue", "tool_call", "rejected"].includes(step.kind);
+      node.append(label, " ", el(code ? "code" : "span", { class: "text" }, step.text));
+      // Routine checks that let everything through stay in small print.
+      const routine = step.kind === "shield" && step.text.includes(": allowed by ");
+      if (routine) node.classList.add("quiet");
+    }
+    return node;
+  }
+
+  approvalNode(step) {
+    const call = step.calls[0];
+    const why = step.text.split(" awaits approval: ")[1] ?? step.text;
+    const args = el("dl", { class: "args" });
+    for (const [name, value] of Object.entries(call.arguments)) {
+      const shown = typeof value === "string" ? value : JSON.stringify(value);
+      args.append(el("dt", {}, name), el("dd", {}, shown));
+    }
+    const button = (name, label) =>
+      el("button", { type: "button", class: name, "data-testid": name }, label);
+    const approve = button("approve", "Approve");
+    const reject = button("reject", "Reject");
+    const actions = el("div", { class: "actions" }, approve, reject);
+    approve.addEventListener("click", () => this.decide(call, true, actions));
+    reject.addEventListener("click", () => this.decide(call, false, actions));
+    this.waiting.push({ call, actions });
+    return el(
+      "div",
+      { class: "consent" },
+      el("div", { class: "tool" }, call.name),
+      args,
+      el("p", { class: "why" }, why),
+      actions,
+    );
+  }
+
+  async decide(call, approved, actions) {
+    for (const button of actions.querySelectorAll("button")) button.disabled = true;
+    try {
+      const path = `/api/turns/${encodeURIComponent(this.id)}/decisions`;
+      await post(path, { call_id: call.id, approved });
+    } catch (error) {
+      notice(`Could not ${approved ? "approve" : "reject"} ${call.name}: ${error.message}`, "error");
+      for (const button of actions.querySelectorAll("button")) button.disabled = false;
+    }
+  }
+
+  /** A decision step names its tool: it settles the oldest open approval of it. */
+  decided(step) {
+    const index = this.waiting.findIndex((w) => step.text.startsWith(`${w.call.name}: `));
+    if (index >= 0) this.waiting.splice(index, 1)[0].actions.remove();
+  }
+
+  tokens(batch) {
+    if (this.answered || this.drafts.add(batch) === "stale") return;
+    const node = this.answerNode();
+    node.textContent = this.drafts.text(batch.call);
+    node.dataset.state = "writing";
+  }
+
+  /** The answer the turn recorded replaces whatever draft was showing. */
+  finish(text, outcome) {
+    const node = this.answerNode();
+    node.textContent = text;
+    node.dataset.state = "final";
+    this.answered = true;
+    if (outcome) {
+      this.outcome = outcome;
+      node.dataset.outcome = outcome;
+      if (outcome !== "answered") node.classList.add("unanswered");
+      for (const w of this.waiting.splice(0)) w.actions.remove();
+    }
+  }
+
+  done(event) {
+    this.finish(event.answer, event.outcome);
+  }
+
+  answerNode() {
+    if (!this.answer) {
+      this.answer = el("div", { class: "bubble agent", "data-testid": "answer" });
+      this.node.insertBefore(this.answer, this.meta);
+    }
+    return this.answer;
+  }
+
+  dropDraft() {
+    if (this.answer && !this.answered) {
+      this.answer.remove();
+      this.answer = null;
+    }
+  }
+}
+
+// --- the conversation's events ---------------------------------------------------
+
+function listen() {
+  chat.source?.close();
+  const source = new EventSource(`/api/chats/${encodeURIComponent(chat.id)}/events`);
+  chat.source = source;
+  const on = (name, handle) =>
+    source.addEventListener(name, (event) => {
+      const stick = nearBottom();
+      status("");
+      handle(JSON.parse(event.data));
+      if (stick) window.scrollTo(0, document.body.scrollHeight);
+    });
+  on("turn", startTurn);
+  on("step", (e) => turnOf(e).step(e.step));
+  on("tokens", (e) => turnOf(e).tokens(e));
+  on("done", (e) => turnOf(e).done(e));
+  on("answered", (e) => {
+    // Normally `done` came first; a turn that ended without one (terminated) did not.
+    const turn = turnOf(e);
+    if (!turn.outcome) turn.finish(e.answer, e.outcome);
+  });
+  on("ended", () => {
+    stop(); // the URL keeps naming it: a reload shows it again
+    notice("This conversation has ended; your next message starts a new one.");
+  });
+  on("missing", (e) => {
+    stop();
+    history.replaceState(null, "", location.pathname); // forget the name in the URL
+    notice(`${e.message}; your next message starts a new conversation.`, "error");
+  });
+  on("problem", (e) => notice(e.message, "error"));
+  source.addEventListener("open", () => status(""));
+  source.addEventListener("error", () => {
+    status(source.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting…");
+  });
+}
+
+/** Stop reading: the next message starts a new conversation. */
+function stop() {
+  chat.source?.close();
+  chat.source = null;
+  chat.id = null;
+}
+
+function startTurn(event) {
+  document.querySelector(".hello")?.remove();
+  const turn = new Turn(event);
+  chat.turns.set(turn.id, turn);
+  turnsBox.append(turn.node);
+  // The message this turn answers no longer waits.
+  const waiting = [...pendingBox.children].find((b) => b.dataset.text === event.question.trim());
+  waiting?.remove();
+}
+
+function turnOf(event) {
+  if (!chat.turns.has(event.turn_id)) startTurn({ turn_id: event.turn_id, question: "" });
+  return chat.turns.get(event.turn_id);
+}
+
+// --- sending ---------------------------------------------------------------------
+
+function submit(event) {
+  event.preventDefault();
+  const text = input.value.trim();
+  if (!text) return;
+  input.value = "";
+  grow();
+  document.querySelector(".hello")?.remove();
+  const bubble = el("div", { class: "bubble you waiting", "data-text": text }, text);
+  pendingBox.append(bubble);
+  window.scrollTo(0, document.body.scrollHeight);
+  // One at a time and in order: the first message creates the conversation the
+  // next ones go to.
+  sending = sending.then(() => deliver(text, bubble));
+}
+
+async function deliver(text, bubble) {
+  try {
+    if (chat.id) {
+      try {
+        await post(`/api/chats/${encodeURIComponent(chat.id)}/messages`, { text });
+        return;
+      } catch (error) {
+        if (error.status !== 410) throw error;
+        stop();
+        notice("That conversation had ended; this message starts a new one.");
+      }
+    }
+    const started = await post("/api/chats", { text });
+    chat.id = started.chat_id;
+    history.replaceState(null, "", `${location.pathname}#${chat.id}`);
+    listen();
+  } catch (error) {
+    bubble.remove();
+    notice(`Not sent (${text}): ${error.message}`, "error");
+  }
+}
+
+async function post(path, body) {
+  let response;
+  try {
+    response = await fetch(path, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  } catch {
+    throw Object.assign(new Error("the chat server cannot be reached"), { status: 0 });
+  }
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const message = data.error ?? `${response.status} ${response.statusText}`;
+    throw Object.assign(new Error(message), { status: response.status });
+  }
+  return data;
+}
+
+// --- the page --------------------------------------------------------------------
+
+/** A line in the chat; the same error twice in a row shows once. */
+function notice(text, kind = "info") {
+  const last = turnsBox.lastElementChild;
+  if (last?.classList.contains("notice") && last.textContent === text) return;
+  const role = kind === "error" ? "alert" : null;
+  turnsBox.append(el("p", { class: `notice ${kind}`, "data-testid": "notice", role }, text));
+}
+
+function status(text) {
+  statusLine.textContent = text;
+}
+
+function nearBottom() {
+  return window.innerHeight + window.scrollY >= document.body.scrollHeight - 160;
+}
+
+function grow() {
+  input.style.height = "auto";
+  input.style.height = `${Math.min(input.scrollHeight + 2, 200)}px`; // + its borders
+}
+
+async function whoAmI() {
+  try {
+    const session = await (await fetch("/api/session")).json();
+    document.getElementById("who").textContent = `as customer ${session.customer_id}`;
+  } catch {
+    status("the chat server cannot be reached");
+  }
+}
+
+document.getElementById("composer").addEventListener("submit", submit);
+input.addEventListener("input", grow);
+input.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    document.getElementById("composer").requestSubmit();
+  }
+});
+const showChecks = document.getElementById("show-checks");
+const applyChecks = () => document.body.classList.toggle("show-checks", showChecks.checked);
+showChecks.addEventListener("change", applyChecks);
+applyChecks(); // a reload keeps the box as it was
+window.addEventListener("hashchange", () => location.reload());
+window.addEventListener("unhandledrejection", (event) => {
+  notice(String(event.reason?.message ?? event.reason), "error");
+});
+
+// A new conversation per page, unless the URL names one (#<chat id> or ?chat=<chat id>).
+chat.id =
+  decodeURIComponent(location.hash.slice(1)) || new URLSearchParams(location.search).get("chat");
+if (chat.id) listen();
+whoAmI();
+grow();
+input.focus();

@@ -1,0 +1,393 @@
+"""The web chat, through a real browser (Debian's chromium, headless, driven by
+Playwright) against the session's dev server and real workers: steps as they
+happen, an answer that types itself out, approvals in one click, a reload that
+shows nothing twice, and a worker killed while the answer is being written.
+
+`UPDATE_SCREENSHOTS=1 python -m pytest tests/test_web.py` also writes the
+README's screenshots (docs/web-chat.png, docs/web-approval.png).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from agent.chat import ConversationInput
+from agent.stream import TokensEvent
+from agent.types import StepKind, TurnOutput
+from frontends.web import serve
+from runtime.server import LOCAL_UI_PORT, Connection, free_port, is_listening
+from runtime.streams import turn_events
+from shop import ShopStore
+from tests.conftest import Harness
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+UI_URL = f"http://localhost:{LOCAL_UI_PORT}"
+RETURN = "Please start a return for order 123456, the soap arrived damaged"
+POLICY_ANSWER = (
+    "Our Returns policy says: You can return any unused item in its original packaging "
+    "within 30 days of delivery for a full refund. An order that was already returned "
+    "and refunded cannot be returned again."
+)
+SHIPPED_ANSWER = "Yes — order 123456 shipped on 2026-11-18 and should arrive by 2026-11-21."
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason="the browser tests need chromium (apt-get install chromium; CI installs it)",
+)
+
+# Record the last answer's text as the page changes it: at every frame the page
+# draws (what a person saw), or after every change (each event the page handled).
+RECORDER = """(every) => {
+  window.seen = [];
+  const record = () => {
+    const answers = document.querySelectorAll("[data-testid=answer]");
+    const text = answers.length ? answers[answers.length - 1].textContent : "";
+    if (window.seen.at(-1) !== text) window.seen.push(text);
+  };
+  if (every === "frame") {
+    const sample = () => { record(); requestAnimationFrame(sample); };
+    sample();
+  } else {
+    const options = { subtree: true, childList: true, characterData: true };
+    new MutationObserver(record).observe(document.getElementById("log"), options);
+  }
+}"""
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield browser
+        await browser.close()
+
+
+@pytest.fixture
+async def page(browser: Browser) -> AsyncIterator[Page]:
+    context = await browser.new_context(viewport={"width": 900, "height": 760})
+    page = await context.new_page()
+    yield page
+    await context.close()
+
+
+@asynccontextmanager
+async def web_chat(client: Client, task_queue: str) -> AsyncIterator[str]:
+    """`serve` on a free port, for customer `demo`; its URL."""
+    port = free_port()
+    conn = Connection(client=client, ui_url=UI_URL)
+    serving = asyncio.create_task(
+        serve(conn, ConversationInput(customer_id="demo"), port=port, task_queue=task_queue)
+    )
+    while not is_listening("127.0.0.1", port):
+        assert not serving.done(), serving
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+
+
+async def say(page: Page, text: str) -> None:
+    await page.get_by_test_id("message").fill(text)
+    await page.get_by_test_id("send").click()
+
+
+def answer(page: Page, n: int) -> Locator:
+    """The answer of the page's n-th turn (from 1), once the turn recorded it."""
+    return page.locator(f"section.turn:nth-of-type({n}) [data-testid=answer][data-outcome]")
+
+
+async def step_texts(page: Page) -> list[str]:
+    """Each step on the page, as `kind text` (an approval: its tool and why)."""
+    return await page.get_by_test_id("step").evaluate_all(
+        """steps => steps.map(s => s.dataset.kind + " " + (s.dataset.kind === "approval"
+            ? s.querySelector(".tool").textContent + " " + s.querySelector(".why").textContent
+            : s.querySelector(".text, pre").textContent))"""
+    )
+
+
+def shown_steps(result: TurnOutput) -> list[str]:
+    """What the page shows of a turn's steps: all but the answer (its own bubble)."""
+    shown = []
+    for s in result.steps:
+        if s.kind is StepKind.APPROVAL:
+            shown.append(f"approval {s.calls[0].name} {s.text.split(' awaits approval: ')[1]}")
+        elif s.kind not in (StepKind.ANSWER, StepKind.LIMIT):
+            shown.append(f"{s.kind.value} {s.text}")
+    return shown
+
+
+def screenshot(tmp_path: Path, name: str) -> Path:
+    """Where a test saves a screenshot: docs/ with UPDATE_SCREENSHOTS=1."""
+    return (ROOT / "docs" if os.environ.get("UPDATE_SCREENSHOTS") else tmp_path) / name
+
+
+async def turn_result(client: Client, page: Page, n: int) -> TurnOutput:
+    turn_id = await page.locator("section.turn").nth(n - 1).get_attribute("data-turn")
+    assert turn_id
+    return await client.get_workflow_handle(turn_id, result_type=TurnOutput).result()
+
+
+async def test_a_question_is_answered_with_its_steps_as_it_is_written(
+    harness: Harness, page: Page, tmp_path: Path
+) -> None:
+    async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
+        await page.goto(url)
+        await say(page, "Has order 123456 shipped?")
+        await expect(answer(page, 1)).to_have_text(SHIPPED_ANSWER)
+        first = await turn_result(harness.client, page, 1)
+        assert await step_texts(page) == shown_steps(first)
+        # Tool calls with their arguments; results folded until opened.
+        calls = page.locator("[data-testid=step][data-kind=tool_call]")
+        await expect(calls).to_have_text(["calls order_status(order_id='123456')"])
+        await expect(page.locator("[data-kind=observation] details")).not_to_have_attribute(
+            "open", ""
+        )
+        turn_id = await page.locator("section.turn").first.get_attribute("data-turn")
+        await expect(page.locator("section.turn .meta a")).to_have_attribute(
+            "href", f"{UI_URL}/namespaces/default/workflows/{turn_id}"
+        )
+
+        await page.evaluate(RECORDER, "frame")
+        await say(page, "What is your return policy?")
+        await expect(answer(page, 2)).to_have_text(POLICY_ANSWER)
+        frames: list[str] = await page.evaluate("window.seen")
+        await page.locator("section.turn").nth(1).locator("details").first.click()
+        await page.screenshot(path=screenshot(tmp_path, "web-chat.png"), full_page=True)
+
+    drafts = [f for f in frames if f and f != POLICY_ANSWER and POLICY_ANSWER.startswith(f)]
+    assert len(drafts) >= 2, f"the answer appeared in {len(drafts)} stage(s): {frames}"
+    assert drafts == sorted(drafts, key=len), "the text only grows"
+
+
+def new_returns(store: ShopStore) -> list[str]:
+    return [r.return_id for r in store.returns_for("123456")]
+
+
+async def test_approve_in_one_click_after_a_reload_mid_turn(
+    harness: Harness, page: Page, tmp_path: Path
+) -> None:
+    before = new_returns(harness.store)
+    async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
+        await page.goto(url)
+        await say(page, RETURN)
+        approval = page.locator("[data-kind=approval] .consent")
+        await expect(approval.locator(".tool")).to_have_text("start_return")
+        await expect(approval.locator(".args")).to_contain_text("123456")
+        await expect(approval.locator(".args")).to_contain_text("the soap arrived damaged")
+        await page.screenshot(path=screenshot(tmp_path, "web-approval.png"))
+        shown = await step_texts(page)
+        assert new_returns(harness.store) == before  # nothing written while it waits
+
+        # Mid-turn (it waits for consent): the reloaded page reads the conversation
+        # from its start, and shows each step once.
+        await page.reload()
+        await expect(page.get_by_test_id("approve")).to_have_count(1)
+        assert await step_texts(page) == shown
+
+        # A second tab on the same conversation sees the same; a decision taken in
+        # one takes the buttons away in both.
+        other = await page.context.new_page()
+        await other.goto(page.url)
+        await expect(other.get_by_test_id("approve")).to_have_count(1)
+        assert await step_texts(other) == shown
+
+        await page.get_by_test_id("approve").click()
+        await expect(answer(page, 1)).to_contain_text("(status: requested)")
+        for tab in (page, other):
+            await expect(tab.get_by_test_id("approve")).to_have_count(0)
+            await expect(tab.get_by_test_id("reject")).to_have_count(0)
+        result = await turn_result(harness.client, page, 1)
+        assert await step_texts(page) == await step_texts(other) == shown_steps(result)
+
+    assert "decision start_return: approved by web" in shown_steps(result)
+    (created,) = [r for r in new_returns(harness.store) if r not in before]
+    assert created in result.answer
+
+
+async def test_reject_writes_nothing_and_the_reply_says_so(harness: Harness, page: Page) -> None:
+    before = new_returns(harness.store)
+    async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
+        await page.goto(url)
+        await say(page, RETURN)
+        await page.get_by_test_id("reject").click()
+        await expect(answer(page, 1)).to_contain_text("declined by web. Nothing was changed.")
+        await expect(page.get_by_test_id("approve")).to_have_count(0)
+    assert new_returns(harness.store) == before
+
+
+async def test_problems_show_as_a_line_in_the_chat(harness: Harness, page: Page) -> None:
+    async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
+        await page.goto(f"{url}#chat-demo-00000000")  # no such conversation
+        await expect(page.get_by_test_id("notice")).to_contain_text(
+            "no conversation chat-demo-00000000"
+        )
+        await say(page, "Has order 123456 shipped?")  # the next message starts one
+        await expect(answer(page, 1)).to_have_text(SHIPPED_ANSWER)
+        assert "#chat-demo-" in page.url and "00000000" not in page.url
+
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            turn_id = await page.locator("section.turn").first.get_attribute("data-turn")
+            decided = await http.post(
+                f"/api/turns/{turn_id}/decisions", json={"call_id": "call_1", "approved": True}
+            )
+            form = await http.post("/api/chats", content="text=hi")
+            foreign = await http.post(
+                "/api/chats", json={"text": "hi"}, headers={"Origin": "http://evil.example"}
+            )
+            other = await http.get("/api/chats/chat-bob-12345678/events")
+            rebound = await http.get("/", headers={"Host": "evil.example"})
+
+    assert decided.status_code == 409 and "no call awaits approval" in decided.json()["error"]
+    assert form.status_code == 415
+    assert foreign.status_code == 403
+    assert other.status_code == 404 and "customer demo" in other.json()["error"]
+    assert rebound.status_code == 400
+
+
+# A worker that writes its answers slowly (a word every 0.25 s), so it can be killed
+# while one is being written, even on a busy machine.
+SLOW_WORKER = """
+import functools, sys
+import agent.offline, agent.stream
+agent.offline.write_out = functools.partial(agent.stream.write_out, per_word_s=0.25)
+import worker
+sys.argv = ["worker.py", "--task-queue", sys.argv[1]]
+worker.main()
+"""
+
+
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Worker processes started by the test (`start_worker`), killed at the end."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def start_worker(
+    env: WorkflowEnvironment, tmp_path: Path, task_queue: str
+) -> subprocess.Popen[bytes]:
+    """A slow worker process serving `task_queue`, once it says it is ready."""
+    settings = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+    settings.update(
+        TEMPORAL_ADDRESS=env.client.service_client.config.target_host,
+        TEMPORAL_CONFIG_FILE=str(tmp_path / "no-such-temporal.toml"),
+        AGENT_SHOP_DB=str(tmp_path / "shop.db"),
+        PYTHONUNBUFFERED="1",
+    )
+    log = tmp_path / f"worker-{uuid.uuid4().hex[:6]}.log"
+    with log.open("wb") as out:  # a file, not a pipe nobody reads: it never fills up
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SLOW_WORKER, task_queue],
+            cwd=ROOT,
+            env=settings,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    while "worker ready" not in log.read_text():
+        assert proc.poll() is None, f"the worker exited: {log.read_text()}"
+        await asyncio.sleep(0.1)
+    return proc
+
+
+async def test_a_killed_worker_the_page_finishes_the_answer_without_doubled_text(
+    env: WorkflowEnvironment, page: Page, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+) -> None:
+    task_queue = f"web-{uuid.uuid4().hex[:8]}"
+    workers.append(await start_worker(env, tmp_path, task_queue))
+    async with web_chat(env.client, task_queue) as url:
+        await page.goto(url)
+        await page.evaluate(RECORDER, "change")
+        await say(page, "Has order 123456 shipped?")
+        writing = page.get_by_test_id("answer")
+        await expect(writing).to_have_text(re.compile("^Yes — order"), timeout=15_000)
+        workers[0].kill()  # SIGKILL, while the answer is being written
+        workers[0].wait()
+        written = await writing.text_content()
+        workers.append(await start_worker(env, tmp_path, task_queue))
+        await expect(answer(page, 1)).to_have_text(SHIPPED_ANSWER, timeout=30_000)
+        shown: list[str] = await page.evaluate("window.seen")
+        turn_id = await page.locator("section.turn").first.get_attribute("data-turn")
+        assert turn_id
+        batches = [
+            e async for _, e in turn_events(env.client, turn_id) if isinstance(e, TokensEvent)
+        ]
+
+    assert written and written != SHIPPED_ANSWER and SHIPPED_ANSWER.startswith(written)
+    # The call was written twice (the second attempt on the new worker); after every
+    # batch the page showed a beginning of the answer, never text twice.
+    assert {b.attempt for b in batches} == {1, 2}
+    assert all(SHIPPED_ANSWER.startswith(text) for text in shown), shown
+    assert shown[-1] == SHIPPED_ANSWER
+
+
+# --- the API alone --------------------------------------------------------------------
+
+
+async def read_events(url: str, last_id: str | None = None) -> list[tuple[str, str, dict]]:
+    """Every (id, event, data) of a conversation's stream, to its end."""
+    headers = {"Last-Event-ID": last_id} if last_id else {}
+    events, fields = [], {}
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("GET", url, headers=headers) as response,
+    ):
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if line.startswith(("retry:", ":")):
+                continue
+            if line:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+            elif fields:
+                events.append((fields.get("id", ""), fields["event"], json.loads(fields["data"])))
+                fields = {}
+    return events
+
+
+async def test_a_reconnecting_reader_resumes_exactly_where_it_was(harness: Harness) -> None:
+    async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            first = await http.post("/api/chats", json={"text": "Has order 123456 shipped?"})
+            assert first.status_code == 201, first.text
+            chat_id, turn_id = first.json()["chat_id"], first.json()["turn_id"]
+            await harness.client.get_workflow_handle(turn_id).result()
+            second = await http.post(f"/api/chats/{chat_id}/messages", json={"text": "Thanks!"})
+            assert second.status_code == 202, second.text
+            await harness.client.get_workflow_handle(second.json()["turn_id"]).result()
+            await harness.client.get_workflow_handle(chat_id).signal("end")
+        stream = f"{url}api/chats/{chat_id}/events"
+        everything = await read_events(stream)
+        kinds = [name for _, name, _ in everything]
+        assert kinds[0] == "turn" and kinds[-1] == "ended"
+        assert kinds.count("turn") == kinds.count("done") == kinds.count("answered") == 2
+        ids = [i for i, _, _ in everything]
+        assert len(set(ids)) == len(ids)
+        # Any event as the last one read (each kind of place; one mid-answer): the
+        # rest, exactly.
+        places = {kinds.index("step"), kinds.index("tokens") + 1}
+        places |= {k for k, name in enumerate(kinds[:-1]) if name in ("turn", "done", "answered")}
+        for k in sorted(places):
+            assert await read_events(stream, ids[k]) == everything[k + 1 :], ids[k]
