@@ -206,7 +206,10 @@ class ToolRegistry:
         return [t.spec for n in names if (t := self.tools.get(n)) is not None]
 
     def offered(self, names: list[str] | None) -> list[str]:
-        return [s.name for s in self.specs_for(names)]
+        if names is None:
+            return [s.name for s in self.specs]
+        # Names only: building a tool's spec means building its JSON schema.
+        return [n for n in names if n in self.tools]
 
     def validate(self, call: ToolCall, offered: list[str] | None = None) -> BaseModel:
         """The call's arguments as the tool's model, or `InvalidCall` saying what to fix.

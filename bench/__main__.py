@@ -1,11 +1,15 @@
 """Benchmark: agent turns against Temporal's own floor, in one run on one server.
 
     python -m bench [--turns 40] [--iterations 3] [--out bench-results.json]
+                    [--peers] [--memory]
 
 Starts its own dev server (SQLite file, the worker's tuning) and a worker
 process hosting both the agent turn (offline model, demo tools) and the floor
-(a no-op workflow with the same activity shape per iteration). Figures from one
-run are comparable with each other, not across machines.
+(a no-op workflow with the same activity shape per iteration). `--peers` adds
+other durable agents doing the same one-tool turn (`bench.peers`; the `peers`
+extra installs them), `--memory` a worker's memory over 1,000 turns
+(`bench.memory`). Figures from one run are comparable with each other, not
+across machines.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,15 +33,20 @@ from temporalio.client import Client
 from agent import telemetry
 from agent.shields import SETTINGS as SHIELD_SETTINGS
 from agent.types import TurnInput
+from bench import QUESTION, peers
 from bench.floor import FloorInput, FloorTurn
+from bench.measure import cpu_s, memory_mb, pct, spawn_worker, stop
+from bench.memory import rss_over_turns, start_middle_end
 from bench.models import EXPECTED_MODEL_CALLS, TASKS
+from bench.peers import compare as peer_comparison
 from client import start_turn
 from runtime.server import EmbeddedServer, free_port, open_client
 
-ROOT = Path(__file__).resolve().parent.parent
-QUESTION = "Which item was ordered for 123456?"
 TARGETS = {"latency_ratio": 1.10, "throughput_ratio": 0.90, "recovery_s": 5.0}
 MAX_EVENTS_PER_ITERATION = 25
+MEMORY_TURNS = 1000
+MEMORY_SAMPLE_EVERY = 100
+MEMORY_CONCURRENCY = 20
 
 
 class Bench:
@@ -122,35 +130,6 @@ class Bench:
         return len(history.events), sum(e.ByteSize() for e in history.events)
 
 
-def spawn_worker(
-    address: str, task_queue: str, db: Path, *extra: str, env: dict[str, str] | None = None
-) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.worker", address, task_queue, str(db), *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    return proc
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def memory_mb(pid: int) -> dict[str, float]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
-    return {"rss_mb": round(fields.get("VmRSS", 0), 1), "peak_mb": round(fields.get("VmHWM", 0), 1)}
-
-
 async def recovery(bench: Bench, address: str, db: Path, tmp: Path) -> float:
     """SIGKILL a worker right after a dispatch did its work; time from the new
     worker's start until the turn is done."""
@@ -170,13 +149,7 @@ async def recovery(bench: Bench, address: str, db: Path, tmp: Path) -> float:
         await handle.result()
         return time.perf_counter() - t0
     finally:
-        fresh.terminate()
-        fresh.wait()
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        stop(fresh)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -218,8 +191,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             shields = await bench.shields_cost(bare_queue, args.turns)
         finally:
-            bare.terminate()
-            bare.wait()
+            stop(bare)
+
+        extra: dict[str, Any] = {}
+        if args.memory:
+            print(f"memory: {MEMORY_TURNS} turns on a fresh worker…", file=sys.stderr)
+            samples = await memory(bench, server.address, db)
+            extra["memory_rss_mb"] = start_middle_end(samples)
+            extra[f"memory_rss_mb_every_{MEMORY_SAMPLE_EVERY}_turns"] = samples
+        if args.peers:
+            print("peers: one-tool turns of every system, round by round…", file=sys.stderr)
+            extra.update(
+                await compare_peers(bench, server.address, server.process.pid, db, args.turns)
+            )
 
         mem = {"worker": memory_mb(worker.pid), "server": memory_mb(server.process.pid)}
         worker.terminate()
@@ -260,7 +244,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "model_calls": calls,
         "shields": shields,
         "memory": mem,
+        **extra,
     }
+
+
+async def memory(bench: Bench, address: str, db: Path) -> list[float]:
+    """RSS (MB) of a fresh agent worker over `MEMORY_TURNS` one-tool turns."""
+    queue = f"bench-memory-{uuid.uuid4().hex[:6]}"
+    worker = spawn_worker(address, queue, db)
+    try:
+        return await rss_over_turns(
+            worker.pid,
+            lambda: bench.agent(1, queue),
+            MEMORY_TURNS,
+            MEMORY_SAMPLE_EVERY,
+            MEMORY_CONCURRENCY,
+        )
+    finally:
+        stop(worker)
+
+
+async def compare_peers(
+    bench: Bench, address: str, server_pid: int, db: Path, turns: int
+) -> dict[str, Any]:
+    """The agent, the floor and each peer doing one-tool turns (`bench.peers.compare`)."""
+    worker_pid = bench.pids["worker"]
+    agent = peer_comparison.AgentSystem(bench.client, bench.task_queue, worker_pid)
+    floor = peer_comparison.FloorSystem(bench.client, bench.task_queue, worker_pid)
+    return await peer_comparison.compare(agent, floor, address, server_pid, db, turns)
 
 
 def report(r: dict[str, Any]) -> str:
@@ -308,17 +319,36 @@ def report(r: dict[str, Any]) -> str:
     checks.append(
         ("shields latency ratio (offline / none)", r["shields"]["latency_ratio"], "<= 1.05")
     )
+    if "memory_rss_mb" in r:
+        rss = r["memory_rss_mb"]
+        checks.append(
+            (
+                f"worker RSS over {MEMORY_TURNS} turns (MB)",
+                f"{rss['start']} / {rss['middle']} / {rss['end']}",
+                "flat",
+            )
+        )
     lines.append("")
     lines += [f"{name:40} {value:>10}   target {target}" for name, value, target in checks]
+    if "peers" in r:
+        lines += ["", peer_comparison.report(r)]
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     p.add_argument("--turns", type=int, default=40, help="sequential turns for latency")
     p.add_argument("--iterations", type=int, default=3, help="iterations per latency turn")
     p.add_argument("--out", type=Path, default=Path("bench-results.json"))
-    args = p.parse_args()
+    p.add_argument("--peers", action="store_true", help=f"compare with the peers ({peers.INSTALL})")
+    p.add_argument("--memory", action="store_true", help=f"worker memory over {MEMORY_TURNS} turns")
+    args = p.parse_args(argv)
+    if args.peers:
+        try:
+            peers.check_installed()
+        except peers.PeersNotInstalled as e:
+            print(f"python -m bench: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
     try:
         results = asyncio.run(run(args))
     finally:

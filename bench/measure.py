@@ -1,0 +1,61 @@
+"""What the benchmark reads from its processes: worker processes it starts, their CPU
+time and memory, and percentiles of what it timed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spawn(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start `python -m module args…` in the project folder; return once it prints
+    "ready" (a worker polling its queue), so no timing includes a start-up."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"{module} did not start (exit code {proc.wait()}): see its stderr")
+    return proc
+
+
+def spawn_worker(
+    address: str, task_queue: str, db: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """The agent's worker (`bench.worker`): agent turns and the floor."""
+    return spawn("bench.worker", address, task_queue, str(db), *extra, env=env)
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    proc.wait()
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_mb(pid: int) -> dict[str, float]:
+    """Resident memory now and at its peak."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return {"rss_mb": round(fields.get("VmRSS", 0), 1), "peak_mb": round(fields.get("VmHWM", 0), 1)}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
