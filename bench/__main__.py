@@ -32,6 +32,7 @@ from temporalio.client import Client
 
 from agent import telemetry
 from agent.shields import SETTINGS as SHIELD_SETTINGS
+from agent.stream import TokensEvent
 from agent.types import TurnInput
 from bench import QUESTION, peers
 from bench.floor import FloorInput, FloorTurn
@@ -41,6 +42,7 @@ from bench.models import EXPECTED_MODEL_CALLS, TASKS
 from bench.peers import compare as peer_comparison
 from client import start_turn
 from runtime.server import EmbeddedServer, free_port, open_client
+from runtime.turns import follow
 
 TARGETS = {"latency_ratio": 1.10, "throughput_ratio": 0.90, "recovery_s": 5.0}
 MAX_EVENTS_PER_ITERATION = 25
@@ -125,9 +127,54 @@ class Bench:
             "events_one_tool_turn": {k: (await self.history(v))[0] for k, v in ids.items()},
         }
 
+    async def streaming_cost(self, turns: int) -> dict[str, Any]:
+        """One-tool turns with streaming off and on (a reader following the turn's
+        stream meanwhile, as `ask --follow` does), interleaved, timed to the turn's
+        result; then turns whose answer is written over about a second, for how long
+        the text takes to reach a reader."""
+        times: dict[str, list[float]] = {"off": [], "on": []}
+        ids: dict[str, str] = {}
+        for _ in range(turns):
+            for name in ("off", "on"):
+                turn = TurnInput(question=QUESTION, model="task:one tool", stream=name == "on")
+                t0 = time.perf_counter()
+                handle = await start_turn(self.client, turn, self.task_queue)
+                reader = asyncio.create_task(read_all(self.client, handle.id, turn.stream))
+                await handle.result()
+                times[name].append(time.perf_counter() - t0)
+                await reader
+                ids[name] = handle.id
+        delays: list[float] = []
+        for _ in range(5):
+            turn = TurnInput(question=QUESTION, model="timed", stream=True)
+            handle = await start_turn(self.client, turn, self.task_queue)
+            async for event in follow(self.client, handle.id):
+                if isinstance(event, TokensEvent):
+                    now = time.time()
+                    delays += [now - float(t) for t in event.text.split()]
+            ids["timed"] = handle.id
+        off, on = statistics.median(times["off"]), statistics.median(times["on"])
+        return {
+            "off_median_ms": round(off * 1000, 2),
+            "on_median_ms": round(on * 1000, 2),
+            "latency_ratio": round(on / off, 3),
+            "events_one_tool_turn": {k: (await self.history(v))[0] for k, v in ids.items()},
+            "delivery_ms": {
+                "median": round(statistics.median(delays) * 1000, 1),
+                "p95": round(pct(delays, 0.95) * 1000, 1),
+            },
+        }
+
     async def history(self, workflow_id: str) -> tuple[int, int]:
         history = await self.client.get_workflow_handle(workflow_id).fetch_history()
         return len(history.events), sum(e.ByteSize() for e in history.events)
+
+
+async def read_all(client: Client, turn_id: str, stream: bool) -> None:
+    """Follow a turn's stream to its end, as `ask --follow` does (nothing when off)."""
+    if stream:
+        async for _event in follow(client, turn_id):
+            pass
 
 
 async def recovery(bench: Bench, address: str, db: Path, tmp: Path) -> float:
@@ -193,6 +240,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             stop(bare)
 
+        print("streaming: the same turns with a reader, and its delays…", file=sys.stderr)
+        streaming = await bench.streaming_cost(args.turns)
+
         extra: dict[str, Any] = {}
         if args.memory:
             print(f"memory: {MEMORY_TURNS} turns on a fresh worker…", file=sys.stderr)
@@ -243,6 +293,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "recovery_s": round(rec, 2),
         "model_calls": calls,
         "shields": shields,
+        "streaming": streaming,
         "memory": mem,
         **extra,
     }
@@ -318,6 +369,12 @@ def report(r: dict[str, Any]) -> str:
     ]
     checks.append(
         ("shields latency ratio (offline / none)", r["shields"]["latency_ratio"], "<= 1.05")
+    )
+    streaming = r["streaming"]
+    checks.append(("streaming latency ratio (on / off)", streaming["latency_ratio"], "<= 1.10"))
+    delivery = streaming["delivery_ms"]
+    checks.append(
+        ("stream delay, median / p95 (ms)", f"{delivery['median']} / {delivery['p95']}", "—")
     )
     if "memory_rss_mb" in r:
         rss = r["memory_rss_mb"]

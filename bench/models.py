@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from agent.conversation import AssistantMessage, latest_results
 from agent.model import ModelCatalog, ModelRequest, Reply
 from agent.offline import OfflineModel
@@ -77,12 +80,38 @@ class TaskModel:
         return Reply(text=answer, usage=ONE_CALL)
 
 
+class TimedModel(TaskModel):
+    """The one-tool task, whose answer is written in `pieces` pieces `gap_s` apart,
+    each the time it was written (`time.time()`): a reader of the turn's stream
+    subtracts it from the time it read it, which is how long the text took to reach
+    it (batching included). Worker and reader share one clock: one machine."""
+
+    def __init__(self, pieces: int = 20, gap_s: float = 0.05) -> None:
+        super().__init__("one tool")
+        self.name = "timed"
+        self._pieces, self._gap_s = pieces, gap_s
+
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        reply = await super().interpret(request)
+        if stream is None:
+            return reply
+        written = []
+        for _ in range(self._pieces):
+            piece = f"{time.time():.4f} "
+            stream(piece)
+            written.append(piece)
+            await asyncio.sleep(self._gap_s)
+        return Reply(text="".join(written).strip(), usage=ONE_CALL)
+
+
 def bench_models() -> ModelCatalog:
-    """`offline`, `repeat:N` for turns of N iterations, and `task:<name>` per `TASKS`."""
+    """`offline`, `repeat:N` for turns of N iterations, `task:<name>` per `TASKS`, and
+    `timed` (the one-tool task writing timestamps, for the stream's delays)."""
     return ModelCatalog(
         {
             "offline": lambda _: OfflineModel(),
             "repeat": lambda n: RepeatingModel(int(n or 1)),
             "task": lambda name: TaskModel(name),
+            "timed": lambda _: TimedModel(),
         }
     )

@@ -565,15 +565,21 @@ class AgentTurn:
                 self._set_status(search.RUNNING)
         if decision is None:
             text = expired(call, _duration(wait))
-            self._record(iteration, StepKind.DECISION, f"{call.name}: no decision in time")
+            self._record(
+                iteration, StepKind.DECISION, f"{call.name}: no decision in time", calls=[call]
+            )
         elif decision.approved:
-            self._record(iteration, StepKind.DECISION, f"{call.name}: approved by {decision.by}")
+            approved = f"{call.name}: approved by {decision.by}"
+            self._record(iteration, StepKind.DECISION, approved, calls=[call])
             return None
         else:
             text = declined(call, decision)
             because = f": {decision.reason}" if decision.reason else ""
             self._record(
-                iteration, StepKind.DECISION, f"{call.name}: declined by {decision.by}{because}"
+                iteration,
+                StepKind.DECISION,
+                f"{call.name}: declined by {decision.by}{because}",
+                calls=[call],
             )
         observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
         self._record(

@@ -158,9 +158,12 @@ class Turn {
     }
   }
 
-  /** A decision step names its tool: it settles the oldest open approval of it. */
+  /** A decision step carries its call (turns recorded before it did: its tool's name). */
   decided(step) {
-    const index = this.waiting.findIndex((w) => step.text.startsWith(`${w.call.name}: `));
+    const call = step.calls?.[0];
+    const index = this.waiting.findIndex((w) =>
+      call ? w.call.id === call.id : step.text.startsWith(`${w.call.name}: `),
+    );
     if (index >= 0) this.waiting.splice(index, 1)[0].actions.remove();
   }
 
