@@ -55,22 +55,14 @@ class ModelCaller:
             instructions=input.instructions,
         )
         async with heartbeating(), streams.model_text(input.stream) as sink:
-            wrote = False
-
-            def write(piece: str) -> None:
-                nonlocal wrote
-                wrote = True
-                if sink is not None:
-                    sink(piece)
-
             with (
                 model_span(step, model.provider, model.name) as span,
                 metrics.model_call(model.provider, model.name) as measured,
                 server_suggested_delay(),
             ):
-                reply = await getattr(model, step)(request, write if sink else None)
-                if sink is not None and not wrote and reply.text:
-                    sink(reply.text)  # a model that cannot stream: its text in one piece
+                # A model that cannot stream writes nothing: its text comes with the
+                # step that records it, a moment later, and costs the turn no signal.
+                reply = await getattr(model, step)(request, sink)
                 record_reply(span, reply)
                 # Priced as it happens: the workflow only adds the costs up. One call is
                 # counted here, whatever the backend reports.
