@@ -233,13 +233,18 @@ async def nobody_picks_up(client: Client, handle: WorkflowHandle, task_queue: st
     )
 
 
-async def cmd_chat(args: argparse.Namespace) -> None:
+def chat_input(args: argparse.Namespace) -> ConversationInput:
+    """A conversation as `chat` and `web` start it: its turns stream their text."""
     try:
-        chat = ConversationInput(
+        return ConversationInput(
             customer_id=args.customer, model=args.model, limits=limits(args), stream=True
         )
     except ValidationError as e:
         raise input_error(e) from None
+
+
+async def cmd_chat(args: argparse.Namespace) -> None:
+    chat = chat_input(args)
     interactive = sys.stdin.isatty()
     lines = Lines()
     async with session(args.task_queue, self_contained=args.embedded) as conn:
@@ -474,12 +479,7 @@ async def cmd_demo(args: argparse.Namespace) -> None:
 async def cmd_web(args: argparse.Namespace) -> None:
     from frontends.web import serve
 
-    try:
-        chat = ConversationInput(
-            customer_id=args.customer, model=args.model, limits=limits(args), stream=True
-        )
-    except ValidationError as e:
-        raise input_error(e) from None
+    chat = chat_input(args)
     # Self-contained like `demo`: on a fresh machine the page works with nothing else running.
     async with session(args.task_queue, self_contained=True) as conn:
         await serve(conn, chat, host=args.host, port=args.port, task_queue=args.task_queue)

@@ -30,7 +30,7 @@ the workflow *task*, which Temporal retries after a fix is deployed.
 
 import asyncio
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
@@ -99,6 +99,8 @@ with workflow.unsafe.imports_passed_through():
 
 QUICK_READS = "quick-reads-as-local-activities"
 """Patch id: turns recorded since quick reads run as local activities."""
+
+ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 
 # Model errors that say the request can never succeed as configured.
 _REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__)
@@ -330,13 +332,7 @@ class AgentTurn:
         return stops
 
     async def _plan(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
-        arg = PlanInput(
-            model=turn.model,
-            messages=self._messages,
-            tools=turn.tools,
-            instructions=turn.instructions,
-            stream=turn.stream,
-        )
+        arg = self._conversation(PlanInput, turn)
         out = await self._model_call(turn, iteration, PlanActivity.plan, arg, summary)
         reply: Reply = out.plan
         self._usage += reply.usage
@@ -344,17 +340,21 @@ class AgentTurn:
         return reply
 
     async def _interpret(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
-        arg = InterpretInput(
+        arg = self._conversation(InterpretInput, turn)
+        out = await self._model_call(turn, iteration, InterpretActivity.interpret, arg, summary)
+        reply: Reply = out.decision
+        self._usage += reply.usage
+        return reply
+
+    def _conversation(self, kind: type[ModelInput], turn: TurnInput) -> ModelInput:
+        """A model call's input: the conversation so far, and what the turn sets."""
+        return kind(
             model=turn.model,
             messages=self._messages,
             tools=turn.tools,
             instructions=turn.instructions,
             stream=turn.stream,
         )
-        out = await self._model_call(turn, iteration, InterpretActivity.interpret, arg, summary)
-        reply: Reply = out.decision
-        self._usage += reply.usage
-        return reply
 
     async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
         budget = turn.limits.max_tokens
