@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import WorkflowHandle
 
 from agent.types import Outcome, TurnInput, TurnLimits
@@ -26,10 +26,12 @@ async def run_many(harness: Harness, task_queue: str, n: int) -> None:
         )
     )
     results = await asyncio.gather(*(h.result() for h in handles))
-    # The short workflow task timeout (workflows/policies.py) is safe only if a
-    # loaded worker never overruns it: no turn may have seen one expire.
-    timed_out = [h.id for h in handles if await task_timeouts(h)]
-    assert not timed_out, f"{len(timed_out)} turn(s) saw a workflow task time out"
+    # A worker takes only as many workflow tasks as it gets through within their
+    # timeout (workflows/policies.py, worker.py): none may have overrun it. Tasks that
+    # waited too long on the busy worker's sticky queue and moved to the shared one
+    # (schedule-to-start) are Temporal doing its job, not an overrun.
+    timed_out = [h.id for h in handles if await task_overruns(h)]
+    assert not timed_out, f"{len(timed_out)} turn(s) had a workflow task overrun its timeout"
     wrong = [
         (q, r.answer)
         for (q, expected), r in zip(cases, results, strict=True)
@@ -39,11 +41,13 @@ async def run_many(harness: Harness, task_queue: str, n: int) -> None:
     assert len({h.id for h in handles}) == n
 
 
-async def task_timeouts(handle: WorkflowHandle) -> int:
+async def task_overruns(handle: WorkflowHandle) -> int:
     return sum(
         [
-            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+            e.workflow_task_timed_out_event_attributes.timeout_type
+            == TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
             async for e in handle.fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
         ]
     )
 
