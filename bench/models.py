@@ -104,14 +104,34 @@ class TimedModel(TaskModel):
         return Reply(text="".join(written).strip(), usage=ONE_CALL)
 
 
+class PacedModel(TaskModel):
+    """The two-tools-in-sequence task with every model call taking `ms` milliseconds,
+    as a hosted model's does: turns long enough for a kill to catch them anywhere."""
+
+    def __init__(self, ms: int) -> None:
+        super().__init__("two tools in sequence")
+        self.name = f"paced-{ms}"
+        self._delay_s = ms / 1000
+
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        await asyncio.sleep(self._delay_s)
+        return await super().plan(request)
+
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        await asyncio.sleep(self._delay_s)
+        return await super().interpret(request)
+
+
 def bench_models() -> ModelCatalog:
-    """`offline`, `repeat:N` for turns of N iterations, `task:<name>` per `TASKS`, and
-    `timed` (the one-tool task writing timestamps, for the stream's delays)."""
+    """`offline`, `repeat:N` for turns of N iterations, `task:<name>` per `TASKS`,
+    `timed` (the one-tool task writing timestamps, for the stream's delays) and
+    `paced:MS` (two tools in sequence, MS ms per model call, for the kills)."""
     return ModelCatalog(
         {
             "offline": lambda _: OfflineModel(),
             "repeat": lambda n: RepeatingModel(int(n or 1)),
             "task": lambda name: TaskModel(name),
             "timed": lambda _: TimedModel(),
+            "paced": lambda ms: PacedModel(int(ms or 200)),
         }
     )

@@ -15,16 +15,23 @@ from agent.errors import permanent_error_types
 
 # A workflow task (one step of the turn's code, quick reads and checks included) is
 # given this long before Temporal hands it to another worker; a worker killed while it
-# holds one (SIGKILL, OOM, a lost node) leaves the turn waiting this long. Shorter is
-# quicker recovery, but a task that overruns it is thrown away and run again: at 200
-# concurrent turns on one 2-core worker (tests/test_load.py), 2 s let 3 % of the turns
-# overrun it and 5 s up to 15 %, so the SDK's 10 s stays, set here on purpose.
-WORKFLOW_TASK_TIMEOUT = timedelta(seconds=10)
+# holds one (SIGKILL, OOM, a lost node) leaves the turn waiting this long, so it bounds
+# recovery (with HEARTBEAT_TIMEOUT and the worker's sticky-queue timeout, both 2 s).
+# A task that overruns it is thrown away and run again: at 200 concurrent turns on one
+# 2-core worker with two more processes spinning on its cores, none did
+# (tests/test_load.py checks it), because a worker takes only as many tasks as it gets
+# through (MAX_WORKFLOW_TASKS in worker.py). The SDK's deadlock detector allows one
+# activation 2 s too. A local activity running longer than 80 % of it (a slow remote
+# shield) makes the SDK extend the task, at 3 history events each time.
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)
 
-# Model calls (plan, interpret): slow, remote, throttled at times.
+# Model calls (plan, interpret): slow, remote, throttled at times. The first retry
+# comes after half a second, as the OpenAI SDK's own does: a call lost with a killed
+# worker runs again 2.5 s after its last sign of life (HEARTBEAT_TIMEOUT and this),
+# not 3 s (a Retry-After from the provider overrides the backoff, activities/_common.py).
 MODEL_TIMEOUT = timedelta(seconds=60)
 MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
+    initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=20),
     maximum_attempts=5,
