@@ -17,7 +17,7 @@ from agent.model import ModelRequest, Reply
 from agent.scripted import ScriptedModel
 from agent.types import Exchange, Outcome, ToolCall, TurnOutput
 from runtime.turns import AgentClientError, decide, send, start_chat
-from tests.conftest import Harness, last_result
+from tests.conftest import SEED_CASES, Harness, last_result
 from workflows import AgentTurn, Conversation
 
 
@@ -169,3 +169,46 @@ async def test_the_customer_ends_it(harness: Harness) -> None:
         handle = harness.client.get_workflow_handle_for(Conversation.run, conversation.id)
         result = await asyncio.wait_for(handle.result(), timeout=20)
     assert result.ended_by == "customer" and result.turns == 1
+
+
+# Temporal refuses a workflow history over 50 MB or 51,200 events (and warns from
+# 10 MB and 10,240) and a payload over 2 MB: a long chat stays a tenth of the warning
+# marks or less, in every run and in what it carries over continue-as-new.
+FAR_UNDER_BYTES, FAR_UNDER_EVENTS, FAR_UNDER_CARRIED = 1_000_000, 1_024, 200_000
+
+
+async def test_a_200_message_conversation_stays_far_under_temporals_limits(
+    harness: Harness,
+) -> None:
+    questions = [q for q, _ in SEED_CASES]
+    async with harness.worker() as task_queue:
+        chat = ConversationInput(stream=True, max_turns_per_run=60)
+        conversation, accepted = await start_chat(harness.client, chat, questions[0], task_queue)
+        turns = [accepted.turn_id]
+        await answer(harness, accepted.turn_id)
+        for i in range(1, 100):  # 100 questions and their 100 answers
+            accepted = await send(conversation, questions[i % len(questions)])
+            turns.append(accepted.turn_id)
+            assert (await answer(harness, accepted.turn_id)).outcome is Outcome.ANSWERED
+        state = await conversation.query(Conversation.state)
+        runs = await history_per_run(harness, conversation.id)
+
+    assert state.turns == 100 and len(runs) == 2  # one continue-as-new, after 60 turns
+    for events, size, carried in runs:
+        assert events < FAR_UNDER_EVENTS and size < FAR_UNDER_BYTES, (events, size)
+        assert carried < FAR_UNDER_CARRIED, carried
+
+
+async def history_per_run(harness: Harness, workflow_id: str) -> list[tuple[int, int, int]]:
+    """(events, bytes, bytes of the run's input) for every run of a workflow, oldest
+    first, following the chain of continue-as-new back from the latest run."""
+    runs: list[tuple[int, int, int]] = []
+    run_id = ""
+    while True:
+        handle = harness.client.get_workflow_handle(workflow_id, run_id=run_id or None)
+        events = [e async for e in handle.fetch_history_events()]
+        started = events[0].workflow_execution_started_event_attributes
+        runs.insert(0, (len(events), sum(e.ByteSize() for e in events), started.input.ByteSize()))
+        run_id = started.continued_execution_run_id
+        if not run_id:
+            return runs
