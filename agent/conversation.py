@@ -17,24 +17,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from agent.errors import InvalidConversation
-from agent.types import Exchange, Observation, ToolCall
+from agent.types import Exchange, Observation, Tagged, ToolCall
 
 
-class UserMessage(BaseModel):
+class UserMessage(Tagged):
     role: Literal["user"] = "user"
     text: str
 
 
-class AssistantMessage(BaseModel):
+class AssistantMessage(Tagged):
     role: Literal["assistant"] = "assistant"
     text: str = ""
     calls: list[ToolCall] = Field(default_factory=list)
 
 
-class ToolResult(BaseModel):
+class ToolResult(Tagged):
     """A call's result (or its error: a rejected call, a failed tool) for the model."""
 
     role: Literal["tool"] = "tool"

@@ -31,9 +31,9 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
 
-from agent.types import Outcome, Step, Usage
+from agent.types import Outcome, Step, Tagged, Usage
 
 TURN_TOPIC = "turn"
 CHAT_TOPIC = "chat"
@@ -42,12 +42,12 @@ TextSink = Callable[[str], None]
 """Where a model writes its text as it comes (each call gets the next piece)."""
 
 
-class StepEvent(BaseModel):
+class StepEvent(Tagged):
     type: Literal["step"] = "step"
     step: Step
 
 
-class TokensEvent(BaseModel):
+class TokensEvent(Tagged):
     type: Literal["tokens"] = "tokens"
     call: str
     """Which model call of the turn wrote them (its activity id)."""
@@ -57,7 +57,7 @@ class TokensEvent(BaseModel):
     """The next piece of the call's text."""
 
 
-class DoneEvent(BaseModel):
+class DoneEvent(Tagged):
     type: Literal["done"] = "done"
     outcome: Outcome
     answer: str
@@ -68,20 +68,20 @@ TurnEvent = Annotated[StepEvent | TokensEvent | DoneEvent, Field(discriminator="
 TURN_EVENT: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
 
 
-class TurnStarted(BaseModel):
+class TurnStarted(Tagged):
     type: Literal["turn"] = "turn"
     turn_id: str
     question: str
 
 
-class TurnAnswered(BaseModel):
+class TurnAnswered(Tagged):
     type: Literal["answered"] = "answered"
     turn_id: str
     outcome: Outcome
     answer: str
 
 
-class ChatEnded(BaseModel):
+class ChatEnded(Tagged):
     type: Literal["ended"] = "ended"
     reason: str
     """`customer` (they said goodbye) or `idle` (nothing said for the idle timeout)."""

@@ -7,13 +7,20 @@ fields later without breaking stored histories.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, get_origin
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 DEFAULT_CUSTOMER = "demo"
 """The customer who owns the demo shop's sample orders and returns."""
@@ -23,6 +30,22 @@ CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
 MAX_QUESTION_CHARS = 4000
 """The question is sent with every model call and stored in every activity's
 input, so a huge one would bloat the history of the whole turn."""
+
+
+class Tagged(BaseModel):
+    """A member of a discriminated union (a message's `role`, an event's `type`): its
+    tag is written even where fields holding their default are left out, as the
+    project's payload converter leaves them (`runtime/codec.py`)."""
+
+    @model_serializer(mode="wrap")
+    def _with_tag(self, handler: SerializerFunctionWrapHandler) -> Any:
+        tags = {name: getattr(self, name) for name in _tags(type(self))}
+        return {**tags, **handler(self)}
+
+
+@functools.cache
+def _tags(cls: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(n for n, f in cls.model_fields.items() if get_origin(f.annotation) is Literal)
 
 
 class ToolCall(BaseModel):

@@ -39,12 +39,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from pydantic_core import SchemaSerializer
+from pydantic_core.core_schema import any_schema
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
+    CompositePayloadConverter,
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
     PayloadCodec,
 )
 
@@ -196,6 +202,36 @@ class EncryptionCodec(PayloadCodec):
         return [self.decrypt(p) for p in payloads]
 
 
+class LeanJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
+    """Pydantic's JSON (the SDK's converter) without the fields that hold their
+    default: `"error": null`, `"calls": []` and the like fill a turn's history once per
+    call and per step, and a reader gets them back from the model's defaults. A field's
+    default is part of what is stored, then: change one only under a new field name,
+    or workflows in flight read the new default where the old one was meant."""
+
+    _serializer = SchemaSerializer(any_schema())
+
+    def to_payload(self, value: Any) -> Payload | None:
+        data = self._serializer.to_json(value, exclude_defaults=True)
+        return Payload(metadata={"encoding": self.encoding.encode()}, data=data)
+
+
+class LeanPayloadConverter(CompositePayloadConverter):
+    """The SDK's converters, with `LeanJSONPayloadConverter` for JSON."""
+
+    def __init__(self) -> None:
+        lean = LeanJSONPayloadConverter()
+        super().__init__(
+            *(
+                lean if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
+
+LEAN_DATA_CONVERTER = DataConverter(payload_converter_class=LeanPayloadConverter)
+
+
 def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
     """The project's converter (pydantic), encrypting when a key is configured.
 
@@ -203,9 +239,9 @@ def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
     payload too: a tool's error text can quote what the customer wrote."""
     ring = key_ring_from_env(environ)
     if ring is None:
-        return pydantic_data_converter
+        return LEAN_DATA_CONVERTER
     return dataclasses.replace(
-        pydantic_data_converter,
+        LEAN_DATA_CONVERTER,
         payload_codec=EncryptionCodec(ring),
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )

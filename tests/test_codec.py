@@ -27,11 +27,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from agent.types import Outcome, TurnInput
+from activities.plan import PlanInput
+from agent.conversation import AssistantMessage, ToolResult, UserMessage
+from agent.types import Outcome, ToolCall, TurnInput
 from client import start_turn
 from runtime.codec import (
     ENCODING,
     KEY_ID_KEY,
+    LEAN_DATA_CONVERTER,
     DecryptionError,
     EncryptionCodec,
     EncryptionConfigError,
@@ -143,7 +146,7 @@ async def test_codec_refuses_altered_or_relabelled_payloads_and_passes_plain_one
 
 
 async def test_data_converter_encrypts_values_and_failure_messages_only_with_a_key() -> None:
-    assert data_converter({}) is pydantic_data_converter
+    assert data_converter({}) is LEAN_DATA_CONVERTER
     converter = data_converter({"AGENT_ENCRYPTION_KEY": new_key()})
     [payload] = await converter.encode([TurnInput(question="Has order 123456 shipped?")])
     assert b"123456" not in payload.SerializeToString()
@@ -475,3 +478,23 @@ def test_embedded_server_points_its_web_ui_at_the_codec_server(
         assert settings["Codec"]["Endpoint"] == "http://localhost:18888"
     finally:
         server.stop()
+
+
+async def test_payloads_leave_defaults_out_and_read_back_the_same() -> None:
+    call = ToolCall(id="call_1", name="order_status", arguments={"order_id": "123456"})
+    request = PlanInput(
+        model="offline",
+        messages=[
+            UserMessage(text="Has order 123456 shipped?"),
+            AssistantMessage(calls=[call]),
+            ToolResult(call_id="call_1", tool="order_status", ok=True, text="shipped"),
+        ],
+    )
+    [payload] = await LEAN_DATA_CONVERTER.encode([request])
+    assert b"null" not in payload.data and b"[]" not in payload.data  # no default written
+    assert payload.data.count(b'"role"') == 3  # the union's tags always are
+    assert await LEAN_DATA_CONVERTER.decode([payload], [PlanInput]) == [request]
+    # and what the SDK's own pydantic converter wrote still reads
+    [full] = await pydantic_data_converter.encode([request])
+    assert len(full.data) > len(payload.data)
+    assert await LEAN_DATA_CONVERTER.decode([full], [PlanInput]) == [request]
