@@ -35,12 +35,16 @@ MODEL = "paced:150"  # two tools in sequence, 150 ms per model call: ~0.6 s per 
 SETTLE_S = (3.5, 5.0)  # between kills: longer than any wait, so each kill is its own
 QUESTION = "Which item was ordered for 123456, and where is return rtn001?"
 
-STEP = {
+# The turn's last event counts too: it shares its workflow task's batch, and a kill
+# can fall between the two timestamps.
+CODE = {
     EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+}
+STEP = CODE | {
     EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
     EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
 }
-CODE = {EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED}
 
 
 @dataclass

@@ -42,10 +42,14 @@ LOCAL_PORT = int(os.environ.get("AGENT_SERVER_PORT", "7233"))
 LOCAL_UI_PORT = int(os.environ.get("AGENT_UI_PORT", "8233"))
 
 # Dev-server tuning: the default transfer-queue poll rate (20/s) adds ~50 ms to
-# every activity; WAL and normal sync make the SQLite file cheaper to write.
+# every activity; eager start lets a turn started next to a worker (`ask --embedded`,
+# `web`) run its first workflow task there at once; WAL and normal sync make the
+# SQLite file cheaper to write.
 DEV_SERVER_TUNING = [
     "--dynamic-config-value",
     "history.transferProcessorMaxPollRPS=1000",
+    "--dynamic-config-value",
+    "system.enableEagerWorkflowStart=true",
     "--sqlite-pragma",
     "journal_mode=wal",
     "--sqlite-pragma",

@@ -74,6 +74,9 @@ async def start_turn(
         static_details=f"customer: {turn.customer_id} · model: {turn.model or 'worker default'}",
         search_attributes=search.at_start(turn.customer_id, turn.model) if indexed else None,
         task_timeout=WORKFLOW_TASK_TIMEOUT,
+        # A worker in this process with a free slot (`ask --embedded`, `web`) gets the
+        # first workflow task in the start's reply; any other start is unchanged.
+        request_eager_start=True,
     )
 
 

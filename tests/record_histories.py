@@ -15,13 +15,13 @@ import tempfile
 from pathlib import Path
 
 from temporalio.client import WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from agent.chat import ConversationInput
 from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.types import ToolCall, TurnInput, TurnLimits
+from runtime.codec import LEAN_DATA_CONVERTER
 from runtime.server import DEV_SERVER_TUNING, temporal_cli
 from runtime.turns import decide, progress_of, send, start_chat, start_turn
 from shop import ShopStore
@@ -124,7 +124,7 @@ async def main() -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
-        data_converter=pydantic_data_converter,
+        data_converter=LEAN_DATA_CONVERTER,
         search_attributes=search.ALL,
     )
     try:

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agent.approval import ApprovalPolicy
 from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, TurnProgress
+from runtime.codec import LEAN_DATA_CONVERTER
 from runtime.server import EmbeddedServer, free_port
 from runtime.turns import AgentClientError, decide, find_turns, pending, progress_of, start_turn
 from shop import ShopStore
@@ -247,7 +247,7 @@ async def test_approval_survives_a_killed_worker_and_a_restarted_server(tmp_path
     task_queue = "approval-crash"
     workers: list[subprocess.Popen[str]] = []
     try:
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(server.address, data_converter=LEAN_DATA_CONVERTER)
         workers.append(spawn_worker(server.address, task_queue, db))
         turn = TurnInput(question="I want to return order 123456, it arrived damaged.")
         handle = await start_turn(client, turn, task_queue)
@@ -257,7 +257,7 @@ async def test_approval_survives_a_killed_worker_and_a_restarted_server(tmp_path
         workers[0].wait()
         server.stop()
         server.start()
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(server.address, data_converter=LEAN_DATA_CONVERTER)
         handle = client.get_workflow_handle_for(AgentTurn.run, handle.id)
 
         # A new worker rebuilds the waiting turn from its history, then takes the decision.

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from runtime.codec import LEAN_DATA_CONVERTER
 from workflows import AgentTurn, Conversation
 
 HERE = Path(__file__).parent / "histories"
@@ -27,7 +27,7 @@ V01 = sorted((HERE / "v0.1").glob("*.json"))
 
 
 async def replay(path: Path) -> BaseException | None:
-    replayer = Replayer(workflows=[AgentTurn, Conversation], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[AgentTurn, Conversation], data_converter=LEAN_DATA_CONVERTER)
     id_file = path.with_suffix(".id")
     workflow_id = id_file.read_text().strip() if id_file.exists() else f"replay-{path.stem}"
     history = WorkflowHistory.from_json(workflow_id, path.read_text())

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from pydantic import BaseModel
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.tools import ToolContext, ToolRegistry, tool
 from agent.types import Outcome, ToolCall, TurnInput
 from client import start_turn
+from runtime.codec import LEAN_DATA_CONVERTER
 from runtime.server import EmbeddedServer, free_port
 from shop import ShopStore
 from tests.conftest import Harness, last_result
@@ -39,7 +39,7 @@ async def test_turn_survives_a_server_restart(tmp_path: Path) -> None:
     server = EmbeddedServer(tmp_path / "temporal.db", port=free_port(), ui_port=free_port())
     server.start()
     try:
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(server.address, data_converter=LEAN_DATA_CONVERTER)
         model = ScriptedModel(
             plans=[Reply(calls=[ToolCall(id="c1", name="gate")])],
             decisions=[lambda req: Reply(text=last_result(req))],

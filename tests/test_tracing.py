@@ -28,7 +28,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from agent.chat import ConversationInput
@@ -37,6 +36,7 @@ from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.types import Outcome, ToolCall, TurnInput
 from client import start_turn
+from runtime.codec import LEAN_DATA_CONVERTER
 from runtime.server import free_port
 from runtime.turns import start_chat
 from shop import ShopStore
@@ -63,7 +63,7 @@ async def traced_client(env: WorkflowEnvironment, exporter: InMemorySpanExporter
     client = await Client.connect(
         env.client.service_client.config.target_host,
         namespace=env.client.namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=LEAN_DATA_CONVERTER,
         plugins=[OpenTelemetryPlugin(add_temporal_spans=True)],
     )
     exporter.clear()

@@ -261,6 +261,18 @@ async def test_progress_query_returns_the_steps(harness: Harness) -> None:
     assert progress.steps == result.steps
 
 
+async def test_a_turn_started_beside_a_worker_starts_eagerly(harness: Harness) -> None:
+    """`ask --embedded` and `web` start turns on the client their worker polls with:
+    the first workflow task comes back in the start's reply, no queue round trip."""
+    async with harness.worker() as task_queue:
+        handle = await start_turn(
+            harness.client, TurnInput(question="Has order 123456 shipped?"), task_queue
+        )
+        result = await handle.result()
+    assert getattr(handle, "__temporal_eagerly_started") is True
+    assert result.outcome is Outcome.ANSWERED
+
+
 async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> None:
     @tool
     def dump(args: Nothing, ctx: ToolContext[object]) -> dict[str, str]:
