@@ -39,7 +39,7 @@ from bench.floor import FloorInput, FloorTurn
 from bench.kills import kill_one_of_two
 from bench.measure import cpu_s, memory_mb, pct, spawn_worker, stop
 from bench.memory import rss_over_turns, start_middle_end
-from bench.models import EXPECTED_MODEL_CALLS, TASKS
+from bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TASKS
 from bench.peers import compare as peer_comparison
 from client import start_turn
 from runtime.server import EmbeddedServer, free_port, open_client
@@ -106,8 +106,15 @@ class Bench:
         """Model calls each task of `bench.models.TASKS` costs (what users pay for)."""
         out = {}
         for task in TASKS:
-            turn = TurnInput(question=QUESTION, model=f"task:{task}")
+            turn = TurnInput(question=TASK_QUESTION, model=f"task:{task}")
             result = await (await start_turn(self.client, turn, self.task_queue)).result()
+            failed = [
+                s.observation.text for s in result.steps if s.observation and not s.observation.ok
+            ]
+            if failed:
+                raise RuntimeError(
+                    f"task {task!r}: a lookup failed, the count means nothing: {failed}"
+                )
             out[task] = result.usage.model_calls
         return out
 

@@ -27,13 +27,13 @@ from temporalio.client import Client
 
 from agent.types import Outcome, TurnInput
 from bench.measure import pct, spawn_worker, stop
+from bench.models import TASK_QUESTION
 from client import start_turn
 
 KILLS = 20
 IN_FLIGHT = 8
 MODEL = "paced:150"  # two tools in sequence, 150 ms per model call: ~0.6 s per turn
 SETTLE_S = (3.5, 5.0)  # between kills: longer than any wait, so each kill is its own
-QUESTION = "Which item was ordered for 123456, and where is return rtn001?"
 
 # The turn's last event counts too: it shares its workflow task's batch, and a kill
 # can fall between the two timestamps.
@@ -59,7 +59,7 @@ class Run:
         """One lane of turns, back to back, until told to stop."""
         while self.running:
             handle = await start_turn(
-                self.client, TurnInput(question=QUESTION, model=MODEL), self.task_queue
+                self.client, TurnInput(question=TASK_QUESTION, model=MODEL), self.task_queue
             )
             self.turn_ids.append(handle.id)
             result = await handle.result()

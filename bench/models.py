@@ -53,6 +53,10 @@ for the second call must wait for it (sequence), otherwise asks for both at once
 
 EXPECTED_MODEL_CALLS = {"one tool": 2, "two tools in sequence": 3, "two tools at once": 2}
 
+TASK_QUESTION = "Which item was ordered for 123456, and where is return rtn001?"
+"""A question that names both ids the tasks look up (the shields let a call through
+only for ids the customer or the question brought in)."""
+
 
 class TaskModel:
     """Asks for one task's rounds of calls, one round per reply, then answers with

@@ -15,7 +15,7 @@ from agent.model import Reply
 from agent.scripted import ScriptedModel
 from agent.tools import ToolContext, ToolRegistry, tool
 from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
-from bench.models import EXPECTED_MODEL_CALLS, TaskModel
+from bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TaskModel
 from client import start_turn
 from tests.conftest import SEED_CASES, Harness, kinds, story
 from workflows import AgentTurn
@@ -309,6 +309,9 @@ async def test_token_budget_ends_the_turn_gracefully(harness: Harness) -> None:
 @pytest.mark.parametrize(("task", "calls"), EXPECTED_MODEL_CALLS.items())
 async def test_model_calls_per_task(harness: Harness, task: str, calls: int) -> None:
     """The benchmark's three tasks: N sequential rounds cost N + 1 calls; parallel, none extra."""
-    result = await harness.ask("Has order 123456 shipped?", model=TaskModel(task))
+    result = await harness.ask(TASK_QUESTION, model=TaskModel(task))
     assert result.outcome is Outcome.ANSWERED
+    observations = [s.observation for s in result.steps if s.observation]
+    assert observations and all(o.ok for o in observations)
+    assert "rtn001" in result.answer or task == "one tool"
     assert result.usage.model_calls == calls
