@@ -628,6 +628,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Terminated:
         return 143
+    except BrokenPipeError:
+        # The reader went away (`show ID | head`): what it read is all it wanted.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     finally:
         # Every exit sends the spans first: `__main__` ends with os._exit, which runs
         # no exit handler, so whatever is still buffered would be lost.
@@ -639,6 +643,7 @@ if __name__ == "__main__":
     # Skip interpreter teardown: the SDK's Rust runtime threads can outlive the
     # event loop, and finalizing under them aborts a short-lived client process
     # ("PyGILState_Release ... finalizing", temporalio/sdk-python#300).
-    sys.stdout.flush()
-    sys.stderr.flush()
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
+        sys.stderr.flush()
     os._exit(code)

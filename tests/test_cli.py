@@ -104,6 +104,21 @@ def test_worker_and_ask_follow_in_two_processes(
     assert shown.returncode == 0, shown.stderr
     assert "(completed)" in shown.stdout and "Herbal Handsoap" in shown.stdout
 
+    # A reader that stops reading (`show ID | head -1`) ends it quietly.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with os.fdopen(write_end, "w") as closed:
+        cut = subprocess.run(
+            [sys.executable, "client.py", "show", workflow_id],
+            cwd=ROOT,
+            env=cli_env,
+            stdout=closed,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert (cut.returncode, cut.stderr) == (0, "")
+
 
 def test_show_follow_prints_a_running_turn_as_it_goes(
     cli_env: dict[str, str], worker: subprocess.Popen[str]
