@@ -58,6 +58,8 @@ from agent.conversation import (
     latest_results,
 )
 from agent.model import ModelRequest, Reply
+from agent.shields import DATA_MARK
+from agent.shields.offline import reads_as_instructions
 from agent.stream import TextSink, write_out
 from agent.tools import ToolSpec
 from agent.types import ToolCall, Usage
@@ -777,10 +779,15 @@ class OfflineModel:
         asked: _Asked,
         talk: _Dialogue,
     ) -> str:
-        """One result in words: errors as the tool said them, records composed."""
-        records = parse_records(result.text) if result.ok else []
+        """One result in words: errors as the tool said them, records composed. A
+        result a shield marked as data is read for its facts: no sentence of it that
+        reads as instructions is passed on to the customer."""
+        text = result.text
+        if text.startswith(DATA_MARK):
+            text = _without_instructions(text.removeprefix(DATA_MARK).lstrip())
+        records = parse_records(text) if result.ok else []
         if not records:
-            return result.text
+            return text
         if "excerpt" in records[0]:
             return _policy_answer(records, asked)
         record = records[0]
@@ -792,7 +799,16 @@ class OfflineModel:
             return _return_answer(record, asked)
         if "order id" in record:
             return _order_answer(record, asked)
-        return result.text
+        return text
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _without_instructions(text: str) -> str:
+    """`text` without the sentences that read as orders to the assistant."""
+    kept = [s for s in _SENTENCE_END.split(text) if not reads_as_instructions(s)]
+    return " ".join(kept)
 
 
 def _offer(

@@ -304,6 +304,11 @@ class OfflineShield:
         return Verdict(shield=self.name)
 
 
+def reads_as_instructions(text: str) -> bool:
+    """Whether a tool-output shield would flag `text` (a sentence of a tool result)."""
+    return _first_match(RULES["tool_output"], normalize(text)) is not None
+
+
 def normalize(text: str) -> str:
     """One spelling for lookalike text: NFKC (full-width letters), no invisible
     characters, straight quotes, single spaces (line breaks kept: role lines)."""
