@@ -301,6 +301,8 @@ def test_errors_are_classified_as_the_official_sdks_do(
         ({"retry-after": "4"}, 4.0),
         ({}, None),
         ({"retry-after": "soon"}, None),
+        ({"retry-after": "86400"}, None),  # over a minute: the retry policy's backoff
+        ({"retry-after-ms": "-5"}, 0.0),
     ],
 )
 def test_retry_after_headers(

@@ -292,26 +292,37 @@ def _provider_message(e: Exception) -> str:
     return str(said) if said else str(getattr(e, "message", "") or e)
 
 
+MAX_RETRY_AFTER_S = 60.0
+"""Longer waits than this a server asks for are not taken (the model retry policy's
+backoff is), as the official SDKs do: a turn is not parked for a day by one header."""
+
+
 def retry_after(e: Exception) -> float | None:
     """Seconds the server asked to wait: `retry-after-ms`, else `retry-after`
-    (seconds or an HTTP date), as the official SDKs read them."""
+    (seconds or an HTTP date), as the official SDKs read them; None for no usable
+    ask, or one over `MAX_RETRY_AFTER_S`."""
     response = getattr(e, "response", None)
     headers = getattr(response, "headers", None)
-    if headers is None:
+    seconds = _asked_wait(headers) if headers is not None else None
+    if seconds is None or seconds > MAX_RETRY_AFTER_S:
         return None
+    return max(0.0, seconds)
+
+
+def _asked_wait(headers: Any) -> float | None:
     if (ms := headers.get("retry-after-ms")) is not None:
         try:
-            return max(0.0, float(ms) / 1000)
+            return float(ms) / 1000
         except ValueError:
             pass
     value = headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        return float(value)
     except ValueError:
         pass
     try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        return parsedate_to_datetime(value).timestamp() - time.time()
     except (TypeError, ValueError):
         return None
