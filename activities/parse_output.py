@@ -17,6 +17,7 @@ from agent.render import render_result
 from agent.shields import DATA_MARK, ShieldRequest, ShieldSet, Verdict
 from agent.types import Observation, ToolCall
 
+
 class ParseOutputInput(BaseModel):
     call: ToolCall
     result: Any
