@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
+from agent.errors import NotAllowed
 from agent.subagents import agent_tool
 from agent.tools import ToolContext, ToolRegistry, tool
 from shop.store import Order, PolicyHit, Return, ShopData
@@ -59,6 +60,37 @@ def order_status(args: OrderLookup, ctx: ToolContext[ShopData]) -> Order:
     """Status of a specific order: the item purchased, quantity, amount, and shipping
     status and delivery dates."""
     return ctx.deps.order(ctx.customer_id, args.order_id)
+
+
+TRACKING_PAGE = "https://shop.example/track/{order_id}"
+"""The carrier's tracking page of a shipped order (the demo shop's own, made up)."""
+
+
+@tool(
+    examples=[
+        "Can I get the tracking link for order 123456?",
+        "Where can I track my parcel for order 234567?",
+        "Send me the tracking number of 123456.",
+    ],
+    timeout=timedelta(seconds=5),
+    quick=True,
+    return_direct=True,
+)
+def tracking_link(args: OrderLookup, ctx: ToolContext[ShopData]) -> str:
+    """The tracking link of a shipped order, for the customer to follow the parcel.
+    Its result is the answer, word for word."""
+    order = ctx.deps.order(ctx.customer_id, args.order_id)
+    if order.shipped_on is None:
+        raise NotAllowed(
+            f"Order {order.order_id} has not shipped yet (status: {order.status}), so it has "
+            "no tracking link; it is expected by "
+            f"{order.expected_delivery or 'a date not set yet'}."
+        )
+    link = TRACKING_PAGE.format(order_id=order.order_id)
+    return (
+        f"You can follow order {order.order_id} ({order.quantity} × {order.item}, shipped "
+        f"{order.shipped_on}) here: {link}"
+    )
 
 
 @tool(
@@ -122,12 +154,13 @@ policy_expert = agent_tool(
 )
 
 
-TOOLS = ToolRegistry([order_status, return_status, start_return, search_policies])
+TOOLS = ToolRegistry([order_status, tracking_link, return_status, start_return, search_policies])
 """The support agent's tools: policy questions use the policy search directly."""
 
 TOOLS_WITH_POLICY_EXPERT = ToolRegistry(
     [
         order_status,
+        tracking_link,
         return_status,
         start_return,
         replace(search_policies, top_level=False),

@@ -194,20 +194,34 @@ async def test_shields_that_stay_down_fail_closed_or_open(harness: Harness) -> N
     assert opened.outcome is Outcome.ANSWERED and opened.answer == "Hello!"
 
 
-@tool(return_direct=True)
-def tracking_link(args: Nothing, ctx: ToolContext[ShopData]) -> str:
-    """A tracking link for the customer's latest parcel."""
-    return "https://track.example/123456"
+TRACKED = (
+    "You can follow order 123456 (2 × Herbal Handsoap, shipped 2026-11-18) here: "
+    "https://shop.example/track/123456"
+)
 
 
 async def test_a_return_direct_tool_ends_the_turn_with_one_model_call(harness: Harness) -> None:
-    model = ScriptedModel(plans=[Reply(calls=[ToolCall(id="c1", name="tracking_link")])])
-    async with harness.worker(model, ToolRegistry([tracking_link])) as tq:
-        turn = TurnInput(question="Where is my parcel?", model="scripted")
-        result = await (await start_turn(harness.client, turn, tq)).result()
-    assert result.answer == "https://track.example/123456"
-    assert result.usage.model_calls == 1 and model.calls("interpret") == 0
-    assert kinds(result)[-1] == "answer"
+    """The demo shop's `tracking_link`, asked of the offline model."""
+    result = await harness.ask("Can I get the tracking link for order 123456?")
+    assert result.answer == TRACKED
+    assert result.usage.model_calls == 1
+    assert kinds(result) == ["plan", "tool_call", "observation", "answer"]
+
+
+def track(order_id: str, id: str) -> ToolCall:
+    return ToolCall(id=id, name="tracking_link", arguments={"order_id": order_id})
+
+
+async def test_a_round_with_more_than_return_direct_calls_is_interpreted(
+    harness: Harness,
+) -> None:
+    """Beside another call, or failing (order 456789 has not shipped), a return-direct
+    result does not end the turn: the model reads every result of the round."""
+    for calls in ([track("123456", "c1"), ORDER], [track("456789", "c1")]):
+        model = ScriptedModel(plans=[Reply(calls=calls)], decisions=[Reply(text="read them")])
+        result = await harness.ask("Where are orders 123456 and 456789?", model=model)
+        assert result.answer == "read them"
+        assert result.usage.model_calls == 2 and model.calls("interpret") == 1
 
 
 class Slow(Keyword):

@@ -100,6 +100,11 @@ with workflow.unsafe.imports_passed_through():
 QUICK_READS = "quick-reads-as-local-activities"
 """Patch id: turns recorded since quick reads run as local activities."""
 
+WHOLE_ROUND_DIRECT = "return-direct-only-when-the-whole-round-is"
+"""Patch id: turns recorded since a round with other calls beside a return-direct one
+goes to `interpret` (the model reads every result) instead of ending with the direct
+result alone."""
+
 ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 
 # Model errors that say the request can never succeed as configured.
@@ -240,8 +245,10 @@ class AgentTurn:
             self._answer(reply, results)
             ran = zip(valid, observations, strict=True)
             direct = [o.text for vc, o in ran if vc.return_direct and o.ok]
-            if direct:
-                # A return-direct tool's result is the answer: no interpret.
+            whole = len(direct) == len(reply.calls)
+            if direct and (whole or not workflow.patched(WHOLE_ROUND_DIRECT)):
+                # Return-direct results are the answer: no interpret. Only when every
+                # call of the round is one and succeeded: else the model reads them all.
                 return await self._answered(turn, iteration, " ".join(direct))
             reply = await self._interpret(turn, iteration, f"interpret: {len(results)} result(s)")
             if reply.calls:
