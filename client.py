@@ -39,6 +39,7 @@ from agent.types import (
     TurnInput,
     TurnLimits,
     TurnOutput,
+    check_customer_id,
 )
 from runtime.server import Connection, ServerUnavailable, connect
 from runtime.settings import TASK_QUEUE
@@ -79,6 +80,7 @@ FLAGS = {
     "max_duration": "--max-duration",
     "max_tokens": "--max-tokens",
     "approval_timeout": "--approval-timeout",
+    "idle_timeout": "--idle-timeout",
 }
 
 
@@ -138,6 +140,16 @@ def input_error(e: ValidationError) -> CliError:
         message = str(err["msg"]).removeprefix("Value error, ")
         parts.append(f"{FLAGS[field]}: {message}" if field else message)
     return CliError("; ".join(parts))
+
+
+def customer_filter(args: argparse.Namespace) -> str | None:
+    """`--customer` of `pending` and `list`, checked as turns check it."""
+    if args.customer is None:
+        return None
+    try:
+        return check_customer_id(args.customer)
+    except ValueError as e:
+        raise CliError(f"--customer: {e}") from None
 
 
 def limits(args: argparse.Namespace) -> TurnLimits:
@@ -237,7 +249,11 @@ def chat_input(args: argparse.Namespace) -> ConversationInput:
     """A conversation as `chat` and `web` start it: its turns stream their text."""
     try:
         return ConversationInput(
-            customer_id=args.customer, model=args.model, limits=limits(args), stream=True
+            customer_id=args.customer,
+            model=args.model,
+            limits=limits(args),
+            idle_timeout=timedelta(minutes=args.idle_timeout),
+            stream=True,
         )
     except ValidationError as e:
         raise input_error(e) from None
@@ -362,8 +378,9 @@ class Lines:
 
 
 async def cmd_pending(args: argparse.Namespace) -> None:
+    customer = customer_filter(args)
     async with session(args.task_queue, self_contained=False) as conn:
-        waiting = await pending(conn.client, args.customer)
+        waiting = await pending(conn.client, customer)
         if not waiting:
             print("no calls awaiting approval")
             return
@@ -393,21 +410,23 @@ async def cmd_decide(args: argparse.Namespace) -> int:
 
 
 async def cmd_list(args: argparse.Namespace) -> None:
+    customer = customer_filter(args)
     async with session(args.task_queue, self_contained=False) as conn:
         rows = await find_turns(
             conn.client,
-            customer_id=args.customer,
+            customer_id=customer,
             outcome=args.outcome,
             awaiting_approval=args.awaiting_approval,
             limit=args.limit,
         )
         if not rows:
             print("no turns found")
+        width = max((len(r.workflow_id) for r in rows), default=0)
         for r in rows:
             started = r.started.astimezone().strftime("%Y-%m-%d %H:%M:%S")
             tools = ",".join(r.tools) or "-"
             print(
-                f"{r.workflow_id}  {started}  {r.status:<17}  {r.outcome or '-':<11}  "
+                f"{r.workflow_id:<{width}}  {started}  {r.status:<17}  {r.outcome or '-':<11}  "
                 f"{r.model or '-'}  {tools}  {r.question!r}"
             )
 
@@ -485,6 +504,18 @@ async def cmd_web(args: argparse.Namespace) -> None:
         await serve(conn, chat, host=args.host, port=args.port, task_queue=args.task_queue)
 
 
+def add_idle_timeout(p: argparse.ArgumentParser) -> None:
+    default = ConversationInput.model_fields["idle_timeout"].default
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        metavar="MINUTES",
+        default=default.total_seconds() / 60,
+        help="minutes a conversation waits for the next message before it ends "
+        "(default: %(default)g)",
+    )
+
+
 def add_turn_options(p: argparse.ArgumentParser) -> None:
     defaults = TurnLimits()
     p.add_argument(
@@ -538,6 +569,7 @@ def parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", help="a conversation: one message per line, Ctrl-D ends it")
     add_turn_options(chat)
+    add_idle_timeout(chat)
     chat.set_defaults(run=cmd_chat)
 
     waiting = sub.add_parser("pending", help="calls awaiting approval, one line each")
@@ -560,7 +592,11 @@ def parser() -> argparse.ArgumentParser:
 
     lst = sub.add_parser("list", help="recent turns, one line each")
     lst.add_argument("--customer", help="only this customer's turns")
-    lst.add_argument("--outcome", help="only turns that ended so (answered, step_limit, ...)")
+    lst.add_argument(
+        "--outcome",
+        choices=[o.value for o in Outcome],
+        help="only turns that ended so (one of: %(choices)s)",
+    )
     lst.add_argument(
         "--awaiting-approval", action="store_true", help="only turns waiting for a decision"
     )
@@ -580,6 +616,7 @@ def parser() -> argparse.ArgumentParser:
 
     web = sub.add_parser("web", help="a web chat with the agent, served on this machine")
     add_turn_options(web)
+    add_idle_timeout(web)
     web.add_argument("--port", type=int, default=8080, help="default: %(default)s")
     web.add_argument(
         "--host",
