@@ -407,6 +407,9 @@ def _decide(talk: _Dialogue, profiles: list[_ToolProfile]) -> _Plan:
         return _Plan(text=_small_talk(question, profiles))
     if (reply := _complete_asked_request(talk, profiles)) is not None:
         return reply
+    if (action := _action_no_tool_does(question, profiles)) is not None:
+        can = "; ".join(_capability(p.spec) for p in profiles)
+        return _Plan(text=f"Sorry, I can't {action} that for you here. I can help with: {can}.")
     words = content_words(question)
     request = not is_question(question)
     allowed = [p for p in profiles if p.allowed(request, words)]
@@ -416,6 +419,27 @@ def _decide(talk: _Dialogue, profiles: list[_ToolProfile]) -> _Plan:
     if chosen:
         return _with_free_text(_add_lookup_for_rest(chosen, allowed, words), question, words)
     return _topical(allowed, talk, words)
+
+
+_CAN_I_DO = re.compile(r"^(?:can|could|may)\s+(?:i|you|we)\s+(?:please\s+)?([a-z]+)\b")
+_ANY_REQUEST = frozenset(
+    map(_stem, ["ask", "check", "confirm", "explain", "find", "give", "help", "look", "show", "send", "use", "verify"])
+)
+"""Verbs that ask for help of any kind, not for one thing a tool must do."""
+
+
+def _action_no_tool_does(question: str, profiles: list[_ToolProfile]) -> str | None:
+    """The verb of "can I / can you <verb> ..." when no tool speaks of doing it
+    ("Can I change the delivery address ...?"): the question asks for something
+    the agent cannot do, whatever else it mentions."""
+    m = _CAN_I_DO.match(_normalize(question).strip())
+    if m is None:
+        return None
+    verb = m.group(1)
+    stem = _stem(verb)
+    if verb in STOPWORDS or stem in _ANY_REQUEST or any(p.matches(stem) for p in profiles):
+        return None
+    return verb
 
 
 def _nouns(profiles: Iterable[_ToolProfile]) -> set[str]:
@@ -622,6 +646,12 @@ def _order_answer(record: Record, asked: _Asked) -> str:
     what = f"{quantity} × {item}" if quantity else item
     total = _field(record, "amount")
     sentences = []
+    if "return" in asked.words:
+        # Whether it can go back: a return it has already, or that it has not shipped.
+        if returns := _field(record, "return"):
+            sentences.append(f"Order {order_id} already has a return: {returns}.")
+        elif not _field(record, "shipped"):
+            sentences.append(_shipping(record, f"order {order_id}"))
     if asked.concepts & {"item", "quantity"}:
         sentences.append(f"Order {order_id} is for {what}.")
     if "amount" in asked.concepts:
@@ -833,7 +863,9 @@ def _offer(
             call = calls.get(r.call_id)
             ids = p.find_ids(" ".join(str(v) for v in call.arguments.values())) if call else None
             records = parse_records(r.text) if r.ok else []
-            if ids and records and _field(records[0], "shipped"):
+            # Shipped, and not already what the request would make (its return).
+            made = records and any(_field(records[0], a) for a in action)
+            if ids and records and _field(records[0], "shipped") and not made:
                 return (
                     f"If you'd like to go ahead, tell me {reason.description} and I'll "
                     f"{p.phrase()} for {' '.join(f'{_id_noun(i)} {ids[i.name]}' for i in p.ids)}."

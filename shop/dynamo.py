@@ -35,6 +35,7 @@ from shop.store import (
     clean_reason,
     existing_return,
     new_return,
+    returns_of,
 )
 
 COUNTER_KEY = "__return_counter__"
@@ -132,6 +133,7 @@ class DynamoStore:
             status=row["status"],
             shipped_on=row.get("shipped_on"),
             expected_delivery=row.get("expected_delivery"),
+            returns=returns_of(self.returns_for(order_id)),
         )
 
     def return_(self, customer_id: str, return_id: str) -> Return:

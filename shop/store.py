@@ -67,6 +67,14 @@ class Order(BaseModel):
     status: str
     shipped_on: str | None = None
     expected_delivery: str | None = None
+    returns: str | None = None
+    """The order's returns and their status ("rtn003 (open)"), if it has any."""
+
+
+def returns_of(returns: list[Return]) -> str | None:
+    """`Order.returns` from the order's returns, oldest first."""
+    ordered = sorted(returns, key=lambda r: r.return_id)
+    return ", ".join(f"{r.return_id} ({r.status})" for r in ordered) or None
 
 
 class Return(BaseModel):
@@ -326,6 +334,10 @@ class ShopStore:
                 "SELECT * FROM orders WHERE order_id = ? AND customer_id = ?",
                 (order_id, customer_id),
             ).fetchone()
+            returns = db.execute(
+                f"SELECT {_RETURN_COLUMNS} FROM returns WHERE order_id = ? AND customer_id = ?",
+                (order_id, customer_id),
+            ).fetchall()
         if row is None:
             raise NotFound(ORDER_NOT_FOUND)
         return Order(
@@ -336,6 +348,7 @@ class ShopStore:
             status=row["status"],
             shipped_on=row["shipped_on"],
             expected_delivery=row["expected_delivery"],
+            returns=returns_of([Return(**dict(r)) for r in returns]),
         )
 
     def return_(self, customer_id: str, return_id: str) -> Return:

@@ -68,6 +68,12 @@ CASES = [
         [RETURN_NOT_FOUND],
     ),
     Case("What is the impact of return rtn001 on world peace?", [], [DECLINE]),
+    # Something no tool does, about an order: no lookup, no "not yet".
+    Case(
+        "Can I change the delivery address on order 456789?",
+        [],
+        ["Sorry, I can't change that for you here. I can help with: status of a specific order"],
+    ),
     # Shipping: yes or no, with the dates.
     Case(
         "Has order 123456 shipped?",
@@ -189,6 +195,25 @@ CASES = [
         "What happens if I return order 123456?",
         [ORDER_123456, policy("What happens if I return order 123456?")],
         ["Order 123456", RETURNS_POLICY, OFFER],
+    ),
+    # ... and no offer to start one where the order says it cannot go back.
+    Case(
+        "Can I return order 234567?",
+        ["order_status(order_id='234567')", policy("Can I return order 234567?")],
+        ["Order 234567 already has a return: rtn003 (received).", RETURNS_POLICY],
+        absent=("I'll start a return",),
+    ),
+    Case(
+        "Can I return order 345678?",
+        ["order_status(order_id='345678')", policy("Can I return order 345678?")],
+        ["Order 345678 already has a return: rtn001 (processed).", "cannot be returned again"],
+        absent=("I'll start a return",),
+    ),
+    Case(
+        "Can I return order 456789?",
+        ["order_status(order_id='456789')", policy("Can I return order 456789?")],
+        ["Order 456789 has not shipped yet (status: processing)"],
+        absent=("I'll start a return",),
     ),
     Case(
         "Can I cancel order 456789?",
