@@ -96,11 +96,17 @@ UNANSWERED = (Outcome.MODEL_ERROR, Outcome.STEP_LIMIT, Outcome.TIME_LIMIT, Outco
 
 
 @contextlib.asynccontextmanager
-async def session(task_queue: str, *, self_contained: bool) -> AsyncIterator[Connection]:
+async def session(
+    task_queue: str, *, self_contained: bool, needs_worker: bool = True
+) -> AsyncIterator[Connection]:
     """A connection; with `self_contained`, also an embedded server and an in-process
-    worker when no live one serves the queue, so the command works on a fresh machine."""
+    worker when no live one serves the queue, so the command works on a fresh machine.
+    Else a note when no live worker serves the queue and the command `needs_worker`."""
     conn = await connect(start_embedded=self_contained)
     try:
+        if not (self_contained or needs_worker):
+            yield conn
+            return
         serving = await workers(conn.client, task_queue)
         if self_contained and not serving.live:
             from worker import build_worker
@@ -411,7 +417,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
 
 async def cmd_list(args: argparse.Namespace) -> None:
     customer = customer_filter(args)
-    async with session(args.task_queue, self_contained=False) as conn:
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
         rows = await find_turns(
             conn.client,
             customer_id=customer,
@@ -432,7 +438,7 @@ async def cmd_list(args: argparse.Namespace) -> None:
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
-    async with session(args.task_queue, self_contained=False) as conn:
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
         handle = conn.client.get_workflow_handle_for(AgentTurn.run, args.workflow_id)
         try:
             desc = await handle.describe()

@@ -133,6 +133,11 @@ async def follow(client: Client, turn_id: str, from_offset: int = 0) -> AsyncIte
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise AgentClientError(f"no turn with workflow id {turn_id!r}") from None
+        if e.status == RPCStatusCode.UNAVAILABLE:
+            raise AgentClientError(
+                f"lost the Temporal server ({e.message}); turn {turn_id} is kept there: "
+                f"see it with `python client.py show {turn_id}` once the server is back"
+            ) from None
         raise
 
 
@@ -229,7 +234,9 @@ async def history_view(handle: WorkflowHandle) -> list[str]:
             )
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             kind = event.activity_task_scheduled_event_attributes.activity_type.name
-            scheduled[event.event_id] = f"{kind}: {summary}" if summary else kind
+            # Summaries of the turn's own steps name their kind already ("plan: …").
+            named = not summary or summary.partition(":")[0] == kind
+            scheduled[event.event_id] = (summary or kind) if named else f"{kind}: {summary}"
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             done = scheduled.pop(
                 event.activity_task_completed_event_attributes.scheduled_event_id, ""

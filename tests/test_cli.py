@@ -277,6 +277,29 @@ def test_ask_waits_and_says_how_to_decide_then_reject(
     assert ShopStore(cli_env["AGENT_SHOP_DB"]).returns_for("123456") == []
 
 
+def test_ask_that_loses_its_server_says_so_in_one_line(
+    cli_env: dict[str, str], worker: subprocess.Popen[str]
+) -> None:
+    """The worker that embeds the server stops while `ask` waits for an approval."""
+    asking = subprocess.Popen(
+        [sys.executable, "client.py", "ask", "Please start a return for 123456: too small"],
+        cwd=ROOT,
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert asking.stdout is not None
+    while "decide with:" not in (line := asking.stdout.readline()):
+        assert line, asking.stderr.read() if asking.stderr else ""
+    worker.terminate()
+    worker.wait(timeout=30)
+    _, err = asking.communicate(timeout=120)
+    assert asking.returncode == 1
+    assert "error: lost the Temporal server" in err and "client.py show turn-demo-" in err
+    assert "Traceback" not in err
+
+
 def test_chat_reads_lines_from_standard_input(
     cli_env: dict[str, str], worker: subprocess.Popen[str]
 ) -> None:
@@ -348,6 +371,7 @@ def test_show_without_a_worker_shows_the_history(shared_server: dict[str, str]) 
     assert shown.returncode == 0, shown.stderr
     assert "(running)" in shown.stdout
     assert "no worker answered, so this is the history only" in shown.stderr
+    assert "no live worker serves" not in shown.stderr  # said once, by show itself
     assert "Traceback" not in shown.stderr
 
 
