@@ -33,7 +33,10 @@ from client import start_turn
 KILLS = 20
 IN_FLIGHT = 8
 MODEL = "paced:150"  # two tools in sequence, 150 ms per model call: ~0.6 s per turn
-SETTLE_S = (3.5, 5.0)  # between kills: longer than any wait, so each kill is its own
+# Between kills: longer than the longest wait one kill causes (heartbeat 2 s, retry
+# 0.5 s, the call, then 2 s on the dead worker's sticky queue), so a turn's wait is
+# that of one kill, not two in a row.
+SETTLE_S = (6.0, 8.0)
 
 # The turn's last event counts too: it shares its workflow task's batch, and a kill
 # can fall between the two timestamps.
