@@ -423,7 +423,11 @@ def _decide(talk: _Dialogue, profiles: list[_ToolProfile]) -> _Plan:
 
 _CAN_I_DO = re.compile(r"^(?:can|could|may)\s+(?:i|you|we)\s+(?:please\s+)?([a-z]+)\b")
 _ANY_REQUEST = frozenset(
-    map(_stem, ["ask", "check", "confirm", "explain", "find", "give", "help", "look", "show", "send", "use", "verify"])
+    map(
+        _stem,
+        ["ask", "check", "confirm", "explain", "find", "give", "help", "look", "show", "send"]
+        + ["use", "verify"],
+    )
 )
 """Verbs that ask for help of any kind, not for one thing a tool must do."""
 
