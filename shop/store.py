@@ -252,6 +252,10 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
 # Titles weigh four times the body: a document named for the topic ranks first.
 _TITLE_WEIGHT, _BODY_WEIGHT = 4.0, 1.0
 SENTENCES_PER_HIT = 2
+OPENING_SENTENCES = 3
+"""What a question about a whole policy ("What is your return policy?") gets: the
+document's opening, which states it, rather than the sentences that repeat a word."""
+_WHOLE_POLICY = re.compile(r"\b(?:polic(?:y|ies)|rules|terms)\b", re.IGNORECASE)
 
 
 def sentences(text: str) -> list[str]:
@@ -259,11 +263,19 @@ def sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(text.strip()) if s]
 
 
+# "ship to Germany", "deliver in Japan": a place the documents may not name, but
+# their sentence about which countries they deliver to answers.
+_TO_A_PLACE = re.compile(r"\b(?:ship|send|deliver|post|mail)\w*\s+(?:it\s+)?(?:to|in)\s+[A-Z]")
+_PLACE_TERMS = ("countries", "internationally")
+
+
 def match_expression(query: str) -> str:
     """An FTS5 query matching any of the question's content words. Each word is
     quoted, so FTS5 operators typed by a customer ("NOT", "*") are just words,
     and the porter tokenizer stems them as it stemmed the documents."""
     words = re.findall(r"[a-z0-9]+", query.lower())
+    if _TO_A_PLACE.search(query):
+        words += _PLACE_TERMS
     terms = dict.fromkeys(w for w in words if w not in _QUERY_STOPWORDS)
     if not terms:
         raise NotFound(POLICY_NOT_FOUND)
@@ -410,7 +422,8 @@ class ShopStore:
                 "WHERE policy_text MATCH ? ORDER BY score",
                 (_TITLE_WEIGHT, _BODY_WEIGHT, match),
             ).fetchall()
-            hits = [_hit(db, slug, numbers) for slug, numbers in _rank_documents(rows, limit)]
+            ranked = _rank_documents(rows, limit, whole=bool(_WHOLE_POLICY.search(query)))
+            hits = [_hit(db, slug, numbers) for slug, numbers in ranked]
         if not hits:
             raise NotFound(POLICY_NOT_FOUND)
         return hits
@@ -440,7 +453,9 @@ def _next_return_id(db: sqlite3.Connection) -> str:
     return f"rtn{(last[0] or 0) + 1:03d}"
 
 
-def _rank_documents(rows: list[sqlite3.Row], limit: int) -> list[tuple[str, list[int]]]:
+def _rank_documents(
+    rows: list[sqlite3.Row], limit: int, whole: bool = False
+) -> list[tuple[str, list[int]]]:
     """Documents by the sum of their matching rows' scores, each with the numbers
     of the sentences for its excerpt.
 
@@ -456,14 +471,16 @@ def _rank_documents(rows: list[sqlite3.Row], limit: int) -> list[tuple[str, list
         score[row["slug"]] += row["score"]
         matched[row["slug"]].append(row["n"])
     ranked = sorted(score, key=score.__getitem__)[:limit]
-    return [(slug, _excerpt_sentences(matched[slug])) for slug in ranked]
+    return [(slug, _excerpt_sentences(matched[slug], whole)) for slug in ranked]
 
 
-def _excerpt_sentences(matched: list[int]) -> list[int]:
+def _excerpt_sentences(matched: list[int], whole: bool = False) -> list[int]:
     """The best matching sentences, in reading order. A matching title stands for
     the opening sentence: a question about the document's topic ("return
     policy") is answered by the sentence that states the policy, not by the one
-    that repeats the word most often."""
+    that repeats the word most often; asked for the whole policy, by the opening."""
+    if whole and 0 in matched:
+        return list(range(1, OPENING_SENTENCES + 1))
     best = dict.fromkeys(n or 1 for n in matched)
     return sorted(list(best)[:SENTENCES_PER_HIT])
 

@@ -42,8 +42,10 @@ UI_URL = f"http://localhost:{LOCAL_UI_PORT}"
 RETURN = "Please start a return for order 123456, the soap arrived damaged"
 POLICY_ANSWER = (
     "Our Returns policy says: You can return any unused item in its original packaging "
-    "within 30 days of delivery for a full refund. An order that was already returned "
-    "and refunded cannot be returned again."
+    "within 30 days of delivery for a full refund. Opened personal care products (soaps, "
+    "oils, bath salts) can be returned only if they are faulty. To start a return, tell us "
+    "your order ID and why the item is going back; you get a return ID (like rtn001) and a "
+    "prepaid shipping label by email."
 )
 SHIPPED_ANSWER = "Yes — order 123456 shipped on 2026-11-18 and should arrive by 2026-11-21."
 
