@@ -45,7 +45,7 @@ from client import start_turn
 from runtime.server import EmbeddedServer, free_port, open_client
 from runtime.turns import follow
 
-TARGETS = {"latency_ratio": 1.10, "throughput_ratio": 0.90, "recovery_s": 3.0}
+TARGETS = {"latency_ratio": 1.05, "throughput_ratio": 0.90, "recovery_s": 3.0}
 MAX_EVENTS_PER_ITERATION = 25
 MEMORY_TURNS = 1000
 MEMORY_SAMPLE_EVERY = 100
