@@ -129,6 +129,7 @@ def start_return(args: ReturnRequest, ctx: ToolContext[ShopData]) -> Return:
         "Do you ship internationally?",
         "How long does a refund take?",
         "Which payment methods do you accept?",
+        "Do you accept gift cards?",
         "Is there a warranty on electric toothbrushes?",
     ],
     timeout=timedelta(seconds=5),

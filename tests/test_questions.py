@@ -154,6 +154,7 @@ CASES = [
         [policy("How long does a refund take?")],
         ["Card refunds take 3 to 5 business days"],
     ),
+    Case("Can I use a gift card?", [policy("Can I use a gift card?")], ["store gift cards"]),
     # A country the documents do not name: the sentence on where they deliver.
     Case(
         "Do you ship to Germany?",
