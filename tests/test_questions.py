@@ -155,6 +155,7 @@ CASES = [
         ["Card refunds take 3 to 5 business days"],
     ),
     Case("Can I use a gift card?", [policy("Can I use a gift card?")], ["store gift cards"]),
+    Case("May I ask where order 123456 is?", [ORDER_123456], ["shipped on 2026-11-18"]),
     # A country the documents do not name: the sentence on where they deliver.
     Case(
         "Do you ship to Germany?",
