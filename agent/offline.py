@@ -425,8 +425,8 @@ _CAN_I_DO = re.compile(r"^(?:can|could|may)\s+(?:i|you|we)\s+(?:please\s+)?([a-z
 _ANY_REQUEST = frozenset(
     map(
         _stem,
-        ["ask", "check", "confirm", "explain", "find", "give", "help", "look", "show", "send"]
-        + ["use", "verify"],
+        ["check", "confirm", "explain", "find", "give", "help", "look", "show", "send", "use"]
+        + ["verify"],
     )
 )
 """Verbs that ask for help of any kind, not for one thing a tool must do."""

@@ -248,11 +248,10 @@ def test_ask_no_wait_then_pending_then_approve(
     assert unknown.stderr.strip() == "error: no turn with workflow id 'turn-demo-nope'"
 
 
-def test_ask_waits_and_says_how_to_decide_then_reject(
-    cli_env: dict[str, str], worker: subprocess.Popen[str]
-) -> None:
+def ask_until_it_waits(cli_env: dict[str, str], question: str) -> tuple[subprocess.Popen[str], str]:
+    """`ask` running until it prints how to decide its pending call; its workflow id."""
     asking = subprocess.Popen(
-        [sys.executable, "client.py", "ask", "Please start a return for 123456: wrong colour"],
+        [sys.executable, "client.py", "ask", question],
         cwd=ROOT,
         env=cli_env,
         stdout=subprocess.PIPE,
@@ -260,11 +259,17 @@ def test_ask_waits_and_says_how_to_decide_then_reject(
         text=True,
     )
     assert asking.stdout is not None
-    hint = ""
-    while "decide with:" not in hint:
-        hint = asking.stdout.readline()
+    while "decide with:" not in (hint := asking.stdout.readline()):
         assert hint, asking.stderr.read() if asking.stderr else ""
-    workflow_id = hint.split("approve ")[1].split()[0]
+    return asking, hint.split("approve ")[1].split()[0]
+
+
+def test_ask_waits_and_says_how_to_decide_then_reject(
+    cli_env: dict[str, str], worker: subprocess.Popen[str]
+) -> None:
+    asking, workflow_id = ask_until_it_waits(
+        cli_env, "Please start a return for 123456: wrong colour"
+    )
     rejected = run(
         ["client.py", "reject", workflow_id, "--reason", "changed my mind", "--by", "bob"],
         cli_env,
@@ -281,22 +286,12 @@ def test_ask_that_loses_its_server_says_so_in_one_line(
     cli_env: dict[str, str], worker: subprocess.Popen[str]
 ) -> None:
     """The worker that embeds the server stops while `ask` waits for an approval."""
-    asking = subprocess.Popen(
-        [sys.executable, "client.py", "ask", "Please start a return for 123456: too small"],
-        cwd=ROOT,
-        env=cli_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert asking.stdout is not None
-    while "decide with:" not in (line := asking.stdout.readline()):
-        assert line, asking.stderr.read() if asking.stderr else ""
+    asking, workflow_id = ask_until_it_waits(cli_env, "Please start a return for 123456: too small")
     worker.terminate()
     worker.wait(timeout=30)
     _, err = asking.communicate(timeout=120)
     assert asking.returncode == 1
-    assert "error: lost the Temporal server" in err and "client.py show turn-demo-" in err
+    assert "error: lost the Temporal server" in err and f"client.py show {workflow_id}" in err
     assert "Traceback" not in err
 
 
