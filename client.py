@@ -27,23 +27,12 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent import telemetry
-from agent.chat import ConversationInput
-from agent.pricing import usage_line
-from agent.stream import DoneEvent, Drafts, StepEvent, TokensEvent
-from agent.types import (
-    DEFAULT_CUSTOMER,
-    Outcome,
-    Step,
-    StepKind,
-    TurnInput,
-    TurnLimits,
-    TurnOutput,
-    check_customer_id,
-)
-from runtime.server import Connection, ServerUnavailable, connect
-from runtime.settings import TASK_QUEUE
-from runtime.turns import (
+from durable_agent import telemetry
+from durable_agent.chat import ConversationInput
+from durable_agent.pricing import usage_line
+from durable_agent.runtime.server import Connection, ServerUnavailable, connect
+from durable_agent.runtime.settings import TASK_QUEUE
+from durable_agent.runtime.turns import (
     AgentClientError,
     WorkerNeeded,
     Workers,
@@ -57,6 +46,17 @@ from runtime.turns import (
     start_chat,
     start_turn,
     workers,
+)
+from durable_agent.stream import DoneEvent, Drafts, StepEvent, TokensEvent
+from durable_agent.types import (
+    DEFAULT_CUSTOMER,
+    Outcome,
+    Step,
+    StepKind,
+    TurnInput,
+    TurnLimits,
+    TurnOutput,
+    check_customer_id,
 )
 from workflows import AgentTurn, Conversation
 

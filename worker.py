@@ -22,16 +22,16 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import turn_activities
-from agent import telemetry
-from agent.approval import ApprovalPolicy
-from agent.model import Model, ModelCatalog
-from agent.offline import OfflineModel
-from agent.shields import ShieldConfigError, ShieldSet
-from agent.tools import ToolRegistry
-from runtime import logs, metrics, search
-from runtime.chaos import ChaosInterceptor, Faults
-from runtime.server import ServerUnavailable, connect
-from runtime.settings import DEFAULT_MODEL, TASK_QUEUE
+from durable_agent import telemetry
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.model import Model, ModelCatalog
+from durable_agent.offline import OfflineModel
+from durable_agent.runtime import logs, metrics, search
+from durable_agent.runtime.chaos import ChaosInterceptor, Faults
+from durable_agent.runtime.server import ServerUnavailable, connect
+from durable_agent.runtime.settings import DEFAULT_MODEL, TASK_QUEUE
+from durable_agent.shields import ShieldConfigError, ShieldSet
+from durable_agent.tools import ToolRegistry
 from shop import open_store, shop_tools
 from workflows import AgentTurn, Conversation
 
@@ -48,17 +48,17 @@ def default_models() -> ModelCatalog:
     name no model get `AGENT_MODEL` (default `offline`)."""
 
     def openai_chat(model: str) -> Model:
-        from agent.backends.openai_chat import OpenAIChatModel
+        from durable_agent.backends.openai_chat import OpenAIChatModel
 
         return OpenAIChatModel(model)
 
     def bedrock(model_id: str) -> Model:
-        from agent.backends.bedrock import BedrockConverseModel
+        from durable_agent.backends.bedrock import BedrockConverseModel
 
         return BedrockConverseModel(model_id)
 
     def sagemaker(endpoint: str) -> Model:
-        from agent.backends.sagemaker import SageMakerTextModel
+        from durable_agent.backends.sagemaker import SageMakerTextModel
 
         return SageMakerTextModel(endpoint)
 

@@ -12,10 +12,10 @@ from activities.parse import ParseActivity, ParseInput, ParseOutput, Rejection, 
 from activities.parse_output import ParseOutputActivity, ParseOutputInput, ParseOutputOutput
 from activities.plan import PlanActivity, PlanInput, PlanOutput
 from activities.shield import ShieldActivity, ShieldInput, ShieldOutput
-from agent.approval import ApprovalPolicy
-from agent.model import ModelCatalog
-from agent.shields import ShieldSet
-from agent.tools import ToolRegistry
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.model import ModelCatalog
+from durable_agent.shields import ShieldSet
+from durable_agent.tools import ToolRegistry
 
 
 def turn_activities(

@@ -10,7 +10,7 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent.errors import ModelUnavailable
+from durable_agent.errors import ModelUnavailable
 
 
 @contextmanager

@@ -12,12 +12,12 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from activities._common import heartbeating, server_suggested_delay
-from agent.conversation import Message, calls_so_far, check
-from agent.model import ModelCatalog, ModelRequest, Reply
-from agent.pricing import Pricing, format_cost
-from agent.telemetry import model_span, record_cost, record_reply
-from agent.tools import ToolRegistry
-from runtime import metrics, streams
+from durable_agent.conversation import Message, calls_so_far, check
+from durable_agent.model import ModelCatalog, ModelRequest, Reply
+from durable_agent.pricing import Pricing, format_cost
+from durable_agent.runtime import metrics, streams
+from durable_agent.telemetry import model_span, record_cost, record_reply
+from durable_agent.tools import ToolRegistry
 
 
 class ModelCallInput(BaseModel):

@@ -16,12 +16,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities._common import heartbeating
-from agent.errors import ToolError
-from agent.render import render_result
-from agent.telemetry import tool_span
-from agent.tools import ToolContext, ToolRegistry
-from agent.types import ToolCall
-from runtime import metrics
+from durable_agent.errors import ToolError
+from durable_agent.render import render_result
+from durable_agent.runtime import metrics
+from durable_agent.telemetry import tool_span
+from durable_agent.tools import ToolContext, ToolRegistry
+from durable_agent.types import ToolCall
 
 _json = TypeAdapter(Any)
 

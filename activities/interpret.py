@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from activities._model_call import ModelCaller, ModelCallInput
-from agent.model import Reply
+from durable_agent.model import Reply
 
 
 class InterpretInput(ModelCallInput):

@@ -13,11 +13,11 @@ from datetime import timedelta
 from pydantic import BaseModel
 from temporalio import activity
 
-from agent.approval import ApprovalPolicy
-from agent.errors import InvalidCall
-from agent.subagents import SubAgent
-from agent.tools import Tool, ToolRegistry
-from agent.types import ToolCall
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.errors import InvalidCall
+from durable_agent.subagents import SubAgent
+from durable_agent.tools import Tool, ToolRegistry
+from durable_agent.types import ToolCall
 
 
 class ValidCall(BaseModel):

@@ -13,9 +13,9 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from activities.shield import judge
-from agent.render import render_result
-from agent.shields import DATA_MARK, ShieldRequest, ShieldSet, Verdict
-from agent.types import Observation, ToolCall
+from durable_agent.render import render_result
+from durable_agent.shields import DATA_MARK, ShieldRequest, ShieldSet, Verdict
+from durable_agent.types import Observation, ToolCall
 
 
 class ParseOutputInput(BaseModel):

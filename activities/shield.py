@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity
 
-from agent.shields import ShieldConfigError, ShieldRequest, ShieldSet, Verdict
+from durable_agent.shields import ShieldConfigError, ShieldRequest, ShieldSet, Verdict
 
 
 class ShieldInput(BaseModel):

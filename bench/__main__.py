@@ -30,10 +30,6 @@ from typing import Any
 
 from temporalio.client import Client
 
-from agent import telemetry
-from agent.shields import SETTINGS as SHIELD_SETTINGS
-from agent.stream import TokensEvent
-from agent.types import TurnInput
 from bench import QUESTION, peers
 from bench.floor import FloorInput, FloorTurn
 from bench.kills import kill_one_of_two
@@ -42,8 +38,12 @@ from bench.memory import rss_over_turns, start_middle_end
 from bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TASKS
 from bench.peers import compare as peer_comparison
 from client import start_turn
-from runtime.server import EmbeddedServer, free_port, open_client
-from runtime.turns import follow
+from durable_agent import telemetry
+from durable_agent.runtime.server import EmbeddedServer, free_port, open_client
+from durable_agent.runtime.turns import follow
+from durable_agent.shields import SETTINGS as SHIELD_SETTINGS
+from durable_agent.stream import TokensEvent
+from durable_agent.types import TurnInput
 
 TARGETS = {"latency_ratio": 1.05, "throughput_ratio": 0.90, "recovery_s": 3.0}
 MAX_EVENTS_PER_ITERATION = 25

@@ -25,10 +25,10 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agent.types import Outcome, TurnInput
 from bench.measure import pct, spawn_worker, stop
 from bench.models import TASK_QUESTION
 from client import start_turn
+from durable_agent.types import Outcome, TurnInput
 
 KILLS = 20
 IN_FLIGHT = 8

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent.conversation import AssistantMessage, latest_results
-from agent.model import ModelCatalog, ModelRequest, Reply
-from agent.offline import OfflineModel
-from agent.stream import TextSink
-from agent.types import ToolCall, Usage
+from durable_agent.conversation import AssistantMessage, latest_results
+from durable_agent.model import ModelCatalog, ModelRequest, Reply
+from durable_agent.offline import OfflineModel
+from durable_agent.stream import TextSink
+from durable_agent.types import ToolCall, Usage
 
 ONE_CALL = Usage(model_calls=1)
 

@@ -27,11 +27,11 @@ from temporalio.worker import (
 )
 
 from activities import turn_activities
-from agent.approval import ApprovalPolicy
-from agent.shields import ShieldSet
 from bench.floor import FloorTurn, floor_local, floor_remote
 from bench.models import bench_models
-from runtime.codec import data_converter
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.runtime.codec import data_converter
+from durable_agent.shields import ShieldSet
 from shop import ShopStore, shop_tools
 from worker import build_worker
 from workflows import AgentTurn

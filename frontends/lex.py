@@ -50,12 +50,12 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent.chat import ConversationInput
-from agent.types import PendingApproval, TurnOutput
+from durable_agent.chat import ConversationInput
+from durable_agent.runtime.server import ServerUnavailable, connect
+from durable_agent.runtime.settings import TASK_QUEUE
+from durable_agent.runtime.turns import AgentClientError, decide, progress_of, send, start_chat
+from durable_agent.types import PendingApproval, TurnOutput
 from frontends._lexv2 import BadEvent, LexEvent, attributes_of, close, intent_of
-from runtime.server import ServerUnavailable, connect
-from runtime.settings import TASK_QUEUE
-from runtime.turns import AgentClientError, decide, progress_of, send, start_chat
 from workflows import AgentTurn
 
 T = TypeVar("T")

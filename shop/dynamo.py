@@ -23,7 +23,7 @@ import argparse
 import os
 from typing import Any
 
-from agent.errors import NotFound, ToolUnavailable
+from durable_agent.errors import NotFound, ToolUnavailable
 from shop import seed
 from shop.store import (
     ORDER_NOT_FOUND,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from agent.types import DEFAULT_CUSTOMER
+from durable_agent.types import DEFAULT_CUSTOMER
 
 OTHER_CUSTOMER = "cust-002"
 

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from agent.errors import NotAllowed, NotFound
+from durable_agent.errors import NotAllowed, NotFound
 from shop import seed
 
 DEFAULT_DB = Path(__file__).resolve().parent.parent / ".durable-agent" / "shop.db"

@@ -9,9 +9,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
-from agent.errors import NotAllowed
-from agent.subagents import agent_tool
-from agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.errors import NotAllowed
+from durable_agent.subagents import agent_tool
+from durable_agent.tools import ToolContext, ToolRegistry, tool
 from shop.store import Order, PolicyHit, Return, ShopData
 
 

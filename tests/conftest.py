@@ -13,14 +13,14 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from agent.conversation import UserMessage, latest_results
-from agent.model import Model, ModelCatalog, ModelRequest
-from agent.offline import OfflineModel
-from agent.tools import ToolRegistry
-from agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from client import start_turn
-from runtime.codec import LEAN_DATA_CONVERTER
-from runtime.server import DEV_SERVER_TUNING, temporal_cli
+from durable_agent.conversation import UserMessage, latest_results
+from durable_agent.model import Model, ModelCatalog, ModelRequest
+from durable_agent.offline import OfflineModel
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
+from durable_agent.tools import ToolRegistry
+from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from shop import TOOLS, ShopStore
 from worker import build_worker
 from workflows import search

@@ -15,13 +15,20 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from agent.approval import ApprovalPolicy
-from agent.model import Reply
-from agent.scripted import ScriptedModel
-from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, TurnProgress
-from runtime.codec import LEAN_DATA_CONVERTER
-from runtime.server import EmbeddedServer, free_port
-from runtime.turns import AgentClientError, decide, find_turns, pending, progress_of, start_turn
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.model import Reply
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.server import EmbeddedServer, free_port
+from durable_agent.runtime.turns import (
+    AgentClientError,
+    decide,
+    find_turns,
+    pending,
+    progress_of,
+    start_turn,
+)
+from durable_agent.scripted import ScriptedModel
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, TurnProgress
 from shop import ShopStore
 from tests.conftest import Harness, kinds, last_result, story
 from workflows import AgentTurn, search

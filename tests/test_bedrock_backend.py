@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent.answers import DECLINE
-from agent.backends.bedrock import CACHE_POINT, GUARDRAIL_ANSWER, BedrockConverseModel
-from agent.types import Outcome, StepKind, TurnLimits
+from durable_agent.answers import DECLINE
+from durable_agent.backends.bedrock import CACHE_POINT, GUARDRAIL_ANSWER, BedrockConverseModel
+from durable_agent.types import Outcome, StepKind, TurnLimits
 from shop import TOOLS
 from tests.conftest import SEED_CASES, Harness, kinds, request
 from tests.fakes.converse import ConverseFake, refuse, said, tool_use, violation

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from runtime.server import free_port
+from durable_agent.runtime.server import free_port
 from shop import ShopStore
 from tests.conftest import SEED_CASES
 

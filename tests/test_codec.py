@@ -28,10 +28,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.plan import PlanInput
-from agent.conversation import AssistantMessage, ToolResult, UserMessage
-from agent.types import Outcome, ToolCall, TurnInput
 from client import start_turn
-from runtime.codec import (
+from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
+from durable_agent.runtime.codec import (
     ENCODING,
     KEY_ID_KEY,
     LEAN_DATA_CONVERTER,
@@ -44,8 +43,15 @@ from runtime.codec import (
     fingerprint,
     key_ring_from_env,
 )
-from runtime.codec_server import CodecServer, build_server
-from runtime.server import EmbeddedServer, ServerUnavailable, connect, free_port, temporal_cli
+from durable_agent.runtime.codec_server import CodecServer, build_server
+from durable_agent.runtime.server import (
+    EmbeddedServer,
+    ServerUnavailable,
+    connect,
+    free_port,
+    temporal_cli,
+)
+from durable_agent.types import Outcome, ToolCall, TurnInput
 
 ROOT = Path(__file__).resolve().parent.parent
 UI_ORIGIN = "http://localhost:8233"
@@ -295,7 +301,7 @@ def test_codec_server_with_a_token_needs_it_except_for_preflight() -> None:
 def test_codec_server_command_needs_a_key_and_serves_with_one(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
     out = subprocess.run(
-        [sys.executable, "-m", "runtime.codec_server", "--port", "0"],
+        [sys.executable, "-m", "durable_agent.runtime.codec_server", "--port", "0"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -306,7 +312,7 @@ def test_codec_server_command_needs_a_key_and_serves_with_one(tmp_path: Path) ->
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.codec_server", "--port", str(port)],
+        [sys.executable, "-m", "durable_agent.runtime.codec_server", "--port", str(port)],
         cwd=ROOT,
         env=env | {"AGENT_ENCRYPTION_KEY": "k9:" + new_key()},
         stdout=subprocess.PIPE,

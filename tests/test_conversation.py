@@ -11,12 +11,12 @@ from datetime import timedelta
 import pytest
 from temporalio.client import WorkflowHandle
 
-from agent.chat import ConversationInput, Memory
-from agent.conversation import AssistantMessage, UserMessage
-from agent.model import ModelRequest, Reply
-from agent.scripted import ScriptedModel
-from agent.types import Exchange, Outcome, ToolCall, TurnOutput
-from runtime.turns import AgentClientError, decide, send, start_chat
+from durable_agent.chat import ConversationInput, Memory
+from durable_agent.conversation import AssistantMessage, UserMessage
+from durable_agent.model import ModelRequest, Reply
+from durable_agent.runtime.turns import AgentClientError, decide, send, start_chat
+from durable_agent.scripted import ScriptedModel
+from durable_agent.types import Exchange, Outcome, ToolCall, TurnOutput
 from tests.conftest import SEED_CASES, Harness, last_result
 from workflows import AgentTurn, Conversation
 

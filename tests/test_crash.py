@@ -17,9 +17,9 @@ import pytest
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from agent.types import Outcome, TurnInput
 from client import start_turn
-from runtime.turns import AgentClientError, decide, progress_of
+from durable_agent.runtime.turns import AgentClientError, decide, progress_of
+from durable_agent.types import Outcome, TurnInput
 from shop import ShopStore
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,10 +33,10 @@ import yaml
 from temporalio.envconfig import ClientConfig
 from temporalio.testing import WorkflowEnvironment
 
-from agent.types import Outcome, TurnInput
 from client import start_turn
-from runtime.codec import DEFAULT_CODEC_PORT, codec_endpoint
-from runtime.codec_server import DEFAULT_ORIGINS
+from durable_agent.runtime.codec import DEFAULT_CODEC_PORT, codec_endpoint
+from durable_agent.runtime.codec_server import DEFAULT_ORIGINS
+from durable_agent.types import Outcome, TurnInput
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 # The Go binary itself: the package's console-script wrapper exits 0 even on failure.
 COMPOSE_BIN = Path(compose.__file__).parent / "docker-compose"
-CODE = [ROOT / d for d in ("agent", "activities", "workflows", "runtime", "shop")] + [
+CODE = [ROOT / d for d in ("durable_agent", "activities", "workflows", "shop")] + [
     ROOT / "worker.py",
     ROOT / "client.py",
 ]
@@ -82,7 +82,7 @@ def code_defaults() -> dict[str, Any]:
     """The ports, task queue and UI link the client uses when nothing is set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_", "TEMPORAL_"))}
     script = (
-        "import json, runtime.server as s, runtime.settings as t;"
+        "import json, durable_agent.runtime.server as s, durable_agent.runtime.settings as t;"
         "print(json.dumps({'port': s.LOCAL_PORT, 'ui_port': s.LOCAL_UI_PORT,"
         " 'task_queue': t.TASK_QUEUE, 'model': t.DEFAULT_MODEL}))"
     )
@@ -306,7 +306,7 @@ def test_published_ports_are_the_ones_the_client_and_browser_use(
     assert origins == [f"http://localhost:{defaults['ui_port']}"]
     assert set(origins) <= set(DEFAULT_ORIGINS)
     command = services["codec-server"]["command"]
-    assert command[:3] == ["python", "-m", "runtime.codec_server"]
+    assert command[:3] == ["python", "-m", "durable_agent.runtime.codec_server"]
     assert command[command.index("--port") + 1] == str(DEFAULT_CODEC_PORT)
     assert services["codec-server"]["profiles"] == ["encryption"]
 

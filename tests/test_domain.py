@@ -8,14 +8,14 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from agent.argfill import find_reason
-from agent.conversation import AssistantMessage, ToolResult, UserMessage
-from agent.errors import InvalidCall, NotFound, UnknownModel, permanent_error_types
-from agent.model import ModelCatalog, ModelRequest, Reply
-from agent.offline import DECLINE, OfflineModel
-from agent.render import render_result
-from agent.tools import ToolContext, ToolRegistry, tool
-from agent.types import ToolCall, TurnInput
+from durable_agent.argfill import find_reason
+from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
+from durable_agent.errors import InvalidCall, NotFound, UnknownModel, permanent_error_types
+from durable_agent.model import ModelCatalog, ModelRequest, Reply
+from durable_agent.offline import DECLINE, OfflineModel
+from durable_agent.render import render_result
+from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.types import ToolCall, TurnInput
 from shop import TOOLS, ShopStore
 from shop.store import ORDER_NOT_FOUND
 from tests.conftest import SEED_CASES, request
@@ -246,8 +246,8 @@ def test_seed_cases_cover_the_six_questions() -> None:
 
 
 def test_web_ui_text_survives_markdown() -> None:
-    from agent.answers import markdown_plain, markdown_safe, story
-    from agent.types import Step, StepKind
+    from durable_agent.answers import markdown_plain, markdown_safe, story
+    from durable_agent.types import Step, StepKind
 
     text = "Total: $19.98. Refund of $26.85 for order_status(order_id='123456') [1] *x* <b>"
     steps = [Step(iteration=1, kind=StepKind.OBSERVATION, text=text)]

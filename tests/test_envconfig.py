@@ -13,7 +13,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from runtime.server import ServerUnavailable, _ui_url, connect, connect_settings
+from durable_agent.runtime.server import ServerUnavailable, _ui_url, connect, connect_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "temporal.example.toml"

@@ -11,11 +11,11 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from agent.lambda_tools import lambda_tool
-from agent.model import Reply
-from agent.scripted import ScriptedModel
-from agent.tools import ToolRegistry
-from agent.types import Outcome, ToolCall
+from durable_agent.lambda_tools import lambda_tool
+from durable_agent.model import Reply
+from durable_agent.scripted import ScriptedModel
+from durable_agent.tools import ToolRegistry
+from durable_agent.types import Outcome, ToolCall
 from shop.tools import OrderLookup
 from tests.conftest import Harness, last_result, story, stubbed_aws_client
 

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from agent.chat import ConversationState
-from agent.tools import ToolRegistry
+from durable_agent.chat import ConversationState
+from durable_agent.runtime.turns import decide
+from durable_agent.tools import ToolRegistry
 from frontends import lex
 from frontends._lexv2 import close
-from runtime.turns import decide
 from shop import TOOLS
 from shop.tools import order_status
 from tests.conftest import Harness

@@ -7,11 +7,11 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 
-from agent.errors import ModelUnavailable, ToolUnavailable
-from agent.model import Reply
-from agent.scripted import ScriptedModel
-from agent.tools import ToolContext, ToolRegistry, tool
-from agent.types import Outcome, StepKind, ToolCall, TurnLimits
+from durable_agent.errors import ModelUnavailable, ToolUnavailable
+from durable_agent.model import Reply
+from durable_agent.scripted import ScriptedModel
+from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnLimits
 from tests.conftest import Harness
 
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import WorkflowHandle
 
-from agent.types import Outcome, TurnInput, TurnLimits
 from client import start_turn
-from runtime.chaos import Faults
+from durable_agent.runtime.chaos import Faults
+from durable_agent.types import Outcome, TurnInput, TurnLimits
 from tests.conftest import SEED_CASES, Harness
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 from temporalio.testing import WorkflowEnvironment
 
-from agent.types import Outcome, TurnInput
 from client import start_turn
-from runtime.logs import JsonFormatter, TextFormatter, TurnFields
+from durable_agent.runtime.logs import JsonFormatter, TextFormatter, TurnFields
+from durable_agent.types import Outcome, TurnInput
 from tests.fakes.otlp import OtlpReceiver
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from agent.types import Outcome, TurnInput, TurnOutput
 from client import start_turn
-from runtime.metrics import MetricsConfigError, MetricsSettings, worker_runtime
-from runtime.server import free_port
+from durable_agent.runtime.metrics import MetricsConfigError, MetricsSettings, worker_runtime
+from durable_agent.runtime.server import free_port
+from durable_agent.types import Outcome, TurnInput, TurnOutput
 from tests.fakes.otlp import OtlpReceiver, attributes
 
 ROOT = Path(__file__).resolve().parent.parent

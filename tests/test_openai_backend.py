@@ -19,11 +19,11 @@ import openai
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from agent.answers import DECLINE
-from agent.backends.openai_chat import classify, retry_after
-from agent.errors import ModelRequestRejected, ModelUnavailable
-from agent.types import Outcome, StepKind, TurnInput, TurnLimits
 from client import start_turn
+from durable_agent.answers import DECLINE
+from durable_agent.backends.openai_chat import classify, retry_after
+from durable_agent.errors import ModelRequestRejected, ModelUnavailable
+from durable_agent.types import Outcome, StepKind, TurnInput, TurnLimits
 from tests.conftest import SEED_CASES, Harness, kinds
 from tests.fakes.brain import offline_brain
 from tests.fakes.chat_completions import (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import NotFound
+from durable_agent.errors import NotFound
 from shop import seed
 from shop.store import POLICY_NOT_FOUND, ShopStore
 

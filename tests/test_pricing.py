@@ -8,10 +8,17 @@ import socket
 
 import pytest
 
-from agent.model import Reply
-from agent.pricing import Price, PriceSettingError, Pricing, format_cost, parse_prices, usage_line
-from agent.scripted import ScriptedModel
-from agent.types import ToolCall, Usage
+from durable_agent.model import Reply
+from durable_agent.pricing import (
+    Price,
+    PriceSettingError,
+    Pricing,
+    format_cost,
+    parse_prices,
+    usage_line,
+)
+from durable_agent.scripted import ScriptedModel
+from durable_agent.types import ToolCall, Usage
 from tests.conftest import Harness
 
 # 1,000 input tokens of which 200 came from the prompt cache, and 100 output tokens.

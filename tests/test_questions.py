@@ -16,13 +16,13 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from agent.answers import DECLINE
-from agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, check
-from agent.errors import InvalidCall, ToolError
-from agent.model import ModelRequest
-from agent.offline import OfflineModel
-from agent.render import render_result
-from agent.tools import ToolContext
+from durable_agent.answers import DECLINE
+from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, check
+from durable_agent.errors import InvalidCall, ToolError
+from durable_agent.model import ModelRequest
+from durable_agent.offline import OfflineModel
+from durable_agent.render import render_result
+from durable_agent.tools import ToolContext
 from shop import TOOLS, ShopStore
 from shop.store import ORDER_NOT_FOUND, RETURN_NOT_FOUND
 

@@ -10,10 +10,10 @@ import pytest
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
 
-from agent.model import Reply
-from agent.scripted import ScriptedModel
-from agent.tools import ToolContext, ToolRegistry, tool
-from agent.types import Outcome, ToolCall
+from durable_agent.model import Reply
+from durable_agent.scripted import ScriptedModel
+from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.types import Outcome, ToolCall
 from shop.tools import TOOLS
 from tests.conftest import Harness, last_result
 from workflows.policies import QUICK_TIMEOUT

@@ -18,7 +18,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from workflows import AgentTurn, Conversation
 
 HERE = Path(__file__).parent / "histories"

@@ -26,8 +26,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from agent.types import Outcome, TurnInput
 from client import start_turn
+from durable_agent.types import Outcome, TurnInput
 from shop import ShopStore, seed
 from tests.conftest import SEED_CASES
 

@@ -11,13 +11,13 @@ from pathlib import Path
 from pydantic import BaseModel
 from temporalio.client import Client
 
-from agent.model import Reply
-from agent.scripted import ScriptedModel
-from agent.tools import ToolContext, ToolRegistry, tool
-from agent.types import Outcome, ToolCall, TurnInput
 from client import start_turn
-from runtime.codec import LEAN_DATA_CONVERTER
-from runtime.server import EmbeddedServer, free_port
+from durable_agent.model import Reply
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.server import EmbeddedServer, free_port
+from durable_agent.scripted import ScriptedModel
+from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.types import Outcome, ToolCall, TurnInput
 from shop import ShopStore
 from tests.conftest import Harness, last_result
 

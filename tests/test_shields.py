@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
-from agent.shields import (
+from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
+from durable_agent.shields import (
     Position,
     ShieldConfigError,
     ShieldRequest,
@@ -24,10 +24,10 @@ from agent.shields import (
     ShieldUnavailable,
     Verdict,
 )
-from agent.shields.bedrock import BedrockGuardrail
-from agent.shields.llama_guard import LlamaGuardShield
-from agent.shields.offline import OfflineShield
-from agent.types import ToolCall
+from durable_agent.shields.bedrock import BedrockGuardrail
+from durable_agent.shields.llama_guard import LlamaGuardShield
+from durable_agent.shields.offline import OfflineShield
+from durable_agent.types import ToolCall
 from shop import ShopStore
 from tests.conftest import stubbed_aws_client
 from tests.fakes import chat_completions
@@ -360,8 +360,8 @@ def test_no_optional_dependency_is_imported() -> None:
     """The default shield must work without boto3 or openai installed."""
     code = (
         "import sys, asyncio\n"
-        "from agent.shields import ShieldSet, ShieldRequest\n"
-        "import agent.shields.bedrock, agent.shields.llama_guard\n"
+        "from durable_agent.shields import ShieldSet, ShieldRequest\n"
+        "import durable_agent.shields.bedrock, durable_agent.shields.llama_guard\n"
         "shields = ShieldSet.from_env({})\n"
         "(offline,) = shields.at('input')\n"
         "asyncio.run(offline.check(ShieldRequest(position='input', text='hi')))\n"

@@ -13,13 +13,13 @@ import time
 
 from pydantic import BaseModel
 
-from agent.approval import ApprovalPolicy
-from agent.model import Reply
-from agent.scripted import ScriptedModel
-from agent.shields import Position, ShieldRequest, ShieldSet, ShieldUnavailable, Verdict
-from agent.tools import ToolContext, ToolRegistry, tool
-from agent.types import Outcome, StepKind, ToolCall, TurnInput
-from runtime.turns import decide, progress_of, start_turn
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.model import Reply
+from durable_agent.runtime.turns import decide, progress_of, start_turn
+from durable_agent.scripted import ScriptedModel
+from durable_agent.shields import Position, ShieldRequest, ShieldSet, ShieldUnavailable, Verdict
+from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
 from shop import TOOLS
 from shop.store import ShopData
 from tests.conftest import Harness, kinds, last_result
@@ -237,7 +237,7 @@ async def test_a_refusal_replays_as_it_ran(harness: Harness) -> None:
     (a local activity's result is there at once on replay, not in the live run)."""
     from temporalio.worker import Replayer
 
-    from runtime.codec import LEAN_DATA_CONVERTER
+    from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
     from workflows import AgentTurn
 
     shield = Slow(r"ignore previous instructions", "prompt_injection")

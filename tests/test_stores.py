@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from agent.errors import NotAllowed, NotFound
+from durable_agent.errors import NotAllowed, NotFound
 from shop.dynamo import DynamoStore
 from shop.store import MAX_REASON_CHARS, Return, ShopData, ShopStore
 

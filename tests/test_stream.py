@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from agent.chat import ConversationInput
-from agent.errors import ModelUnavailable
-from agent.model import ModelRequest, Reply
-from agent.scripted import ScriptedModel
-from agent.stream import (
+from durable_agent.chat import ConversationInput
+from durable_agent.errors import ModelUnavailable
+from durable_agent.model import ModelRequest, Reply
+from durable_agent.runtime.streams import chat_events, turn_events
+from durable_agent.runtime.turns import send, start_chat, start_turn
+from durable_agent.scripted import ScriptedModel
+from durable_agent.stream import (
     ChatEnded,
     DoneEvent,
     Drafts,
@@ -22,9 +24,7 @@ from agent.stream import (
     TurnStarted,
     write_out,
 )
-from agent.types import Outcome, TurnInput
-from runtime.streams import chat_events, turn_events
-from runtime.turns import send, start_chat, start_turn
+from durable_agent.types import Outcome, TurnInput
 from tests.conftest import Harness
 from tests.test_conversation import wait_for_new_run
 

@@ -27,14 +27,14 @@ from openai.types.chat.chat_completion_chunk import (
     ChoiceDeltaToolCallFunction,
 )
 
-from agent.backends.bedrock import BedrockConverseModel
-from agent.backends.openai_chat import OpenAIChatModel, classify
-from agent.errors import ModelError, ModelRequestRejected, ModelUnavailable
-from agent.model import Reply
-from agent.stream import Drafts, TextSink, TokensEvent
-from agent.types import Outcome, TurnInput
-from runtime.streams import turn_events
-from runtime.turns import start_turn
+from durable_agent.backends.bedrock import BedrockConverseModel
+from durable_agent.backends.openai_chat import OpenAIChatModel, classify
+from durable_agent.errors import ModelError, ModelRequestRejected, ModelUnavailable
+from durable_agent.model import Reply
+from durable_agent.runtime.streams import turn_events
+from durable_agent.runtime.turns import start_turn
+from durable_agent.stream import Drafts, TextSink, TokensEvent
+from durable_agent.types import Outcome, TurnInput
 from tests.conftest import Harness, request
 from tests.fakes import chat_completions as chat
 from tests.fakes import converse

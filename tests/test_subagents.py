@@ -14,10 +14,10 @@ from pathlib import Path
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from agent.model import ModelRequest, Reply
-from agent.scripted import ScriptedModel
-from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
-from runtime.turns import start_turn
+from durable_agent.model import ModelRequest, Reply
+from durable_agent.runtime.turns import start_turn
+from durable_agent.scripted import ScriptedModel
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
 from shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
 from tests.conftest import Harness, last_result
 from workflows import AgentTurn

@@ -30,15 +30,15 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 
-from agent.chat import ConversationInput
-from agent.errors import ModelUnavailable
-from agent.model import Reply
-from agent.scripted import ScriptedModel
-from agent.types import Outcome, ToolCall, TurnInput
 from client import start_turn
-from runtime.codec import LEAN_DATA_CONVERTER
-from runtime.server import free_port
-from runtime.turns import start_chat
+from durable_agent.chat import ConversationInput
+from durable_agent.errors import ModelUnavailable
+from durable_agent.model import Reply
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.server import free_port
+from durable_agent.runtime.turns import start_chat
+from durable_agent.scripted import ScriptedModel
+from durable_agent.types import Outcome, ToolCall, TurnInput
 from shop import ShopStore
 from tests.conftest import Harness
 from tests.fakes.otlp import OtlpReceiver, Span

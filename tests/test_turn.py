@@ -9,14 +9,14 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from agent.conversation import AssistantMessage, ToolResult, latest_results
-from agent.errors import ModelUnavailable
-from agent.model import Reply
-from agent.scripted import ScriptedModel
-from agent.tools import ToolContext, ToolRegistry, tool
-from agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
 from bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TaskModel
 from client import start_turn
+from durable_agent.conversation import AssistantMessage, ToolResult, latest_results
+from durable_agent.errors import ModelUnavailable
+from durable_agent.model import Reply
+from durable_agent.scripted import ScriptedModel
+from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
 from tests.conftest import SEED_CASES, Harness, kinds, story
 from workflows import AgentTurn
 
@@ -167,7 +167,7 @@ async def test_not_found_is_not_retried(harness: Harness) -> None:
     @tool
     def lookup(args: Nothing, ctx: ToolContext[object]) -> str:
         """Finds nothing."""
-        from agent.errors import NotFound
+        from durable_agent.errors import NotFound
 
         calls.append(1)
         raise NotFound("Order not found. Please check your Order ID.")

@@ -27,12 +27,12 @@ from playwright.async_api import Browser, Locator, Page, async_playwright, expec
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from agent.chat import ConversationInput
-from agent.stream import TokensEvent
-from agent.types import StepKind, TurnOutput
+from durable_agent.chat import ConversationInput
+from durable_agent.runtime.server import LOCAL_UI_PORT, Connection, free_port, is_listening
+from durable_agent.runtime.streams import turn_events
+from durable_agent.stream import TokensEvent
+from durable_agent.types import StepKind, TurnOutput
 from frontends.web import serve
-from runtime.server import LOCAL_UI_PORT, Connection, free_port, is_listening
-from runtime.streams import turn_events
 from shop import ShopStore
 from tests.conftest import Harness
 
@@ -269,8 +269,8 @@ async def test_problems_show_as_a_line_in_the_chat(harness: Harness, page: Page)
 # while one is being written, even on a busy machine.
 SLOW_WORKER = """
 import functools, sys
-import agent.offline, agent.stream
-agent.offline.write_out = functools.partial(agent.stream.write_out, per_word_s=0.25)
+import durable_agent.offline, durable_agent.stream
+durable_agent.offline.write_out = functools.partial(durable_agent.stream.write_out, per_word_s=0.25)
 import worker
 sys.argv = ["worker.py", "--task-queue", sys.argv[1]]
 worker.main()

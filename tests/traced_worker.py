@@ -15,7 +15,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from runtime.server import open_client
+from durable_agent.runtime.server import open_client
 from shop import ShopStore
 from worker import build_worker
 

@@ -26,16 +26,16 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from agent.answers import markdown_safe
-    from agent.chat import (
+    from durable_agent.answers import markdown_safe
+    from durable_agent.chat import (
         ChatMessage,
         ConversationInput,
         ConversationOutput,
         ConversationState,
         MessageAccepted,
     )
-    from agent.stream import CHAT_TOPIC, ChatEnded, TurnAnswered, TurnStarted
-    from agent.types import Exchange, Outcome, TurnInput, TurnOutput
+    from durable_agent.stream import CHAT_TOPIC, ChatEnded, TurnAnswered, TurnStarted
+    from durable_agent.types import Exchange, Outcome, TurnInput, TurnOutput
     from workflows import search
     from workflows.policies import WORKFLOW_TASK_TIMEOUT
     from workflows.turn import AgentTurn
@@ -60,7 +60,7 @@ class Conversation:
         self._started: set[str] = set()
         self._current: str | None = None
         self._ended = False
-        # Which turn answers which message, for readers (`agent/stream.py`).
+        # Which turn answers which message, for readers (`durable_agent/stream.py`).
         self._stream = WorkflowStream(input.stream_state)
         self._events = self._stream.topic(CHAT_TOPIC)
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from agent.errors import permanent_error_types
+from durable_agent.errors import permanent_error_types
 
 # A workflow task (one step of the turn's code, quick reads and checks included) is
 # given this long before Temporal hands it to another worker; a worker killed while it

@@ -13,7 +13,7 @@
     the whole turn runs under a durable timer of limits.max_duration, which stops
     while a call waits for a decision: a person's time is not the agent's
 
-The model sees one conversation (`agent/conversation.py`): the question, then its
+The model sees one conversation (`durable_agent/conversation.py`): the question, then its
 own messages as it sent them and one result per call, in call order; a rejected
 call's result is its error. Nothing else is added, so every call of a turn sends
 the same system prompt and a conversation each provider accepts. A task of N
@@ -60,17 +60,17 @@ with workflow.unsafe.imports_passed_through():
         ShieldInput,
         ValidCall,
     )
-    from agent import answers
-    from agent.approval import ApprovalDecision, ApprovalResult, declined, expired
-    from agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
-    from agent.errors import ModelRequestRejected, ModelUnavailable, UnknownModel
-    from agent.model import Reply
-    from agent.pricing import usage_line
-    from agent.shields import ShieldRequest, Verdict
-    from agent.stream import TURN_TOPIC, DoneEvent, StepEvent
-    from agent.subagents import SubAgent
-    from agent.telemetry import agent_span, record_turn
-    from agent.types import (
+    from durable_agent import answers
+    from durable_agent.approval import ApprovalDecision, ApprovalResult, declined, expired
+    from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
+    from durable_agent.errors import ModelRequestRejected, ModelUnavailable, UnknownModel
+    from durable_agent.model import Reply
+    from durable_agent.pricing import usage_line
+    from durable_agent.shields import ShieldRequest, Verdict
+    from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent
+    from durable_agent.subagents import SubAgent
+    from durable_agent.telemetry import agent_span, record_turn
+    from durable_agent.types import (
         Observation,
         Outcome,
         PendingApproval,
@@ -136,7 +136,7 @@ class AgentTurn:
         """A tool result carried instruction-like text: later writes need consent."""
         self._left, self._since = timedelta(0), datetime.min.replace(tzinfo=timezone.utc)
         """max_duration left when the clock last (re)started, and when that was."""
-        # The turn's story for whoever watches (`agent/stream.py`): steps are added
+        # The turn's story for whoever watches (`durable_agent/stream.py`): steps are added
         # here as they are recorded, which writes nothing to the history; the model
         # calls publish their text to it by signal when the turn asks them to.
         self._stream = WorkflowStream()

@@ -20,13 +20,13 @@ from typing import Any, Protocol
 
 from temporalio.client import Client
 
-from agent.types import TurnInput
 from bench import QUESTION
 from bench.floor import FloorInput, FloorTurn
 from bench.measure import cpu_s, pct, spawn, stop
 from bench.models import TASKS
 from bench.peers import PEERS, Peer, PeerTurnInput, PeerTurnOutput, versions
 from client import start_turn
+from durable_agent.types import TurnInput
 
 TARGETS = {"latency_ratio": 0.7, "throughput_ratio": 1.3}
 """The agent against each peer (this project / peer)."""

@@ -43,8 +43,8 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
     from temporalio.openai_agents.workflow import activity_as_tool
 
-    from agent.types import ToolCall
     from bench.peers import PeerTurnInput, PeerTurnOutput, script, shop
+    from durable_agent.types import ToolCall
     from shop.store import Order, Return
 
 TOOL_TIMEOUT = timedelta(seconds=5)

@@ -8,8 +8,8 @@ scripted model answers.
 
 from __future__ import annotations
 
-from agent.types import ToolCall
 from bench.models import TASKS
+from durable_agent.types import ToolCall
 
 
 def next_calls(task: str, results_so_far: int) -> list[ToolCall]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.types import DEFAULT_CUSTOMER
+from durable_agent.types import DEFAULT_CUSTOMER
 from shop.store import Order, Return, ShopStore
 
 _store: ShopStore | None = None

@@ -19,10 +19,10 @@ chat is served, and their absence is a one-line `AgentClientError` saying so.
 
 from __future__ import annotations
 
-from agent.chat import ConversationInput
-from runtime.server import Connection
-from runtime.settings import TASK_QUEUE
-from runtime.turns import AgentClientError
+from durable_agent.chat import ConversationInput
+from durable_agent.runtime.server import Connection
+from durable_agent.runtime.settings import TASK_QUEUE
+from durable_agent.runtime.turns import AgentClientError
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "serve"]
 

@@ -42,11 +42,11 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent.chat import ConversationInput
+from durable_agent.chat import ConversationInput
+from durable_agent.runtime.server import Connection
+from durable_agent.runtime.settings import TASK_QUEUE
+from durable_agent.runtime.turns import AgentClientError, decide, send, start_chat
 from frontends.web.events import Position, conversation, with_keepalive
-from runtime.server import Connection
-from runtime.settings import TASK_QUEUE
-from runtime.turns import AgentClientError, decide, send, start_chat
 
 log = logging.getLogger("durable_agent.web")
 

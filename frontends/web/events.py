@@ -2,7 +2,7 @@
 
 The conversation's stream says which turn answers which message (`TurnStarted`);
 each turn's own stream carries its steps, its text as it is written and its
-outcome (`agent/stream.py`). Turns are answered one at a time, so reading each
+outcome (`durable_agent/stream.py`). Turns are answered one at a time, so reading each
 turn's stream to its end before the next conversation event keeps the page's
 order true. Every event carries its position as its id, `<chat offset>.<turn
 offset>`: the conversation event it belongs to, and how many events of that
@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 from temporalio.client import Client
 
-from agent.stream import ChatEnded, TurnStarted
-from runtime.streams import chat_events, turn_events
+from durable_agent.runtime.streams import chat_events, turn_events
+from durable_agent.stream import ChatEnded, TurnStarted
 
 T = TypeVar("T")
 

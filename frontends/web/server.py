@@ -8,10 +8,10 @@ import socket
 
 import uvicorn
 
-from agent.chat import ConversationInput
+from durable_agent.chat import ConversationInput
+from durable_agent.runtime.server import Connection
+from durable_agent.runtime.turns import AgentClientError
 from frontends.web.app import create_app
-from runtime.server import Connection
-from runtime.turns import AgentClientError
 
 SHUTDOWN_S = 2
 """On Ctrl-C, requests in flight get this long to finish."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from agent.conversation import Message, ToolResult
-from agent.model import ModelRequest, Reply
-from agent.offline import OfflineModel
-from agent.tools import ToolSpec
+from durable_agent.conversation import Message, ToolResult
+from durable_agent.model import ModelRequest, Reply
+from durable_agent.offline import OfflineModel
+from durable_agent.tools import ToolSpec
 from shop import TOOLS
 
 Brain = Callable[[list[Message], list[ToolSpec]], Reply]

@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
-from agent.model import Reply
-from agent.tools import ToolSpec
-from agent.types import ToolCall
+from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
+from durable_agent.model import Reply
+from durable_agent.tools import ToolSpec
+from durable_agent.types import ToolCall
 from tests.fakes.brain import Brain
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -356,7 +356,7 @@ class ChatCompletionsServer:
     def model(self, name: str = "test-model") -> Any:
         from openai import AsyncOpenAI
 
-        from agent.backends.openai_chat import OpenAIChatModel
+        from durable_agent.backends.openai_chat import OpenAIChatModel
 
         client = AsyncOpenAI(base_url=self.url, api_key=self.api_key, max_retries=0)
         return OpenAIChatModel(name, client=client)

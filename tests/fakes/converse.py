@@ -44,10 +44,10 @@ from botocore.parsers import EventStreamJSONParser
 from botocore.validate import validate_parameters
 from urllib3.exceptions import ProtocolError
 
-from agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
-from agent.model import Reply
-from agent.tools import ToolSpec
-from agent.types import ToolCall
+from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
+from durable_agent.model import Reply
+from durable_agent.tools import ToolSpec
+from durable_agent.types import ToolCall
 from tests.fakes.brain import Brain
 from tests.fakes.chat_completions import pieces
 

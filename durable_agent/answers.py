@@ -1,0 +1,81 @@
+"""The graceful answers a turn gives when it cannot finish normally."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from durable_agent.types import Step
+
+DECLINE = "Sorry, I cannot answer that question."
+"""What the agent says to a question its tools do not cover."""
+
+
+def _found_so_far(steps: list[Step]) -> str:
+    found = [s.observation.text for s in steps if s.observation and s.observation.ok]
+    return f" Here is what I found so far: {' '.join(found[-3:])}" if found else ""
+
+
+def step_limit(max_steps: int, steps: list[Step]) -> str:
+    return f"Sorry, I could not finish within {max_steps} steps." + _found_so_far(steps)
+
+
+def time_limit(max_duration: timedelta, steps: list[Step]) -> str:
+    seconds = max_duration.total_seconds()
+    return f"Sorry, I ran out of time ({seconds:g} s) before finishing." + _found_so_far(steps)
+
+
+def token_limit(max_tokens: int, steps: list[Step]) -> str:
+    return f"Sorry, I used up this question's budget of {max_tokens} tokens." + _found_so_far(steps)
+
+
+def refused_question() -> str:
+    return (
+        "Sorry, I can't help with that request. I can answer questions about your orders, "
+        "returns and our store policies."
+    )
+
+
+def refused_answer() -> str:
+    return (
+        "Sorry, I can't share that answer: it held information I may not give out. "
+        "Please ask about your own orders and returns."
+    )
+
+
+def model_failed(steps: list[Step]) -> str:
+    return (
+        "Sorry, I cannot answer right now: the language model is unavailable. "
+        "Please try again in a moment." + _found_so_far(steps)
+    )
+
+
+def model_rejected(reason: str) -> str:
+    return (
+        f"Sorry, I cannot answer: the language model refused the request ({reason}). "
+        "Trying again will not help until whoever runs this agent fixes that."
+    )
+
+
+def model_unusable(reason: str) -> str:
+    return f"Sorry, I cannot answer: the language model's reply could not be used ({reason})."
+
+
+def story(steps: list[Step]) -> str:
+    """The steps as lines, for the Web UI's current details (Markdown-safe)."""
+    return markdown_safe("\n".join(s.render() for s in steps))
+
+
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>#|$~])")
+
+
+def markdown_safe(text: str) -> str:
+    """The Web UI renders summaries and details as Markdown (with math: `$19.98 …
+    $26.85` would become a formula): escape what it would interpret, so amounts and
+    ids read as written."""
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def markdown_plain(text: str) -> str:
+    """`markdown_safe` undone, for a terminal."""
+    return re.sub(r"\\([\\`*_\[\]<>#|$~])", r"\1", text)

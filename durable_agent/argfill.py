@@ -1,0 +1,140 @@
+"""Filling a tool's arguments from the customer's own words, by its JSON schema.
+
+Text-completion models (and the offline model) often name a tool without
+usable arguments; the schema tells what to look for instead, as the original
+e-commerce agent's tool parser did:
+
+- an id (a parameter with a `pattern`, like `order_id` ~ `\\d{6}`): the first
+  match in the text that is not given as an example ("like 123456");
+- a reason (a free-text parameter that asks *why*, like `start_return`'s
+  `reason`): the customer's reason, the clauses of the message that are not
+  the request itself ("I want to return order 123456, the soap is broken" ->
+  "the soap is broken"); left out when there is none, so that nobody records
+  the whole request as its own reason;
+- any other free text (a search query): the whole question.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from durable_agent.tools import ToolSpec
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    pattern: re.Pattern[str] | None
+    """Unanchored pattern to find the value in a text; None for free text."""
+    description: str
+    tool_words: tuple[str, ...] = ()
+    """The words of the tool's name (`start_return` -> start, return): a clause
+    saying them is the request, not the reason for it."""
+
+    @property
+    def is_id(self) -> bool:
+        return self.pattern is not None
+
+    @property
+    def is_reason(self) -> bool:
+        """Free text that asks why, which the customer says in a clause of its own;
+        other free text (a query) is the question itself."""
+        if self.is_id:
+            return False
+        description = self.description.lower()
+        return self.name == "reason" or description.startswith("why") or "reason" in description
+
+
+def required_params(spec: ToolSpec) -> tuple[Param, ...]:
+    props: dict[str, Any] = spec.parameters.get("properties", {})
+    required = set(spec.parameters.get("required", []))
+    tool_words = tuple(w for w in spec.name.lower().split("_") if w)
+    params = []
+    for name, schema in props.items():
+        if name not in required:
+            continue
+        pattern = schema.get("pattern")
+        compiled = None
+        if pattern:
+            body = pattern.removeprefix("^").removesuffix("$")
+            compiled = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.IGNORECASE)
+        params.append(Param(name, compiled, schema.get("description", name), tool_words))
+    return tuple(params)
+
+
+def fill_arguments(params: tuple[Param, ...], question: str) -> dict[str, str] | None:
+    """Arguments found in the question, or None when a required id is missing.
+    A reason the question does not give is left out (the model asks for it, or
+    validation says it is missing); other free text gets the whole question."""
+    args = {}
+    for p in params:
+        value = find_value(p, question)
+        if value is None:
+            if p.is_id:
+                return None
+            continue
+        args[p.name] = value
+    return args
+
+
+def find_value(param: Param, text: str) -> str | None:
+    """The value of one parameter in `text`, or None if the text does not give it."""
+    if param.pattern is not None:
+        return find_id(param.pattern, text)
+    if param.is_reason:
+        return find_reason(text, param.tool_words)
+    return text
+
+
+# An id right after "like" is an example ("order ID (6 digits, like 123456)"),
+# not the one the customer means.
+_EXAMPLE_BEFORE = re.compile(r"\blike\s*$", re.IGNORECASE)
+
+
+def find_id(pattern: re.Pattern[str], text: str) -> str | None:
+    for m in pattern.finditer(text):
+        if not _EXAMPLE_BEFORE.search(text[: m.start()]):
+            return m.group(0)
+    return None
+
+
+# Where one clause of a message ends and the next begins: punctuation, a
+# conjunction that introduces a reason, or "and"/"but" before a new subject.
+_CLAUSE_BREAK = re.compile(
+    r"[,;:!?()]+|\.(?:\s+|$)|\s+[-–—]+\s+"
+    r"|\s+(?=(?:because|since|cause|as|due to)\s)"
+    r"|\s+(?=(?:and|but|so)\s+(?:i|i'm|i'd|we|it|it's|they|the|my)\s)",
+    re.IGNORECASE,
+)
+_LEADING_CONJUNCTION = re.compile(r"^(?:and|but|so|because|since|cause|as|due to)\s+", re.I)
+# Words that carry no reason: greetings, politeness, pronouns and auxiliaries.
+_FILLER = frozenset(
+    """a am an and are as at be been but by can could do does for from hello hey hi i i'd
+    i'm is it it's its just me my now of ok okay on or our please reason so thank thanks
+    that the this to too us was we were will with would yes you your""".split()  # noqa: SIM905
+)
+MIN_REASON_CHARS = 3
+
+
+def find_reason(text: str, tool_words: tuple[str, ...] = ()) -> str | None:
+    """The customer's reason: the clauses of `text` that say something beyond the
+    request itself (which names the tool's words, "return", or the id), joined.
+    A clause holding an id counts only when nothing else is left ("order 123456
+    arrived broken, please return it")."""
+    clauses = [_LEADING_CONJUNCTION.sub("", c.strip()) for c in _CLAUSE_BREAK.split(text)]
+    said = [c for c in clauses if _says_something(c) and not _names_tool(c, tool_words)]
+    without_ids = [c for c in said if not re.search(r"\d{3,}", c)]
+    reason = ", ".join(without_ids or said).strip(" .")
+    return reason if len(reason) >= MIN_REASON_CHARS else None
+
+
+def _says_something(clause: str) -> bool:
+    words = re.findall(r"[a-z][a-z']+", clause.lower())
+    return any(w not in _FILLER for w in words)
+
+
+def _names_tool(clause: str, tool_words: tuple[str, ...]) -> bool:
+    words = re.findall(r"[a-z]+", clause.lower())
+    return any(w.startswith(t) for w in words for t in tool_words if len(t) >= 3)

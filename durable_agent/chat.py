@@ -1,0 +1,93 @@
+"""A conversation's data: what the `Conversation` workflow takes, keeps and answers.
+
+Plain pydantic models, outside the workflow module, so they are imported once per
+worker rather than once per workflow run in Temporal's sandbox.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, Field, field_validator
+from temporalio.contrib.workflow_streams import WorkflowStreamState
+
+from durable_agent.types import (
+    DEFAULT_CUSTOMER,
+    Exchange,
+    TurnLimits,
+    check_customer_id,
+    check_question,
+)
+
+
+class Memory(BaseModel):
+    """How much of the conversation each turn is given."""
+
+    max_exchanges: int = Field(default=10, ge=0, le=100)
+    max_chars: int = Field(default=8000, ge=0, le=100_000)
+    """Questions and answers together; the oldest exchanges go first."""
+
+    def keep(self, exchanges: list[Exchange]) -> list[Exchange]:
+        kept = exchanges[-self.max_exchanges :] if self.max_exchanges else []
+        while kept and sum(len(e.question) + len(e.answer) for e in kept) > self.max_chars:
+            kept = kept[1:]
+        return kept
+
+
+class ConversationInput(BaseModel):
+    customer_id: str = DEFAULT_CUSTOMER
+    model: str = ""
+    """Model spec for every turn; empty: the worker's default."""
+
+    @field_validator("customer_id")
+    @classmethod
+    def _customer_id_shape(cls, v: str) -> str:
+        return check_customer_id(v)
+
+    limits: TurnLimits = Field(default_factory=TurnLimits)
+    memory: Memory = Field(default_factory=Memory)
+    idle_timeout: timedelta = Field(default=timedelta(minutes=30), gt=timedelta(0))
+    max_turns_per_run: int = Field(default=100, ge=1)
+    """Continue-as-new after this many turns at the latest (Temporal may suggest it
+    sooner), so the workflow's own history stays small."""
+    exchanges: list[Exchange] = Field(default_factory=list)
+    """Carried over continue-as-new: the memory so far."""
+    turns: int = 0
+    """Carried over continue-as-new: turns so far (numbers the turns' ids)."""
+    stream: bool = False
+    """Turns publish their models' text as it is written (see `TurnInput.stream`)."""
+    stream_state: WorkflowStreamState | None = None
+    """Carried over continue-as-new: the conversation's stream (its recent events and
+    offsets), so a reader follows it across runs without a gap."""
+
+
+class ChatMessage(BaseModel):
+    """Input of `send`."""
+
+    text: str
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str) -> str:
+        return check_question(v)
+
+
+class MessageAccepted(BaseModel):
+    """Output of `send`: the turn that answers the message (follow it, or await it)."""
+
+    turn_id: str
+    turn: int
+
+
+class ConversationState(BaseModel):
+    customer_id: str
+    exchanges: list[Exchange]
+    turns: int
+    current_turn_id: str | None = None
+    ended: bool = False
+
+
+class ConversationOutput(BaseModel):
+    turns: int
+    ended_by: str
+    """`customer` (the `end` signal) or `idle` (no message within idle_timeout)."""

@@ -1,0 +1,135 @@
+"""The turn's conversation with the model: one provider-neutral shape.
+
+    user       the customer's words
+    assistant  the model's own message, as it sent it: its text and/or tool calls
+    tool       one result per call of the assistant message before it, in call order
+
+Every model call of a turn sends the same system prompt and this conversation,
+grown only by what really happened: the model's messages and the tools' results.
+Nothing else is ever injected, so a provider sees a tool result (never an
+instruction) last, a prompt cache keeps hitting, and strict chat templates
+(Llama 3, Mistral, Gemma; Bedrock Converse) accept every request. `check` holds
+the rules all of them share; the backends map messages 1:1 to their API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from durable_agent.errors import InvalidConversation
+from durable_agent.types import Exchange, Observation, Tagged, ToolCall
+
+
+class UserMessage(Tagged):
+    role: Literal["user"] = "user"
+    text: str
+
+
+class AssistantMessage(Tagged):
+    role: Literal["assistant"] = "assistant"
+    text: str = ""
+    calls: list[ToolCall] = Field(default_factory=list)
+
+
+class ToolResult(Tagged):
+    """A call's result (or its error: a rejected call, a failed tool) for the model."""
+
+    role: Literal["tool"] = "tool"
+    call_id: str
+    tool: str
+    ok: bool
+    text: str
+
+    @classmethod
+    def of(cls, observation: Observation) -> ToolResult:
+        return cls(
+            call_id=observation.call_id,
+            tool=observation.tool,
+            ok=observation.ok,
+            text=observation.text,
+        )
+
+
+Message = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="role")]
+
+
+def prior(exchanges: Sequence[Exchange]) -> list[Message]:
+    """Earlier exchanges of a conversation, as the messages that open a turn's."""
+    messages: list[Message] = []
+    for e in exchanges:
+        messages += [UserMessage(text=e.question), AssistantMessage(text=e.answer)]
+    return messages
+
+
+def question(messages: Sequence[Message]) -> str:
+    """The customer's latest words: what this turn is about."""
+    return next((m.text for m in reversed(messages) if isinstance(m, UserMessage)), "")
+
+
+def latest_results(messages: Sequence[Message]) -> list[ToolResult]:
+    """The results that answer the model's last message, in call order."""
+    results: list[ToolResult] = []
+    for m in reversed(messages):
+        if not isinstance(m, ToolResult):
+            break
+        results.append(m)
+    return results[::-1]
+
+
+def calls_so_far(messages: Sequence[Message]) -> int:
+    return sum(len(m.calls) for m in messages if isinstance(m, AssistantMessage))
+
+
+# Who speaks next, after a message of each role (tool results precede the model's reply).
+_NEXT_SPEAKER = {None: "user", "user": "assistant", "assistant": "user", "tool": "assistant"}
+
+
+def check(messages: Sequence[Message]) -> None:
+    """Raise `InvalidConversation` unless every provider would accept `messages`.
+
+    The rules: the customer speaks first; user and assistant alternate (tool
+    results belong to the assistant message they answer); an assistant message
+    says something or calls something; every call has a unique id and is
+    answered by exactly one result, right after its message and before anything
+    else; the model is asked to speak after a user message or tool results.
+    """
+    if not messages:
+        raise InvalidConversation("the conversation is empty")
+    if not isinstance(messages[0], UserMessage):
+        raise InvalidConversation("the conversation must start with the customer's message")
+    seen_ids: set[str] = set()
+    pending: list[str] = []
+    previous: Message | None = None
+    for i, m in enumerate(messages):
+        if isinstance(m, ToolResult):
+            if m.call_id not in pending:
+                raise InvalidConversation(
+                    f"message {i}: result for call {m.call_id!r}, which is not awaiting one"
+                )
+            pending.remove(m.call_id)
+        else:
+            if pending:
+                raise InvalidConversation(
+                    f"message {i}: calls {', '.join(pending)} have no result before it"
+                )
+            speaker = _NEXT_SPEAKER[previous.role if previous else None]
+            if m.role != speaker:
+                raise InvalidConversation(f"message {i}: expected {speaker}, got {m.role}")
+            if isinstance(m, AssistantMessage):
+                if not m.calls and not m.text.strip():
+                    raise InvalidConversation(f"message {i}: an empty assistant message")
+                for call in m.calls:
+                    if not call.id or call.id in seen_ids:
+                        raise InvalidConversation(
+                            f"message {i}: call ids must be unique and non-empty"
+                        )
+                    seen_ids.add(call.id)
+                    pending.append(call.id)
+        previous = m
+    if pending:
+        raise InvalidConversation(f"calls {', '.join(pending)} have no result")
+    if isinstance(messages[-1], AssistantMessage):
+        raise InvalidConversation("the model must not be asked to answer its own message")

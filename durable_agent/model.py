@@ -1,0 +1,97 @@
+"""The model interface: the two questions the turn asks a model.
+
+    plan(request)      -> Reply   at the start: which tools to call (or answer directly);
+                                  again only to fix calls that all failed validation
+    interpret(request) -> Reply   given the tool results: the final answer, or the
+                                  next tool calls (which the turn runs without
+                                  asking `plan` again)
+
+Both get the same `ModelRequest`: the conversation so far and the tool specs,
+and may get a `TextSink` (`stream`): a backend that can stream writes its text there as it
+comes (the reply is still the whole message; one that cannot just ignores it).
+Chat backends answer both the same way (one request, one system prompt);
+prompt-based backends (text completion) keep a prompt for each. A backend
+implements `Model`; the worker resolves a turn's model spec (`offline`,
+`openai:<model>`, ...) through a `ModelCatalog`. Backends raise
+`ModelUnavailable` for transient trouble, which Temporal retries, and other
+`ModelError`s for trouble a retry will not fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from durable_agent.conversation import AssistantMessage, Message, question
+from durable_agent.errors import UnknownModel
+from durable_agent.stream import TextSink
+from durable_agent.tools import ToolSpec
+from durable_agent.types import ToolCall, Usage
+
+
+class ModelRequest(BaseModel):
+    messages: list[Message]
+    """The conversation so far (`agent.conversation`)."""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    instructions: str = ""
+    """A sub-agent's own system prompt (chat backends); empty: the backend's default."""
+
+    @property
+    def question(self) -> str:
+        """The customer's latest words."""
+        return question(self.messages)
+
+
+class Reply(BaseModel):
+    """What the model said: tool calls to run, or (when there are none) the answer."""
+
+    text: str = ""
+    """The answer when `calls` is empty, else whatever the model said alongside them."""
+    calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    finish_reason: str = Field(default="", exclude=True)
+    """As the provider said it (`stop`, `tool_calls`, `end_turn`, ...), for the trace
+    only: excluded from the payload, so it never enters the workflow history."""
+    response_model: str = Field(default="", exclude=True)
+    """The model that answered, when the provider names it (trace only)."""
+
+    def message(self) -> AssistantMessage:
+        """The reply as it goes back into the conversation."""
+        return AssistantMessage(text=self.text, calls=self.calls)
+
+
+class Model(Protocol):
+    provider: str
+    """Provider name, reported as `gen_ai.provider.name` (e.g. `openai`, `aws.bedrock`)."""
+    name: str
+    """Model id, reported as `gen_ai.request.model`."""
+
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply: ...
+
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply: ...
+
+
+ModelFactory = Callable[[str], Model]
+"""Builds a model from the part of the spec after `kind:` (empty for `offline`)."""
+
+
+class ModelCatalog:
+    """Model specs (`kind` or `kind:argument`) to backends, built once per worker."""
+
+    def __init__(self, factories: dict[str, ModelFactory], default: str = "offline") -> None:
+        self._factories = dict(factories)
+        self._cache: dict[str, Model] = {}
+        self.default = default
+        """The spec a turn gets when it names none."""
+
+    def resolve(self, spec: str) -> Model:
+        spec = spec or self.default
+        if spec not in self._cache:
+            kind, _, arg = spec.partition(":")
+            factory = self._factories.get(kind)
+            if factory is None:
+                raise UnknownModel(spec, list(self._factories))
+            self._cache[spec] = factory(arg)
+        return self._cache[spec]

@@ -1,0 +1,877 @@
+"""The offline model: a deterministic stand-in for an LLM. It is not a language model.
+
+It is a set of word rules: no network, no weights, no key, and
+the same answer every time, which is what a demo on a fresh machine and a test
+suite need. It reads only what a real model would be given: the conversation
+(the customer's messages, its own earlier messages, the tool results as
+rendered text) and the tool specs (name, description, JSON schema, examples).
+It knows nothing of the shop's code or data, only some English: a handful of
+synonyms ("cost" ~ "total"), what a question looks like, and how to phrase a
+record's fields ("Shipped on", "Expected delivery") in a sentence.
+
+plan, in this order:
+- small talk ("hi", "thanks", "what can you do?") gets a greeting that lists
+  what the tools do;
+- a reply to its own question completes the request it asked about: an id
+  ("123456" after "please tell me the order ID") or a reason ("it arrived
+  damaged" after "tell me why the item goes back");
+- ids come from the question (the schemas' `pattern`s); a question that
+  refers back ("when will it arrive?") takes them from the conversation, from
+  the latest message that names one;
+- tools are scored by the question's content words their description,
+  argument descriptions and examples cover; a tool whose examples are all
+  requests, not questions (`start_return`), is only picked for an explicit
+  request that says its action word ("I want to return order 123456, the soap
+  is broken"), never for a question about it ("Can I return order 123456?");
+- words an id lookup leaves unexplained go to a tool without ids in the same
+  reply, so they run in parallel ("Can I return order 123456?" -> the order and
+  the return policy);
+- a question the tools cover less than half of is declined; a missing id or
+  reason is asked for.
+
+interpret parses the results' `Key: value.` sentences back into records and
+composes a short answer for the kind of question: yes/no with dates for
+shipping, the amount for totals, the item, a return's status and next step,
+the best policy document's sentences. Tool errors are passed on as they are.
+
+What it is not: it does not understand language. Paraphrases far from the
+tools' words are declined or misread, and a question it cannot parse gets the
+records' own words. Real models plug in behind the same interface.
+
+Token usage is estimated from word counts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from durable_agent.answers import DECLINE
+from durable_agent.argfill import Param, find_id, find_reason, find_value, required_params
+from durable_agent.conversation import (
+    AssistantMessage,
+    Message,
+    ToolResult,
+    UserMessage,
+    calls_so_far,
+    latest_results,
+)
+from durable_agent.model import ModelRequest, Reply
+from durable_agent.shields import DATA_MARK
+from durable_agent.shields.offline import reads_as_instructions
+from durable_agent.stream import TextSink, write_out
+from durable_agent.tools import ToolSpec
+from durable_agent.types import ToolCall, Usage
+
+# The share of the question's content words a tool's vocabulary must cover; a
+# third is enough when the question leads with a word the tool knows ("Can I
+# *return* opened soap?").
+MIN_COVERAGE = 0.5
+MIN_LEAD_COVERAGE = 1 / 3
+# A word that only matches through a synonym counts half when ranking tools:
+# "total" is an order's own word, "cost" a policy's.
+SYNONYM_WEIGHT = 0.5
+
+# --- words ----------------------------------------------------------------------------
+
+
+def _wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+STOPWORDS = _wordset(
+    """a about also am an and any are as ask at be been being by can could d did didn do does
+    doesn doing don for from get got had has hasn have haven hello hey hi how i if in into is
+    isn it its just know let like ll m may me might my need no not now of ok okay on or our
+    please re right s see so t tell than thank thanks that the their them then there these
+    this those to ve want was wasn we were what when where which who whom why will with won wonder
+    would yes you your yours"""
+)
+
+_SYNONYMS = {
+    "amount": "amount charge cost much paid pay price spend spent total",
+    "item": "bought buy item product purchase thing",
+    "ship": "dispatch sent ship track",
+    "arrive": "arrival arrive come deliver delivery",
+    "refund": "complete done finish process refund",
+    "quantity": "many quantity unit",
+    "status": "happen status update",
+}
+"""Words an LLM knows mean the same thing here, by concept."""
+
+
+def _stem(word: str) -> str:
+    """A crude stemmer that makes the forms of one word meet ("shipped",
+    "shipping", "ships" -> "ship"; "policies", "policy" -> "polic")."""
+    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
+            break
+    consonant_y = len(word) > 4 and word.endswith("y") and word[-2] not in "aeiou"
+    if consonant_y or (len(word) > 3 and word.endswith("e")):
+        word = word[:-1]
+    if len(word) > 3 and word[-1] == word[-2]:
+        word = word[:-1]
+    return word
+
+
+_CONCEPT_OF = {_stem(w): concept for concept, ws in _SYNONYMS.items() for w in ws.split()}
+
+
+def _normalize(text: str) -> str:
+    """Lower case, and "send (it) back" said as the one word it means."""
+    text = text.lower().replace("\u2019", "'")
+    return re.sub(r"\bsend(?:ing)?\s+(?:it\s+|them\s+|this\s+|that\s+)?back\b", "return", text)
+
+
+def content_words(text: str) -> list[str]:
+    """The stems of the words that say what a text is about (no ids, no filler)."""
+    words = re.findall(r"[a-z0-9]+", _normalize(text))
+    return [
+        _stem(w)
+        for w in words
+        if len(w) > 1 and w not in STOPWORDS and not any(c.isdigit() for c in w)
+    ]
+
+
+def concepts(words: Iterable[str]) -> set[str]:
+    return {_CONCEPT_OF[w] for w in words if w in _CONCEPT_OF}
+
+
+# --- what the customer's message looks like ---------------------------------------------
+
+_LEAD_IN = re.compile(
+    r"^(?:\s*(?:hi|hello|hey|ok|okay|so|and|also|well|thanks|thank you)\b[\s,!.]*)+"
+)
+_POLITE_REQUEST = re.compile(
+    r"^(?:please|kindly|(?:can|could|would|will) you|i want|i'd like|i would like|i need"
+    r"|i wish|go ahead)\b"
+)
+_ASKS_ABOUT = re.compile(
+    r"\b(?:whether|if i|can i|could i|may i|should i|am i|is it possible|what happens"
+    r"|what if|how do i|how can i|do i|know if|tell me if|wonder)\b"
+)
+_ASKS_YES_OR_NO = re.compile(
+    r"^(?:please |(?:can|could|would|will) you (?:please )?)?"
+    r"(?:tell me |let me know |check )(?:if|whether)\b"
+)
+_INTERROGATIVES = _wordset(
+    """am are can could did do does had has have how is may might shall should was were
+    what when where which who whom whose why will would"""
+)
+_AUXILIARIES = _INTERROGATIVES - _wordset("how what when where which who whom whose why")
+
+
+def _opening(text: str) -> str:
+    """The message in lower case, without a greeting or "ok, so" in front."""
+    return _LEAD_IN.sub("", _normalize(text).strip())
+
+
+def _first_word(text: str) -> str:
+    m = re.match(r"[a-z']+", _opening(text))
+    return m.group(0) if m else ""
+
+
+def is_question(text: str) -> bool:
+    """A question (about returning, say), as opposed to a request to do something.
+    "Can you start a return ...?" is a polite request; "Can I return ...?" asks."""
+    opening = _opening(text)
+    if _ASKS_ABOUT.search(opening):
+        return True
+    if _POLITE_REQUEST.match(opening):
+        return False
+    return "?" in text or _first_word(text) in _INTERROGATIVES
+
+
+def is_yes_no(text: str) -> bool:
+    """Whether the question wants a yes or a no first ("Has order 123456 shipped?"),
+    unlike "When ...?"."""
+    return bool(_ASKS_YES_OR_NO.match(_opening(text))) or _first_word(text) in _AUXILIARIES
+
+
+_IT = re.compile(r"\b(?:it|its|that one|this one)\b")
+_DUMMY_IT = re.compile(
+    r"\b(?:is it|it is|it's|was it|it was) (?:possible|true|ok|okay|allowed|free|necessary"
+    r"|worth|too late|going to)\b"
+)
+_ABOUT_MINE = re.compile(r"\b(?:did i|have i|had i|i paid|i ordered|i bought|i purchased)\b")
+_HOW_TO = re.compile(r"\bhow (?:do|can|could|should|would) (?:i|we)\b")
+
+
+def refers_back(text: str, nouns: Iterable[str]) -> bool:
+    """Whether the message is about a specific thing it does not name: "it",
+    "my order", "how much did I pay?". Not "how do I cancel my order?", which
+    asks how things are done."""
+    t = _DUMMY_IT.sub(" ", _normalize(text))
+    if _HOW_TO.search(t):
+        return False
+    if _IT.search(t) or _ABOUT_MINE.search(t):
+        return True
+    return any(re.search(rf"\b(?:my|this|that|our) {re.escape(n)}s?\b", t) for n in nouns)
+
+
+_SMALL_TALK = _wordset(
+    """a afternoon alright are bye can cheers could day do evening fine good goodbye great
+    greetings hello help hey hi hiya how i lot me mind morning much never nevermind nice no
+    nope ok okay please so thank thanks there thx very what you"""
+)
+_THANKS = _wordset("thank thanks thx cheers")
+_BYE = _wordset("bye goodbye")
+_NO = _wordset("never nevermind no nope")
+_OK = _wordset("alright fine ok okay")
+
+
+def is_small_talk(text: str) -> bool:
+    words = re.findall(r"[a-z0-9]+", _normalize(text))
+    return bool(words) and all(w in _SMALL_TALK for w in words)
+
+
+# --- the tools, as the model sees them ---------------------------------------------------
+
+
+def _id_noun(param: Param) -> str:
+    """What an id names: "order ID (6 digits ...)" -> "order"."""
+    m = re.match(r"\s*([a-z ]+?)\s+id\b", param.description, re.IGNORECASE)
+    return (m.group(1) if m else param.name.removesuffix("_id").replace("_", " ")).lower()
+
+
+@dataclass(frozen=True)
+class _ToolProfile:
+    spec: ToolSpec
+    params: tuple[Param, ...]
+    vocabulary: frozenset[str]
+    request_only: bool
+    """Every example is a request, none a question: a tool that does something
+    (start a return), called only when the customer asks for it to be done."""
+    action_words: frozenset[str]
+    """The words of the tool's name every example says ("return"): a request
+    for the tool says one of them."""
+    vocabulary_concepts: frozenset[str]
+
+    @classmethod
+    def of(cls, spec: ToolSpec) -> _ToolProfile:
+        params = required_params(spec)
+        text = " ".join(
+            [spec.name.replace("_", " "), spec.description, *spec.examples]
+            + [p.description for p in params]
+        )
+        name_words = set(content_words(spec.name.replace("_", " ")))
+        action = name_words.intersection(*(content_words(e) for e in spec.examples))
+        request_only = bool(spec.examples) and not any("?" in e for e in spec.examples)
+        vocabulary = frozenset(content_words(text))
+        known = frozenset(concepts(vocabulary))
+        return cls(spec, params, vocabulary, request_only, frozenset(action), known)
+
+    @property
+    def ids(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.is_id)
+
+    @property
+    def reason(self) -> Param | None:
+        return next((p for p in self.params if p.is_reason), None)
+
+    def matches(self, word: str) -> float:
+        if word in self.vocabulary:
+            return 1.0
+        concept = _CONCEPT_OF.get(word)
+        return SYNONYM_WEIGHT if concept in self.vocabulary_concepts else 0.0
+
+    def score(self, words: Sequence[str]) -> float:
+        return sum(self.matches(w) for w in words)
+
+    def coverage(self, words: Sequence[str]) -> float:
+        return sum(self.matches(w) > 0 for w in words) / len(words) if words else 0.0
+
+    def find_ids(self, text: str) -> dict[str, str] | None:
+        """This tool's ids in `text`, or None unless all of them are there."""
+        found = {p.name: find_id(p.pattern, text) for p in self.ids if p.pattern}
+        return None if None in found.values() else {k: v for k, v in found.items() if v}
+
+    def allowed(self, request: bool, words: Sequence[str]) -> bool:
+        """Tools that do something need an explicit request naming their action."""
+        if not self.request_only:
+            return True
+        return request and (not self.action_words or bool(self.action_words & set(words)))
+
+    def phrase(self) -> str:
+        """The tool's name as words, for offering it: start_return -> "start a return"."""
+        verb, *rest = self.spec.name.split("_")
+        return f"{verb} a {' '.join(rest)}" if rest else verb
+
+
+def _capability(spec: ToolSpec) -> str:
+    """What a tool does, from the opening of its description."""
+    text = re.split(r"[:,.]", " ".join(spec.description.split()), maxsplit=1)[0]
+    text = re.sub(r"\s*\([^)]*\)", "", text).strip()
+    return text[:1].lower() + text[1:]
+
+
+Choice = tuple[_ToolProfile, dict[str, str]]
+
+# --- the conversation -------------------------------------------------------------------
+
+ASK = "Please tell me"
+"""How the model asks for what it is missing. It knows its own asks again by
+"tell me" and the description of the argument it asked for."""
+
+
+def _asked_for(text: str, profiles: Sequence[_ToolProfile]) -> tuple[_ToolProfile, Param] | None:
+    """The tool and parameter one of the model's own messages asked the customer for."""
+    lowered = text.lower()
+    if "tell me" not in lowered:
+        return None
+    for p in profiles:
+        for param in p.params:
+            if param.description.lower() in lowered:
+                return p, param
+    return None
+
+
+@dataclass(frozen=True)
+class _Dialogue:
+    """The conversation as the model reads it."""
+
+    question: str
+    """The customer's request: the latest message, completed by the earlier one
+    when it only answers the model's question for an id ("123456")."""
+    earlier: tuple[str, ...]
+    """What was said before that (customer and model), latest first."""
+    last_ask: tuple[_ToolProfile, Param] | None
+    """What the model's previous message asked the customer for, if anything."""
+
+    @classmethod
+    def of(cls, messages: Sequence[Message], profiles: Sequence[_ToolProfile]) -> _Dialogue:
+        said = [m for m in messages if not isinstance(m, ToolResult)]
+        last = max((i for i, m in enumerate(said) if isinstance(m, UserMessage)), default=-1)
+        if last < 0:
+            return cls("", (), None)
+        question = said[last].text
+        last_ask = _own_ask(said[last - 1], profiles) if last > 0 else None
+        start = last
+        asked_for_id = last_ask is not None and last_ask[1].is_id
+        if asked_for_id and last >= 2 and not is_question(question):
+            start = last - 2  # "123456" answers the question before the model's ask
+            question = f"{_sentence(said[start].text)} {question}"
+        earlier = tuple(m.text for m in reversed(said[:start]) if m.text)
+        return cls(question, earlier, last_ask)
+
+    def ids_from_subject(self, profiles: Sequence[_ToolProfile]) -> str:
+        """The latest earlier message that names an id: what "it" is about."""
+        for text in self.earlier:
+            if any(p.find_ids(text) for p in profiles if p.ids):
+                return text
+        return ""
+
+    def ids_for(self, profile: _ToolProfile) -> dict[str, str] | None:
+        """A tool's ids from the latest earlier messages that name them."""
+        found: dict[str, str] = {}
+        for param in profile.ids:
+            pattern = param.pattern
+            value = next((v for t in self.earlier if pattern and (v := find_id(pattern, t))), None)
+            if value is None:
+                return None
+            found[param.name] = value
+        return found
+
+
+def _own_ask(
+    message: Message | None, profiles: Sequence[_ToolProfile]
+) -> tuple[_ToolProfile, Param] | None:
+    if isinstance(message, AssistantMessage) and not message.calls:
+        return _asked_for(message.text, profiles)
+    return None
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+# --- plan -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    """What plan decided: calls to make, or words to say."""
+
+    calls: list[Choice] = field(default_factory=list)
+    text: str = ""
+
+
+def _decide(talk: _Dialogue, profiles: list[_ToolProfile]) -> _Plan:
+    """Small talk; the answer to the model's own question; ids in the question;
+    ids of what the conversation was about ("it"); else the tool most about it."""
+    question = talk.question
+    if is_small_talk(question):
+        return _Plan(text=_small_talk(question, profiles))
+    if (reply := _complete_asked_request(talk, profiles)) is not None:
+        return reply
+    if (action := _action_no_tool_does(question, profiles)) is not None:
+        can = "; ".join(_capability(p.spec) for p in profiles)
+        return _Plan(text=f"Sorry, I can't {action} that for you here. I can help with: {can}.")
+    words = content_words(question)
+    request = not is_question(question)
+    allowed = [p for p in profiles if p.allowed(request, words)]
+    chosen = _pick_id_tools(allowed, question, words)
+    if not chosen and refers_back(question, _nouns(profiles)):
+        chosen = _pick_for_subject(allowed, talk.ids_from_subject(profiles), words)
+    if chosen:
+        return _with_free_text(_add_lookup_for_rest(chosen, allowed, words), question, words)
+    return _topical(allowed, talk, words)
+
+
+_CAN_I_DO = re.compile(r"^(?:can|could|may)\s+(?:i|you|we)\s+(?:please\s+)?([a-z]+)\b")
+_ANY_REQUEST = frozenset(
+    map(
+        _stem,
+        ["check", "confirm", "explain", "find", "give", "help", "look", "show", "send", "use"]
+        + ["verify"],
+    )
+)
+"""Verbs that ask for help of any kind, not for one thing a tool must do."""
+
+
+def _action_no_tool_does(question: str, profiles: list[_ToolProfile]) -> str | None:
+    """The verb of "can I / can you <verb> ..." when no tool speaks of doing it
+    ("Can I change the delivery address ...?"): the question asks for something
+    the agent cannot do, whatever else it mentions."""
+    m = _CAN_I_DO.match(_normalize(question).strip())
+    if m is None:
+        return None
+    verb = m.group(1)
+    stem = _stem(verb)
+    if verb in STOPWORDS or stem in _ANY_REQUEST or any(p.matches(stem) for p in profiles):
+        return None
+    return verb
+
+
+def _nouns(profiles: Iterable[_ToolProfile]) -> set[str]:
+    return {_id_noun(param) for p in profiles for param in p.ids}
+
+
+def _explains(words: Sequence[str], covers: Callable[[str], float]) -> bool:
+    """Whether the tools explain the question: most of its words, or the word it
+    leads with and a good part of the rest. Otherwise it is about something else
+    ("the impact of return rtn001 on world peace")."""
+    share = sum(bool(covers(w)) for w in words) / len(words)
+    return share >= MIN_COVERAGE or (bool(covers(words[0])) and share >= MIN_LEAD_COVERAGE)
+
+
+def _key(p: _ToolProfile, words: Sequence[str]) -> tuple[float, bool]:
+    """Rank by words covered; on a tie, a tool that only reads beats one that
+    does something (a write needs a clear request)."""
+    return p.score(words), not p.request_only
+
+
+def _pick_id_tools(profiles: list[_ToolProfile], question: str, words: list[str]) -> list[Choice]:
+    """Tools whose ids all appear in the question, one per set of ids.
+
+    Tools taking the same ids (order_status and start_return both take an order
+    id) compete: the one covering more of the question's words wins (see `_key`).
+    Words another id's tool explains don't count ("has order 123456 shipped and
+    is return rtn001 processed": "return" belongs to rtn001).
+    """
+    groups: dict[tuple[str, ...], list[Choice]] = {}
+    for p in profiles:
+        if p.ids and (found := p.find_ids(question)):
+            groups.setdefault(tuple(v.lower() for v in found.values()), []).append((p, found))
+
+    def best(ids: tuple[str, ...], counted: list[str]) -> Choice:
+        return max(groups[ids], key=lambda choice: _key(choice[0], counted))
+
+    chosen = {ids: best(ids, words) for ids in groups}
+    for ids in groups:
+        others = frozenset().union(*(p.vocabulary for i, (p, _) in chosen.items() if i != ids))
+        chosen[ids] = best(ids, [w for w in words if w not in others] or words)
+    return list(chosen.values())
+
+
+def _pick_for_subject(profiles: list[_ToolProfile], subject: str, words: list[str]) -> list[Choice]:
+    """The one tool that best answers a question about what the conversation was
+    last about ("when will it arrive?" after an answer about order 123456)."""
+    candidates = [(p, ids) for p in profiles if p.ids and (ids := p.find_ids(subject))]
+    if not candidates:
+        return []
+    return [max(candidates, key=lambda choice: _key(choice[0], words))]
+
+
+def _add_lookup_for_rest(
+    chosen: list[Choice], profiles: list[_ToolProfile], words: list[str]
+) -> list[Choice]:
+    """Words the id lookups leave unexplained go to a tool without ids, in the same
+    reply: "Can I return order 123456?" also searches the return policy."""
+    rest = [w for w in words if not any(p.matches(w) for p, _ in chosen)]
+    no_ids = [p for p in profiles if not p.ids and not p.request_only]
+    if not rest or not no_ids:
+        return chosen
+    best = max(no_ids, key=lambda p: p.score(rest))
+    return chosen + [(best, {})] if best.coverage(rest) >= MIN_COVERAGE else chosen
+
+
+def _with_free_text(chosen: list[Choice], question: str, words: list[str]) -> _Plan:
+    """The calls with their free-text arguments, or a question for a missing reason;
+    a decline when the tools explain too little of the question."""
+    if words and not _explains(words, lambda w: any(p.matches(w) for p, _ in chosen)):
+        return _Plan(text=DECLINE)
+    calls = []
+    for p, ids in chosen:
+        args = dict(ids)
+        for param in p.params:
+            if param.is_id:
+                continue
+            value = find_value(param, question)
+            if value is None:
+                return _Plan(text=_ask_for_reason(p, param, ids))
+            args[param.name] = value
+        calls.append((p, {param.name: args[param.name] for param in p.params}))
+    return _Plan(calls=calls)
+
+
+def _topical(profiles: list[_ToolProfile], talk: _Dialogue, words: list[str]) -> _Plan:
+    """No ids in play: the tool most about the question. On a tie, one that can
+    answer at once, unless the question is about something specific of the
+    customer's ("how much did I pay?"), which needs an id."""
+    specific = refers_back(talk.question, _nouns(profiles))
+    ranked = sorted(
+        profiles,
+        key=lambda p: (*_key(p, words), bool(p.ids) == specific),
+        reverse=True,
+    )
+    best = ranked[0] if ranked else None
+    if best is None or not words or not _explains(words, best.matches):
+        return _Plan(text=DECLINE)
+    if not best.ids:
+        return _with_free_text([(best, {})], talk.question, words)
+    ids = talk.ids_for(best)
+    if ids is None:
+        offer = f"I can {best.phrase()} for you." if best.request_only else "I can look that up."
+        return _Plan(text=f"{offer} {ASK} the {best.ids[0].description}.")
+    chosen = _add_lookup_for_rest([(best, ids)], profiles, words)
+    return _with_free_text(chosen, talk.question, words)
+
+
+def _ask_for_reason(p: _ToolProfile, param: Param, ids: dict[str, str]) -> str:
+    about = " ".join(f"{_id_noun(i)} {ids[i.name]}" for i in p.ids if i.name in ids)
+    return f"I can {p.phrase()} for {about}. {ASK} {param.description}."
+
+
+def _names_an_id(text: str, profiles: Iterable[_ToolProfile]) -> bool:
+    return any(p.pattern and find_id(p.pattern, text) for t in profiles for p in t.ids)
+
+
+def _complete_asked_request(talk: _Dialogue, profiles: list[_ToolProfile]) -> _Plan | None:
+    """The customer answers the model's "tell me why the item goes back (for order
+    123456)": that completes the request the model offered to make."""
+    if talk.last_ask is None or is_question(talk.question) or not talk.earlier:
+        return None
+    profile, param = talk.last_ask
+    if param.is_id or _names_an_id(talk.question, profiles):
+        return None  # naming an id is a new request, not the answer
+    ids = profile.find_ids(talk.earlier[0])
+    reason = find_reason(talk.question, param.tool_words)
+    if ids is None or reason is None:
+        return None
+    return _Plan(calls=[(profile, {**ids, param.name: reason})])
+
+
+def _small_talk(text: str, profiles: list[_ToolProfile]) -> str:
+    """A greeting (or a "you're welcome") that says what the agent can help with."""
+    can = "; ".join(_capability(p.spec) for p in profiles)
+    words = set(re.findall(r"[a-z]+", _normalize(text)))
+    if words & _BYE:
+        return "Goodbye! Come back any time."
+    if words & _NO or (words & _OK and not words & _THANKS):
+        return f"No problem. If there is anything else, I can help with: {can}."
+    if words & _THANKS:
+        return f"You're welcome! If there is anything else, I can help with: {can}."
+    return f"Hello! I can help with: {can}. What can I do for you?"
+
+
+# --- interpret: reading the results -------------------------------------------------------
+
+_ITEM = re.compile(r"(?:^|\s)\[\d+\]\s+")
+_FIELD = re.compile(r"(?:^|(?<=[.!?…])\s+)([A-Z][a-z]*(?: [a-z]+){0,2}): ")
+
+Record = dict[str, str]
+
+
+def parse_records(text: str) -> list[Record]:
+    """`Key: value.` sentences back into records, one per `[n]` item of a list.
+    Empty when the text is not made of such sentences."""
+    items = [t for t in _ITEM.split(text) if t.strip()] if text.startswith("[1] ") else [text]
+    records = []
+    for item in items:
+        found = list(_FIELD.finditer(item))
+        if not found or found[0].start() != 0:
+            return []
+        record = {}
+        for m, nxt in zip(found, [*found[1:], None], strict=True):
+            value = item[m.end() : nxt.start() if nxt else len(item)].strip()
+            record[m.group(1).lower()] = value[:-1] if value.endswith(".") else value
+        records.append(record)
+    return records
+
+
+def _field(record: Record, *names: str) -> str:
+    """The value of the first field whose label says one of `names` (a word or a
+    concept: "amount" finds "Total")."""
+    for label, value in record.items():
+        words = content_words(label)
+        if any(n in words or n in concepts(words) for n in map(_stem, names)):
+            return value
+    return ""
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What the customer's question wants to know."""
+
+    concepts: frozenset[str]
+    words: frozenset[str]
+    yes_no: bool
+
+    @classmethod
+    def of(cls, question: str) -> _Asked:
+        words = content_words(question)
+        found = set(concepts(words))
+        lowered = _normalize(question)
+        if re.search(r"\bwhere\b", lowered):
+            found.add("ship")
+        if re.search(r"\bwhen\b", lowered) and not found & {"ship", "refund"}:
+            found.add("arrive")
+        return cls(frozenset(found), frozenset(words), is_yes_no(question))
+
+
+def _order_answer(record: Record, asked: _Asked) -> str:
+    order_id = _field(record, "order")
+    item = _field(record, "item")
+    quantity = _field(record, "quantity")
+    what = f"{quantity} × {item}" if quantity else item
+    total = _field(record, "amount")
+    sentences = []
+    if "return" in asked.words:
+        # Whether it can go back: a return it has already, or that it has not shipped.
+        if returns := _field(record, "return"):
+            sentences.append(f"Order {order_id} already has a return: {returns}.")
+        elif not _field(record, "shipped"):
+            sentences.append(_shipping(record, f"order {order_id}"))
+    if asked.concepts & {"item", "quantity"}:
+        sentences.append(f"Order {order_id} is for {what}.")
+    if "amount" in asked.concepts:
+        sentences.append(f"The total for order {order_id} was {total} ({what}).")
+    if asked.concepts & {"ship", "arrive"}:
+        subject = "it" if sentences else f"order {order_id}"
+        sentences.append(_shipping(record, subject, asked))
+    if not sentences:
+        sentences = [f"Order {order_id} is for {what} ({total}).", _shipping(record, "it")]
+    return " ".join(_capitalized(s) for s in sentences)
+
+
+def _shipping(record: Record, subject: str, asked: _Asked | None = None) -> str:
+    """Where the order is, with its dates; yes or no first when that was asked."""
+    status = _field(record, "status")
+    shipped_on = _field(record, "shipped")
+    expected = _field(record, "expected", "delivery")
+    delivered = "arrive" in concepts(content_words(status))
+    if delivered:
+        text = f"{subject} has been delivered (shipped on {shipped_on}, due on {expected})."
+    elif shipped_on:
+        text = f"{subject} shipped on {shipped_on} and should arrive by {expected}."
+    else:
+        due = f"; it should arrive by {expected}" if expected else ""
+        text = f"{subject} has not shipped yet (status: {status}){due}."
+    if asked is None or not asked.yes_no:
+        return text
+    if "ship" in asked.concepts:
+        return ("Yes — " if shipped_on or delivered else "No — ") + text
+    return ("Yes — " if delivered else "Not yet — ") + text
+
+
+def _return_answer(record: Record, asked: _Asked) -> str:
+    return_id, order_id = _field(record, "return"), _field(record, "order")
+    status, detail = _field(record, "status"), _field(record, "detail")
+    text = f"Return {return_id} for order {order_id} {_is(status)}. {_sentence(detail)}"
+    status_concepts = concepts(content_words(status)) | set(content_words(status))
+    asked_status = asked.concepts & {"refund"} or asked.words & {"receiv", "pend", "request"}
+    if not asked.yes_no or not asked_status:
+        return text
+    return ("Yes — " if asked_status & status_concepts else "Not yet — ") + _lowered(text)
+
+
+def _started_return_answer(record: Record, reason: str, earlier: Sequence[str]) -> str:
+    """A return the request started, or the open one the store gave back instead."""
+    return_id, order_id = _field(record, "return"), _field(record, "order")
+    status, detail = _field(record, "status"), _field(record, "detail")
+    if _is_new_return(return_id, detail, reason, earlier):
+        return f"I've started return {return_id} for order {order_id} (status: {status}). " + (
+            _sentence(detail)
+        )
+    return (
+        f"Order {order_id} already has an open return, {return_id} (status: {status}), "
+        f"so I did not start a new one. {_sentence(detail)}"
+    )
+
+
+def _is_new_return(return_id: str, detail: str, reason: str, earlier: Sequence[str]) -> bool:
+    """A new return records the reason this request gave; an open one the store
+    gives back holds its own (and may have been named in this conversation)."""
+    if any(return_id.lower() in t.lower() for t in earlier):
+        return False
+    said = " ".join(reason.split()).strip(" .").lower().rstrip("…")[:40]
+    return bool(said) and said in " ".join(detail.split()).lower()
+
+
+def _policy_answer(records: list[Record], asked: _Asked) -> str:
+    """The best document's sentences; the next one's too when its title is about
+    something else the question asks."""
+    first, *rest = records
+    parts = [f"Our {first.get('title', '')} policy says: {_sentence(first.get('excerpt', ''))}"]
+    seen = set(content_words(first.get("title", "")))
+    for other in rest:
+        title_words = set(content_words(other.get("title", "")))
+        if title_words & asked.words - seen:
+            parts.append(f"Our {other.get('title', '')} policy says: {_sentence(other['excerpt'])}")
+            seen |= title_words
+    return " ".join(parts)
+
+
+def _is(status: str) -> str:
+    """A status after its return: has been received, is pending."""
+    return f"has been {status}" if status.endswith("ed") else f"is {status}"
+
+
+def _capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _lowered(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def _usage(prompt: str, reply: str) -> Usage:
+    return Usage(model_calls=1, input_tokens=len(prompt.split()), output_tokens=len(reply.split()))
+
+
+class OfflineModel:
+    """Deterministic, offline, keyword-and-pattern model. See the module docstring."""
+
+    provider = "offline"
+    name = "offline-keyword-v1"
+
+    def __init__(self) -> None:
+        self._profiles: dict[str, _ToolProfile] = {}
+
+    def _profiles_of(self, specs: list[ToolSpec]) -> list[_ToolProfile]:
+        profiles = []
+        for spec in specs:
+            key = spec.model_dump_json()
+            if key not in self._profiles:
+                self._profiles[key] = _ToolProfile.of(spec)
+            profiles.append(self._profiles[key])
+        return profiles
+
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        profiles = self._profiles_of(request.tools)
+        talk = _Dialogue.of(request.messages, profiles)
+        decided = _decide(talk, profiles)
+        prompt = talk.question + " " + " ".join(s.description for s in request.tools)
+        if not decided.calls:
+            await write_out(decided.text, stream)
+            return Reply(text=decided.text, usage=_usage(prompt, decided.text))
+        first_id = calls_so_far(request.messages) + 1
+        made = [
+            ToolCall(id=f"call_{first_id + i}", name=p.spec.name, arguments=args)
+            for i, (p, args) in enumerate(decided.calls)
+        ]
+        return Reply(calls=made, usage=_usage(prompt, " ".join(c.render() for c in made)))
+
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        profiles = self._profiles_of(request.tools)
+        talk = _Dialogue.of(request.messages, profiles)
+        results = latest_results(request.messages)
+        calls = {
+            c.id: c for m in request.messages if isinstance(m, AssistantMessage) for c in m.calls
+        }
+        by_name = {p.spec.name: p for p in profiles}
+        asked = _Asked.of(talk.question)
+        parts = [
+            self._answer(r, calls.get(r.call_id), by_name.get(r.tool), asked, talk) for r in results
+        ]
+        answer = " ".join(p for p in parts if p) or DECLINE
+        if offer := _offer(results, calls, profiles, talk):
+            answer += " " + offer
+        prompt = talk.question + " " + " ".join(r.text for r in results)
+        await write_out(answer, stream)
+        return Reply(text=answer, usage=_usage(prompt, answer))
+
+    @staticmethod
+    def _answer(
+        result: ToolResult,
+        call: ToolCall | None,
+        profile: _ToolProfile | None,
+        asked: _Asked,
+        talk: _Dialogue,
+    ) -> str:
+        """One result in words: errors as the tool said them, records composed. A
+        result a shield marked as data is read for its facts: no sentence of it that
+        reads as instructions is passed on to the customer."""
+        text = result.text
+        if text.startswith(DATA_MARK):
+            text = _without_instructions(text.removeprefix(DATA_MARK).lstrip())
+        records = parse_records(text) if result.ok else []
+        if not records:
+            return text
+        if "excerpt" in records[0]:
+            return _policy_answer(records, asked)
+        record = records[0]
+        if "return id" in record:
+            if profile is not None and profile.request_only:
+                reason = profile.reason
+                said = str(call.arguments.get(reason.name, "")) if call and reason else ""
+                return _started_return_answer(record, said, talk.earlier)
+            return _return_answer(record, asked)
+        if "order id" in record:
+            return _order_answer(record, asked)
+        return text
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _without_instructions(text: str) -> str:
+    """`text` without the sentences that read as orders to the assistant."""
+    kept = [s for s in _SENTENCE_END.split(text) if not reads_as_instructions(s)]
+    return " ".join(kept)
+
+
+def _offer(
+    results: list[ToolResult],
+    calls: dict[str, ToolCall],
+    profiles: list[_ToolProfile],
+    talk: _Dialogue,
+) -> str:
+    """After a question about doing something (returning an order) that was
+    answered by looking things up, offer to do it: the customer only has to
+    give what the request still needs."""
+    words = content_words(talk.question)
+    looked_up = {w for r in results for w in content_words(r.tool.replace("_", " "))}
+    if not is_question(talk.question):
+        return ""
+    for p in profiles:
+        reason = p.reason
+        action = p.action_words & set(words)
+        if not p.request_only or reason is None or not action or action & looked_up:
+            continue
+        for r in results:
+            call = calls.get(r.call_id)
+            ids = p.find_ids(" ".join(str(v) for v in call.arguments.values())) if call else None
+            records = parse_records(r.text) if r.ok else []
+            # Shipped, and not already what the request would make (its return).
+            made = records and any(_field(records[0], a) for a in action)
+            if ids and records and _field(records[0], "shipped") and not made:
+                return (
+                    f"If you'd like to go ahead, tell me {reason.description} and I'll "
+                    f"{p.phrase()} for {' '.join(f'{_id_noun(i)} {ids[i.name]}' for i in p.ids)}."
+                )
+    return ""

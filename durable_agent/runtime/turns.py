@@ -1,0 +1,419 @@
+"""Talking to the agent from outside: start, follow, decide and find turns and conversations.
+
+What every front end does (`client.py` today), in one place:
+
+    start_turn(client, TurnInput(...))            one question, one AgentTurn workflow
+    start_chat / send                             a Conversation; each message is a turn
+    follow(client, turn_id)                       a turn's events as they happen (its stream)
+    pending(client) / decide(client, wf, ...)     calls awaiting consent, and deciding them
+    find_turns(client, customer=..., ...)         recent turns, by search attributes
+    workers(client, task_queue)                   is anyone serving the queue, truly?
+    history_view(handle)                          what a turn's history holds, no worker needed
+
+Errors a person can act on are `AgentClientError`s with a one-line message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWorkersRequest
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_agent.answers import markdown_plain, markdown_safe
+from durable_agent.approval import ApprovalDecision, ApprovalResult
+from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
+from durable_agent.runtime import search as registered
+from durable_agent.runtime.settings import TASK_QUEUE, WORKER_HEARTBEAT
+from durable_agent.runtime.streams import turn_events
+from durable_agent.stream import TurnEvent
+from durable_agent.types import PendingApproval, TurnInput, TurnProgress
+from workflows import AgentTurn, Conversation, search
+from workflows.policies import WORKFLOW_TASK_TIMEOUT
+
+
+class AgentClientError(Exception):
+    """A problem a person can fix, said in one line."""
+
+
+def turn_id(customer_id: str) -> str:
+    """`turn-<customer>-<8 hex>`: readable in the Web UI, unique per turn."""
+    return f"turn-{customer_id}-{uuid.uuid4().hex[:8]}"
+
+
+def chat_id(customer_id: str) -> str:
+    """`chat-<customer>-<8 hex>`; its turns are `<chat id>-<n>`."""
+    return f"chat-{customer_id}-{uuid.uuid4().hex[:8]}"
+
+
+async def start_turn(
+    client: Client, turn: TurnInput, task_queue: str = TASK_QUEUE
+) -> WorkflowHandle:
+    indexed = await registered.available(client)
+    return await client.start_workflow(
+        AgentTurn.run,
+        turn,
+        id=turn_id(turn.customer_id),
+        task_queue=task_queue,
+        static_summary=markdown_safe(turn.question[:200]),
+        static_details=f"customer: {turn.customer_id} · model: {turn.model or 'worker default'}",
+        search_attributes=search.at_start(turn.customer_id, turn.model) if indexed else None,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
+        # A worker in this process with a free slot (`ask --embedded`, `web`) gets the
+        # first workflow task in the start's reply; any other start is unchanged.
+        request_eager_start=True,
+    )
+
+
+async def start_chat(
+    client: Client, chat: ConversationInput, first: str, task_queue: str = TASK_QUEUE
+) -> tuple[WorkflowHandle, MessageAccepted]:
+    """Start a conversation and send its first message, in one call (update-with-start)."""
+    message = _message(first)
+    indexed = await registered.available(client)
+    start = WithStartWorkflowOperation(
+        Conversation.run,
+        chat,
+        id=chat_id(chat.customer_id),
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        task_queue=task_queue,
+        static_summary=f"chat with {chat.customer_id}",
+        search_attributes=search.at_start(chat.customer_id, chat.model) if indexed else None,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
+    )
+    accepted = await _update(
+        client.execute_update_with_start_workflow(
+            Conversation.send, message, start_workflow_operation=start
+        )
+    )
+    return await start.workflow_handle(), accepted
+
+
+async def send(conversation: WorkflowHandle, text: str) -> MessageAccepted:
+    """The next message of a conversation; returns when the turn answering it starts."""
+    try:
+        return await _update(conversation.execute_update(Conversation.send, _message(text)))
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise AgentClientError(
+                f"conversation {conversation.id} has ended (or never existed); start a new one"
+            ) from None
+        raise
+
+
+def _message(text: str) -> ChatMessage:
+    try:
+        return ChatMessage(text=text)
+    except ValueError as e:
+        raise AgentClientError(_first_error(e)) from None
+
+
+async def follow(client: Client, turn_id: str, from_offset: int = 0) -> AsyncIterator[TurnEvent]:
+    """The turn's events from its stream (`durable_agent/stream.py`): steps as they are
+    recorded, the models' text as it is written (when the turn streams it), then
+    its outcome. On a finished turn, its whole story (a worker answers that)."""
+    try:
+        async for _, event in turn_events(client, turn_id, from_offset):
+            yield event
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise AgentClientError(f"no turn with workflow id {turn_id!r}") from None
+        if e.status == RPCStatusCode.UNAVAILABLE:
+            raise AgentClientError(
+                f"lost the Temporal server ({e.message}); turn {turn_id} is kept there: "
+                f"see it with `python client.py show {turn_id}` once the server is back"
+            ) from None
+        raise
+
+
+async def progress_of(handle: WorkflowHandle, timeout: float | None = None) -> TurnProgress:
+    """The turn's steps so far. A query needs a worker: with `timeout`, give up
+    after that many seconds (`WorkerNeeded`) instead of waiting for one."""
+    try:
+        rpc_timeout = timedelta(seconds=timeout) if timeout else None
+        return await handle.query(AgentTurn.progress, rpc_timeout=rpc_timeout)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise AgentClientError(f"no turn with workflow id {handle.id!r}") from None
+        if timeout and e.status in (
+            RPCStatusCode.CANCELLED,  # how the client reports its own deadline
+            RPCStatusCode.DEADLINE_EXCEEDED,
+            RPCStatusCode.FAILED_PRECONDITION,
+            RPCStatusCode.UNAVAILABLE,
+        ):
+            raise WorkerNeeded(e.message) from None
+        raise
+
+
+class WorkerNeeded(AgentClientError):
+    """No worker answered a query in time."""
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Who serves a task queue, by their heartbeats (pollers alone linger after a crash)."""
+
+    live: int
+    last_seen: datetime | None
+    """The most recent heartbeat of any worker of the queue, live or not."""
+
+
+async def workers(client: Client, task_queue: str) -> Workers:
+    """Live workers of `task_queue`. A worker with heartbeats is live while it beats on
+    time: one killed outright stops at once, though its pollers stay listed for a
+    minute or more. A worker too new to have beaten yet counts if it polled lately.
+    Servers without worker heartbeats: any poller counts as live."""
+    polled = await _pollers(client, task_queue)
+    try:
+        resp = await client.workflow_service.list_workers(
+            ListWorkersRequest(namespace=client.namespace, page_size=200)
+        )
+    except RPCError:
+        return Workers(live=len(polled), last_seen=max(polled.values(), default=None))
+    now = datetime.now(timezone.utc)
+    window = 2 * WORKER_HEARTBEAT + timedelta(seconds=5)
+    live: set[str] = set()
+    seen = dict(polled)
+    beating: set[str] = set()
+    for info in resp.workers_info:
+        beat = info.worker_heartbeat
+        if beat.task_queue != task_queue:
+            continue
+        at = beat.heartbeat_time.ToDatetime(tzinfo=timezone.utc)
+        beating.add(beat.worker_identity)
+        seen[beat.worker_identity] = max(at, seen.get(beat.worker_identity, at))
+        # Before its second beat a worker's interval is unknown: assume ours.
+        interval = beat.elapsed_since_last_heartbeat.ToTimedelta() or WORKER_HEARTBEAT
+        if (
+            beat.status == WorkerStatus.WORKER_STATUS_RUNNING
+            and now - at <= 2 * interval + timedelta(seconds=5)
+        ):
+            live.add(beat.worker_identity)
+    live |= {who for who, at in polled.items() if who not in beating and now - at <= window}
+    return Workers(live=len(live), last_seen=max(seen.values(), default=None))
+
+
+async def _pollers(client: Client, task_queue: str) -> dict[str, datetime]:
+    """Each poller's identity and last poll."""
+    resp = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return {p.identity: p.last_access_time.ToDatetime(tzinfo=timezone.utc) for p in resp.pollers}
+
+
+async def history_view(handle: WorkflowHandle) -> list[str]:
+    """A turn's activities as its history records them (with their Web UI summaries),
+    for when no worker is there to answer the `progress` query."""
+    converter = handle._client.data_converter  # the client's own, encryption included
+    scheduled: dict[int, str] = {}
+    lines: list[str] = []
+    async for event in handle.fetch_history_events():
+        summary = ""
+        if event.user_metadata.HasField("summary"):
+            summary = markdown_plain(
+                str((await converter.decode([event.user_metadata.summary]))[0])
+            )
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            kind = event.activity_task_scheduled_event_attributes.activity_type.name
+            # Summaries of the turn's own steps name their kind already ("plan: …").
+            named = not summary or summary.partition(":")[0] == kind
+            scheduled[event.event_id] = (summary or kind) if named else f"{kind}: {summary}"
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            done = scheduled.pop(
+                event.activity_task_completed_event_attributes.scheduled_event_id, ""
+            )
+            lines.append(f"done     {done}")
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            failed = scheduled.pop(
+                event.activity_task_failed_event_attributes.scheduled_event_id, ""
+            )
+            lines.append(f"failed   {failed}")
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and summary:
+            lines.append(f"done     {summary}")
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_STARTED and summary:
+            lines.append(f"waiting  {summary}")
+    lines += [f"running  {what}" for what in scheduled.values()]
+    return lines
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A call awaiting consent, and the turn it belongs to."""
+
+    workflow_id: str
+    approval: PendingApproval
+
+    def age(self, now: datetime) -> str:
+        seconds = max(0, int((now - self.approval.since).total_seconds()))
+        if seconds < 120:
+            return f"{seconds}s"
+        if seconds < 7200:
+            return f"{seconds // 60}m"
+        return f"{seconds // 3600}h"
+
+
+async def pending(client: Client, customer_id: str | None = None) -> list[Waiting]:
+    """Every call awaiting consent, oldest first (of the customer's turns, if given)."""
+    if await registered.available(client):
+        query = (
+            f"WorkflowType = 'AgentTurn' AND {search.STATUS.name} = '{search.AWAITING_APPROVAL}'"
+        )
+        if customer_id:
+            query += f" AND {search.CUSTOMER.name} = '{_quoted(customer_id)}'"
+    else:  # no search attributes: look at every running turn
+        query = "WorkflowType = 'AgentTurn' AND ExecutionStatus = 'Running'"
+    found: list[Waiting] = []
+    async for wf in client.list_workflows(query):
+        handle = client.get_workflow_handle(wf.id)
+        try:
+            progress = await progress_of(handle)
+        except (AgentClientError, RPCError):
+            continue  # finished meanwhile
+        for p in progress.pending:
+            found.append(Waiting(wf.id, p))
+    return sorted(found, key=lambda w: w.approval.since)
+
+
+async def decide(
+    client: Client,
+    workflow_id: str,
+    call_id: str | None,
+    *,
+    approved: bool,
+    by: str,
+    reason: str = "",
+) -> ApprovalResult:
+    """Approve or reject a waiting call; without `call_id`, the turn's only one."""
+    handle = client.get_workflow_handle(workflow_id)
+    await _running(handle)
+    if call_id is None:
+        waiting = (await progress_of(handle)).pending
+        if len(waiting) != 1:
+            listed = ", ".join(f"{p.call.id} ({p.call.render()})" for p in waiting)
+            raise AgentClientError(
+                f"turn {workflow_id} has no call awaiting approval"
+                if not waiting
+                else f"turn {workflow_id} has {len(waiting)} calls awaiting approval: {listed}; "
+                "name the CALL_ID"
+            )
+        call_id = waiting[0].call.id
+    try:
+        decision = ApprovalDecision(call_id=call_id, approved=approved, by=by, reason=reason)
+    except ValueError as e:
+        raise AgentClientError(_first_error(e)) from None
+    return await _update(handle.execute_update(AgentTurn.decide, decision))
+
+
+async def _running(handle: WorkflowHandle) -> None:
+    """Refuse, without needing a worker, a turn that does not exist or has ended."""
+    try:
+        desc = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise AgentClientError(f"no turn with workflow id {handle.id!r}") from None
+        raise
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        state = desc.status.name.lower() if desc.status else "ended"
+        raise AgentClientError(f"turn {handle.id} is {state}: no call awaits approval")
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    workflow_id: str
+    status: str
+    outcome: str
+    customer_id: str
+    model: str
+    started: datetime
+    tools: list[str]
+    question: str
+
+
+async def find_turns(
+    client: Client,
+    *,
+    customer_id: str | None = None,
+    outcome: str | None = None,
+    awaiting_approval: bool = False,
+    limit: int = 20,
+) -> list[TurnRow]:
+    """Recent turns, newest first, filtered by the agent's search attributes."""
+    if not await registered.available(client):
+        raise AgentClientError(
+            "the agent's search attributes are not registered on this namespace, so turns "
+            f"cannot be filtered; register them with: {search.create_command()}"
+        )
+    clauses = ["WorkflowType = 'AgentTurn'"]
+    if customer_id:
+        clauses.append(f"{search.CUSTOMER.name} = '{_quoted(customer_id)}'")
+    if outcome:
+        clauses.append(f"{search.OUTCOME.name} = '{_quoted(outcome)}'")
+    if awaiting_approval:
+        clauses.append(f"{search.STATUS.name} = '{search.AWAITING_APPROVAL}'")
+    rows = []
+    async for wf in client.list_workflows(" AND ".join(clauses), limit=limit):
+        attrs = wf.typed_search_attributes
+        rows.append(
+            TurnRow(
+                workflow_id=wf.id,
+                status=attrs.get(search.STATUS)
+                or (wf.status.name.lower() if wf.status else "unknown"),
+                outcome=attrs.get(search.OUTCOME) or "",
+                customer_id=attrs.get(search.CUSTOMER) or "",
+                model=attrs.get(search.MODEL) or "",
+                started=wf.start_time,
+                tools=list(attrs.get(search.TOOLS) or []),
+                question="",
+            )
+        )
+    questions = await asyncio.gather(*(_summary(client, r.workflow_id) for r in rows))
+    return [TurnRow(**{**r.__dict__, "question": q}) for r, q in zip(rows, questions, strict=True)]
+
+
+async def _summary(client: Client, workflow_id: str) -> str:
+    try:
+        return (
+            await (await client.get_workflow_handle(workflow_id).describe()).static_summary() or ""
+        )
+    except RPCError:
+        return ""
+
+
+async def _update(pending_update):  # type: ignore[no-untyped-def]
+    """An update's result, or its refusal (the validator's words) as an AgentClientError."""
+    try:
+        return await pending_update
+    except WorkflowUpdateFailedError as e:
+        cause = e.cause
+        message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
+        raise AgentClientError(message) from None
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _first_error(e: ValueError) -> str:
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        return "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in errors())
+    return str(e)

@@ -1,0 +1,64 @@
+"""A scripted model for tests: replies come from queues you fill.
+
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="c1", name="order_status",
+                                     arguments={"order_id": "123456"})])],
+        decisions=[Reply(text="It shipped.")],
+    )
+
+`plans` answer `plan`, `decisions` answer `interpret`. Each queue item is a
+reply, an exception to raise (e.g. `ModelUnavailable()` for a transient failure
+that Temporal retries), or a callable `(request) -> reply`. A queue that runs
+dry repeats its last item, so `decisions=[Reply(calls=[...])]` asks for tools
+forever (the "never finishes" model). Every request is recorded in `requests`
+for assertions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Union
+
+from durable_agent.errors import InvalidModelOutput
+from durable_agent.model import ModelRequest, Reply
+from durable_agent.stream import TextSink
+
+Item = Union[Reply, BaseException, Callable[[ModelRequest], Reply]]  # noqa: UP007 - a runtime alias on 3.10
+
+
+class ScriptedModel:
+    provider = "scripted"
+
+    def __init__(
+        self,
+        plans: Sequence[Item] = (),
+        decisions: Sequence[Item] = (),
+        name: str = "scripted",
+    ) -> None:
+        self.name = name
+        self._plans = list(plans)
+        self._decisions = list(decisions)
+        self.requests: list[tuple[str, ModelRequest]] = []
+
+    async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        self.requests.append(("plan", request))
+        return _next(self._plans, request, "plan")
+
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        self.requests.append(("interpret", request))
+        return _next(self._decisions, request, "interpret")
+
+    def calls(self, kind: str) -> int:
+        return sum(k == kind for k, _ in self.requests)
+
+
+def _next(queue: list[Item], request: ModelRequest, kind: str) -> Reply:
+    if not queue:
+        raise InvalidModelOutput(f"scripted model has no {kind} reply left")
+    item = queue.pop(0) if len(queue) > 1 else queue[0]
+    if isinstance(item, BaseException):
+        raise item
+    if callable(item):
+        return item(request)
+    # A copy: the activity names calls in place, and a repeated item is reused.
+    return item.model_copy(deep=True)

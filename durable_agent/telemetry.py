@@ -1,0 +1,243 @@
+"""OpenTelemetry: exporter set-up from the standard variables, and the agent's own spans.
+
+Temporal's plugin (`temporalio.contrib.opentelemetry`) traces the client start,
+the workflow and every activity; the spans here add what only the agent knows,
+named and attributed per OpenTelemetry's GenAI semantic conventions: a root span
+per client command (`client.py ask`), one `invoke_agent` span per turn, one
+`chat <model>` span per model call and one `execute_tool <name>` span per tool
+call. `ActivityAttempts` marks each activity attempt's span with its attempt
+number and, when it failed, `error.type`, so a retried call reads as one span
+per attempt.
+
+    OTEL_TRACES_EXPORTER   none (default) | console | otlp
+    OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_BSP_*, ...   read by the SDK itself
+
+Spans leave in batches, so every process calls `flush()` before it exits (the
+CLI ends with `os._exit`, which runs no exit handler). A worker killed outright
+loses the spans of its last second (the batch delay here, unless
+OTEL_BSP_SCHEDULE_DELAY says otherwise); replays elsewhere add none twice.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanContext, SpanKind
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+from durable_agent.pricing import cost_of
+from durable_agent.types import Usage
+
+if TYPE_CHECKING:
+    from durable_agent.model import Reply
+
+_tracer = trace.get_tracer("durable_agent")
+
+
+BATCH_DELAY_MS = 1000
+"""How long finished spans wait to be sent (the SDK's default is 5 s): what a worker
+killed outright can lose."""
+
+
+@functools.cache
+def tracer_provider() -> Any | None:
+    """The process's tracer provider per `OTEL_TRACES_EXPORTER` (none by default),
+    set as the global one on first use; None when tracing is off."""
+    exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "none").strip().lower()
+    if exporter_name in ("", "none"):
+        return None
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+    from temporalio.contrib.opentelemetry import create_tracer_provider
+
+    exporter: Any
+    if exporter_name == "console":
+        exporter = ConsoleSpanExporter()
+    elif exporter_name == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            raise SystemExit(
+                "OTEL_TRACES_EXPORTER=otlp needs the OTLP exporter: "
+                "pip install -e '.[otlp]' (or unset OTEL_TRACES_EXPORTER)"
+            ) from None
+        exporter = OTLPSpanExporter()
+    else:
+        raise SystemExit(
+            f"OTEL_TRACES_EXPORTER={exporter_name!r} is not supported: use none, console or otlp"
+        )
+    service = os.environ.get("OTEL_SERVICE_NAME", "durable-agent")
+    provider = create_tracer_provider(resource=Resource.create({"service.name": service}))
+    delay = None if os.environ.get("OTEL_BSP_SCHEDULE_DELAY") else BATCH_DELAY_MS
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=delay))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def tracing_plugins() -> list[Any]:
+    """Temporal client plugins for tracing: none when tracing is off."""
+    if tracer_provider() is None:
+        return []
+    from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
+
+    return [OpenTelemetryPlugin(add_temporal_spans=True)]
+
+
+def flush(timeout_s: float = 5.0) -> None:
+    """Send every finished span now. Call before the process exits, whichever way."""
+    # Only a provider this process set up: flushing must not start tracing.
+    if tracer_provider.cache_info().currsize and (provider := tracer_provider()) is not None:
+        provider.force_flush(int(timeout_s * 1000))
+
+
+@contextmanager
+def command_span(name: str) -> Iterator[Span]:
+    """The root span of one client command (`client.py ask`): the turns it starts are
+    its children, so a turn's trace begins where the person asked."""
+    tracer_provider()
+    with _tracer.start_as_current_span(name, kind=SpanKind.INTERNAL) as span:
+        try:
+            yield span
+        except BaseException as e:
+            span.set_attribute("error.type", error_type(e))
+            raise
+
+
+def error_type(e: BaseException) -> str:
+    """`error.type`: an ApplicationError's own type (`NotFound`, `ModelUnavailable`),
+    else the exception's class name."""
+    if isinstance(e, ApplicationError) and e.type:
+        return e.type
+    return type(e).__name__
+
+
+AGENT_NAME = "support-agent"
+
+
+@contextmanager
+def agent_span(model: str, conversation_id: str = "") -> Iterator[Span]:
+    """The turn's `invoke_agent` span. Started in workflow code: the replay-safe
+    tracer provider of Temporal's plugin neither duplicates nor re-ends it on replay.
+    A chat's turns carry `gen_ai.conversation.id`: the conversation's workflow id."""
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": AGENT_NAME,
+        "gen_ai.request.model": model or "(worker default)",
+    }
+    if conversation_id:
+        attributes["gen_ai.conversation.id"] = conversation_id
+    with _tracer.start_as_current_span(
+        f"invoke_agent {AGENT_NAME}", kind=SpanKind.INTERNAL, attributes=attributes
+    ) as span:
+        yield span
+
+
+def record_turn(span: Span, outcome: str, usage: Usage) -> None:
+    span.set_attributes({"agent.outcome": outcome, "agent.model_calls": usage.model_calls})
+    _set_usage(span, usage)
+    record_cost(span, cost_of(usage))
+
+
+def record_cost(span: Span, cost: float | None) -> None:
+    """`agent.cost_usd`, when the price is known (no attribute means unknown)."""
+    if cost is not None:
+        span.set_attribute("agent.cost_usd", cost)
+
+
+@contextmanager
+def model_span(step: str, provider: str, model: str) -> Iterator[Span]:
+    """A `chat <model>` span per the GenAI conventions; `record_reply` once it is in.
+    A failed call gets `error.type` (the error's class) besides the recorded exception."""
+    with _tracer.start_as_current_span(
+        f"chat {model}",
+        kind=SpanKind.CLIENT,
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+            "agent.step": step,
+        },
+    ) as span:
+        try:
+            yield span
+        except BaseException as e:
+            span.set_attribute("error.type", error_type(e))
+            raise
+
+
+def record_reply(span: Span, reply: Reply) -> None:
+    _set_usage(span, reply.usage)
+    if reply.finish_reason:
+        span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
+    if reply.response_model:
+        span.set_attribute("gen_ai.response.model", reply.response_model)
+
+
+def _set_usage(span: Span, usage: Usage) -> None:
+    span.set_attributes(
+        {
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.usage.cache_read.input_tokens": usage.cached_input_tokens,
+        }
+    )
+
+
+@contextmanager
+def tool_span(name: str, call_id: str) -> Iterator[Span]:
+    with _tracer.start_as_current_span(
+        f"execute_tool {name}",
+        kind=SpanKind.INTERNAL,
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+            "gen_ai.tool.type": "function",
+        },
+    ) as span:
+        try:
+            yield span
+        except BaseException as e:
+            span.set_attribute("error.type", error_type(e))
+            raise
+
+
+_attempt_span: contextvars.ContextVar[SpanContext | None] = contextvars.ContextVar(
+    "durable_agent_attempt_span", default=None
+)
+
+
+def attempt_span_context() -> SpanContext | None:
+    """The span of the activity attempt running in this task, even once that span has
+    ended: the SDK logs an attempt's failure after its span is closed."""
+    return _attempt_span.get()
+
+
+class ActivityAttempts(Interceptor):
+    """Puts the attempt number on each activity attempt's span (Temporal's
+    `RunActivity:<type>`) and `error.type` on a failed one. A worker interceptor:
+    it runs inside the plugin's span, which the client's plugin opens first."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _AttemptInbound(next)
+
+
+class _AttemptInbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        span = trace.get_current_span()
+        # Never reset: it lives as long as this attempt's task does.
+        _attempt_span.set(span.get_span_context())
+        span.set_attribute("temporal.activity.attempt", activity.info().attempt)
+        try:
+            return await super().execute_activity(input)
+        except BaseException as e:
+            span.set_attribute("error.type", error_type(e))
+            raise

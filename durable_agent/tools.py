@@ -1,0 +1,231 @@
+"""Tools: plain Python functions with a pydantic argument model, in one registry.
+
+A tool is a function `(args, ctx) -> result` decorated with `@tool`. The
+argument model is read from the first parameter's annotation, the description
+from the docstring. Adding a tool to an agent is one function plus one line in
+the registry:
+
+    class OrderLookup(BaseModel):
+        order_id: str = Field(pattern=r"^\\d{6}$", description="6-digit order ID")
+
+    @tool(examples=["Has order 123456 shipped?"])
+    def order_status(args: OrderLookup, ctx: ToolContext[Shop]) -> Order:
+        \"\"\"Status of one order: item, amount, shipping.\"\"\"
+        return ctx.deps.order(ctx.customer_id, args.order_id)
+
+    registry = ToolRegistry([order_status, ...])
+
+`ctx` is trusted: the customer id comes from the turn's input, never from the
+model, so a tool can scope every lookup to that customer.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
+
+from pydantic import BaseModel, ValidationError
+
+from durable_agent.errors import InvalidCall
+from durable_agent.types import ToolCall
+
+if TYPE_CHECKING:
+    from durable_agent.subagents import SubAgent
+
+Deps = TypeVar("Deps")
+
+
+@dataclass(frozen=True)
+class ToolContext(Generic[Deps]):
+    """What a tool may trust: who is asking, and the worker's resources."""
+
+    customer_id: str
+    deps: Deps
+    idempotency_key: str = ""
+    """Stable across retries and worker restarts of the same call
+    (`<workflow id>/<iteration>/<call index>`): side effects key on it."""
+
+
+class ToolSpec(BaseModel):
+    """What a model is told about a tool."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema of the arguments."""
+    examples: list[str] = []
+    """Questions this tool answers: few-shot material for the model."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    fn: Callable[..., Any]
+    examples: tuple[str, ...] = ()
+    timeout: timedelta = timedelta(seconds=10)
+    """Start-to-close timeout of one attempt."""
+    max_attempts: int = 3
+    """Attempts on transient errors (timeouts, unavailable backends)."""
+    side_effects: bool = False
+    """Writes something: it must key its write on `ctx.idempotency_key`, because a
+    retried or re-run call reaches it again with the same key."""
+    quick: bool = False
+    """A quick, read-only lookup: its calls run as local activities, in the worker
+    that runs the turn, with no round trip through a task queue (one that runs long
+    runs again as a regular activity). Never for tools with side effects: a local
+    activity may run again after a crash with no record that it ran."""
+    approval: bool | None = None
+    """Whether a call waits for a person's consent before it runs; by default, when
+    it has side effects. The worker's settings can override it (`agent.approval`)."""
+
+    return_direct: bool = False
+    """Its rendered result is the final answer: the turn ends without `interpret`."""
+    top_level: bool = True
+    """Offered to the top-level agent; False: only to sub-agents that name it."""
+    agent: SubAgent | None = None
+    """Set for an agent tool (`agent.subagents.agent_tool`): a sub-agent answers it."""
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.side_effects if self.approval is None else self.approval
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=self.args_model.model_json_schema(),
+            examples=list(self.examples),
+        )
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def __call__(self, args: BaseModel, ctx: ToolContext[Any]) -> Any:
+        return self.fn(args, ctx)
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    examples: Sequence[str] = (),
+    timeout: timedelta = timedelta(seconds=10),
+    max_attempts: int = 3,
+    side_effects: bool = False,
+    quick: bool = False,
+    approval: bool | None = None,
+    return_direct: bool = False,
+    top_level: bool = True,
+) -> Any:
+    """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
+    # Annotations may be strings (`from __future__ import annotations`) naming a
+    # model defined in the caller's scope, e.g. inside a test function.
+    caller_locals = sys._getframe(1).f_locals
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        params = list(inspect.signature(f).parameters)
+        hints = get_type_hints(f, localns=caller_locals)
+        args_model = hints.get(params[0]) if params else None
+        if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
+            raise TypeError(
+                f"tool {f.__name__}: annotate the first parameter with a pydantic model, "
+                "e.g. `def my_tool(args: MyArgs, ctx: ToolContext) -> ...`"
+            )
+        description = inspect.cleandoc(f.__doc__ or "").strip()
+        if not description:
+            raise TypeError(f"tool {f.__name__}: add a docstring; the model reads it")
+        if quick and side_effects:
+            raise TypeError(
+                f"tool {f.__name__}: a tool with side effects cannot be quick; its calls "
+                "must run as regular activities, recorded once they ran"
+            )
+        return Tool(
+            name=name or f.__name__,
+            description=description,
+            args_model=args_model,
+            fn=f,
+            examples=tuple(examples),
+            timeout=timeout,
+            max_attempts=max_attempts,
+            side_effects=side_effects,
+            quick=quick,
+            approval=approval,
+            return_direct=return_direct,
+            top_level=top_level,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolRegistry:
+    """The tools one agent may call, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self.tools: dict[str, Tool] = {}
+        self._specs: list[ToolSpec] | None = None
+        for t in tools:
+            self.add(t)
+
+    def add(self, t: Tool) -> None:
+        if t.name in self.tools:
+            raise ValueError(f"tool {t.name!r} is registered twice")
+        self.tools[t.name] = t
+        self._specs = None
+
+    def __getitem__(self, name: str) -> Tool:
+        return self.tools[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tools
+
+    @property
+    def side_effecting(self) -> list[str]:
+        """Names of the tools that write."""
+        return [name for name, t in self.tools.items() if t.side_effects]
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        """What the top-level agent is offered."""
+        # Built once: JSON schema generation costs far more than a model call here.
+        if self._specs is None:
+            self._specs = [t.spec for t in self.tools.values() if t.top_level]
+        return self._specs
+
+    def specs_for(self, names: list[str] | None) -> list[ToolSpec]:
+        """What an agent limited to `names` is offered (None: the top-level agent)."""
+        if names is None:
+            return self.specs
+        return [t.spec for n in names if (t := self.tools.get(n)) is not None]
+
+    def offered(self, names: list[str] | None) -> list[str]:
+        if names is None:
+            return [s.name for s in self.specs]
+        # Names only: building a tool's spec means building its JSON schema.
+        return [n for n in names if n in self.tools]
+
+    def validate(self, call: ToolCall, offered: list[str] | None = None) -> BaseModel:
+        """The call's arguments as the tool's model, or `InvalidCall` saying what to fix.
+        `offered`: the tools this agent was given (None: the top-level agent's)."""
+        names = self.offered(offered) if offered is not None else list(self.tools)
+        t = self.tools.get(call.name) if call.name in names else None
+        if t is None:
+            raise InvalidCall(f"unknown tool {call.name!r}; available tools: {', '.join(names)}")
+        if call.error:
+            raise InvalidCall(f"invalid arguments for {call.name}: {call.error}")
+        try:
+            return t.args_model.model_validate(call.arguments)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                + (f" (got {err['input']!r})" if err["type"] != "missing" else "")
+                for err in e.errors()
+            )
+            raise InvalidCall(f"invalid arguments for {call.name}: {problems}") from None

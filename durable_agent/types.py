@@ -1,0 +1,271 @@
+"""The turn's data: what goes in, what comes out, and the steps in between.
+
+Every model here crosses a Temporal boundary (workflow input, activity input or
+result, query result), so each one is a pydantic model that can gain optional
+fields later without breaking stored histories.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any, Literal, get_origin
+
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
+
+DEFAULT_CUSTOMER = "demo"
+"""The customer who owns the demo shop's sample orders and returns."""
+
+CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
+
+MAX_QUESTION_CHARS = 4000
+"""The question is sent with every model call and stored in every activity's
+input, so a huge one would bloat the history of the whole turn."""
+
+
+class Tagged(BaseModel):
+    """A member of a discriminated union (a message's `role`, an event's `type`): its
+    tag is written even where fields holding their default are left out, as the
+    project's payload converter leaves them (`durable_agent/runtime/codec.py`)."""
+
+    @model_serializer(mode="wrap")
+    def _with_tag(self, handler: SerializerFunctionWrapHandler) -> Any:
+        tags = {name: getattr(self, name) for name in _tags(type(self))}
+        return {**tags, **handler(self)}
+
+
+@functools.cache
+def _tags(cls: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(n for n, f in cls.model_fields.items() if get_origin(f.annotation) is Literal)
+
+
+class ToolCall(BaseModel):
+    """One call the model asked for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    """Set by a backend when the model's call could not be decoded (e.g. its
+    arguments were not JSON); parse then rejects the call with this text."""
+    raw_arguments: str | None = None
+    """The arguments exactly as the model wrote them, kept only when they could not
+    be decoded: the conversation echoes the model's own words back to it."""
+
+    def render(self) -> str:
+        """`order_status(order_id='123456')`: how a call reads in logs and the Web UI."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self.arguments.items())
+        return f"{self.name}({args})"
+
+
+class Observation(BaseModel):
+    """What the model gets back for one call: compact text, never the raw payload."""
+
+    call_id: str
+    tool: str
+    ok: bool
+    text: str
+
+
+class Usage(BaseModel):
+    """Token usage of model calls (the offline model estimates it from word counts)."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    """All input tokens, cached ones included."""
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Input tokens the provider read from its prompt cache (billed at a discount)."""
+    cost_usd: float | None = None
+    """What the calls cost in US dollars, priced by the worker as each call returned
+    (`durable_agent/pricing.py`); None when a call's price is unknown (so the sum is too)."""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            model_calls=self.model_calls + other.model_calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cost_usd=None
+            if self.cost_usd is None or other.cost_usd is None
+            else self.cost_usd + other.cost_usd,
+        )
+
+
+class StepKind(str, Enum):
+    PLAN = "plan"
+    """`plan` picked tool calls (at the start of the turn, or to fix rejected calls)."""
+    REJECTED = "rejected"
+    """A call failed validation; its error goes back to the model as the call's result."""
+    TOOL_CALL = "tool_call"
+    """A validated call is being run."""
+    OBSERVATION = "observation"
+    """A tool's result (or failure), as compact text."""
+    CONTINUE = "continue"
+    """`interpret` read the results and asked for more tool calls: the next iteration."""
+    APPROVAL = "approval"
+    """A call waits for a person's consent before it runs."""
+    DECISION = "decision"
+    """A person approved or declined a call (or nobody did in time)."""
+    SHIELD = "shield"
+    """A shield judged the question, a call, a tool result or the answer."""
+    ANSWER = "answer"
+    """The final answer."""
+    LIMIT = "limit"
+    """A cap (steps, time) or a failing model ended the turn."""
+
+
+class Step(BaseModel):
+    """One entry of the turn's story. The list only ever grows, so it doubles as
+    the model's history and as what `client.py ask --follow` prints."""
+
+    iteration: int
+    kind: StepKind
+    text: str
+    """One human-readable line."""
+    calls: list[ToolCall] = Field(default_factory=list)
+    observation: Observation | None = None
+
+    def render(self) -> str:
+        return f"[{self.iteration}] {self.kind.value:<11} {self.text}"
+
+
+class Outcome(str, Enum):
+    ANSWERED = "answered"
+    STEP_LIMIT = "step_limit"
+    TIME_LIMIT = "time_limit"
+    TOKEN_LIMIT = "token_limit"
+    MODEL_ERROR = "model_error"
+    REFUSED = "refused"
+    """A shield stopped the question or the answer."""
+
+
+class TurnLimits(BaseModel):
+    """Caps the workflow enforces. At a cap the turn ends with a graceful answer."""
+
+    max_steps: int = Field(default=10, ge=1, le=100)
+    """Rounds of tool calls (parse → dispatch → parse_output → interpret) before the
+    turn gives up; a turn of N rounds costs N + 1 model calls."""
+    max_duration: timedelta = Field(default=timedelta(seconds=120), gt=timedelta(0))
+    """Wall time of the whole turn, enforced by a durable workflow timer."""
+    max_replans: int = Field(default=2, ge=0, le=10)
+    """How often per iteration the model may fix its calls when every one of them
+    failed validation (nothing could run); then the errors go to interpret."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Token budget (input + output, as the model reports it); none by default."""
+    approval_timeout: timedelta = Field(default=timedelta(hours=24), gt=timedelta(0))
+    """How long a call that needs consent waits for a decision; then it is not run.
+    Time spent waiting does not count towards `max_duration`."""
+
+
+class Exchange(BaseModel):
+    """An earlier question of the same conversation and the answer it got."""
+
+    question: str
+    answer: str
+
+
+class TurnInput(BaseModel):
+    """Input of one agent turn (the `AgentTurn` workflow)."""
+
+    question: str
+    customer_id: str = DEFAULT_CUSTOMER
+    """Trusted: set by the caller, handed to tools, never taken from the model."""
+    model: str = ""
+    """Model spec (`offline`, `openai:<model>`, `bedrock:<id>`, `sagemaker:<endpoint>`),
+    resolved by the worker; empty means the worker's default (`AGENT_MODEL`)."""
+    limits: TurnLimits = Field(default_factory=TurnLimits)
+    history: list[Exchange] = Field(default_factory=list)
+    """Earlier exchanges of the conversation this turn belongs to (bounded by the
+    conversation), given to the model before the question."""
+    conversation_id: str = ""
+    """The conversation workflow this turn answers a message of, if any."""
+    tools: list[str] | None = None
+    """A sub-agent's tools (None: the worker's top-level tools)."""
+    instructions: str = ""
+    """A sub-agent's system prompt for chat models (empty: the default)."""
+    stream: bool = False
+    """Publish the models' text to the turn's stream as they write it (for a reader
+    that shows the answer typing itself out). Steps are always on the stream."""
+
+    @field_validator("question")
+    @classmethod
+    def _question(cls, v: str) -> str:
+        return check_question(v)
+
+    @field_validator("customer_id")
+    @classmethod
+    def _customer_id_shape(cls, v: str) -> str:
+        return check_customer_id(v)
+
+
+def check_customer_id(v: str) -> str:
+    """A customer id as tools and workflow ids can carry it; ValueError otherwise."""
+    if not re.match(CUSTOMER_ID_PATTERN, v):
+        raise ValueError(
+            "customer id must be 1-64 characters of letters, digits, '_', '.', '@' or '-'"
+        )
+    return v
+
+
+def check_question(v: str) -> str:
+    """A customer's question or message, stripped; refused (ValueError) if it is
+    not text, empty, or too long to carry through every model call."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the question is not valid UTF-8 text") from None
+    v = v.strip()
+    if len(v) > MAX_QUESTION_CHARS:
+        raise ValueError(
+            f"the question is too long ({len(v)} characters; at most {MAX_QUESTION_CHARS})"
+        )
+    if not v:
+        raise ValueError("the question is empty; ask something, e.g. 'Has order 123456 shipped?'")
+    return v
+
+
+class TurnOutput(BaseModel):
+    """Result of one agent turn."""
+
+    answer: str
+    outcome: Outcome
+    steps: list[Step]
+    usage: Usage
+
+
+class PendingApproval(BaseModel):
+    """A call waiting for a person's decision."""
+
+    call: ToolCall
+    why: str
+    """Why it needs consent, in words the person deciding can judge."""
+    since: datetime
+    """When the turn started waiting (workflow time)."""
+
+
+class TurnProgress(BaseModel):
+    """What the `progress` query returns while (and after) a turn runs."""
+
+    steps: list[Step]
+    usage: Usage
+    done: bool = False
+    pending: list[PendingApproval] = Field(default_factory=list)
+    """Calls waiting for a decision (the turn's `decide` update)."""
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False)
