@@ -1,14 +1,18 @@
-"""Ask the support agent; every question runs as one durable Temporal workflow.
+"""Ask an agent; every question runs as one durable Temporal workflow.
 
-python client.py ask "Has order 123456 shipped?" [--customer ID] [--follow] [--no-wait]
-python client.py chat [--customer ID] [--model SPEC]      # a conversation; Ctrl-D ends it
+python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] [--follow]
+python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
 python client.py pending [--customer ID]                  # calls awaiting approval
 python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
 python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
-python client.py list [--customer ID] [--outcome O] [--awaiting-approval]
+python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
 python client.py demo           # the six sample questions, no setup needed
-python client.py web [--port 8080] [--customer ID]        # the web chat, on loopback
+python client.py web [--agent NAME] [--port 8080] [--customer ID]   # the web chat, on loopback
+
+`--agent` names the agent that answers (default: the worker's first), or gives its
+definition as MODULE:ATTRIBUTE: then a command that starts a worker of its own (`web`,
+`--embedded`) serves that agent, and the web chat speaks in its words.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ import argparse
 import asyncio
 import contextlib
 import getpass
+import math
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from pydantic import ValidationError
@@ -28,7 +35,9 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import telemetry
+from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.chat import ConversationInput
+from durable_agent.errors import AgentDefinitionError
 from durable_agent.pricing import usage_line
 from durable_agent.runtime.server import Connection, ServerUnavailable, connect
 from durable_agent.runtime.settings import TASK_QUEUE
@@ -47,6 +56,8 @@ from durable_agent.runtime.turns import (
     start_turn,
     workers,
 )
+from durable_agent.serving import load
+from durable_agent.settings import Settings
 from durable_agent.stream import DoneEvent, Drafts, StepEvent, TokensEvent
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
@@ -75,6 +86,7 @@ DEMO_QUESTIONS = [
 FLAGS = {
     "question": "QUESTION",
     "customer_id": "--customer",
+    "agent": "--agent",
     "model": "--model",
     "max_steps": "--max-steps",
     "max_duration": "--max-duration",
@@ -95,13 +107,54 @@ a cap): the answer says why; scripts can tell it from a good one."""
 UNANSWERED = (Outcome.MODEL_ERROR, Outcome.STEP_LIMIT, Outcome.TIME_LIMIT, Outcome.TOKEN_LIMIT)
 
 
+@dataclass(frozen=True)
+class Chosen:
+    """The agent a command talks to: the name its turns carry (empty: the worker's
+    first), and its definition when this process knows it (to speak in its words, and
+    to serve it when the command starts a worker of its own)."""
+
+    name: str
+    definition: Agent | None
+
+
+def choose_agent(value: str) -> Chosen:
+    """`--agent`: a served name, or MODULE:ATTRIBUTE (the definition, loaded here).
+    A name is looked up among the definitions AGENT_AGENTS names (and the demo's)."""
+    value = value.strip()
+    if ":" in value:
+        try:
+            (agent,) = load([value])
+        except AgentDefinitionError as e:
+            raise CliError(str(e)) from None
+        return Chosen(agent.name, agent)
+    if value and not re.match(AGENT_NAME_PATTERN, value):
+        raise CliError(
+            f"--agent {value!r}: give an agent's name (letters, digits, '_', '.', '-') or "
+            "its definition as MODULE:ATTRIBUTE"
+        )
+    from worker import agents_of
+
+    try:
+        known = agents_of(Settings.from_env().agents, "AGENT_AGENTS")
+    except AgentDefinitionError as e:
+        raise CliError(str(e)) from None
+    if not value:
+        return Chosen("", known[0])
+    return Chosen(value, next((a for a in known if a.name == value), None))
+
+
 @contextlib.asynccontextmanager
 async def session(
-    task_queue: str, *, self_contained: bool, needs_worker: bool = True
+    task_queue: str,
+    *,
+    self_contained: bool,
+    needs_worker: bool = True,
+    agent: Chosen | None = None,
 ) -> AsyncIterator[Connection]:
     """A connection; with `self_contained`, also an embedded server and an in-process
-    worker when no live one serves the queue, so the command works on a fresh machine.
-    Else a note when no live worker serves the queue and the command `needs_worker`."""
+    worker for `agent` when no live one serves the queue, so the command works on a
+    fresh machine. Else a note when no live worker serves the queue and the command
+    `needs_worker`."""
     conn = await connect(start_embedded=self_contained)
     try:
         if not (self_contained or needs_worker):
@@ -111,7 +164,15 @@ async def session(
         if self_contained and not serving.live:
             from worker import build_worker
 
-            async with build_worker(conn.client, task_queue):
+            chosen = agent or choose_agent("")
+            if chosen.definition is None:
+                raise CliError(
+                    f"no live worker serves task queue {task_queue!r}, and agent "
+                    f"{chosen.name!r} is not one this process knows: start "
+                    f"`python worker.py --agent MODULE:ATTRIBUTE`, or give "
+                    "--agent MODULE:ATTRIBUTE"
+                )
+            async with build_worker(conn.client, task_queue, agents=[chosen.definition]):
                 yield conn
         else:
             if not serving.live:
@@ -158,16 +219,59 @@ def customer_filter(args: argparse.Namespace) -> str | None:
         raise CliError(f"--customer: {e}") from None
 
 
-def limits(args: argparse.Namespace) -> TurnLimits:
-    try:
-        return TurnLimits(
-            max_steps=args.max_steps,
-            max_duration=timedelta(seconds=args.max_duration),
-            max_tokens=args.max_tokens,
-            approval_timeout=timedelta(seconds=args.approval_timeout),
+MAX_SECONDS = 365 * 24 * 3600.0
+"""No duration flag goes beyond a year (Temporal's timers would take more; a person's
+typo should not)."""
+
+
+def duration(flag: str, value: float, unit: str = "seconds") -> timedelta:
+    """A duration flag's value, checked before anything is built from it."""
+    per = 60.0 if unit == "minutes" else 1.0
+    if not math.isfinite(value):
+        raise CliError(f"{flag}: give a number of {unit}, not {value!r}")
+    if not 0 < value * per <= MAX_SECONDS:
+        raise CliError(
+            f"{flag}: give more than 0 and at most {MAX_SECONDS / per:g} {unit} (a year)"
         )
+    return timedelta(seconds=value * per)
+
+
+def limits(args: argparse.Namespace) -> TurnLimits | None:
+    """The limits the flags set; None when none is given (the agent's apply)."""
+    given = {
+        "max_steps": args.max_steps,
+        "max_duration": None
+        if args.max_duration is None
+        else duration("--max-duration", args.max_duration),
+        "max_tokens": args.max_tokens,
+        "approval_timeout": None
+        if args.approval_timeout is None
+        else duration("--approval-timeout", args.approval_timeout),
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return None
+    try:
+        return TurnLimits(**given)
     except ValidationError as e:
         raise input_error(e) from None
+
+
+MAX_WORKFLOW_ID = 1000
+"""Temporal's own limit on a workflow id's length."""
+
+
+def workflow_id(value: str) -> str:
+    """A workflow id as the commands take it: not empty, no spaces or control characters."""
+    value = value.strip()
+    if not value:
+        raise CliError("WORKFLOW_ID: give a turn's workflow id (see `list` or `pending`)")
+    if len(value) > MAX_WORKFLOW_ID or not value.isprintable() or any(c.isspace() for c in value):
+        raise CliError(
+            f"WORKFLOW_ID: {value[:60]!r} is not a workflow id (at most {MAX_WORKFLOW_ID} "
+            "printable characters, no spaces)"
+        )
+    return value
 
 
 def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> int:
@@ -190,17 +294,19 @@ def decide_hint(workflow_id: str, step: Step) -> str:
 
 async def cmd_ask(args: argparse.Namespace) -> int:
     question = sys.stdin.read() if args.question == "-" else args.question
+    chosen = choose_agent(args.agent)
     try:
         turn = TurnInput(
             question=question,
             customer_id=args.customer,
+            agent=chosen.name,
             model=args.model,
             limits=limits(args),
             stream=args.follow,
         )
     except ValidationError as e:
         raise input_error(e) from None
-    async with session(args.task_queue, self_contained=args.embedded) as conn:
+    async with session(args.task_queue, self_contained=args.embedded, agent=chosen) as conn:
         handle = await start_turn(conn.client, turn, args.task_queue)
         if args.no_wait:
             print(handle.id)
@@ -251,14 +357,16 @@ async def nobody_picks_up(client: Client, handle: WorkflowHandle, task_queue: st
     )
 
 
-def chat_input(args: argparse.Namespace) -> ConversationInput:
+def chat_input(args: argparse.Namespace, chosen: Chosen) -> ConversationInput:
     """A conversation as `chat` and `web` start it: its turns stream their text."""
+    idle = duration("--idle-timeout", args.idle_timeout, "minutes")
     try:
         return ConversationInput(
             customer_id=args.customer,
+            agent=chosen.name,
             model=args.model,
             limits=limits(args),
-            idle_timeout=timedelta(minutes=args.idle_timeout),
+            idle_timeout=idle,
             stream=True,
         )
     except ValidationError as e:
@@ -266,10 +374,11 @@ def chat_input(args: argparse.Namespace) -> ConversationInput:
 
 
 async def cmd_chat(args: argparse.Namespace) -> None:
-    chat = chat_input(args)
+    chosen = choose_agent(args.agent)
+    chat = chat_input(args, chosen)
     interactive = sys.stdin.isatty()
     lines = Lines()
-    async with session(args.task_queue, self_contained=args.embedded) as conn:
+    async with session(args.task_queue, self_contained=args.embedded, agent=chosen) as conn:
         conversation: WorkflowHandle | None = None
         while True:
             text = await lines.read("you> " if interactive else "")
@@ -399,11 +508,15 @@ async def cmd_pending(args: argparse.Namespace) -> None:
 
 async def cmd_decide(args: argparse.Namespace) -> int:
     approved = args.command == "approve"
+    turn_id = workflow_id(args.workflow_id)
+    call_id = args.call_id.strip() if args.call_id is not None else None
+    if call_id is not None and not (call_id.isprintable() and 0 < len(call_id) <= 200):
+        raise CliError("CALL_ID: give the id `pending` shows (e.g. call_1), or leave it out")
     async with session(args.task_queue, self_contained=False) as conn:
         result = await decide(
             conn.client,
-            args.workflow_id,
-            args.call_id,
+            turn_id,
+            call_id,
             approved=approved,
             by=args.by,
             reason=getattr(args, "reason", "") or "",
@@ -411,15 +524,19 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         print(f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})")
         if not args.wait:
             return 0
-        handle = conn.client.get_workflow_handle_for(AgentTurn.run, args.workflow_id)
+        handle = conn.client.get_workflow_handle_for(AgentTurn.run, turn_id)
         return print_result(conn, handle, await handle.result())
 
 
 async def cmd_list(args: argparse.Namespace) -> None:
     customer = customer_filter(args)
+    agent = args.agent.strip() if args.agent else None
+    if agent is not None and not re.match(AGENT_NAME_PATTERN, agent):
+        raise CliError(f"--agent {agent!r}: give an agent's name")
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
         rows = await find_turns(
             conn.client,
+            agent=agent,
             customer_id=customer,
             outcome=args.outcome,
             awaiting_approval=args.awaiting_approval,
@@ -431,20 +548,22 @@ async def cmd_list(args: argparse.Namespace) -> None:
         for r in rows:
             started = r.started.astimezone().strftime("%Y-%m-%d %H:%M:%S")
             tools = ",".join(r.tools) or "-"
+            agent_column = f"{r.agent or '-'}@{r.fingerprint}" if r.fingerprint else r.agent or "-"
             print(
-                f"{r.workflow_id:<{width}}  {started}  {r.status:<17}  {r.outcome or '-':<11}  "
-                f"{r.model or '-'}  {tools}  {r.question!r}"
+                f"{r.workflow_id:<{width}}  {started}  {r.status:<17}  {r.outcome or '-':<13}  "
+                f"{agent_column}  {r.model or '-'}  {tools}  {r.question!r}"
             )
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
+    turn_id = workflow_id(args.workflow_id)
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
-        handle = conn.client.get_workflow_handle_for(AgentTurn.run, args.workflow_id)
+        handle = conn.client.get_workflow_handle_for(AgentTurn.run, turn_id)
         try:
             desc = await handle.describe()
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
-                raise CliError(f"no turn with workflow id {args.workflow_id!r}") from None
+                raise CliError(f"no turn with workflow id {turn_id!r}") from None
             raise
         print(f"{desc.id} ({desc.status.name.lower() if desc.status else 'unknown'})")
         if args.follow and desc.status == WorkflowExecutionStatus.RUNNING:
@@ -488,7 +607,7 @@ SHOW_QUERY_S = 5.0
 
 
 async def cmd_demo(args: argparse.Namespace) -> None:
-    async with session(args.task_queue, self_contained=True) as conn:
+    async with session(args.task_queue, self_contained=True, agent=choose_agent("")) as conn:
         for question in DEMO_QUESTIONS:
             handle = await start_turn(
                 conn.client, TurnInput(question=question, model=args.model), args.task_queue
@@ -504,10 +623,22 @@ async def cmd_demo(args: argparse.Namespace) -> None:
 async def cmd_web(args: argparse.Namespace) -> None:
     from frontends.web import serve
 
-    chat = chat_input(args)
+    chosen = choose_agent(args.agent)
+    chat = chat_input(args, chosen)
     # Self-contained like `demo`: on a fresh machine the page works with nothing else running.
-    async with session(args.task_queue, self_contained=True) as conn:
-        await serve(conn, chat, host=args.host, port=args.port, task_queue=args.task_queue)
+    async with session(args.task_queue, self_contained=True, agent=chosen) as conn:
+        await serve(
+            conn,
+            chat,
+            host=args.host,
+            port=args.port,
+            task_queue=args.task_queue,
+            agent=chosen.definition,
+        )
+
+
+def add_agent(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--agent", default="", metavar="NAME|MODULE:ATTRIBUTE", help=help)
 
 
 def add_idle_timeout(p: argparse.ArgumentParser) -> None:
@@ -524,30 +655,33 @@ def add_idle_timeout(p: argparse.ArgumentParser) -> None:
 
 def add_turn_options(p: argparse.ArgumentParser) -> None:
     defaults = TurnLimits()
+    add_agent(
+        p, "the agent that answers: its name, or MODULE:ATTRIBUTE (default: the worker's first)"
+    )
     p.add_argument(
         "--customer", default=DEFAULT_CUSTOMER, help="customer id (default: %(default)s)"
     )
     p.add_argument(
-        "--model", default="", help="model spec, e.g. openai:gpt-4o (default: the worker's)"
+        "--model", default="", help="model spec, e.g. openai:gpt-4o (default: the agent's)"
     )
+    # Limits: none given, the agent's apply; any given, exactly these (the rest default).
     p.add_argument(
         "--max-steps",
         type=int,
-        default=defaults.max_steps,
-        help="rounds of tool calls per turn (default: %(default)s)",
+        help=f"rounds of tool calls per turn (default: the agent's, else {defaults.max_steps})",
     )
     p.add_argument(
         "--max-duration",
         type=float,
-        default=defaults.max_duration.total_seconds(),
-        help="seconds of work per turn, not counting waits for approval (default: %(default)s)",
+        help="seconds of work per turn, not counting waits for approval (default: the "
+        f"agent's, else {defaults.max_duration.total_seconds():g})",
     )
     p.add_argument("--max-tokens", type=int, help="token budget of a turn (default: none)")
     p.add_argument(
         "--approval-timeout",
         type=float,
-        default=defaults.approval_timeout.total_seconds(),
-        help="seconds a call waits for approval before it is dropped (default: %(default)s)",
+        help="seconds a call waits for approval before it is dropped (default: the "
+        f"agent's, else {defaults.approval_timeout.total_seconds():g})",
     )
     p.add_argument(
         "--embedded",
@@ -597,6 +731,7 @@ def parser() -> argparse.ArgumentParser:
         d.set_defaults(run=cmd_decide)
 
     lst = sub.add_parser("list", help="recent turns, one line each")
+    lst.add_argument("--agent", metavar="NAME", help="only this agent's turns")
     lst.add_argument("--customer", help="only this customer's turns")
     lst.add_argument(
         "--outcome",
@@ -681,7 +816,8 @@ def main(argv: list[str] | None = None) -> int:
         telemetry.flush()
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The command line (`python client.py`, `durable-agent`): `main`, then out at once."""
     code = main()
     # Skip interpreter teardown: the SDK's Rust runtime threads can outlive the
     # event loop, and finalizing under them aborts a short-lived client process
@@ -690,3 +826,7 @@ if __name__ == "__main__":
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,12 +1,16 @@
-"""Run a worker for agent turns.
+"""Run a worker that serves agents' turns.
 
-    python worker.py                 # connects per TEMPORAL_* / temporal.toml, else
-                                     # to localhost:7233, else starts an embedded server
+    python worker.py                               # the demo shop's agent; connects per
+                                                   # TEMPORAL_* / temporal.toml, else to
+                                                   # localhost:7233, else starts a server
+    python worker.py --agent mypkg.agents:bookstore --agent mypkg.agents:helpdesk
     python worker.py --metrics-port 9464 --log-format json --log-level info
 
-Ctrl-C or SIGTERM stop it gracefully: in-flight activities get time to finish,
-the last spans and metrics are sent, and the server stops after the worker if
-this process started it.
+`--agent MODULE:ATTRIBUTE` (repeatable; AGENT_AGENTS=a:b,c:d does the same) names an
+`Agent` (or a function returning one) importable from the current directory or
+PYTHONPATH; a turn that names no agent gets the first. Ctrl-C or SIGTERM stop it
+gracefully: in-flight activities get time to finish, the last spans and metrics are
+sent, and the server stops after the worker if this process started it.
 """
 
 from __future__ import annotations
@@ -15,130 +19,79 @@ import argparse
 import asyncio
 import logging
 import signal
-from datetime import timedelta
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import turn_activities
 from durable_agent import telemetry
-from durable_agent.approval import ApprovalPolicy
-from durable_agent.model import Model, ModelCatalog
-from durable_agent.offline import OfflineModel
+from durable_agent.agents import Agent
+from durable_agent.errors import AgentDefinitionError
+from durable_agent.model import ModelCatalog
+from durable_agent.plugin import AgentPlugin
+from durable_agent.plugin import build_worker as build_agent_worker
 from durable_agent.runtime import logs, metrics, search
-from durable_agent.runtime.chaos import ChaosInterceptor, Faults
+from durable_agent.runtime.chaos import Faults
 from durable_agent.runtime.server import ServerUnavailable, connect
-from durable_agent.runtime.settings import DEFAULT_MODEL, TASK_QUEUE
-from durable_agent.shields import ShieldConfigError, ShieldSet
-from durable_agent.tools import ToolRegistry
-from shop import open_store, shop_tools
-from workflows import AgentTurn, Conversation
+from durable_agent.serving import ServedAgent, load
+from durable_agent.settings import Settings
+from durable_agent.shields import ShieldConfigError
 
 log = logging.getLogger("durable_agent.worker")
 
+DEFAULT_AGENT = "shop.agent:agent"
+"""What a worker serves when it is told no agent: the demo shop's support agent."""
 
-MAX_WORKFLOW_TASKS = 10
-"""Workflow tasks a worker runs at once (one Python process runs one at a time)."""
 
-
-def default_models() -> ModelCatalog:
-    """`offline`, `openai:<model>` (any OpenAI-compatible server), `bedrock:<model-id>`,
-    `sagemaker:<endpoint>`. Backends are built on first use, per worker; turns that
-    name no model get `AGENT_MODEL` (default `offline`)."""
-
-    def openai_chat(model: str) -> Model:
-        from durable_agent.backends.openai_chat import OpenAIChatModel
-
-        return OpenAIChatModel(model)
-
-    def bedrock(model_id: str) -> Model:
-        from durable_agent.backends.bedrock import BedrockConverseModel
-
-        return BedrockConverseModel(model_id)
-
-    def sagemaker(endpoint: str) -> Model:
-        from durable_agent.backends.sagemaker import SageMakerTextModel
-
-        return SageMakerTextModel(endpoint)
-
-    return ModelCatalog(
-        {
-            "offline": lambda _arg: OfflineModel(),
-            "openai": openai_chat,
-            "bedrock": bedrock,
-            "sagemaker": sagemaker,
-        },
-        default=DEFAULT_MODEL,
-    )
+def agents_of(specs: Sequence[str], flag: str = "--agent") -> list[Agent]:
+    """The agents `specs` name (`module:attribute`); none: the demo shop's."""
+    return load(specs or [DEFAULT_AGENT], flag=flag)
 
 
 def build_worker(
     client: Client,
-    task_queue: str = TASK_QUEUE,
+    task_queue: str | None = None,
     *,
+    agents: Sequence[Agent] = (),
+    settings: Settings | None = None,
     models: ModelCatalog | None = None,
-    tools: ToolRegistry | None = None,
-    deps: Any = None,
-    approvals: ApprovalPolicy | None = None,
-    shields: ShieldSet | None = None,
     faults: Faults | None = None,
-    **options: Any,
+    **options: object,
 ) -> Worker:
-    """A worker for turns and conversations and their activities. Defaults: `tools`,
-    the demo shop's (`AGENT_POLICY_EXPERT`); `deps` (what tools get as `ctx.deps`),
-    the shop's store (`AGENT_SHOP_STORE`); `approvals`, `AGENT_APPROVAL_*`; `shields`,
-    `AGENT_SHIELDS_*`; `faults` (chaos runs), `AGENT_FAULTS`. `options` go to `Worker`."""
-    settings: dict[str, Any] = {
-        "task_queue": task_queue,
-        "workflows": [AgentTurn, Conversation],
-        # A dead worker's cached workflows move to a live one after 2 s, not 10 s.
-        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
-        # Workflow tasks take CPU, not I/O: a worker takes only as many at once as it
-        # gets through well within their timeout (workflows/policies.py); the rest
-        # wait on the server, where their clock has not started.
-        "max_concurrent_workflow_tasks": MAX_WORKFLOW_TASKS,
-        # On SIGTERM, let in-flight activities finish rather than time out.
-        "graceful_shutdown_timeout": timedelta(seconds=10),
+    """A worker for `agents` (default: those the settings name, else the demo shop's)
+    on `task_queue` (default: the settings')."""
+    settings = settings or Settings.from_env()
+    served = list(agents) or agents_of(settings.agents, "AGENT_AGENTS")
+    return build_agent_worker(
+        client,
+        *served,
+        task_queue=task_queue,
+        settings=settings,
+        models=models,
+        faults=faults,
         **options,
-    }
-    if "activities" not in settings:
-        tools = tools if tools is not None else shop_tools()
-        approvals = approvals if approvals is not None else ApprovalPolicy.from_env()
-        approvals.check(tools.tools)
-        settings["activities"] = turn_activities(
-            models or default_models(),
-            tools,
-            deps if deps is not None else open_store(),
-            approvals,
-            shields if shields is not None else ShieldSet.from_env(),
-        )
-    # Inside the tracing plugin's spans (the client's interceptors come first): each
-    # activity attempt's span gets its attempt and error, each turn its metrics.
-    observe = [telemetry.ActivityAttempts(), metrics.TurnMetrics()]
-    settings["interceptors"] = [*observe, *settings.get("interceptors", [])]
-    faults = faults if faults is not None else Faults.from_env()
-    if faults.active:
-        settings["interceptors"] = [*settings["interceptors"], ChaosInterceptor(faults)]
-    return Worker(client, **settings)
+    )
 
 
-def describe_tools(tools: ToolRegistry, approvals: ApprovalPolicy) -> str:
-    """`order_status, start_return (writes, needs approval), …` for the start-up line."""
+def describe(served: ServedAgent) -> str:
+    """`bookstore: book_price, hold_book (writes, needs approval), …` for the start-up."""
     parts = []
-    for name, t in tools.tools.items():
+    for name, t in served.tools.tools.items():
         notes = ["writes"] if t.side_effects else []
-        if approvals.needs_approval(name, t.needs_approval):
+        if served.approvals.needs_approval(name, t.needs_approval):
             notes.append("needs approval")
         if t.agent is not None:
-            notes.append(f"a sub-agent with {', '.join(t.agent.tools)}")
+            notes.append(f"a sub-agent: {t.agent.agent or ', '.join(t.agent.tools)}")
         if not t.top_level:
             notes.append("for sub-agents only")
         parts.append(f"{name} ({', '.join(notes)})" if notes else name)
-    return ", ".join(parts)
+    return f"{served.name}: {', '.join(parts) or 'no tools'}"
 
 
-async def run(task_queue: str, observed: metrics.MetricsSettings) -> None:
+async def run(checked: AgentPlugin, observed: metrics.MetricsSettings) -> None:
+    settings = checked.settings
+    agents = checked.given
     runtime = metrics.worker_runtime(observed, core_logger=logging.getLogger("temporalio.core"))
     conn = await connect(start_embedded=True, runtime=runtime)
     stop = asyncio.Event()
@@ -148,14 +101,18 @@ async def run(task_queue: str, observed: metrics.MetricsSettings) -> None:
     try:
         if problem := await search.ensure(conn.client):
             print(f"note: {problem}", flush=True)
-        async with build_worker(conn.client, task_queue):
+        worker = build_worker(conn.client, agents=agents, settings=settings)
+        async with worker:
             where = (
                 "embedded server" if conn.server else conn.client.service_client.config.target_host
             )
             print(
-                f"worker ready on task queue {task_queue!r} ({where}); Ctrl-C to stop", flush=True
+                f"worker ready on task queue {settings.task_queue!r} ({where}); Ctrl-C to stop",
+                flush=True,
             )
-            print(f"tools: {describe_tools(shop_tools(), ApprovalPolicy.from_env())}", flush=True)
+            for served in checked.agents.served.values():
+                if served.agent in agents and served.name == served.agent.name:
+                    print(f"agent {describe(served)}", flush=True)
             if conn.workflows_url:
                 print(f"Web UI: {conn.workflows_url}", flush=True)
             if observed.prometheus:
@@ -175,17 +132,23 @@ def main() -> None:
         epilog=(
             "settings (environment): TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / "
             "TEMPORAL_PROFILE (the server; unset: localhost:7233 or an embedded one), "
-            "AGENT_MODEL (default model spec), OPENAI_BASE_URL / OPENAI_API_KEY, AWS_*, "
-            "AGENT_APPROVAL_REQUIRED / AGENT_APPROVAL_WAIVED, AGENT_ENCRYPTION_KEY, "
-            "AGENT_SHOP_DB / AGENT_SHOP_STORE, AGENT_MODEL_PRICES, OTEL_TRACES_EXPORTER, "
-            "OTEL_METRICS_EXPORTER; see README.md"
+            "AGENT_AGENTS, AGENT_MODEL (default model spec), OPENAI_BASE_URL / OPENAI_API_KEY, "
+            "AWS_*, AGENT_APPROVAL_REQUIRED / AGENT_APPROVAL_WAIVED, AGENT_SHIELDS_*, "
+            "AGENT_ENCRYPTION_KEY, AGENT_SHOP_DB / AGENT_SHOP_STORE, AGENT_MODEL_PRICES, "
+            "OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER; see README.md"
         ),
     )
     parser.add_argument(
+        "--agent",
+        action="append",
+        metavar="MODULE:ATTRIBUTE",
+        help="an agent to serve (repeatable; default: from AGENT_AGENTS, else the demo "
+        f"shop's, {DEFAULT_AGENT})",
+    )
+    parser.add_argument(
         "--task-queue",
-        default=TASK_QUEUE,
-        help="task queue to serve; clients must use the same (default: %(default)s, "
-        "from AGENT_TASK_QUEUE)",
+        help="task queue to serve; clients must use the same (default: from "
+        "AGENT_TASK_QUEUE, else agent-turns)",
     )
     parser.add_argument(
         "--metrics-port",
@@ -208,9 +171,16 @@ def main() -> None:
     args = parser.parse_args()
     try:
         logs.setup(args.log_format, args.log_level)
+        settings = Settings.from_env()
+        if args.task_queue:
+            settings = replace(settings, task_queue=args.task_queue)
+        flag = "--agent" if args.agent else "AGENT_AGENTS"
+        agents = agents_of(args.agent or settings.agents, flag)
+        # Every definition is checked before anything connects: a bad one is one line.
+        checked = AgentPlugin(*agents, settings=settings)
         observed = metrics.MetricsSettings.from_env(args.metrics_port)
-        asyncio.run(run(args.task_queue, observed))
-    except (ServerUnavailable, ShieldConfigError, ValueError) as e:
+        asyncio.run(run(checked, observed))
+    except (ServerUnavailable, ShieldConfigError, AgentDefinitionError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
     finally:
         telemetry.flush()

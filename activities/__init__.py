@@ -12,29 +12,19 @@ from activities.parse import ParseActivity, ParseInput, ParseOutput, Rejection, 
 from activities.parse_output import ParseOutputActivity, ParseOutputInput, ParseOutputOutput
 from activities.plan import PlanActivity, PlanInput, PlanOutput
 from activities.shield import ShieldActivity, ShieldInput, ShieldOutput
-from durable_agent.approval import ApprovalPolicy
-from durable_agent.model import ModelCatalog
-from durable_agent.shields import ShieldSet
-from durable_agent.tools import ToolRegistry
+from durable_agent.serving import Agents
 
 
-def turn_activities(
-    models: ModelCatalog,
-    tools: ToolRegistry,
-    deps: Any,
-    approvals: ApprovalPolicy | None = None,
-    shields: ShieldSet | None = None,
-) -> list[Callable[..., Any]]:
-    """All activities of a turn, bound to one worker's models, tools, tool resources,
-    approval settings and shields."""
-    shields = shields or ShieldSet.none()
+def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
+    """All activities of a turn, bound to the agents one worker serves: each resolves
+    the turn's agent by name (its tools, instructions, models, shields, approvals, deps)."""
     return [
-        ShieldActivity(shields).shield,
-        PlanActivity(models, tools).plan,
-        ParseActivity(tools, approvals).parse,
-        DispatchActivity(tools, deps).dispatch,
-        ParseOutputActivity(shields).parse_output,
-        InterpretActivity(models, tools).interpret,
+        ShieldActivity(agents).shield,
+        PlanActivity(agents).plan,
+        ParseActivity(agents).parse,
+        DispatchActivity(agents).dispatch,
+        ParseOutputActivity(agents).parse_output,
+        InterpretActivity(agents).interpret,
     ]
 
 

@@ -13,11 +13,11 @@ from temporalio import activity
 
 from activities._common import heartbeating, server_suggested_delay
 from durable_agent.conversation import Message, calls_so_far, check
-from durable_agent.model import ModelCatalog, ModelRequest, Reply
+from durable_agent.model import ModelRequest, Reply
 from durable_agent.pricing import Pricing, format_cost
 from durable_agent.runtime import metrics, streams
+from durable_agent.serving import Agents
 from durable_agent.telemetry import model_span, record_cost, record_reply
-from durable_agent.tools import ToolRegistry
 
 
 class ModelCallInput(BaseModel):
@@ -26,38 +26,42 @@ class ModelCallInput(BaseModel):
     messages: list[Message]
     """The conversation so far: all the model needs, nothing for display."""
     tools: list[str] | None = None
-    """A sub-agent's tools (None: the top-level agent's)."""
+    """Only these of the agent's tools (turns recorded before agents were named)."""
     instructions: str = ""
-    """A sub-agent's system prompt (empty: the default)."""
+    """Other instructions than the agent's (turns recorded before agents were named)."""
     stream: bool = False
     """Publish the model's text to the turn's stream as it comes."""
+    agent: str = ""
+    """The turn's agent (empty: the worker's first): its instructions, tools, models."""
 
 
 class ModelCaller:
-    """Holds the worker's models, tools and prices for the model-call activities."""
+    """Holds the worker's agents and prices for the model-call activities."""
 
-    def __init__(
-        self, models: ModelCatalog, tools: ToolRegistry, pricing: Pricing | None = None
-    ) -> None:
-        self._models = models
-        self._tools = tools
+    def __init__(self, agents: Agents, pricing: Pricing | None = None) -> None:
+        self._agents = agents
         # Read at worker start, so a malformed AGENT_MODEL_PRICES stops the worker there.
         self._pricing = pricing if pricing is not None else Pricing.from_env()
 
+    def spec(self, input: ModelCallInput) -> str:
+        """The model spec this call uses: the turn's, else its agent's default."""
+        return input.model or self._agents.get(input.agent).models.default
+
     async def call(self, input: ModelCallInput, step: Literal["plan", "interpret"]) -> Reply:
-        spec = input.model or self._models.default
-        model = self._models.resolve(spec)
+        served = self._agents.get(input.agent)
+        spec = input.model or served.models.default
+        model = served.models.resolve(spec)
         # A broken conversation is a bug of the turn: say so before a provider's 400 does.
         check(input.messages)
         request = ModelRequest(
             messages=input.messages,
-            tools=self._tools.specs_for(input.tools),
-            instructions=input.instructions,
+            tools=served.tools.specs_for(input.tools),
+            instructions=input.instructions or served.instructions,
         )
         async with heartbeating(), streams.model_text(input.stream) as sink:
             with (
                 model_span(step, model.provider, model.name) as span,
-                metrics.model_call(model.provider, model.name) as measured,
+                metrics.model_call(model.provider, model.name, served.name) as measured,
                 server_suggested_delay(),
             ):
                 # A model that cannot stream writes nothing: its text comes with the
@@ -84,13 +88,19 @@ class ModelCaller:
 
 def _name_calls(reply: Reply, messages: list[Message]) -> None:
     """Every call needs an id unique in the conversation: its result refers to it.
-    Providers always send one; prompt-based and offline models may not."""
+    Providers always send one, but a model may leave some out or send one twice, or
+    reuse one of an earlier round; such a call gets a fresh `call_<n>`. The ids the
+    model did give come first: an id-less call never takes one a later call names."""
+    earlier = {c.id for m in messages for c in getattr(m, "calls", ())}
+    taken = earlier | {c.id for c in reply.calls if c.id}
+    used = set(earlier)
     n = calls_so_far(messages)
-    seen: set[str] = set()
-    for m in messages:
-        seen.update(c.id for c in getattr(m, "calls", ()))
     for call in reply.calls:
         n += 1
-        if not call.id or call.id in seen:
-            call.id = f"call_{n}"
-        seen.add(call.id)
+        if call.id and call.id not in used:
+            used.add(call.id)
+            continue
+        while f"call_{n}" in taken or f"call_{n}" in used:
+            n += 1
+        call.id = f"call_{n}"
+        used.add(call.id)

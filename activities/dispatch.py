@@ -19,8 +19,9 @@ from activities._common import heartbeating
 from durable_agent.errors import ToolError
 from durable_agent.render import render_result
 from durable_agent.runtime import metrics
+from durable_agent.serving import Agents
 from durable_agent.telemetry import tool_span
-from durable_agent.tools import ToolContext, ToolRegistry
+from durable_agent.tools import ToolContext
 from durable_agent.types import ToolCall
 
 _json = TypeAdapter(Any)
@@ -35,6 +36,8 @@ class DispatchInput(BaseModel):
     """Trusted, from the turn's input: tools scope their data to it."""
     idempotency_key: str
     """`<workflow id>/<iteration>/<call index>`: the same on every retry of this call."""
+    agent: str = ""
+    """The turn's agent, whose tool this is (empty: the worker's first)."""
 
 
 class DispatchOutput(BaseModel):
@@ -43,17 +46,17 @@ class DispatchOutput(BaseModel):
 
 
 class DispatchActivity:
-    def __init__(self, tools: ToolRegistry, deps: Any) -> None:
-        self._tools = tools
-        self._deps = deps
+    def __init__(self, agents: Agents) -> None:
+        self._agents = agents
 
     @activity.defn(name="dispatch")
     async def dispatch(self, input: DispatchInput) -> DispatchOutput:
-        tool = self._tools[input.call.name]
-        args = self._tools.validate(input.call)
-        ctx = ToolContext(input.customer_id, self._deps, input.idempotency_key)
+        served = self._agents.get(input.agent)
+        tool = served.tools[input.call.name]
+        args = served.tools.validate(input.call)
+        ctx = ToolContext(input.customer_id, served.deps, input.idempotency_key)
         async with heartbeating():
-            with tool_span(tool.name, input.call.id), metrics.tool_call(tool.name):
+            with tool_span(tool.name, input.call.id), metrics.tool_call(tool.name, served.name):
                 try:
                     if tool.is_async:
                         result = await tool(args, ctx)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio import activity
 
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.errors import InvalidCall
-from durable_agent.subagents import SubAgent
-from durable_agent.tools import Tool, ToolRegistry
+from durable_agent.provenance import Source, traced
+from durable_agent.serving import Agents
+from durable_agent.subagents import SubAgent, view_name
+from durable_agent.tools import Tool
 from durable_agent.types import ToolCall
 
 
@@ -44,7 +46,14 @@ class Rejection(BaseModel):
 class ParseInput(BaseModel):
     calls: list[ToolCall]
     tools: list[str] | None = None
-    """The tools this agent was offered (None: the top-level agent's)."""
+    """The tools this agent was offered (None: all its top-level tools)."""
+    agent: str = ""
+    said: list[str] = Field(default_factory=list)
+    """The customer's own words (this question, the conversation's earlier ones): a
+    write whose arguments are not all in them needs consent, waived or not."""
+    sources: list[Source] = Field(default_factory=list)
+    """What else the model read (tool results, earlier answers), to say where such an
+    argument came from. A local activity's input is not recorded: this costs no history."""
 
 
 class ParseOutput(BaseModel):
@@ -53,21 +62,28 @@ class ParseOutput(BaseModel):
 
 
 class ParseActivity:
-    def __init__(self, tools: ToolRegistry, approvals: ApprovalPolicy | None = None) -> None:
-        self._tools = tools
-        self._approvals = approvals or ApprovalPolicy()
+    def __init__(self, agents: Agents) -> None:
+        self._agents = agents
 
     @activity.defn(name="parse")
     async def parse(self, input: ParseInput) -> ParseOutput:
+        served = self._agents.get(input.agent)
+        tools = served.tools
         valid, rejected = [], []
         for call in input.calls:
             try:
-                args = self._tools.validate(call, self._tools.offered(input.tools))
+                args = tools.validate(call, tools.offered(input.tools))
             except InvalidCall as e:
                 rejected.append(Rejection(call=call, error=str(e)))
                 continue
-            tool = self._tools[call.name]
-            normalised = call.model_copy(update={"arguments": args.model_dump(mode="json")})
+            tool = tools[call.name]
+            as_json = args.model_dump(mode="json") if isinstance(args, BaseModel) else args
+            normalised = call.model_copy(update={"arguments": as_json})
+            foreign = (
+                traced(normalised, tool.spec.parameters, input.said, input.sources)
+                if tool.side_effects and input.said
+                else []
+            )
             valid.append(
                 ValidCall(
                     call=normalised,
@@ -75,17 +91,32 @@ class ParseActivity:
                     max_attempts=tool.max_attempts,
                     side_effects=tool.side_effects,
                     quick=tool.quick,
-                    approval=self._why_approval(tool),
+                    approval=_why_approval(tool, served.approvals, foreign),
                     return_direct=tool.return_direct,
-                    agent=tool.agent,
+                    agent=_answered_by(tool, served.name),
                 )
             )
         return ParseOutput(valid=valid, rejected=rejected)
 
-    def _why_approval(self, tool: Tool) -> str:
-        if not self._approvals.needs_approval(tool.name, tool.needs_approval):
+
+def _answered_by(tool: Tool, owner: str) -> SubAgent | None:
+    """Who answers an agent tool's calls, by served name (a view is `<owner>.<tool>`)."""
+    if tool.agent is None:
+        return None
+    if tool.agent.agent:
+        return tool.agent
+    return SubAgent(agent=view_name(owner, tool.name), model=tool.agent.model)
+
+
+def _why_approval(tool: Tool, approvals: ApprovalPolicy, foreign: list[str]) -> str:
+    """Why the call needs consent (empty: it does not). A write with arguments the
+    customer did not write needs it even where writes are waived."""
+    source = f"; not the customer's words: {', '.join(foreign)}" if foreign else ""
+    if not approvals.needs_approval(tool.name, tool.needs_approval):
+        if not foreign:
             return ""
-        if tool.side_effects:
-            what = " ".join(tool.description.split()).split(". ")[0].rstrip(".")
-            return f"it writes: {what}"
-        return f"this worker asks for consent before every {tool.name} call"
+        return f"it writes, and its arguments are not all the customer's own{source}"
+    if tool.side_effects:
+        what = " ".join(tool.description.split()).split(". ")[0].rstrip(".")
+        return f"it writes: {what}{source}"
+    return f"this worker asks for consent before every {tool.name} call"

@@ -14,7 +14,8 @@ from temporalio import activity
 
 from activities.shield import judge
 from durable_agent.render import render_result
-from durable_agent.shields import DATA_MARK, ShieldRequest, ShieldSet, Verdict
+from durable_agent.serving import Agents
+from durable_agent.shields import DATA_MARK, ShieldRequest, Verdict
 from durable_agent.types import Observation, ToolCall
 
 
@@ -22,6 +23,7 @@ class ParseOutputInput(BaseModel):
     call: ToolCall
     result: Any
     customer_id: str = ""
+    agent: str = ""
 
 
 class ParseOutputOutput(BaseModel):
@@ -31,8 +33,8 @@ class ParseOutputOutput(BaseModel):
 
 
 class ParseOutputActivity:
-    def __init__(self, shields: ShieldSet | None = None) -> None:
-        self._shields = shields or ShieldSet.none()
+    def __init__(self, agents: Agents) -> None:
+        self._agents = agents
 
     @activity.defn(name="parse_output")
     async def parse_output(self, input: ParseOutputInput) -> ParseOutputOutput:
@@ -40,7 +42,7 @@ class ParseOutputActivity:
         request = ShieldRequest(
             position="tool_output", text=text, call=input.call, customer_id=input.customer_id
         )
-        verdicts = await judge(self._shields, request)
+        verdicts = await judge(self._agents.get(input.agent).shields, request)
         if any(not v.allowed for v in verdicts):
             text = f"{DATA_MARK} {text}"
         observation = Observation(call_id=input.call.id, tool=input.call.name, ok=True, text=text)

@@ -27,4 +27,4 @@ class PlanActivity(ModelCaller):
     @activity.defn(name="plan")
     async def plan(self, input: PlanInput) -> PlanOutput:
         reply = await self.call(input, "plan")
-        return PlanOutput(plan=reply, model=input.model or self._models.default)
+        return PlanOutput(plan=reply, model=self.spec(input))

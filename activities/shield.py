@@ -13,25 +13,54 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent.serving import Agents, ServedAgent
 from durable_agent.shields import ShieldConfigError, ShieldRequest, ShieldSet, Verdict
+from durable_agent.types import AgentInfo
 
 
 class ShieldInput(BaseModel):
     requests: list[ShieldRequest]
+    agent: str = ""
+    """The turn's agent (empty: the worker's first)."""
 
 
 class ShieldOutput(BaseModel):
     verdicts: list[list[Verdict]]
     """Per request, one verdict per shield of its position (none: no shields there)."""
+    refusal: str = ""
+    """What the turn answers if it ends for a refusal here: the agent's own words."""
+    agent: AgentInfo | None = None
+    """Who answers the turn, told by the screen of its question: the turn's first step
+    resolves its agent, at no extra cost (an unknown agent fails it: `UnknownAgent`)."""
 
 
 class ShieldActivity:
-    def __init__(self, shields: ShieldSet) -> None:
-        self._shields = shields
+    def __init__(self, agents: Agents) -> None:
+        self._agents = agents
 
     @activity.defn(name="shield")
     async def shield(self, input: ShieldInput) -> ShieldOutput:
-        return ShieldOutput(verdicts=[await judge(self._shields, r) for r in input.requests])
+        served = self._agents.get(input.agent)
+        verdicts = [await judge(served.shields, r) for r in input.requests]
+        position = input.requests[0].position if input.requests else "input"
+        refused = any(not v.allowed for vs in verdicts for v in vs)
+        return ShieldOutput(
+            verdicts=verdicts,
+            refusal=_refusal(served, position) if refused else "",
+            agent=_info(served) if position == "input" else None,
+        )
+
+
+def _refusal(served: ServedAgent, position: str) -> str:
+    if position == "input":
+        return served.question_refusal
+    if position == "output":
+        return served.refusals.answer
+    return ""
+
+
+def _info(served: ServedAgent) -> AgentInfo:
+    return AgentInfo(name=served.name, fingerprint=served.fingerprint, limits=served.limits)
 
 
 async def judge(shields: ShieldSet, request: ShieldRequest) -> list[Verdict]:

@@ -7,9 +7,9 @@ import time
 
 from durable_agent.conversation import AssistantMessage, latest_results
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
-from durable_agent.offline import OfflineModel
 from durable_agent.stream import TextSink
 from durable_agent.types import ToolCall, Usage
+from shop.phrasebook import offline_model
 
 ONE_CALL = Usage(model_calls=1)
 
@@ -27,7 +27,7 @@ class RepeatingModel:
     def __init__(self, iterations: int) -> None:
         self.iterations = iterations
         self.name = f"repeat-{iterations}"
-        self._offline = OfflineModel()
+        self._offline = offline_model()
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         return await self._offline.plan(request)
@@ -132,7 +132,7 @@ def bench_models() -> ModelCatalog:
     `paced:MS` (two tools in sequence, MS ms per model call, for the kills)."""
     return ModelCatalog(
         {
-            "offline": lambda _: OfflineModel(),
+            "offline": lambda _: offline_model(),
             "repeat": lambda n: RepeatingModel(int(n or 1)),
             "task": lambda name: TaskModel(name),
             "timed": lambda _: TimedModel(),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +27,12 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from activities import turn_activities
 from bench.floor import FloorTurn, floor_local, floor_remote
 from bench.models import bench_models
-from durable_agent.approval import ApprovalPolicy
 from durable_agent.runtime.codec import data_converter
-from durable_agent.shields import ShieldSet
-from shop import ShopStore, shop_tools
+from shop import ShopStore
+from shop.agent import agent
 from worker import build_worker
-from workflows import AgentTurn
 
 
 class CrashAfter(Interceptor):
@@ -73,18 +71,10 @@ async def main() -> None:
     worker = build_worker(
         client,
         args.task_queue,
-        workflows=[AgentTurn, FloorTurn],
-        activities=[
-            *turn_activities(
-                bench_models(),
-                shop_tools(),
-                ShopStore(args.shop_db),
-                ApprovalPolicy.from_env(),
-                ShieldSet.from_env(),
-            ),
-            floor_remote,
-            floor_local,
-        ],
+        agents=[replace(agent(), deps=ShopStore(args.shop_db))],
+        models=bench_models(),
+        workflows=[FloorTurn],
+        activities=[floor_remote, floor_local],
         interceptors=[CrashAfter(args.log, args.crash_after, args.marker)],
     )
     async with worker:

@@ -1,1 +1,62 @@
-"""The agent's plain-Python core: data, tools, the model interface, the offline model."""
+"""durable-agent: tool-using LLM agents whose every turn is a durable Temporal workflow.
+
+The public API:
+
+    Agent, Refusals            define an agent (`durable_agent.agents`)
+    tool, Tool, ToolContext    its tools (`durable_agent.tools`)
+    agent_tool                 a narrower view of an agent, as a tool (`durable_agent.subagents`)
+    ApprovalPolicy             who needs consent (`durable_agent.approval`)
+    ShieldSettings             which shields run where (`durable_agent.shields`)
+    TurnLimits                 steps, time, tokens and approval timeout of a turn
+    Settings                   a worker's settings (`durable_agent.settings`)
+    AgentPlugin, build_worker  serve agents in a Temporal worker (`durable_agent.plugin`)
+    NotFound, NotAllowed, ToolError, ToolUnavailable   what tools raise
+
+Everything else is the machinery behind them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from durable_agent.agents import Agent, Refusals
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.errors import NotAllowed, NotFound, ToolError, ToolUnavailable
+from durable_agent.settings import Settings
+from durable_agent.shields import ShieldSettings
+from durable_agent.subagents import agent_tool
+from durable_agent.tools import Tool, ToolContext, ToolRegistry, tool
+from durable_agent.types import TurnLimits
+
+if TYPE_CHECKING:
+    from durable_agent.plugin import AgentPlugin, build_worker
+
+__all__ = [
+    "Agent",
+    "AgentPlugin",
+    "ApprovalPolicy",
+    "NotAllowed",
+    "NotFound",
+    "Refusals",
+    "Settings",
+    "ShieldSettings",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolRegistry",
+    "ToolUnavailable",
+    "TurnLimits",
+    "agent_tool",
+    "build_worker",
+    "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The worker side imports the workflows and activities, which import this package:
+    # loaded on first use, so `from durable_agent import Agent` stays light.
+    if name in ("AgentPlugin", "build_worker"):
+        from durable_agent import plugin
+
+        return getattr(plugin, name)
+    raise AttributeError(f"module 'durable_agent' has no attribute {name!r}")

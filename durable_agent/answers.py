@@ -8,7 +8,16 @@ from datetime import timedelta
 from durable_agent.types import Step
 
 DECLINE = "Sorry, I cannot answer that question."
-"""What the agent says to a question its tools do not cover."""
+"""What an agent says to a question its tools do not cover, unless it says otherwise."""
+
+_REPLY_EXACTLY = re.compile(r"reply exactly:\s*(.+?)\s*$", re.IGNORECASE | re.DOTALL)
+
+
+def decline_text(instructions: str) -> str:
+    """What the instructions tell a model to say to a question it cannot answer
+    (`... reply exactly: <text>`, as an agent's default instructions end), or DECLINE."""
+    m = _REPLY_EXACTLY.search(instructions)
+    return m.group(1).strip() if m else DECLINE
 
 
 def _found_so_far(steps: list[Step]) -> str:
@@ -29,17 +38,16 @@ def token_limit(max_tokens: int, steps: list[Step]) -> str:
     return f"Sorry, I used up this question's budget of {max_tokens} tokens." + _found_so_far(steps)
 
 
-def refused_question() -> str:
-    return (
-        "Sorry, I can't help with that request. I can answer questions about your orders, "
-        "returns and our store policies."
-    )
+REFUSED_QUESTION = "Sorry, I can't help with that request."
+"""What a turn answers when an input shield refused its question and its agent's own
+words are unknown (a turn recorded before agents said them)."""
+REFUSED_ANSWER = "Sorry, I can't share that answer: it held information I may not give out."
 
 
-def refused_answer() -> str:
+def unknown_agent(reason: str) -> str:
     return (
-        "Sorry, I can't share that answer: it held information I may not give out. "
-        "Please ask about your own orders and returns."
+        f"Sorry, I cannot answer: {reason.split(';')[0]}. "
+        "Whoever runs this service has to start a worker for it."
     )
 
 

@@ -16,7 +16,7 @@ result the model reads, an approved one runs exactly once.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, field_validator
@@ -38,10 +38,11 @@ class ApprovalPolicy:
     waived: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
-    def from_env(cls) -> ApprovalPolicy:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ApprovalPolicy:
+        env = os.environ if environ is None else environ
         return cls(
-            required=_names(os.environ.get("AGENT_APPROVAL_REQUIRED", "")),
-            waived=_names(os.environ.get("AGENT_APPROVAL_WAIVED", "")),
+            required=_names(env.get("AGENT_APPROVAL_REQUIRED", "")),
+            waived=_names(env.get("AGENT_APPROVAL_WAIVED", "")),
         )
 
     def check(self, known: Iterable[str]) -> None:

@@ -47,6 +47,12 @@ class Param:
         return self.name == "reason" or description.startswith("why") or "reason" in description
 
 
+def id_noun(param: Param) -> str:
+    """What an id names: "order ID (6 digits ...)" -> "order"."""
+    m = re.match(r"\s*([a-z ]+?)\s+id\b", param.description, re.IGNORECASE)
+    return (m.group(1) if m else param.name.removesuffix("_id").replace("_", " ")).lower()
+
+
 def required_params(spec: ToolSpec) -> tuple[Param, ...]:
     props: dict[str, Any] = spec.parameters.get("properties", {})
     required = set(spec.parameters.get("required", []))

@@ -36,18 +36,23 @@ class Memory(BaseModel):
 
 class ConversationInput(BaseModel):
     customer_id: str = DEFAULT_CUSTOMER
+    agent: str = ""
+    """The agent that answers every turn, by name; empty: the worker's first."""
     model: str = ""
-    """Model spec for every turn; empty: the worker's default."""
+    """Model spec for every turn; empty: the agent's default, else the worker's."""
 
     @field_validator("customer_id")
     @classmethod
     def _customer_id_shape(cls, v: str) -> str:
         return check_customer_id(v)
 
-    limits: TurnLimits = Field(default_factory=TurnLimits)
+    limits: TurnLimits | None = None
+    """Every turn's limits; None: the agent's."""
     memory: Memory = Field(default_factory=Memory)
-    idle_timeout: timedelta = Field(default=timedelta(minutes=30), gt=timedelta(0))
-    max_turns_per_run: int = Field(default=100, ge=1)
+    idle_timeout: timedelta = Field(
+        default=timedelta(minutes=30), gt=timedelta(0), le=timedelta(days=365)
+    )
+    max_turns_per_run: int = Field(default=100, ge=1, le=10_000)
     """Continue-as-new after this many turns at the latest (Temporal may suggest it
     sooner), so the workflow's own history stays small."""
     exchanges: list[Exchange] = Field(default_factory=list)

@@ -7,6 +7,8 @@ retry policy's vocabulary: `workflows/policies.py` lists the permanent ones by
 retried with backoff.
 
     AgentError                     permanent unless said otherwise
+    ├── UnknownAgent               a turn names an agent this worker does not serve
+    ├── AgentDefinitionError       an agent cannot be served as defined (stops the worker)
     ├── ModelError                 the model backend failed
     │   ├── UnknownModel           no backend for that model spec
     │   ├── InvalidModelOutput     the model's reply cannot be used
@@ -27,6 +29,21 @@ class AgentError(Exception):
     """Base class of the agent's own errors."""
 
     retryable = False
+
+
+class UnknownAgent(AgentError):
+    """A turn names an agent that no agent of this worker is called."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(
+            f"no agent {name!r} is served here (this worker serves: {', '.join(known)}); "
+            f"start a worker for it with `python worker.py --agent MODULE:ATTRIBUTE`"
+        )
+
+
+class AgentDefinitionError(AgentError):
+    """An agent cannot be served as defined (a bad `--agent`, a tool name used twice,
+    two agents with one name); the message says what to fix."""
 
 
 class ModelError(AgentError):

@@ -19,7 +19,7 @@ implements `Model`; the worker resolves a turn's model spec (`offline`,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from pydantic import BaseModel, Field
@@ -36,7 +36,8 @@ class ModelRequest(BaseModel):
     """The conversation so far (`agent.conversation`)."""
     tools: list[ToolSpec] = Field(default_factory=list)
     instructions: str = ""
-    """A sub-agent's own system prompt (chat backends); empty: the backend's default."""
+    """The agent's system prompt: chat backends send it first, unchanged on every call
+    of a turn; the offline model reads its decline text from it."""
 
     @property
     def question(self) -> str:
@@ -80,11 +81,29 @@ ModelFactory = Callable[[str], Model]
 class ModelCatalog:
     """Model specs (`kind` or `kind:argument`) to backends, built once per worker."""
 
-    def __init__(self, factories: dict[str, ModelFactory], default: str = "offline") -> None:
+    def __init__(
+        self,
+        factories: Mapping[str, ModelFactory],
+        default: str = "offline",
+        base: ModelCatalog | None = None,
+    ) -> None:
         self._factories = dict(factories)
         self._cache: dict[str, Model] = {}
+        self._base = base
         self.default = default
         """The spec a turn gets when it names none."""
+
+    def layered(self, factories: Mapping[str, ModelFactory], default: str) -> ModelCatalog:
+        """This catalog with `factories` added or replacing kinds (an agent's own
+        models), and its own default; backends of the other kinds stay shared."""
+        if not factories and default == self.default:
+            return self
+        return ModelCatalog(factories, default=default, base=self)
+
+    @property
+    def kinds(self) -> list[str]:
+        inherited = self._base.kinds if self._base else []
+        return sorted({*inherited, *self._factories})
 
     def resolve(self, spec: str) -> Model:
         spec = spec or self.default
@@ -92,6 +111,8 @@ class ModelCatalog:
             kind, _, arg = spec.partition(":")
             factory = self._factories.get(kind)
             if factory is None:
-                raise UnknownModel(spec, list(self._factories))
+                if self._base is not None:
+                    return self._base.resolve(spec)
+                raise UnknownModel(spec, self.kinds)
             self._cache[spec] = factory(arg)
         return self._cache[spec]

@@ -44,11 +44,18 @@ Token usage is estimated from word counts.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from durable_agent.answers import DECLINE
-from durable_agent.argfill import Param, find_id, find_reason, find_value, required_params
+from durable_agent.answers import decline_text
+from durable_agent.argfill import (
+    Param,
+    find_id,
+    find_reason,
+    find_value,
+    id_noun,
+    required_params,
+)
 from durable_agent.conversation import (
     AssistantMessage,
     Message,
@@ -89,16 +96,14 @@ STOPWORDS = _wordset(
     would yes you your yours"""
 )
 
-_SYNONYMS = {
+ENGLISH = {
     "amount": "amount charge cost much paid pay price spend spent total",
     "item": "bought buy item product purchase thing",
-    "ship": "dispatch sent ship track",
-    "arrive": "arrival arrive come deliver delivery",
-    "refund": "complete done finish process refund",
     "quantity": "many quantity unit",
     "status": "happen status update",
 }
-"""Words an LLM knows mean the same thing here, by concept."""
+"""Words an LLM knows mean the same thing, by concept. An agent's phrasebook adds the
+words of its own domain (`Phrasebook.synonyms`)."""
 
 
 def _stem(word: str) -> str:
@@ -116,7 +121,14 @@ def _stem(word: str) -> str:
     return word
 
 
-_CONCEPT_OF = {_stem(w): concept for concept, ws in _SYNONYMS.items() for w in ws.split()}
+class Vocabulary:
+    """Concepts and the word stems that say them."""
+
+    def __init__(self, synonyms: Mapping[str, str]) -> None:
+        self.concept_of = {_stem(w): c for c, ws in synonyms.items() for w in ws.split()}
+
+    def concepts(self, words: Iterable[str]) -> set[str]:
+        return {self.concept_of[w] for w in words if w in self.concept_of}
 
 
 def _normalize(text: str) -> str:
@@ -133,10 +145,6 @@ def content_words(text: str) -> list[str]:
         for w in words
         if len(w) > 1 and w not in STOPWORDS and not any(c.isdigit() for c in w)
     ]
-
-
-def concepts(words: Iterable[str]) -> set[str]:
-    return {_CONCEPT_OF[w] for w in words if w in _CONCEPT_OF}
 
 
 # --- what the customer's message looks like ---------------------------------------------
@@ -230,12 +238,6 @@ def is_small_talk(text: str) -> bool:
 # --- the tools, as the model sees them ---------------------------------------------------
 
 
-def _id_noun(param: Param) -> str:
-    """What an id names: "order ID (6 digits ...)" -> "order"."""
-    m = re.match(r"\s*([a-z ]+?)\s+id\b", param.description, re.IGNORECASE)
-    return (m.group(1) if m else param.name.removesuffix("_id").replace("_", " ")).lower()
-
-
 @dataclass(frozen=True)
 class _ToolProfile:
     spec: ToolSpec
@@ -248,9 +250,10 @@ class _ToolProfile:
     """The words of the tool's name every example says ("return"): a request
     for the tool says one of them."""
     vocabulary_concepts: frozenset[str]
+    words: Vocabulary
 
     @classmethod
-    def of(cls, spec: ToolSpec) -> _ToolProfile:
+    def of(cls, spec: ToolSpec, words: Vocabulary) -> _ToolProfile:
         params = required_params(spec)
         text = " ".join(
             [spec.name.replace("_", " "), spec.description, *spec.examples]
@@ -260,8 +263,8 @@ class _ToolProfile:
         action = name_words.intersection(*(content_words(e) for e in spec.examples))
         request_only = bool(spec.examples) and not any("?" in e for e in spec.examples)
         vocabulary = frozenset(content_words(text))
-        known = frozenset(concepts(vocabulary))
-        return cls(spec, params, vocabulary, request_only, frozenset(action), known)
+        known = frozenset(words.concepts(vocabulary))
+        return cls(spec, params, vocabulary, request_only, frozenset(action), known, words)
 
     @property
     def ids(self) -> tuple[Param, ...]:
@@ -274,7 +277,7 @@ class _ToolProfile:
     def matches(self, word: str) -> float:
         if word in self.vocabulary:
             return 1.0
-        concept = _CONCEPT_OF.get(word)
+        concept = self.words.concept_of.get(word)
         return SYNONYM_WEIGHT if concept in self.vocabulary_concepts else 0.0
 
     def score(self, words: Sequence[str]) -> float:
@@ -352,7 +355,7 @@ class _Dialogue:
         asked_for_id = last_ask is not None and last_ask[1].is_id
         if asked_for_id and last >= 2 and not is_question(question):
             start = last - 2  # "123456" answers the question before the model's ask
-            question = f"{_sentence(said[start].text)} {question}"
+            question = f"{sentence(said[start].text)} {question}"
         earlier = tuple(m.text for m in reversed(said[:start]) if m.text)
         return cls(question, earlier, last_ask)
 
@@ -383,7 +386,8 @@ def _own_ask(
     return None
 
 
-def _sentence(text: str) -> str:
+def sentence(text: str) -> str:
+    """`text` ending as a sentence does."""
     text = text.strip()
     return text if text.endswith((".", "!", "?")) else text + "."
 
@@ -397,6 +401,8 @@ class _Plan:
 
     calls: list[Choice] = field(default_factory=list)
     text: str = ""
+    declined: bool = False
+    """The question is not about what the tools cover: the agent's decline text."""
 
 
 def _decide(talk: _Dialogue, profiles: list[_ToolProfile]) -> _Plan:
@@ -447,7 +453,7 @@ def _action_no_tool_does(question: str, profiles: list[_ToolProfile]) -> str | N
 
 
 def _nouns(profiles: Iterable[_ToolProfile]) -> set[str]:
-    return {_id_noun(param) for p in profiles for param in p.ids}
+    return {id_noun(param) for p in profiles for param in p.ids}
 
 
 def _explains(words: Sequence[str], covers: Callable[[str], float]) -> bool:
@@ -513,7 +519,7 @@ def _with_free_text(chosen: list[Choice], question: str, words: list[str]) -> _P
     """The calls with their free-text arguments, or a question for a missing reason;
     a decline when the tools explain too little of the question."""
     if words and not _explains(words, lambda w: any(p.matches(w) for p, _ in chosen)):
-        return _Plan(text=DECLINE)
+        return _Plan(declined=True)
     calls = []
     for p, ids in chosen:
         args = dict(ids)
@@ -540,7 +546,7 @@ def _topical(profiles: list[_ToolProfile], talk: _Dialogue, words: list[str]) ->
     )
     best = ranked[0] if ranked else None
     if best is None or not words or not _explains(words, best.matches):
-        return _Plan(text=DECLINE)
+        return _Plan(declined=True)
     if not best.ids:
         return _with_free_text([(best, {})], talk.question, words)
     ids = talk.ids_for(best)
@@ -552,7 +558,7 @@ def _topical(profiles: list[_ToolProfile], talk: _Dialogue, words: list[str]) ->
 
 
 def _ask_for_reason(p: _ToolProfile, param: Param, ids: dict[str, str]) -> str:
-    about = " ".join(f"{_id_noun(i)} {ids[i.name]}" for i in p.ids if i.name in ids)
+    about = " ".join(f"{id_noun(i)} {ids[i.name]}" for i in p.ids if i.name in ids)
     return f"I can {p.phrase()} for {about}. {ASK} {param.description}."
 
 
@@ -613,140 +619,84 @@ def parse_records(text: str) -> list[Record]:
     return records
 
 
-def _field(record: Record, *names: str) -> str:
+def record_field(record: Record, words: Vocabulary, *names: str) -> str:
     """The value of the first field whose label says one of `names` (a word or a
     concept: "amount" finds "Total")."""
     for label, value in record.items():
-        words = content_words(label)
-        if any(n in words or n in concepts(words) for n in map(_stem, names)):
+        said = content_words(label)
+        if any(n in said or n in words.concepts(said) for n in map(_stem, names)):
             return value
     return ""
 
 
 @dataclass(frozen=True)
-class _Asked:
+class Asked:
     """What the customer's question wants to know."""
 
     concepts: frozenset[str]
     words: frozenset[str]
+    """The stems of its content words."""
     yes_no: bool
+    text: str = ""
+    """The question, in lower case."""
 
     @classmethod
-    def of(cls, question: str) -> _Asked:
-        words = content_words(question)
-        found = set(concepts(words))
-        lowered = _normalize(question)
-        if re.search(r"\bwhere\b", lowered):
-            found.add("ship")
-        if re.search(r"\bwhen\b", lowered) and not found & {"ship", "refund"}:
-            found.add("arrive")
-        return cls(frozenset(found), frozenset(words), is_yes_no(question))
+    def of(cls, question: str, words: Vocabulary) -> Asked:
+        said = content_words(question)
+        found = frozenset(words.concepts(said))
+        return cls(found, frozenset(said), is_yes_no(question), _normalize(question))
 
 
-def _order_answer(record: Record, asked: _Asked) -> str:
-    order_id = _field(record, "order")
-    item = _field(record, "item")
-    quantity = _field(record, "quantity")
-    what = f"{quantity} × {item}" if quantity else item
-    total = _field(record, "amount")
-    sentences = []
-    if "return" in asked.words:
-        # Whether it can go back: a return it has already, or that it has not shipped.
-        if returns := _field(record, "return"):
-            sentences.append(f"Order {order_id} already has a return: {returns}.")
-        elif not _field(record, "shipped"):
-            sentences.append(_shipping(record, f"order {order_id}"))
-    if asked.concepts & {"item", "quantity"}:
-        sentences.append(f"Order {order_id} is for {what}.")
-    if "amount" in asked.concepts:
-        sentences.append(f"The total for order {order_id} was {total} ({what}).")
-    if asked.concepts & {"ship", "arrive"}:
-        subject = "it" if sentences else f"order {order_id}"
-        sentences.append(_shipping(record, subject, asked))
-    if not sentences:
-        sentences = [f"Order {order_id} is for {what} ({total}).", _shipping(record, "it")]
-    return " ".join(_capitalized(s) for s in sentences)
+@dataclass(frozen=True)
+class Reading:
+    """One tool result as the offline model read it, for a phrasebook to put in words."""
+
+    tool: str
+    text: str
+    """The result as the model got it (sentences a shield marked as orders left out)."""
+    records: list[Record]
+    """Its `Key: value.` sentences as records (empty: not made of them, or an error)."""
+    ok: bool
+    call: ToolCall | None
+    asked: Asked
+    words: Vocabulary
+    does: bool = False
+    """The tool does something (its examples are all requests): its result is what the
+    request did, not a lookup."""
+    reason: str = ""
+    """The reason the call gave, when the tool takes one."""
+    earlier: tuple[str, ...] = ()
+    """What was said before the question (customer and model), latest first."""
+
+    def field(self, record: Record, *names: str) -> str:
+        return record_field(record, self.words, *names)
 
 
-def _shipping(record: Record, subject: str, asked: _Asked | None = None) -> str:
-    """Where the order is, with its dates; yes or no first when that was asked."""
-    status = _field(record, "status")
-    shipped_on = _field(record, "shipped")
-    expected = _field(record, "expected", "delivery")
-    delivered = "arrive" in concepts(content_words(status))
-    if delivered:
-        text = f"{subject} has been delivered (shipped on {shipped_on}, due on {expected})."
-    elif shipped_on:
-        text = f"{subject} shipped on {shipped_on} and should arrive by {expected}."
-    else:
-        due = f"; it should arrive by {expected}" if expected else ""
-        text = f"{subject} has not shipped yet (status: {status}){due}."
-    if asked is None or not asked.yes_no:
-        return text
-    if "ship" in asked.concepts:
-        return ("Yes — " if shipped_on or delivered else "No — ") + text
-    return ("Yes — " if delivered else "Not yet — ") + text
+class Phrasebook:
+    """An agent's own words for the offline model: synonyms of its domain, and how its
+    records read as answers. The defaults know no domain: a result's records are
+    given in their own words. Subclass it, and give it to the agent's offline model:
 
+        Agent(..., models={"offline": lambda _: OfflineModel(MyPhrasebook())})
+    """
 
-def _return_answer(record: Record, asked: _Asked) -> str:
-    return_id, order_id = _field(record, "return"), _field(record, "order")
-    status, detail = _field(record, "status"), _field(record, "detail")
-    text = f"Return {return_id} for order {order_id} {_is(status)}. {_sentence(detail)}"
-    status_concepts = concepts(content_words(status)) | set(content_words(status))
-    asked_status = asked.concepts & {"refund"} or asked.words & {"receiv", "pend", "request"}
-    if not asked.yes_no or not asked_status:
-        return text
-    return ("Yes — " if asked_status & status_concepts else "Not yet — ") + _lowered(text)
+    synonyms: Mapping[str, str] = {}
+    """Concept -> words that say it ("ship": "dispatch sent ship track"), over ENGLISH."""
 
+    def asked(self, question: str, asked: Asked) -> Asked:
+        """What the question asks, with what only this domain reads in it (e.g. that
+        "where" asks about shipping). Default: as the words say."""
+        return asked
 
-def _started_return_answer(record: Record, reason: str, earlier: Sequence[str]) -> str:
-    """A return the request started, or the open one the store gave back instead."""
-    return_id, order_id = _field(record, "return"), _field(record, "order")
-    status, detail = _field(record, "status"), _field(record, "detail")
-    if _is_new_return(return_id, detail, reason, earlier):
-        return f"I've started return {return_id} for order {order_id} (status: {status}). " + (
-            _sentence(detail)
-        )
-    return (
-        f"Order {order_id} already has an open return, {return_id} (status: {status}), "
-        f"so I did not start a new one. {_sentence(detail)}"
-    )
+    def answer(self, reading: Reading) -> str | None:
+        """One result in words; None: the model's own (the result's text)."""
+        return None
 
-
-def _is_new_return(return_id: str, detail: str, reason: str, earlier: Sequence[str]) -> bool:
-    """A new return records the reason this request gave; an open one the store
-    gives back holds its own (and may have been named in this conversation)."""
-    if any(return_id.lower() in t.lower() for t in earlier):
-        return False
-    said = " ".join(reason.split()).strip(" .").lower().rstrip("…")[:40]
-    return bool(said) and said in " ".join(detail.split()).lower()
-
-
-def _policy_answer(records: list[Record], asked: _Asked) -> str:
-    """The best document's sentences; the next one's too when its title is about
-    something else the question asks."""
-    first, *rest = records
-    parts = [f"Our {first.get('title', '')} policy says: {_sentence(first.get('excerpt', ''))}"]
-    seen = set(content_words(first.get("title", "")))
-    for other in rest:
-        title_words = set(content_words(other.get("title", "")))
-        if title_words & asked.words - seen:
-            parts.append(f"Our {other.get('title', '')} policy says: {_sentence(other['excerpt'])}")
-            seen |= title_words
-    return " ".join(parts)
-
-
-def _is(status: str) -> str:
-    """A status after its return: has been received, is pending."""
-    return f"has been {status}" if status.endswith("ed") else f"is {status}"
-
-
-def _capitalized(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
-def _lowered(text: str) -> str:
-    return text[:1].lower() + text[1:]
+    def can_offer(self, tool: str, record: Record, reading: Reading) -> bool:
+        """Whether to offer `tool` (a tool that does something, which the question asked
+        about) for the record a lookup found. Default: unless the record already has
+        what the tool would make."""
+        return True
 
 
 def _usage(prompt: str, reply: str) -> Usage:
@@ -754,12 +704,15 @@ def _usage(prompt: str, reply: str) -> Usage:
 
 
 class OfflineModel:
-    """Deterministic, offline, keyword-and-pattern model. See the module docstring."""
+    """Deterministic, offline, keyword-and-pattern model. See the module docstring.
+    `phrasebook`: the agent's domain words (default: none, records in their own words)."""
 
     provider = "offline"
     name = "offline-keyword-v1"
 
-    def __init__(self) -> None:
+    def __init__(self, phrasebook: Phrasebook | None = None) -> None:
+        self._phrasebook = phrasebook or Phrasebook()
+        self._words = Vocabulary({**ENGLISH, **self._phrasebook.synonyms})
         self._profiles: dict[str, _ToolProfile] = {}
 
     def _profiles_of(self, specs: list[ToolSpec]) -> list[_ToolProfile]:
@@ -767,7 +720,7 @@ class OfflineModel:
         for spec in specs:
             key = spec.model_dump_json()
             if key not in self._profiles:
-                self._profiles[key] = _ToolProfile.of(spec)
+                self._profiles[key] = _ToolProfile.of(spec, self._words)
             profiles.append(self._profiles[key])
         return profiles
 
@@ -777,8 +730,11 @@ class OfflineModel:
         decided = _decide(talk, profiles)
         prompt = talk.question + " " + " ".join(s.description for s in request.tools)
         if not decided.calls:
-            await write_out(decided.text, stream)
-            return Reply(text=decided.text, usage=_usage(prompt, decided.text))
+            # Declined in the words the instructions give ("reply exactly: ..."), as a
+            # chat model reads them there.
+            text = decline_text(request.instructions) if decided.declined else decided.text
+            await write_out(text, stream)
+            return Reply(text=text, usage=_usage(prompt, text))
         first_id = calls_so_far(request.messages) + 1
         made = [
             ToolCall(id=f"call_{first_id + i}", name=p.spec.name, arguments=args)
@@ -794,46 +750,74 @@ class OfflineModel:
             c.id: c for m in request.messages if isinstance(m, AssistantMessage) for c in m.calls
         }
         by_name = {p.spec.name: p for p in profiles}
-        asked = _Asked.of(talk.question)
-        parts = [
-            self._answer(r, calls.get(r.call_id), by_name.get(r.tool), asked, talk) for r in results
+        asked = self._phrasebook.asked(talk.question, Asked.of(talk.question, self._words))
+        readings = [
+            self._read(r, calls.get(r.call_id), by_name.get(r.tool), asked, talk) for r in results
         ]
-        answer = " ".join(p for p in parts if p) or DECLINE
-        if offer := _offer(results, calls, profiles, talk):
+        parts = [self._phrasebook.answer(r) or r.text for r in readings]
+        answer = " ".join(p for p in parts if p) or decline_text(request.instructions)
+        if offer := self._offer(readings, profiles, talk):
             answer += " " + offer
         prompt = talk.question + " " + " ".join(r.text for r in results)
         await write_out(answer, stream)
         return Reply(text=answer, usage=_usage(prompt, answer))
 
-    @staticmethod
-    def _answer(
+    def _read(
+        self,
         result: ToolResult,
         call: ToolCall | None,
         profile: _ToolProfile | None,
-        asked: _Asked,
+        asked: Asked,
         talk: _Dialogue,
-    ) -> str:
-        """One result in words: errors as the tool said them, records composed. A
-        result a shield marked as data is read for its facts: no sentence of it that
-        reads as instructions is passed on to the customer."""
+    ) -> Reading:
+        """One result as read: errors as the tool said them, records parsed. A result a
+        shield marked as data is read for its facts: no sentence of it that reads as
+        instructions is passed on to the customer."""
         text = result.text
         if text.startswith(DATA_MARK):
             text = _without_instructions(text.removeprefix(DATA_MARK).lstrip())
-        records = parse_records(text) if result.ok else []
-        if not records:
-            return text
-        if "excerpt" in records[0]:
-            return _policy_answer(records, asked)
-        record = records[0]
-        if "return id" in record:
-            if profile is not None and profile.request_only:
-                reason = profile.reason
-                said = str(call.arguments.get(reason.name, "")) if call and reason else ""
-                return _started_return_answer(record, said, talk.earlier)
-            return _return_answer(record, asked)
-        if "order id" in record:
-            return _order_answer(record, asked)
-        return text
+        reason = profile.reason if profile else None
+        said = str(call.arguments.get(reason.name, "")) if call and reason else ""
+        return Reading(
+            tool=result.tool,
+            text=text,
+            records=parse_records(text) if result.ok else [],
+            ok=result.ok,
+            call=call,
+            asked=asked,
+            words=self._words,
+            does=bool(profile and profile.request_only),
+            reason=said,
+            earlier=talk.earlier,
+        )
+
+    def _offer(self, readings: list[Reading], profiles: list[_ToolProfile], talk: _Dialogue) -> str:
+        """After a question about doing something (returning an order) that was
+        answered by looking things up, offer to do it: the customer only has to
+        give what the request still needs."""
+        if not is_question(talk.question):
+            return ""
+        words = content_words(talk.question)
+        looked_up = {w for r in readings for w in content_words(r.tool.replace("_", " "))}
+        for p in profiles:
+            reason = p.reason
+            action = p.action_words & set(words)
+            if not p.request_only or reason is None or not action or action & looked_up:
+                continue
+            for r in readings:
+                args = " ".join(str(v) for v in r.call.arguments.values()) if r.call else ""
+                ids = p.find_ids(args) if args else None
+                if not (ids and r.records):
+                    continue
+                # Not already what the request would make, and possible, says the domain.
+                made = any(r.field(r.records[0], a) for a in action)
+                if not made and self._phrasebook.can_offer(p.spec.name, r.records[0], r):
+                    about = " ".join(f"{id_noun(i)} {ids[i.name]}" for i in p.ids)
+                    return (
+                        f"If you'd like to go ahead, tell me {reason.description} and I'll "
+                        f"{p.phrase()} for {about}."
+                    )
+        return ""
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -843,35 +827,3 @@ def _without_instructions(text: str) -> str:
     """`text` without the sentences that read as orders to the assistant."""
     kept = [s for s in _SENTENCE_END.split(text) if not reads_as_instructions(s)]
     return " ".join(kept)
-
-
-def _offer(
-    results: list[ToolResult],
-    calls: dict[str, ToolCall],
-    profiles: list[_ToolProfile],
-    talk: _Dialogue,
-) -> str:
-    """After a question about doing something (returning an order) that was
-    answered by looking things up, offer to do it: the customer only has to
-    give what the request still needs."""
-    words = content_words(talk.question)
-    looked_up = {w for r in results for w in content_words(r.tool.replace("_", " "))}
-    if not is_question(talk.question):
-        return ""
-    for p in profiles:
-        reason = p.reason
-        action = p.action_words & set(words)
-        if not p.request_only or reason is None or not action or action & looked_up:
-            continue
-        for r in results:
-            call = calls.get(r.call_id)
-            ids = p.find_ids(" ".join(str(v) for v in call.arguments.values())) if call else None
-            records = parse_records(r.text) if r.ok else []
-            # Shipped, and not already what the request would make (its return).
-            made = records and any(_field(records[0], a) for a in action)
-            if ids and records and _field(records[0], "shipped") and not made:
-                return (
-                    f"If you'd like to go ahead, tell me {reason.description} and I'll "
-                    f"{p.phrase()} for {' '.join(f'{_id_noun(i)} {ids[i.name]}' for i in p.ids)}."
-                )
-    return ""

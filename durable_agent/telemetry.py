@@ -119,28 +119,30 @@ def error_type(e: BaseException) -> str:
     return type(e).__name__
 
 
-AGENT_NAME = "support-agent"
-
-
 @contextmanager
-def agent_span(model: str, conversation_id: str = "") -> Iterator[Span]:
-    """The turn's `invoke_agent` span. Started in workflow code: the replay-safe
+def agent_span(agent: str, model: str, conversation_id: str = "") -> Iterator[Span]:
+    """The turn's `invoke_agent <agent>` span. Started in workflow code: the replay-safe
     tracer provider of Temporal's plugin neither duplicates nor re-ends it on replay.
-    A chat's turns carry `gen_ai.conversation.id`: the conversation's workflow id."""
+    A chat's turns carry `gen_ai.conversation.id`: the conversation's workflow id. A
+    turn that names no agent gets its name when the worker has resolved it."""
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": AGENT_NAME,
         "gen_ai.request.model": model or "(worker default)",
     }
+    if agent:
+        attributes["gen_ai.agent.name"] = agent
     if conversation_id:
         attributes["gen_ai.conversation.id"] = conversation_id
     with _tracer.start_as_current_span(
-        f"invoke_agent {AGENT_NAME}", kind=SpanKind.INTERNAL, attributes=attributes
+        f"invoke_agent {agent}".strip(), kind=SpanKind.INTERNAL, attributes=attributes
     ) as span:
         yield span
 
 
-def record_turn(span: Span, outcome: str, usage: Usage) -> None:
+def record_turn(span: Span, agent: str, outcome: str, usage: Usage) -> None:
+    if agent:
+        span.update_name(f"invoke_agent {agent}")
+        span.set_attribute("gen_ai.agent.name", agent)
     span.set_attributes({"agent.outcome": outcome, "agent.model_calls": usage.model_calls})
     _set_usage(span, usage)
     record_cost(span, cost_of(usage))

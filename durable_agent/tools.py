@@ -21,6 +21,7 @@ model, so a tool can scope every lookup to that customer.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -34,6 +35,7 @@ from durable_agent.errors import InvalidCall
 from durable_agent.types import ToolCall
 
 if TYPE_CHECKING:
+    from durable_agent.agents import Agent
     from durable_agent.subagents import SubAgent
 
 Deps = TypeVar("Deps")
@@ -65,7 +67,9 @@ class ToolSpec(BaseModel):
 class Tool:
     name: str
     description: str
-    args_model: type[BaseModel]
+    args_model: type[BaseModel] | None
+    """The arguments as a pydantic model (`@tool`); None for a tool described by a JSON
+    schema of its own (`schema`): an MCP server's, a benchmark's."""
     fn: Callable[..., Any]
     examples: tuple[str, ...] = ()
     timeout: timedelta = timedelta(seconds=10)
@@ -82,14 +86,19 @@ class Tool:
     activity may run again after a crash with no record that it ran."""
     approval: bool | None = None
     """Whether a call waits for a person's consent before it runs; by default, when
-    it has side effects. The worker's settings can override it (`agent.approval`)."""
+    it has side effects. The worker's settings can override it (`durable_agent.approval`)."""
 
     return_direct: bool = False
     """Its rendered result is the final answer: the turn ends without `interpret`."""
     top_level: bool = True
     """Offered to the top-level agent; False: only to sub-agents that name it."""
     agent: SubAgent | None = None
-    """Set for an agent tool (`agent.subagents.agent_tool`): a sub-agent answers it."""
+    """Set for an agent tool (`durable_agent.subagents`): a sub-agent answers it."""
+    delegate: Agent | None = None
+    """The agent that answers it, for a tool made by `Agent.as_tool` (served with it)."""
+    schema: dict[str, Any] | None = None
+    """The arguments' JSON schema, for a tool without an `args_model`: calls are checked
+    against it (`jsonschema`) and the tool gets them as a dict."""
 
     @property
     def needs_approval(self) -> bool:
@@ -100,9 +109,24 @@ class Tool:
         return ToolSpec(
             name=self.name,
             description=self.description,
-            parameters=self.args_model.model_json_schema(),
+            parameters=self.parameters,
             examples=list(self.examples),
         )
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema the model is given."""
+        if self.args_model is not None:
+            return self.args_model.model_json_schema()
+        return self.schema or {"type": "object", "properties": {}}
+
+    def check(self, arguments: dict[str, Any]) -> Any:
+        """The arguments as the tool takes them (its model, or the checked dict);
+        `ValidationError`/`jsonschema.ValidationError` when they do not fit."""
+        if self.args_model is not None:
+            return self.args_model.model_validate(arguments)
+        _validator(self.name, self.parameters).validate(arguments)
+        return arguments
 
     @property
     def is_async(self) -> bool:
@@ -110,6 +134,47 @@ class Tool:
 
     def __call__(self, args: BaseModel, ctx: ToolContext[Any]) -> Any:
         return self.fn(args, ctx)
+
+
+def schema_tool(
+    name: str,
+    description: str,
+    parameters: dict[str, Any],
+    fn: Callable[[dict[str, Any], ToolContext[Any]], Any],
+    **options: Any,
+) -> Tool:
+    """A tool described by a JSON schema of its own (an MCP server's, a benchmark's):
+    `fn(arguments, ctx)` gets the call's arguments as a dict, checked against
+    `parameters`. `options` are `Tool`'s (`side_effects`, `quick`, `timeout`, ...).
+    Needs `jsonschema` (it comes with the `mcp` and `evals` extras)."""
+    if parameters.get("type", "object") != "object":
+        raise TypeError(f"tool {name}: its JSON schema must describe an object")
+    _validator(name, parameters)  # a schema that is not one fails here, not at a call
+    return Tool(
+        name=name, description=description, args_model=None, fn=fn, schema=parameters, **options
+    )
+
+
+@functools.cache
+def _validators() -> Any:
+    try:
+        import jsonschema
+    except ImportError:
+        raise ImportError(
+            "tools described by a JSON schema need `jsonschema`: pip install jsonschema "
+            "(the `mcp` and `evals` extras bring it)"
+        ) from None
+    return jsonschema
+
+
+def _validator(name: str, parameters: dict[str, Any]) -> Any:
+    jsonschema = _validators()
+    cls = jsonschema.validators.validator_for(parameters)
+    try:
+        cls.check_schema(parameters)
+    except jsonschema.SchemaError as e:
+        raise TypeError(f"tool {name}: its JSON schema is not valid: {e.message}") from None
+    return cls(parameters)
 
 
 def tool(
@@ -211,7 +276,7 @@ class ToolRegistry:
         # Names only: building a tool's spec means building its JSON schema.
         return [n for n in names if n in self.tools]
 
-    def validate(self, call: ToolCall, offered: list[str] | None = None) -> BaseModel:
+    def validate(self, call: ToolCall, offered: list[str] | None = None) -> Any:
         """The call's arguments as the tool's model, or `InvalidCall` saying what to fix.
         `offered`: the tools this agent was given (None: the top-level agent's)."""
         names = self.offered(offered) if offered is not None else list(self.tools)
@@ -220,6 +285,8 @@ class ToolRegistry:
             raise InvalidCall(f"unknown tool {call.name!r}; available tools: {', '.join(names)}")
         if call.error:
             raise InvalidCall(f"invalid arguments for {call.name}: {call.error}")
+        if t.args_model is None:
+            return _check_schema(t, call)
         try:
             return t.args_model.model_validate(call.arguments)
         except ValidationError as e:
@@ -229,3 +296,15 @@ class ToolRegistry:
                 for err in e.errors()
             )
             raise InvalidCall(f"invalid arguments for {call.name}: {problems}") from None
+
+
+def _check_schema(t: Tool, call: ToolCall) -> dict[str, Any]:
+    """A schema tool's arguments, checked; `InvalidCall` naming each problem."""
+    validator = _validator(t.name, t.parameters)
+    problems = sorted(validator.iter_errors(call.arguments), key=lambda e: list(e.path))
+    if problems:
+        said = "; ".join(
+            f"{'.'.join(str(p) for p in e.path) or 'arguments'}: {e.message}" for e in problems
+        )
+        raise InvalidCall(f"invalid arguments for {call.name}: {said}")
+    return call.arguments

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 DEFAULT_CUSTOMER = "demo"
-"""The customer who owns the demo shop's sample orders and returns."""
+"""Who a turn is for when its caller names nobody (the demo's sample data is theirs)."""
 
 CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
 
@@ -151,6 +151,8 @@ class Outcome(str, Enum):
     MODEL_ERROR = "model_error"
     REFUSED = "refused"
     """A shield stopped the question or the answer."""
+    UNKNOWN_AGENT = "unknown_agent"
+    """The turn names an agent its worker does not serve."""
 
 
 class TurnLimits(BaseModel):
@@ -159,16 +161,30 @@ class TurnLimits(BaseModel):
     max_steps: int = Field(default=10, ge=1, le=100)
     """Rounds of tool calls (parse → dispatch → parse_output → interpret) before the
     turn gives up; a turn of N rounds costs N + 1 model calls."""
-    max_duration: timedelta = Field(default=timedelta(seconds=120), gt=timedelta(0))
+    max_duration: timedelta = Field(
+        default=timedelta(seconds=120), gt=timedelta(0), le=timedelta(days=7)
+    )
     """Wall time of the whole turn, enforced by a durable workflow timer."""
     max_replans: int = Field(default=2, ge=0, le=10)
     """How often per iteration the model may fix its calls when every one of them
     failed validation (nothing could run); then the errors go to interpret."""
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000_000)
     """Token budget (input + output, as the model reports it); none by default."""
-    approval_timeout: timedelta = Field(default=timedelta(hours=24), gt=timedelta(0))
+    approval_timeout: timedelta = Field(
+        default=timedelta(hours=24), gt=timedelta(0), le=timedelta(days=365)
+    )
     """How long a call that needs consent waits for a decision; then it is not run.
     Time spent waiting does not count towards `max_duration`."""
+
+
+class AgentInfo(BaseModel):
+    """Who answers a turn, as its worker resolved the agent the turn names."""
+
+    name: str
+    fingerprint: str = ""
+    """A short hash of the agent's instructions and tool schemas (`Agent.fingerprint`)."""
+    limits: TurnLimits | None = None
+    """The agent's limits, for a turn that names none."""
 
 
 class Exchange(BaseModel):
@@ -184,22 +200,30 @@ class TurnInput(BaseModel):
     question: str
     customer_id: str = DEFAULT_CUSTOMER
     """Trusted: set by the caller, handed to tools, never taken from the model."""
+    agent: str = ""
+    """The agent that answers, by name; empty: the worker's first. The worker resolves
+    its instructions, tools and policies by this name: nothing of them is in here."""
     model: str = ""
     """Model spec (`offline`, `openai:<model>`, `bedrock:<id>`, `sagemaker:<endpoint>`),
-    resolved by the worker; empty means the worker's default (`AGENT_MODEL`)."""
-    limits: TurnLimits = Field(default_factory=TurnLimits)
+    resolved by the worker; empty: the agent's default, else the worker's (`AGENT_MODEL`)."""
+    limits: TurnLimits | None = None
+    """Exactly these limits; None: the agent's (`Agent.limits`)."""
     history: list[Exchange] = Field(default_factory=list)
     """Earlier exchanges of the conversation this turn belongs to (bounded by the
     conversation), given to the model before the question."""
     conversation_id: str = ""
     """The conversation workflow this turn answers a message of, if any."""
     tools: list[str] | None = None
-    """A sub-agent's tools (None: the worker's top-level tools)."""
+    """Only these of the agent's tools (sub-agent turns recorded before agents were
+    named; new ones name their agent)."""
     instructions: str = ""
-    """A sub-agent's system prompt for chat models (empty: the default)."""
+    """Other instructions than the agent's (as `tools`)."""
     stream: bool = False
     """Publish the models' text to the turn's stream as they write it (for a reader
     that shows the answer typing itself out). Steps are always on the stream."""
+    said: list[str] | None = None
+    """The customer's own words, when the question is not (a sub-agent's turn, asked
+    by its parent's model): writes are checked against these (`provenance`)."""
 
     @field_validator("question")
     @classmethod
@@ -234,7 +258,7 @@ def check_question(v: str) -> str:
             f"the question is too long ({len(v)} characters; at most {MAX_QUESTION_CHARS})"
         )
     if not v:
-        raise ValueError("the question is empty; ask something, e.g. 'Has order 123456 shipped?'")
+        raise ValueError("the question is empty; ask something")
     return v
 
 
@@ -245,6 +269,10 @@ class TurnOutput(BaseModel):
     outcome: Outcome
     steps: list[Step]
     usage: Usage
+    agent: str = ""
+    """The agent that answered (its name), once the worker resolved it."""
+    fingerprint: str = ""
+    """That agent's fingerprint (`Agent.fingerprint`): a changed agent shows."""
 
 
 class PendingApproval(BaseModel):

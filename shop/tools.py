@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated
@@ -170,10 +169,3 @@ TOOLS_WITH_POLICY_EXPERT = ToolRegistry(
 )
 """The same, but policy questions go to the `policy_expert` sub-agent, which alone may
 use the policy search (a child turn of its own per question)."""
-
-
-def shop_tools() -> ToolRegistry:
-    """`AGENT_POLICY_EXPERT=1`: the policy expert sub-agent; else the plain tools."""
-    if os.environ.get("AGENT_POLICY_EXPERT", "").strip() in ("1", "true"):
-        return TOOLS_WITH_POLICY_EXPERT
-    return TOOLS

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +15,18 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from client import start_turn
+from durable_agent.agents import Agent
+from durable_agent.approval import ApprovalPolicy
 from durable_agent.conversation import UserMessage, latest_results
 from durable_agent.model import Model, ModelCatalog, ModelRequest
 from durable_agent.offline import OfflineModel
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
+from durable_agent.shields import ShieldSettings
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from shop import TOOLS, ShopStore
+from shop.agent import support
 from worker import build_worker
 from workflows import search
 
@@ -67,23 +72,37 @@ class Harness:
         self.client = client
         self.store = store
 
+    def agent(
+        self,
+        tools: ToolRegistry = TOOLS,
+        *,
+        approvals: ApprovalPolicy | None = None,
+        shields: ShieldSettings | None = None,
+    ) -> Agent:
+        """The demo shop's agent over this test's store, with these tools and guards."""
+        return replace(support, tools=tools, deps=self.store, approvals=approvals, shields=shields)
+
     @asynccontextmanager
     async def worker(
         self,
         model: Model | None = None,
         tools: ToolRegistry = TOOLS,
+        *,
+        approvals: ApprovalPolicy | None = None,
+        shields: ShieldSettings | None = None,
+        agents: Sequence[Agent] = (),
         **worker_options: Any,
     ) -> AsyncIterator[str]:
         task_queue = f"test-{uuid.uuid4().hex[:8]}"
         factories = {"offline": lambda _: OfflineModel()}
         if model is not None:
             factories["scripted"] = lambda _: model
+        served = agents or [self.agent(tools, approvals=approvals, shields=shields)]
         async with build_worker(
             self.client,
             task_queue,
+            agents=served,
             models=ModelCatalog(factories),
-            tools=tools,
-            deps=self.store,
             **worker_options,
         ):
             yield task_queue

@@ -14,16 +14,16 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from durable_agent.chat import ConversationInput
-from durable_agent.model import Reply
-from durable_agent.scripted import ScriptedModel
-from durable_agent.types import ToolCall, TurnInput, TurnLimits
-from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
-from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
-from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent.chat import ConversationInput
+from durable_agent.model import Reply
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
+from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
+from durable_agent.scripted import ScriptedModel
+from durable_agent.types import ToolCall, TurnInput, TurnLimits
 from shop import ShopStore
 from tests.conftest import Harness, last_result
 from workflows import Conversation, search

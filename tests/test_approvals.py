@@ -194,7 +194,9 @@ async def test_waiting_turns_are_found_by_customer_and_status(harness: Harness) 
 async def test_a_trusted_worker_can_waive_approval(harness: Harness) -> None:
     async with harness.worker(model(RETURN), approvals=ApprovalPolicy(waived=frozenset("*"))) as tq:
         handle = await start_turn(
-            harness.client, TurnInput(question="Return order 123456.", model="scripted"), tq
+            harness.client,
+            TurnInput(question="Return order 123456, it arrived damaged.", model="scripted"),
+            tq,
         )
         result = await handle.result()
     assert "approval" not in kinds(result) and len(new_returns(harness.store)) == 1

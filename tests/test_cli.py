@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -14,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.api.workflowservice.v1 import ListWorkersRequest
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.runtime.server import free_port
@@ -184,8 +187,23 @@ def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
         (["ask", "Has order \udcff123456 shipped?"], "error: QUESTION: the question is not valid"),
         (["ask", "hi", "--customer", "x/../y"], "error: --customer: customer id must be"),
         (["ask", "hi", "--max-steps", "0"], "error: --max-steps: Input should be greater than"),
-        (["chat", "--approval-timeout", "0"], "error: --approval-timeout: Input should be greater"),
-        (["chat", "--idle-timeout", "0"], "error: --idle-timeout: Input should be greater"),
+        (["chat", "--approval-timeout", "0"], "error: --approval-timeout: give more than 0"),
+        (["chat", "--idle-timeout", "0"], "error: --idle-timeout: give more than 0"),
+        (["ask", "hi", "--max-duration", "inf"], "error: --max-duration: give a number of"),
+        (["ask", "hi", "--max-duration", "nan"], "error: --max-duration: give a number of"),
+        (["ask", "hi", "--max-duration", "1e308"], "error: --max-duration: give more than 0"),
+        (["ask", "hi", "--approval-timeout", "inf"], "error: --approval-timeout: give a number"),
+        (["chat", "--idle-timeout", "1e308"], "error: --idle-timeout: give more than 0"),
+        (["chat", "--idle-timeout", "nan"], "error: --idle-timeout: give a number of minutes"),
+        (["ask", "hi", "--max-duration", "604801"], "error: --max-duration: Input should be less"),
+        (["ask", "hi", "--max-tokens", "0"], "error: --max-tokens: Input should be greater"),
+        (["show", ""], "error: WORKFLOW_ID: give a turn's workflow id"),
+        (["show", " "], "error: WORKFLOW_ID: give a turn's workflow id"),
+        (["approve", ""], "error: WORKFLOW_ID: give a turn's workflow id"),
+        (["reject", "a b"], "error: WORKFLOW_ID: 'a b' is not a workflow id"),
+        (["approve", "turn-x", ""], "error: CALL_ID: give the id"),
+        (["ask", "hi", "--agent", "no such"], "error: --agent 'no such': give an agent's name"),
+        (["list", "--agent", "x y"], "error: --agent 'x y': give an agent's name"),
         (["pending", "--customer", "bad id!"], "error: --customer: customer id must be"),
         (["list", "--customer", "x/y"], "error: --customer: customer id must be"),
         (["ask", "Has order 123456 shipped?"], "error: no Temporal server on localhost"),
@@ -419,6 +437,16 @@ def test_worker_help_describes_every_option(cli_env: dict[str, str]) -> None:
     assert "AGENT_MODEL" in out.stdout
 
 
+async def heartbeats(server: dict[str, str]) -> int:
+    """How many workers of the server's task queue have sent a heartbeat."""
+    client = await Client.connect(server["TEMPORAL_ADDRESS"])
+    listed = await client.workflow_service.list_workers(
+        ListWorkersRequest(namespace=client.namespace, page_size=200)
+    )
+    queue = server["AGENT_TASK_QUEUE"]
+    return sum(w.worker_heartbeat.task_queue == queue for w in listed.workers_info)
+
+
 def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]) -> None:
     """A worker killed outright leaves its pollers listed for a minute; its heartbeats
     stop at once, and `ask` says no live worker serves the queue."""
@@ -432,6 +460,12 @@ def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]
     assert proc.stdout is not None and "worker ready" in proc.stdout.readline()
     live = run(["client.py", "ask", "hi", "--no-wait"], shared_server)
     assert "no live worker" not in live.stderr
+    # Killed once it has sent a heartbeat: from then on its silence says it is gone.
+    # (Before, only its polls speak for it, for as long as a long poll lasts.)
+    deadline = time.monotonic() + 30
+    while not asyncio.run(heartbeats(shared_server)):
+        assert time.monotonic() < deadline, "the worker sent no heartbeat"
+        time.sleep(0.5)
     proc.kill()
     proc.wait()
     stale = poll(

@@ -8,21 +8,22 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from durable_agent.answers import DECLINE
 from durable_agent.argfill import find_reason
 from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
 from durable_agent.errors import InvalidCall, NotFound, UnknownModel, permanent_error_types
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
-from durable_agent.offline import DECLINE, OfflineModel
 from durable_agent.render import render_result
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import ToolCall, TurnInput
 from shop import TOOLS, ShopStore
+from shop.phrasebook import offline_model
 from shop.store import ORDER_NOT_FOUND
 from tests.conftest import SEED_CASES, request
 
 
 async def plan(question: str) -> Reply:
-    return await OfflineModel().plan(request(question))
+    return await offline_model().plan(request(question))
 
 
 @pytest.mark.parametrize(
@@ -96,7 +97,7 @@ async def test_offline_model_follows_up_on_the_previous_answer() -> None:
         AssistantMessage(text="Yes — order 123456 shipped on 2026-11-18."),
         UserMessage(text="When will it arrive?"),
     ]
-    reply = await OfflineModel().plan(ModelRequest(messages=messages, tools=TOOLS.specs))
+    reply = await offline_model().plan(ModelRequest(messages=messages, tools=TOOLS.specs))
     assert [c.render() for c in reply.calls] == ["order_status(order_id='123456')"]
 
 
@@ -115,9 +116,9 @@ async def test_offline_model_reads_the_records_it_is_given() -> None:
         "Shipped on: 2027-01-02. Expected delivery: 2027-01-05."
     )
     call = ToolCall(id="c1", name="order_status", arguments={"order_id": "654321"})
-    reply = await OfflineModel().interpret(answered("Has order 654321 shipped?", call, order))
+    reply = await offline_model().interpret(answered("Has order 654321 shipped?", call, order))
     assert reply.text == "Yes — order 654321 shipped on 2027-01-02 and should arrive by 2027-01-05."
-    reply = await OfflineModel().interpret(answered("What did 654321 cost?", call, order))
+    reply = await offline_model().interpret(answered("What did 654321 cost?", call, order))
     assert reply.text == "The total for order 654321 was $7.00 (1 × Cedar Soap)."
 
 
@@ -128,10 +129,10 @@ async def test_offline_model_tells_an_open_return_from_a_new_one() -> None:
         "Return id: rtn042. Order id: 654321. Status: requested. "
         "Detail: Requested on 2027-01-09 (too small). Ship the item back."
     )
-    reply = await OfflineModel().interpret(answered("Return 654321, too small", call, new))
+    reply = await offline_model().interpret(answered("Return 654321, too small", call, new))
     assert reply.text.startswith("I've started return rtn042 for order 654321")
     open_one = new.replace("(too small)", "(broken)")
-    reply = await OfflineModel().interpret(answered("Return 654321, too small", call, open_one))
+    reply = await offline_model().interpret(answered("Return 654321, too small", call, open_one))
     assert reply.text.startswith("Order 654321 already has an open return, rtn042")
 
 
@@ -157,7 +158,7 @@ async def test_offline_model_answers_from_the_results() -> None:
         AssistantMessage(calls=[call]),
         ToolResult(call_id="c1", tool="order_status", ok=False, text=ORDER_NOT_FOUND),
     ]
-    reply = await OfflineModel().interpret(ModelRequest(messages=messages))
+    reply = await offline_model().interpret(ModelRequest(messages=messages))
     assert reply.calls == [] and reply.text == ORDER_NOT_FOUND
     assert reply.usage.model_calls == 1
 
@@ -217,7 +218,7 @@ def test_store_scopes_lookups_to_the_customer(tmp_path) -> None:  # type: ignore
 
 
 def test_unknown_model_says_what_to_use() -> None:
-    catalog = ModelCatalog({"offline": lambda _: OfflineModel()})
+    catalog = ModelCatalog({"offline": lambda _: offline_model()})
     assert catalog.resolve("offline") is catalog.resolve("offline")
     assert catalog.resolve("") is catalog.resolve("offline")  # the worker's default
     with pytest.raises(UnknownModel, match="unknown model 'gpt:x': use one of offline"):

@@ -284,8 +284,7 @@ async def test_an_ended_or_foreign_conversation_is_replaced(
         pytest.param(
             "speech_silence.json",
             {},
-            "Sorry, I can't take that message: the question is empty; ask something, "
-            "e.g. 'Has order 123456 shipped?'.",
+            "Sorry, I can't take that message: the question is empty; ask something.",
             "message refused: the question is empty",
             id="refused-message",
         ),

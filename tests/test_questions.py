@@ -20,10 +20,10 @@ from durable_agent.answers import DECLINE
 from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, check
 from durable_agent.errors import InvalidCall, ToolError
 from durable_agent.model import ModelRequest
-from durable_agent.offline import OfflineModel
 from durable_agent.render import render_result
 from durable_agent.tools import ToolContext
 from shop import TOOLS, ShopStore
+from shop.phrasebook import offline_model
 from shop.store import ORDER_NOT_FOUND, RETURN_NOT_FOUND
 
 _json = TypeAdapter(Any)
@@ -370,7 +370,7 @@ class Chat:
     """One customer's chat, driven the way the turn workflow drives a model."""
 
     def __init__(self, store: ShopStore, name: str) -> None:
-        self.model = OfflineModel()
+        self.model = offline_model()
         self.store = store
         self.name = name
         self.history: list[Message] = []

@@ -16,6 +16,7 @@ import pytest
 from botocore.stub import Stubber
 
 from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
+from durable_agent.serving import ids_of
 from durable_agent.shields import (
     Position,
     ShieldConfigError,
@@ -28,7 +29,7 @@ from durable_agent.shields.bedrock import BedrockGuardrail
 from durable_agent.shields.llama_guard import LlamaGuardShield
 from durable_agent.shields.offline import OfflineShield
 from durable_agent.types import ToolCall
-from shop import ShopStore
+from shop import TOOLS, ShopStore
 from tests.conftest import stubbed_aws_client
 from tests.fakes import chat_completions
 from tests.fakes.chat_completions import ChatCompletionsServer, error, text
@@ -59,6 +60,9 @@ POLICY_RESULT = (
     "and why the item is going back; you get a return ID (like rtn001) and a prepaid shipping "
     "label by email."
 )
+
+SHOP_IDS = ids_of(TOOLS)
+"""The demo shop's ids: orders (six digits) and returns (rtn and digits)."""
 
 
 def call(name: str, **arguments: Any) -> ToolCall:
@@ -266,7 +270,7 @@ TABLE = [
 
 
 async def test_offline_table() -> None:
-    shield = OfflineShield()
+    shield = OfflineShield(SHOP_IDS)
     wrong = []
     for case in TABLE:
         verdict = await shield.check(case.request())
@@ -282,7 +286,7 @@ async def test_offline_table() -> None:
 
 async def violation(position: Position, text: str, *context: str, **kw: Any) -> Verdict:
     request = ShieldRequest(position=position, text=text, context=list(context), **kw)
-    verdict = await OfflineShield().check(request)
+    verdict = await OfflineShield(SHOP_IDS).check(request)
     assert not verdict.allowed, verdict
     return verdict
 
@@ -340,7 +344,7 @@ class ScreenedChat(Chat):
 async def test_offline_passes_the_sample_conversations(tmp_path: Path) -> None:
     """The customer questions of `tests/test_questions.py`, their calls, the real
     shop's results and the offline model's answers: none is a violation."""
-    shield = OfflineShield()
+    shield = OfflineShield(SHOP_IDS)
     flagged, checked = [], 0
     for i, case in enumerate(QUESTIONS):
         chat = ScreenedChat(ShopStore(tmp_path / f"chat{i}.db"), f"chat{i}")

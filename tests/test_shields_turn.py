@@ -17,7 +17,13 @@ from durable_agent.approval import ApprovalPolicy
 from durable_agent.model import Reply
 from durable_agent.runtime.turns import decide, progress_of, start_turn
 from durable_agent.scripted import ScriptedModel
-from durable_agent.shields import Position, ShieldRequest, ShieldSet, ShieldUnavailable, Verdict
+from durable_agent.shields import (
+    Position,
+    ShieldRequest,
+    ShieldSettings,
+    ShieldUnavailable,
+    Verdict,
+)
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
 from shop import TOOLS
@@ -50,8 +56,8 @@ class Down:
         raise ShieldUnavailable("guardrail service unavailable")
 
 
-def at(position: Position, shield: object, fail_open: bool = False) -> ShieldSet:
-    return ShieldSet({position: [shield]}, fail_open=fail_open)  # type: ignore[list-item]
+def at(position: Position, shield: object, fail_open: bool = False) -> ShieldSettings:
+    return ShieldSettings.only(position, shield, fail_open=fail_open)  # type: ignore[arg-type]
 
 
 ORDER = ToolCall(id="c1", name="order_status", arguments={"order_id": "123456"})

@@ -112,19 +112,23 @@ class Conversation:
         turn = TurnInput(
             question=question,
             customer_id=self._input.customer_id,
+            agent=self._input.agent,
             model=self._input.model,
             limits=self._input.limits,
             history=self._exchanges,
             conversation_id=workflow.info().workflow_id,
             stream=self._input.stream,
         )
-        indexed = search.CUSTOMER in workflow.info().typed_search_attributes
+        attributes = workflow.info().typed_search_attributes
+        named = turn.agent if search.AGENT in attributes else None
         handle = await workflow.start_child_workflow(
             AgentTurn.run,
             turn,
             id=turn_id,
-            search_attributes=search.at_start(turn.customer_id, turn.model, turn.conversation_id)
-            if indexed
+            search_attributes=search.at_start(
+                turn.customer_id, turn.model, turn.conversation_id, agent=named
+            )
+            if search.CUSTOMER in attributes
             else None,
             static_summary=markdown_safe(question[:200]),
             task_timeout=WORKFLOW_TASK_TIMEOUT,

@@ -20,7 +20,7 @@ from durable_agent.errors import permanent_error_types
 # A task that overruns it is thrown away and run again: at 200 concurrent turns on one
 # 2-core worker with two more processes spinning on its cores, none did
 # (tests/test_load.py checks it), because a worker takes only as many tasks as it gets
-# through (MAX_WORKFLOW_TASKS in worker.py). The SDK's deadlock detector allows one
+# through (MAX_WORKFLOW_TASKS in durable_agent/plugin.py). The SDK's deadlock detector allows one
 # activation 2 s too. A local activity running longer than 80 % of it (a slow remote
 # shield) makes the SDK extend the task, at 3 history events each time.
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)

@@ -7,6 +7,9 @@
     AgentOutcome       Keyword      answered, step_limit, ... (when done)
     AgentTools         KeywordList  the tools that ran
     AgentConversation  Keyword      the conversation a turn belongs to
+    AgentName          Keyword      the agent that answers (named at start if the caller
+                                    named it; the worker's resolution when it ends)
+    AgentFingerprint   Keyword      a hash of that agent's instructions and tool schemas
 
 The client sets the first ones when it starts a workflow, and only when the
 namespace has them registered; a workflow upserts the rest only if it was
@@ -27,21 +30,37 @@ STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 OUTCOME = SearchAttributeKey.for_keyword("AgentOutcome")
 TOOLS = SearchAttributeKey.for_keyword_list("AgentTools")
 CONVERSATION = SearchAttributeKey.for_keyword("AgentConversation")
+AGENT = SearchAttributeKey.for_keyword("AgentName")
+FINGERPRINT = SearchAttributeKey.for_keyword("AgentFingerprint")
 
-ALL: tuple[SearchAttributeKey, ...] = (CUSTOMER, MODEL, STATUS, OUTCOME, TOOLS, CONVERSATION)
+ALL: tuple[SearchAttributeKey, ...] = (
+    CUSTOMER,
+    MODEL,
+    STATUS,
+    OUTCOME,
+    TOOLS,
+    CONVERSATION,
+    AGENT,
+    FINGERPRINT,
+)
 
 RUNNING = "running"
 AWAITING_APPROVAL = "awaiting_approval"
 DONE = "done"
 
 
-def at_start(customer_id: str, model: str, conversation_id: str = "") -> TypedSearchAttributes:
+def at_start(
+    customer_id: str, model: str, conversation_id: str = "", agent: str | None = ""
+) -> TypedSearchAttributes:
     """What a turn or conversation is started with (`model` empty: the worker's default,
-    filled in by the workflow once known)."""
+    filled in by the workflow once known; `agent` empty: the worker's first, named by
+    the turn when it knows; None: no AgentName, for a parent started without one)."""
     pairs: list[SearchAttributePair] = [
         SearchAttributePair(CUSTOMER, customer_id),
         SearchAttributePair(STATUS, RUNNING),
     ]
+    if agent is not None:
+        pairs.append(SearchAttributePair(AGENT, agent))
     if model:
         pairs.append(SearchAttributePair(MODEL, model))
     if conversation_id:

@@ -58,19 +58,27 @@ with workflow.unsafe.imports_passed_through():
         PlanInput,
         ShieldActivity,
         ShieldInput,
+        ShieldOutput,
         ValidCall,
     )
     from durable_agent import answers
     from durable_agent.approval import ApprovalDecision, ApprovalResult, declined, expired
     from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
-    from durable_agent.errors import ModelRequestRejected, ModelUnavailable, UnknownModel
+    from durable_agent.errors import (
+        ModelRequestRejected,
+        ModelUnavailable,
+        UnknownAgent,
+        UnknownModel,
+    )
     from durable_agent.model import Reply
     from durable_agent.pricing import usage_line
+    from durable_agent.provenance import Source
     from durable_agent.shields import ShieldRequest, Verdict
     from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent
     from durable_agent.subagents import SubAgent
     from durable_agent.telemetry import agent_span, record_turn
     from durable_agent.types import (
+        AgentInfo,
         Observation,
         Outcome,
         PendingApproval,
@@ -78,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
         StepKind,
         ToolCall,
         TurnInput,
+        TurnLimits,
         TurnOutput,
         TurnProgress,
         Usage,
@@ -104,6 +113,10 @@ WHOLE_ROUND_DIRECT = "return-direct-only-when-the-whole-round-is"
 """Patch id: turns recorded since a round with other calls beside a return-direct one
 goes to `interpret` (the model reads every result) instead of ending with the direct
 result alone."""
+
+AGENT_NAMED = "turns-name-their-agent"
+"""Patch id: turns recorded since they say which agent answered them (search
+attributes AgentName and AgentFingerprint)."""
 
 ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 
@@ -134,6 +147,9 @@ class AgentTurn:
         self._status = search.RUNNING
         self._tainted = False
         """A tool result carried instruction-like text: later writes need consent."""
+        self._agent = AgentInfo(name="")
+        """Who answers, once the screen of the question has resolved the turn's agent."""
+        self._limits = TurnLimits()
         self._left, self._since = timedelta(0), datetime.min.replace(tzinfo=timezone.utc)
         """max_duration left when the clock last (re)started, and when that was."""
         # The turn's story for whoever watches (`durable_agent/stream.py`): steps are added
@@ -170,9 +186,9 @@ class AgentTurn:
 
     @workflow.run
     async def run(self, turn: TurnInput) -> TurnOutput:
-        with agent_span(turn.model, turn.conversation_id) as span:
+        with agent_span(turn.agent, turn.model, turn.conversation_id) as span:
             result = await self._run(turn)
-            record_turn(span, result.outcome.value, result.usage)
+            record_turn(span, result.agent, result.outcome.value, result.usage)
         done = DoneEvent(outcome=result.outcome, answer=result.answer, usage=result.usage)
         self._events.publish(done.model_dump(mode="json"))
         # Readers waiting on the stream get its last events before the turn closes;
@@ -186,12 +202,21 @@ class AgentTurn:
         # activity's result is there at once, so a refusal right after the timer's
         # start would start and cancel it in one activation, where the original run
         # had them in two workflow tasks: the histories would not match.
+        # It also resolves the turn's agent: who answers, and with which limits.
         question = ShieldRequest(position="input", text=turn.question)
-        (stop,) = await self._screen(turn, 1, [question])
+        self._agent = AgentInfo(name=turn.agent)
+        try:
+            (stop,), screened = await self._screen(turn, 1, [question])
+        except _TurnEnded as end:
+            return self._finish(end.outcome, end.answer)
+        if screened is not None and screened.agent is not None:
+            self._agent = screened.agent
+        self._limits = turn.limits or self._agent.limits or TurnLimits()
         if stop:
-            return self._finish(Outcome.REFUSED, answers.refused_question())
+            refusal = screened.refusal if screened else ""
+            return self._finish(Outcome.REFUSED, refusal or answers.REFUSED_QUESTION)
         loop = asyncio.create_task(self._loop(turn))
-        left = turn.limits.max_duration
+        left = self._limits.max_duration
         while not loop.done():
             started = workflow.now()
             self._left, self._since = left, started
@@ -205,7 +230,7 @@ class AgentTurn:
                 # Cancelling the loop cancels its in-flight activities; the answer uses
                 # what the steps found so far.
                 loop.cancel()
-                answer = answers.time_limit(turn.limits.max_duration, self._steps)
+                answer = answers.time_limit(self._limits.max_duration, self._steps)
                 return self._finish(Outcome.TIME_LIMIT, answer)
             if self._pending:
                 # A person is deciding: the clock stops until nobody is.
@@ -222,15 +247,15 @@ class AgentTurn:
         reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
         while reply.calls:
             self._record(iteration, source, _describe(reply), calls=reply.calls)
-            if iteration > turn.limits.max_steps:
+            if iteration > self._limits.max_steps:
                 # The model still wants tools: stop here, with what was found.
-                answer = answers.step_limit(turn.limits.max_steps, self._steps)
+                answer = answers.step_limit(self._limits.max_steps, self._steps)
                 return self._finish(Outcome.STEP_LIMIT, answer)
 
-            parsed = await self._parse(reply.calls, turn.tools)
+            parsed = await self._parse(turn, reply.calls, turn.tools)
             results = {r.call.id: self._reject(iteration, r.call, r.error) for r in parsed.rejected}
             valid = await self._screen_calls(turn, iteration, parsed.valid, results)
-            if not valid and replans < turn.limits.max_replans and parsed.rejected:
+            if not valid and replans < self._limits.max_replans and parsed.rejected:
                 # Nothing can run: the model reads the errors and fixes its calls.
                 replans += 1
                 self._answer(reply, results)
@@ -262,9 +287,10 @@ class AgentTurn:
         request = ShieldRequest(
             position="output", text=answer, context=context, customer_id=turn.customer_id
         )
-        (stop,) = await self._screen(turn, iteration, [request])
+        (stop,), screened = await self._screen(turn, iteration, [request])
         if stop:
-            raise _TurnEnded(Outcome.REFUSED, answers.refused_answer())
+            refusal = screened.refusal if screened else ""
+            raise _TurnEnded(Outcome.REFUSED, refusal or answers.REFUSED_ANSWER)
         self._record(iteration, StepKind.ANSWER, answer)
         return self._finish(Outcome.ANSWERED, answer)
 
@@ -300,7 +326,7 @@ class AgentTurn:
             )
             for vc in valid
         ]
-        stops = await self._screen(turn, iteration, requests)
+        stops, _ = await self._screen(turn, iteration, requests)
         for vc, stop in zip(valid, stops, strict=True):
             if stop:
                 text = f"blocked by the {stop.shield} shield ({stop.category}): {stop.message}"
@@ -311,23 +337,31 @@ class AgentTurn:
 
     async def _screen(
         self, turn: TurnInput, iteration: int, requests: list[ShieldRequest]
-    ) -> list[Verdict | None]:
-        """Run the shields on each request; per request, its violation (None: allowed).
-        A shield step is recorded for each request some shield judged."""
+    ) -> tuple[list[Verdict | None], ShieldOutput | None]:
+        """Run the shields on each request; per request, its violation (None: allowed),
+        and what the shield activity said (None: it could not run at all). A shield step
+        is recorded for each request some shield judged. An unknown agent ends the turn."""
         position = requests[0].position
+        out: ShieldOutput | None = None
         try:
             out = await workflow.execute_local_activity_method(
                 ShieldActivity.shield,
-                ShieldInput(requests=requests),
+                ShieldInput(requests=requests, agent=self._agent.name),
                 start_to_close_timeout=SHIELD_TIMEOUT,
                 retry_policy=SHIELD_RETRY,
                 summary=answers.markdown_safe(f"shield: {position}"),
             )
             judged = out.verdicts
-        except ActivityError as e:
+        except (ActivityError, ApplicationError) as e:
+            # A local activity's failure may arrive unwrapped (ApplicationError).
+            cause = _cause(e)
+            if isinstance(cause, ApplicationError) and cause.type == UnknownAgent.__name__:
+                self._record(iteration, StepKind.LIMIT, f"agent: {cause.message}")
+                answer = answers.unknown_agent(cause.message)
+                raise _TurnEnded(Outcome.UNKNOWN_AGENT, answer) from None
             # The shields could not run at all: fail closed.
             failed = Verdict(
-                shield="shields", allowed=False, category="shield_error", message=str(e.cause or e)
+                shield="shields", allowed=False, category="shield_error", message=str(cause or e)
             )
             judged = [[failed] for _ in requests]
         stops: list[Verdict | None] = []
@@ -336,7 +370,7 @@ class AgentTurn:
             if verdicts:
                 self._record(iteration, StepKind.SHIELD, _verdict_line(request, verdicts, stop))
             stops.append(stop)
-        return stops
+        return stops, out
 
     async def _plan(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
         arg = self._conversation(PlanInput, turn)
@@ -361,10 +395,11 @@ class AgentTurn:
             tools=turn.tools,
             instructions=turn.instructions,
             stream=turn.stream,
+            agent=self._agent.name,
         )
 
     async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
-        budget = turn.limits.max_tokens
+        budget = self._limits.max_tokens
         if budget is not None and self._usage.total_tokens >= budget:
             # Checked before a call, never after: an answer already paid for is kept.
             raise _TurnEnded(Outcome.TOKEN_LIMIT, answers.token_limit(budget, self._steps))
@@ -393,10 +428,28 @@ class AgentTurn:
         self._record(iteration, StepKind.LIMIT, f"model unavailable: {reason}")
         return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._steps))
 
-    async def _parse(self, calls: list[ToolCall], tools: list[str] | None) -> ParseOutput:
+    def _sources(self, turn: TurnInput) -> list[Source]:
+        """What the model read that the customer did not write."""
+        results = [
+            Source(what=f"a result of {m.tool}", text=m.text)
+            for m in self._messages
+            if isinstance(m, ToolResult)
+        ]
+        answers_given = [Source(what="an earlier answer", text=e.answer) for e in turn.history]
+        return results + answers_given
+
+    async def _parse(
+        self, turn: TurnInput, calls: list[ToolCall], tools: list[str] | None
+    ) -> ParseOutput:
         return await workflow.execute_local_activity_method(
             ParseActivity.parse,
-            ParseInput(calls=calls, tools=tools),
+            ParseInput(
+                calls=calls,
+                tools=tools,
+                agent=self._agent.name,
+                said=_said(turn),
+                sources=self._sources(turn),
+            ),
             start_to_close_timeout=PURE_TIMEOUT,
             retry_policy=PURE_RETRY,
             summary=answers.markdown_safe(f"parse: {', '.join(c.name for c in calls)}"),
@@ -414,11 +467,12 @@ class AgentTurn:
     ) -> Observation:
         call = vc.call
         why = vc.approval
-        if not why and vc.side_effects and self._tainted:
-            why = (
+        if vc.side_effects and self._tainted:
+            tainted = (
                 "a tool result earlier in this turn carried instruction-like text, so every "
                 "write after it needs consent"
             )
+            why = f"{why}; {tainted}" if why else tainted
         if why and (refused := await self._consent(turn, iteration, call, why)):
             return refused
         if vc.agent is not None:
@@ -431,11 +485,17 @@ class AgentTurn:
                     call=call,
                     customer_id=turn.customer_id,
                     idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
+                    agent=self._agent.name,
                 ),
             )
             parsed = await workflow.execute_local_activity_method(
                 ParseOutputActivity.parse_output,
-                ParseOutputInput(call=call, result=dispatched.result, customer_id=turn.customer_id),
+                ParseOutputInput(
+                    call=call,
+                    result=dispatched.result,
+                    customer_id=turn.customer_id,
+                    agent=self._agent.name,
+                ),
                 start_to_close_timeout=SHIELD_TIMEOUT,
                 retry_policy=SHIELD_RETRY,
                 summary=answers.markdown_safe(f"parse_output: {call.name}"),
@@ -499,13 +559,13 @@ class AgentTurn:
         is left of this turn's budget; its answer is the call's result."""
         child_id = f"{workflow.info().workflow_id}-{call.name}-{iteration}-{index}"
         self._record(iteration, StepKind.TOOL_CALL, f"{call.render()} → {child_id}", calls=[call])
-        limits = turn.limits.model_copy(
+        limits = self._limits.model_copy(
             update={
-                "max_steps": max(1, turn.limits.max_steps - iteration + 1),
+                "max_steps": max(1, self._limits.max_steps - iteration + 1),
                 "max_duration": max(self._time_left(), timedelta(seconds=1)),
                 "max_tokens": None
-                if turn.limits.max_tokens is None
-                else max(1, turn.limits.max_tokens - self._usage.total_tokens),
+                if self._limits.max_tokens is None
+                else max(1, self._limits.max_tokens - self._usage.total_tokens),
             }
         )
         child = TurnInput(
@@ -514,8 +574,13 @@ class AgentTurn:
             model=agent.model or turn.model,
             limits=limits,
             conversation_id=turn.conversation_id,
-            tools=agent.tools,
-            instructions=agent.instructions,
+            # A served sub-agent by name; a turn recorded before agents had names
+            # gave its sub-agent tools and instructions instead.
+            agent=agent.agent or self._agent.name,
+            tools=None if agent.agent else agent.tools,
+            instructions="" if agent.agent else agent.instructions,
+            # The child's question is the model's; its writes answer to the customer's words.
+            said=_said(turn),
         )
         try:
             result: TurnOutput = await workflow.execute_child_workflow(
@@ -525,7 +590,10 @@ class AgentTurn:
                 static_summary=answers.markdown_safe(f"{call.name}: {_clip(child.question)}"),
                 task_timeout=WORKFLOW_TASK_TIMEOUT,
                 search_attributes=search.at_start(
-                    child.customer_id, child.model, child.conversation_id
+                    child.customer_id,
+                    child.model,
+                    child.conversation_id,
+                    agent=child.agent if _named() else None,
                 )
                 if _indexed()
                 else None,
@@ -556,7 +624,7 @@ class AgentTurn:
             iteration, StepKind.APPROVAL, f"{call.render()} awaits approval: {why}", calls=[call]
         )
         self._set_status(search.AWAITING_APPROVAL)
-        wait = turn.limits.approval_timeout
+        wait = self._limits.approval_timeout
         try:
             await workflow.wait_condition(
                 lambda: call.id in self._decisions,
@@ -608,7 +676,17 @@ class AgentTurn:
     def _set_status(self, status: str) -> None:
         if status != self._status and _indexed():
             self._status = status
-            workflow.upsert_search_attributes([search.STATUS.value_set(status)])
+            updates: list[SearchAttributeUpdate[Any]] = [search.STATUS.value_set(status)]
+            workflow.upsert_search_attributes(updates + self._agent_attributes())
+
+    def _agent_attributes(self) -> list[SearchAttributeUpdate[Any]]:
+        """AgentName and AgentFingerprint, in an upsert the turn sends anyway."""
+        if not (_named() and self._agent.name and workflow.patched(AGENT_NAMED)):
+            return []
+        return [
+            search.AGENT.value_set(self._agent.name),
+            search.FINGERPRINT.value_set(self._agent.fingerprint),
+        ]
 
     def _finish(self, outcome: Outcome, answer: str) -> TurnOutput:
         if outcome is not Outcome.ANSWERED:
@@ -627,13 +705,32 @@ class AgentTurn:
             ]
             if self._model:
                 updates.append(search.MODEL.value_set(self._model))
-            workflow.upsert_search_attributes(updates)
-        return TurnOutput(answer=answer, outcome=outcome, steps=self._steps, usage=self._usage)
+            workflow.upsert_search_attributes(updates + self._agent_attributes())
+        return TurnOutput(
+            answer=answer,
+            outcome=outcome,
+            steps=self._steps,
+            usage=self._usage,
+            agent=self._agent.name,
+            fingerprint=self._agent.fingerprint,
+        )
 
 
 def _indexed() -> bool:
     """Started with the agent's search attributes (so the namespace has them)."""
     return search.CUSTOMER in workflow.info().typed_search_attributes
+
+
+def _said(turn: TurnInput) -> list[str]:
+    """The customer's own words: this question and the conversation's earlier ones."""
+    if turn.said is not None:
+        return turn.said
+    return [turn.question, *(e.question for e in turn.history)]
+
+
+def _named() -> bool:
+    """Started with AgentName too (on a namespace that has the agent's attributes)."""
+    return search.AGENT in workflow.info().typed_search_attributes
 
 
 def _duration(d: timedelta) -> str:

@@ -29,7 +29,7 @@ import os
 import re
 from typing import Any
 
-from durable_agent.answers import DECLINE
+from durable_agent.answers import decline_text
 from durable_agent.argfill import fill_arguments, required_params
 from durable_agent.backends import _aws
 from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
@@ -86,7 +86,7 @@ class SageMakerTextModel:
         usage = _usage(prompt, text)
         if calls:
             return Reply(calls=calls, usage=usage)
-        return Reply(text=DECLINE, usage=usage)
+        return Reply(text=decline_text(request.instructions), usage=usage)
 
     async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         prompt = interpret_prompt(request)
@@ -100,7 +100,7 @@ class SageMakerTextModel:
         ]
         if calls:
             return Reply(calls=calls, usage=usage)
-        return Reply(text=text or DECLINE, usage=usage)
+        return Reply(text=text or decline_text(request.instructions), usage=usage)
 
     async def _complete(self, prompt: str, max_new_tokens: int) -> str:
         if self.payload == "tgi":
@@ -146,7 +146,7 @@ def interpret_prompt(request: ModelRequest) -> str:
             results.append(f"- {call.render() if call else m.tool}: {m.text}")
     return INTERPRET_TEMPLATE.format(
         tools=", ".join(t.name for t in request.tools),
-        decline=DECLINE,
+        decline=decline_text(request.instructions),
         results="\n".join(results) or "(none)",
         question=request.question,
     )

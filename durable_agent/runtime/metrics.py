@@ -315,13 +315,14 @@ class ModelCallRecord:
 
 
 @contextmanager
-def model_call(provider: str, model: str) -> Iterator[ModelCallRecord]:
+def model_call(provider: str, model: str, agent: str = "") -> Iterator[ModelCallRecord]:
     """Time one model call (in an activity) and record its tokens, duration and price."""
     record = ModelCallRecord()
     attrs: dict[str, str | int] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": provider,
         "gen_ai.request.model": model,
+        "gen_ai.agent.name": agent,
     }
     started = time.perf_counter()
     try:
@@ -353,22 +354,27 @@ def _record_model_call(
 
 
 @contextmanager
-def tool_call(tool: str) -> Iterator[None]:
+def tool_call(tool: str, agent: str = "") -> Iterator[None]:
     """Count one tool call attempt (in the dispatch activity) by its result."""
     try:
         yield
     except asyncio.CancelledError:
-        _count_tool_call(tool, "cancelled", "")
+        _count_tool_call(tool, agent, "cancelled", "")
         raise
     except Exception as e:
         permanent = isinstance(e, ApplicationError) and e.non_retryable
-        _count_tool_call(tool, "tool_error" if permanent else "retryable_error", error_type(e))
+        result = "tool_error" if permanent else "retryable_error"
+        _count_tool_call(tool, agent, result, error_type(e))
         raise
-    _count_tool_call(tool, "ok", "")
+    _count_tool_call(tool, agent, "ok", "")
 
 
-def _count_tool_call(tool: str, result: str, error: str) -> None:
-    attrs: dict[str, str | int] = {"gen_ai.tool.name": tool, "agent.tool.result": result}
+def _count_tool_call(tool: str, agent: str, result: str, error: str) -> None:
+    attrs: dict[str, str | int] = {
+        "gen_ai.tool.name": tool,
+        "gen_ai.agent.name": agent,
+        "agent.tool.result": result,
+    }
     if error:
         attrs["error.type"] = error
     meter = activity.metric_meter()
@@ -390,13 +396,14 @@ def record_turn(turn: TurnOutput) -> None:
     outcome = turn.outcome.value
     usage = turn.usage
     meter.create_counter(_names(TURNS.name), TURNS.description, TURNS.unit).add(
-        1, _names.attributes({"agent.outcome": outcome})
+        1, _names.attributes({"agent.outcome": outcome, "gen_ai.agent.name": turn.agent})
     )
-    _histogram(meter, TURN_MODEL_CALLS).record(usage.model_calls)
-    _histogram(meter, TURN_STEPS).record(tool_rounds(turn.steps))
+    named = _names.attributes({"gen_ai.agent.name": turn.agent})
+    _histogram(meter, TURN_MODEL_CALLS).record(usage.model_calls, named)
+    _histogram(meter, TURN_STEPS).record(tool_rounds(turn.steps), named)
     cost = cost_of(usage)
     if cost is not None:
-        _float_histogram(meter, TURN_COST).record(cost)
+        _float_histogram(meter, TURN_COST).record(cost, named)
     workflow.logger.info(
         "turn %s: %d model call(s), %d in / %d out tokens, cost %s",
         outcome,

@@ -71,8 +71,13 @@ async def start_turn(
         id=turn_id(turn.customer_id),
         task_queue=task_queue,
         static_summary=markdown_safe(turn.question[:200]),
-        static_details=f"customer: {turn.customer_id} · model: {turn.model or 'worker default'}",
-        search_attributes=search.at_start(turn.customer_id, turn.model) if indexed else None,
+        static_details=markdown_safe(
+            f"agent: {turn.agent or 'the worker’s first'} · customer: {turn.customer_id} · "
+            f"model: {turn.model or 'the agent’s default'}"
+        ),
+        search_attributes=search.at_start(turn.customer_id, turn.model, agent=turn.agent)
+        if indexed
+        else None,
         task_timeout=WORKFLOW_TASK_TIMEOUT,
         # A worker in this process with a free slot (`ask --embedded`, `web`) gets the
         # first workflow task in the start's reply; any other start is unchanged.
@@ -92,8 +97,12 @@ async def start_chat(
         id=chat_id(chat.customer_id),
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         task_queue=task_queue,
-        static_summary=f"chat with {chat.customer_id}",
-        search_attributes=search.at_start(chat.customer_id, chat.model) if indexed else None,
+        static_summary=markdown_safe(
+            f"chat with {chat.customer_id}" + (f" ({chat.agent})" if chat.agent else "")
+        ),
+        search_attributes=search.at_start(chat.customer_id, chat.model, agent=chat.agent)
+        if indexed
+        else None,
         task_timeout=WORKFLOW_TASK_TIMEOUT,
     )
     accepted = await _update(
@@ -173,11 +182,17 @@ class Workers:
     """The most recent heartbeat of any worker of the queue, live or not."""
 
 
+POLL_WINDOW = timedelta(seconds=75)
+"""A worker that sends no heartbeats is live while it polls the queue, as Temporal judges
+it: an idle poller asks again when its long poll (about a minute) runs out."""
+
+
 async def workers(client: Client, task_queue: str) -> Workers:
     """Live workers of `task_queue`. A worker with heartbeats is live while it beats on
     time: one killed outright stops at once, though its pollers stay listed for a
-    minute or more. A worker too new to have beaten yet counts if it polled lately.
-    Servers without worker heartbeats: any poller counts as live."""
+    minute or more. Any other worker (one built without heartbeats, or too new to have
+    beaten) is live while it polls (`POLL_WINDOW`). Servers without worker heartbeats:
+    any poller counts as live."""
     polled = await _pollers(client, task_queue)
     try:
         resp = await client.workflow_service.list_workers(
@@ -186,7 +201,7 @@ async def workers(client: Client, task_queue: str) -> Workers:
     except RPCError:
         return Workers(live=len(polled), last_seen=max(polled.values(), default=None))
     now = datetime.now(timezone.utc)
-    window = 2 * WORKER_HEARTBEAT + timedelta(seconds=5)
+    window = POLL_WINDOW
     live: set[str] = set()
     seen = dict(polled)
     beating: set[str] = set()
@@ -346,11 +361,14 @@ class TurnRow:
     started: datetime
     tools: list[str]
     question: str
+    agent: str = ""
+    fingerprint: str = ""
 
 
 async def find_turns(
     client: Client,
     *,
+    agent: str | None = None,
     customer_id: str | None = None,
     outcome: str | None = None,
     awaiting_approval: bool = False,
@@ -363,6 +381,8 @@ async def find_turns(
             f"cannot be filtered; register them with: {search.create_command()}"
         )
     clauses = ["WorkflowType = 'AgentTurn'"]
+    if agent:
+        clauses.append(f"{search.AGENT.name} = '{_quoted(agent)}'")
     if customer_id:
         clauses.append(f"{search.CUSTOMER.name} = '{_quoted(customer_id)}'")
     if outcome:
@@ -383,6 +403,8 @@ async def find_turns(
                 started=wf.start_time,
                 tools=list(attrs.get(search.TOOLS) or []),
                 question="",
+                agent=attrs.get(search.AGENT) or "",
+                fingerprint=attrs.get(search.FINGERPRINT) or "",
             )
         )
     questions = await asyncio.gather(*(_summary(client, r.workflow_id) for r in rows))

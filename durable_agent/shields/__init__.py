@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Literal, Protocol
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol, Union
 
 from pydantic import BaseModel, Field
 
@@ -100,23 +101,34 @@ class ShieldConfigError(AgentError):
     """A shield named in the settings cannot be built; the message says what to set."""
 
 
-ShieldFactory = Callable[[Mapping[str, str]], Shield]
-"""Builds a shield from the worker's settings (the environ `ShieldSet.from_env` read)."""
+@dataclass(frozen=True)
+class Ids:
+    """The ids of the agent a shield guards, read off its tools: each string argument
+    whose JSON schema has a `pattern` is an id, and its description names what it is
+    the id of ("order ID (6 digits)" -> order)."""
+
+    patterns: tuple[str, ...] = ()
+    nouns: tuple[str, ...] = ()
 
 
-def _offline(env: Mapping[str, str]) -> Shield:
+ShieldFactory = Callable[[Mapping[str, str], Ids], Shield]
+"""Builds a shield from the worker's settings (the environ) and the ids of the agent
+it guards."""
+
+
+def _offline(env: Mapping[str, str], ids: Ids) -> Shield:
     from durable_agent.shields.offline import OfflineShield
 
-    return OfflineShield()
+    return OfflineShield(ids)
 
 
-def _bedrock(env: Mapping[str, str]) -> Shield:
+def _bedrock(env: Mapping[str, str], ids: Ids) -> Shield:
     from durable_agent.shields.bedrock import BedrockGuardrail
 
     return BedrockGuardrail.from_env(env)
 
 
-def _llama_guard(env: Mapping[str, str]) -> Shield:
+def _llama_guard(env: Mapping[str, str], ids: Ids) -> Shield:
     from durable_agent.shields.llama_guard import LlamaGuardShield
 
     return LlamaGuardShield.from_env(env)
@@ -129,32 +141,99 @@ FACTORIES: dict[str, ShieldFactory] = {
 }
 
 
+ShieldEntry = Union[str, "Shield"]
+"""A shield by name (`offline`, `bedrock`, `llama_guard`) or a shield object of your own."""
+
+
+@dataclass(frozen=True)
+class ShieldSettings:
+    """Which shields run at each position, in order: by name, or your own objects
+    (anything with a `name` and `async check(request) -> Verdict`); and whether a
+    shield that cannot judge lets things through. `from_env` reads AGENT_SHIELDS_*;
+    an agent may carry its own."""
+
+    input: tuple[ShieldEntry, ...] = ("offline",)
+    tool_input: tuple[ShieldEntry, ...] = ("offline",)
+    tool_output: tuple[ShieldEntry, ...] = ("offline",)
+    output: tuple[ShieldEntry, ...] = ("offline",)
+    fail_open: bool = False
+
+    def __post_init__(self) -> None:
+        for position in POSITIONS:
+            for entry in self.at(position):
+                if isinstance(entry, str) and entry not in FACTORIES:
+                    raise ShieldConfigError(
+                        f"{SETTINGS[position]}: unknown shield {entry!r}; "
+                        f"use {', '.join(FACTORIES)} or none"
+                    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ShieldSettings:
+        env = os.environ if environ is None else environ
+        by_position = {
+            p: tuple(
+                n.strip()
+                for n in env.get(SETTINGS[p], "offline").split(",")
+                if n.strip() and n.strip() != "none"
+            )
+            for p in POSITIONS
+        }
+        fail_open = env.get("AGENT_SHIELDS_FAIL_OPEN", "").strip() in ("1", "true")
+        return cls(**by_position, fail_open=fail_open)
+
+    @classmethod
+    def none(cls) -> ShieldSettings:
+        return cls(input=(), tool_input=(), tool_output=(), output=())
+
+    @classmethod
+    def only(
+        cls, position: Position, *shields: ShieldEntry, fail_open: bool = False
+    ) -> ShieldSettings:
+        """`shields` at `position`, none elsewhere."""
+        return replace(cls.none(), **{position: tuple(shields)}, fail_open=fail_open)
+
+    def at(self, position: Position) -> tuple[ShieldEntry, ...]:
+        entries: tuple[ShieldEntry, ...] = getattr(self, position)
+        return entries
+
+
 class ShieldSet:
-    """The shields of each position, built once per worker."""
+    """The shields of each position, built once per worker and agent."""
 
     def __init__(self, by_position: dict[Position, list[Shield]], fail_open: bool = False):
         self.by_position = {p: list(by_position.get(p, [])) for p in POSITIONS}
         self.fail_open = fail_open
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ShieldSet:
+    def build(
+        cls,
+        settings: ShieldSettings,
+        ids: Ids | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> ShieldSet:
+        """The shields `settings` name, each built once, for an agent with these `ids`;
+        `environ` (default: the process's) configures them."""
+        ids = ids or Ids()
         env = os.environ if environ is None else environ
         built: dict[str, Shield] = {}
         by_position: dict[Position, list[Shield]] = {}
         for position in POSITIONS:
-            names = env.get(SETTINGS[position], "offline")
-            wanted = [n.strip() for n in names.split(",") if n.strip() and n.strip() != "none"]
-            for name in wanted:
-                if name not in FACTORIES:
-                    raise ShieldConfigError(
-                        f"{SETTINGS[position]}: unknown shield {name!r}; "
-                        f"use {', '.join(FACTORIES)} or none"
-                    )
-                if name not in built:
-                    built[name] = FACTORIES[name](env)
-            by_position[position] = [built[n] for n in wanted]
-        fail_open = env.get("AGENT_SHIELDS_FAIL_OPEN", "").strip() in ("1", "true")
-        return cls(by_position, fail_open=fail_open)
+            shields: list[Shield] = []
+            for entry in settings.at(position):
+                if not isinstance(entry, str):
+                    shields.append(entry)
+                    continue
+                if entry not in built:
+                    built[entry] = FACTORIES[entry](env, ids)
+                shields.append(built[entry])
+            by_position[position] = shields
+        return cls(by_position, fail_open=settings.fail_open)
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, ids: Ids | None = None
+    ) -> ShieldSet:
+        return cls.build(ShieldSettings.from_env(environ), ids, environ)
 
     @classmethod
     def none(cls) -> ShieldSet:

@@ -13,14 +13,16 @@ that matters, run `bedrock` or `llama_guard` beside it. What it looks for:
                   requests for every record or for other customers' data
                                                                -> data_exfiltration
     tool_input    instruction-like text in a call's arguments  -> tool_input_injection
-                  an order or return id found nowhere in the context
-                                                               -> foreign_id
+                  an id found nowhere in the context           -> foreign_id
     tool_output   instruction-like text in a tool result: the above, role lines
                   ("system:"), orders to call tools or to act on every order
                                                                -> instructions_in_data
     output        a Luhn-valid card number                     -> card_number
                   an e-mail address not in the context         -> foreign_email
-                  an order or return id not in the context     -> foreign_id
+                  an id not in the context                     -> foreign_id
+
+An id is what the agent's tools take as one: a string argument whose JSON schema
+gives a `pattern` (an order id of six digits); the shield is built with those patterns.
 
 The patterns ask for the words that make a phrase an attack ("ignore your
 previous instructions", not "ignore my previous order"), so that a customer's
@@ -33,11 +35,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agent.shields import ShieldRequest, Verdict
+from durable_agent.shields import Ids, ShieldRequest, Verdict
 
 PROMPT_INJECTION = "prompt_injection"
 DATA_EXFILTRATION = "data_exfiltration"
@@ -79,7 +81,7 @@ _PERSONA = (
 )
 
 OVERRIDE = _rule(
-    "an order to drop the assistant's instructions",
+    "a command to drop the assistant's instructions",
     r"\b(?:ignor(?:e|es|ing)|disregard(?:s|ing)?|forget(?:s|ting)?|overrid(?:e|es|ing)"
     r"|bypass(?:es|ing)?|abandon(?:s|ing)?)\s+"
     rf"(?=(?:(?:{_QUALIFIER})\s+){{0,3}}(?:{_STRONG})\b)"
@@ -155,11 +157,11 @@ ROLE_LINE = _rule(
     r"(?:^|[.!?]\s+|[\[(]\s*)(?:system|assistant|developer)\s*:",
 )
 TOOL_ORDERS = _rule(
-    "an order to the assistant",
+    "a command to the assistant",
     r"\b(?:call|invoke|execute|run|use|trigger)\s+(?:the\s+)?`?[a-z]+_[a-z_]+`?",
-    r"\b(?:start|create|issue|process|approve|open)\s+(?:a\s+)?(?:returns?|refunds?)\s+"
+    r"\b(?:start|create|issue|process|approve|open|cancel|delete|close)\s+(?:an?\s+)?\w+\s+"
     r"(?:for|on)\s+(?:every|all|each)\b",
-    r"\brefund\s+(?:everything|every\s+order|all\s+(?:the\s+)?orders)\b",
+    r"\b(?:refund|cancel|delete|close|approve)\s+(?:everything|every\s+\w+|all\s+(?:the\s+)?\w+s)\b",
     r"\byou\s+(?:must|should|need\s+to|have\s+to|are\s+required\s+to|will)\s+now\b",
     r"\bnow\s+you\s+must\b",
 )
@@ -170,45 +172,73 @@ ADDRESSED_TO_AI = _rule(
     r"\b(?:dear|hey|hello|attention)\s+(?:ai|assistant|chatbot|llm|language\s+model)\b",
     r"\bif\s+you\s+are\s+an?\s+(?:ai|assistant|language\s+model|llm|chatbot|ai\s+agent)\b",
 )
-BULK_REQUEST = _rule(
-    "a request for every record or other customers' data",
-    r"\b(?:show|list|give|dump|export|print|display|fetch|output|download|retrieve)\s+"
-    r"(?:me\s+|us\s+)?(?:a\s+list\s+of\s+)?(?:every|all(?:\s+of)?(?:\s+the)?|each)"
-    r"\s+(?:single\s+)?(?:orders?|returns?|customers?|users?|accounts?|records?|refunds?"
-    r"|e-?mails?|addresses|payments?)\b"
-    r"(?!\s+(?:of\s+mine|i\b|i've|on\s+my|in\s+my|for\s+my|from\s+my))",
-    r"\b(?:all|every|other|another)\s+(?:the\s+)?(?:customers?|users?|shoppers?|buyers?|accounts?)"
-    r"(?:'s?)?\s+(?:orders?|returns?|data|details|info(?:rmation)?|e-?mails?|address(?:es)?"
-    r"|names?|cards?|payments?|records?|purchases?)",
-    r"\b(?:orders?|returns?|data|details|e-?mails?|addresses)\s+of\s+(?:all|every|other)\s+"
-    r"(?:the\s+)?(?:customers?|users?|shoppers?|buyers?|accounts?)\b",
-    r"\b(?:dump|export|download)\s+(?:the\s+|your\s+)?(?:whole\s+|entire\s+|full\s+)?"
-    r"(?:database|db|tables?|customer\s+list|user\s+list)\b",
-    r"\bselect\s+\*\s+from\b",
-)
+_RECORDS = [
+    "customer",
+    "user",
+    "account",
+    "record",
+    "entry",
+    "e-mail",
+    "email",
+    "address",
+    "payment",
+    "purchase",
+    "card",
+    "detail",
+]
+"""What anyone's records are called; an agent's own nouns (its ids') come on top."""
+
+
+def bulk_request(nouns: Sequence[str] = ()) -> Rule:
+    """Asking for every record, or other people's: `nouns` are what the agent's records
+    are called ("order", "return", "ticket")."""
+    records = "|".join(re.escape(n) + "(?:s|es)?" for n in dict.fromkeys([*nouns, *_RECORDS]))
+    people = r"customers?|users?|shoppers?|buyers?|accounts?|clients?|members?|patients?"
+    return _rule(
+        "a request for every record or other customers' data",
+        r"\b(?:show|list|give|dump|export|print|display|fetch|output|download|retrieve)\s+"
+        r"(?:me\s+|us\s+)?(?:a\s+list\s+of\s+)?(?:every|all(?:\s+of)?(?:\s+the)?|each)"
+        rf"\s+(?:single\s+)?(?:{records})\b"
+        r"(?!\s+(?:of\s+mine|i\b|i've|on\s+my|in\s+my|for\s+my|from\s+my))",
+        rf"\b(?:all|every|other|another)\s+(?:the\s+)?(?:{people})"
+        rf"(?:'s?)?\s+(?:{records}|data|details|info(?:rmation)?|names?)",
+        rf"\b(?:{records}|data|details)\s+of\s+(?:all|every|other)\s+"
+        rf"(?:the\s+)?(?:{people})\b",
+        r"\b(?:dump|export|download)\s+(?:the\s+|your\s+)?(?:whole\s+|entire\s+|full\s+)?"
+        r"(?:database|db|tables?|customer\s+list|user\s+list)\b",
+        r"\bselect\s+\*\s+from\b",
+    )
+
 
 INJECTION_RULES = (OVERRIDE, NEW_PERSONA, SPECIAL_MODE, PROMPT_EXTRACTION, CHAT_MARKUP)
-RULES: dict[str, list[tuple[str, Rule]]] = {
-    "input": [(PROMPT_INJECTION, r) for r in INJECTION_RULES] + [(DATA_EXFILTRATION, BULK_REQUEST)],
-    # A call's arguments are the model's words (often the customer's): a role line or
-    # an order to call tools has no business there.
-    "tool_input": [
-        (TOOL_INPUT_INJECTION, r) for r in (*INJECTION_RULES, ROLE_LINE, ADDRESSED_TO_AI)
-    ],
-    "tool_output": [
-        (INSTRUCTIONS_IN_DATA, r)
-        for r in (*INJECTION_RULES, ROLE_LINE, TOOL_ORDERS, ADDRESSED_TO_AI)
-    ],
-}
+
+
+def rules(nouns: Sequence[str] = ()) -> dict[str, list[tuple[str, Rule]]]:
+    """Each position's rules, for an agent whose records are called `nouns`."""
+    return {
+        "input": [(PROMPT_INJECTION, r) for r in INJECTION_RULES]
+        + [(DATA_EXFILTRATION, bulk_request(nouns))],
+        # A call's arguments are the model's words (often the customer's): a role line or
+        # an order to call tools has no business there.
+        "tool_input": [
+            (TOOL_INPUT_INJECTION, r) for r in (*INJECTION_RULES, ROLE_LINE, ADDRESSED_TO_AI)
+        ],
+        "tool_output": [
+            (INSTRUCTIONS_IN_DATA, r)
+            for r in (*INJECTION_RULES, ROLE_LINE, TOOL_ORDERS, ADDRESSED_TO_AI)
+        ],
+    }
+
+
+RULES = rules()
+"""The rules with no agent's nouns (instruction-like text reads the same for all)."""
 
 MESSAGES = {
     PROMPT_INJECTION: (
-        "the question reads as {what} ({found!r}); "
-        "ask about an order, a return or a store policy instead"
+        "the question reads as {what} ({found!r}); ask about what the agent helps with instead"
     ),
     DATA_EXFILTRATION: (
-        "the question reads as {what} ({found!r}); "
-        "ask about one of your own orders or returns by its id"
+        "the question reads as {what} ({found!r}); ask about one of your own records by its id"
     ),
     TOOL_INPUT_INJECTION: (
         "the arguments of {tool} carry {what} ({found!r}); "
@@ -220,8 +250,6 @@ MESSAGES = {
     ),
 }
 
-ORDER_ID = re.compile(r"(?<![\w$.,])\d{6}(?!\w|[.,]\d)")
-RETURN_ID = re.compile(r"\brtn\d{3,6}\b", re.IGNORECASE)
 # The tools' own descriptions show ids as a format: "order ID (6 digits, like 123456)".
 EXAMPLE = re.compile(r"(?:\blike|\be\.g\.,?|\bfor example,?|\bsuch as)\s*$", re.IGNORECASE)
 EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)+", re.IGNORECASE)
@@ -236,9 +264,15 @@ _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": 
 
 
 class OfflineShield:
-    """Word patterns per position; see the module docstring for what it does not catch."""
+    """Word patterns per position; see the module docstring for what it does not catch.
+    `ids`: the agent's ids (none: no id checks, and only the usual names of records)."""
 
     name = "offline"
+
+    def __init__(self, ids: Ids | None = None) -> None:
+        ids = ids or Ids()
+        self._ids = [id_finder(p) for p in dict.fromkeys(ids.patterns)]
+        self._rules = rules(ids.nouns)
 
     async def check(self, request: ShieldRequest) -> Verdict:
         if request.position == "output":
@@ -249,7 +283,7 @@ class OfflineShield:
 
     def _words(self, request: ShieldRequest, text: str) -> Verdict:
         """The position's word patterns on the text; the first that matches decides."""
-        found = _first_match(RULES[request.position], normalize(text))
+        found = _first_match(self._rules[request.position], normalize(text))
         if found is None:
             return Verdict(shield=self.name)
         category, rule, snippet = found
@@ -261,7 +295,7 @@ class OfflineShield:
         call = request.call
         values = list(_strings(call.arguments)) if call else [request.text]
         verdict = self._words(request, "\n".join(values))
-        foreign = _foreign_ids(values, request.context)
+        foreign = self._foreign_ids(values, request.context)
         if verdict.allowed and foreign:
             return _violation(
                 self.name,
@@ -293,15 +327,32 @@ class OfflineShield:
                 f"the answer shows an e-mail address ({_mask_email(emails[0])}) found neither "
                 "in the question nor in a tool result",
             )
-        foreign = _foreign_ids([text], request.context)
+        foreign = self._foreign_ids([text], request.context)
         if foreign:
             return _violation(
                 self.name,
                 FOREIGN_ID,
                 f"the answer names {', '.join(foreign)}, found neither in the question nor "
-                "in a tool result; it may name only the customer's own orders and returns",
+                "in a tool result; it may name only the customer's own records",
             )
         return Verdict(shield=self.name)
+
+    def ids(self, texts: Iterable[str], examples: bool = True) -> set[str]:
+        """The ids (lowercase) in the texts; without `examples`, not those shown as
+        a format ("6 digits, like 123456")."""
+        found: set[str] = set()
+        for text in texts:
+            for pattern in self._ids:
+                for m in pattern.finditer(text):
+                    if examples or not EXAMPLE.search(text, max(0, m.start() - 16), m.start()):
+                        found.add(m.group(0).lower())
+        return found
+
+    def _foreign_ids(self, texts: list[str], context: list[str]) -> list[str]:
+        """Ids in the texts that the context never mentions; none without a context."""
+        if not context or not self._ids:
+            return []
+        return sorted(self.ids(texts, examples=False) - self.ids(context))
 
 
 def reads_as_instructions(text: str) -> bool:
@@ -333,23 +384,11 @@ def _violation(shield: str, category: str, message: str) -> Verdict:
     return Verdict(shield=shield, allowed=False, category=category, message=message)
 
 
-def ids(texts: Iterable[str], examples: bool = True) -> set[str]:
-    """Order ids (6 digits) and return ids (rtn + 3-6 digits, lowercase) in the texts;
-    without `examples`, not those shown as a format ("6 digits, like 123456")."""
-    found: set[str] = set()
-    for text in texts:
-        for pattern in (ORDER_ID, RETURN_ID):
-            for m in pattern.finditer(text):
-                if examples or not EXAMPLE.search(text, max(0, m.start() - 16), m.start()):
-                    found.add(m.group(0).lower())
-    return found
-
-
-def _foreign_ids(texts: list[str], context: list[str]) -> list[str]:
-    """Ids in the texts that the context never mentions; none without a context."""
-    if not context:
-        return []
-    return sorted(ids(texts, examples=False) - ids(context))
+def id_finder(schema_pattern: str) -> re.Pattern[str]:
+    """An id argument's schema pattern (six digits, say), unanchored, to find such ids in a
+    text: not inside a longer word or number, nor an amount (`$123456`, `1,234567.00`)."""
+    body = schema_pattern.removeprefix("^").removesuffix("$")
+    return re.compile(rf"(?<![\w$.,])(?:{body})(?!\w|[.,]\d)", re.IGNORECASE)
 
 
 def _strings(value: Any) -> Iterator[str]:

@@ -19,6 +19,7 @@ chat is served, and their absence is a one-line `AgentClientError` saying so.
 
 from __future__ import annotations
 
+from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.runtime.server import Connection
 from durable_agent.runtime.settings import TASK_QUEUE
@@ -37,14 +38,17 @@ async def serve(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     task_queue: str = TASK_QUEUE,
+    agent: Agent | None = None,
 ) -> None:
     """Serve the chat on `host:port` (port 0: any free one) until Ctrl-C, SIGTERM or
-    cancellation. Every page starts conversations like `chat` (customer, model,
-    limits). Prints the URL once it listens; a port in use is an `AgentClientError`."""
+    cancellation. Every page starts conversations like `chat` (customer, agent, model,
+    limits) and speaks in `agent`'s words (its title, description and examples; its
+    name alone when the definition is not known here). Prints the URL once it listens;
+    a port in use is an `AgentClientError`."""
     _needs_extra()
     from frontends.web.server import serve as run
 
-    await run(conn, chat, host=host, port=port, task_queue=task_queue)
+    await run(conn, chat, host=host, port=port, task_queue=task_queue, agent=agent)
 
 
 def _needs_extra() -> None:

@@ -42,6 +42,7 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.runtime.server import Connection
 from durable_agent.runtime.settings import TASK_QUEUE
@@ -78,6 +79,7 @@ def create_app(
     *,
     task_queue: str = TASK_QUEUE,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    agent: Agent | None = None,
 ) -> Starlette:
     """The chat for `chat`'s customer (model and limits too; its turns always stream),
     talking to Temporal through `conn` on `task_queue`, for requests to
@@ -94,8 +96,10 @@ def create_app(
             raise Problem(404, f"no conversation {value!r} for customer {template.customer_id}")
         return value
 
+    card = _card(template.agent, agent)
+
     async def session(request: Request) -> Response:
-        return JSONResponse({"customer_id": template.customer_id})
+        return JSONResponse({"customer_id": template.customer_id, "agent": card})
 
     async def new_chat(request: Request) -> Response:
         text = _field(await _body(request), "text", str)
@@ -150,6 +154,18 @@ def create_app(
     )
     app.state.closing = closing  # set by the server as it shuts down: streams end
     return app
+
+
+def _card(name: str, agent: Agent | None) -> dict[str, Any]:
+    """What the page says about the agent: its title, what it helps with, examples."""
+    if agent is None:
+        return {"name": name, "title": name or "Assistant", "description": "", "examples": []}
+    return {
+        "name": agent.name,
+        "title": agent.shown_name,
+        "description": agent.description,
+        "examples": list(agent.examples)[:4],
+    }
 
 
 def _guarded(handler: Handler) -> Handler:

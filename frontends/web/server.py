@@ -8,6 +8,7 @@ import socket
 
 import uvicorn
 
+from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.runtime.server import Connection
 from durable_agent.runtime.turns import AgentClientError
@@ -42,12 +43,13 @@ async def serve(
     host: str,
     port: int,
     task_queue: str,
+    agent: Agent | None = None,
 ) -> None:
     """See `frontends.web.serve`."""
     loopback = host in LOOPBACK
     named = [h.strip() for h in os.environ.get(HOSTS_SETTING, "").split(",") if h.strip()]
     hosts = named or (LOOPBACK if loopback else ["*"])
-    app = create_app(conn, chat, task_queue=task_queue, allowed_hosts=hosts)
+    app = create_app(conn, chat, task_queue=task_queue, allowed_hosts=hosts, agent=agent)
     sock = _listen(host, port)
     config = uvicorn.Config(
         app,

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from durable_agent.conversation import Message, ToolResult
 from durable_agent.model import ModelRequest, Reply
-from durable_agent.offline import OfflineModel
 from durable_agent.tools import ToolSpec
 from shop import TOOLS
+from shop.phrasebook import offline_model
 
 Brain = Callable[[list[Message], list[ToolSpec]], Reply]
 
@@ -28,6 +28,6 @@ def offline_brain(messages: list[Message], tools: list[ToolSpec]) -> Reply:
         for t in tools
     ]
     request = ModelRequest(messages=messages, tools=specs)
-    model = OfflineModel()
+    model = offline_model()
     step = model.interpret if isinstance(messages[-1], ToolResult) else model.plan
     return asyncio.run(step(request))

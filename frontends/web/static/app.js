@@ -280,7 +280,7 @@ function submit(event) {
   const bubble = el("div", { class: "bubble you waiting", "data-text": text }, text);
   pendingBox.append(bubble);
   window.scrollTo(0, document.body.scrollHeight);
-  // One at a time and in order: the first message creates the conversation the
+  // One at a time, first come first served: the first message creates the conversation the
   // next ones go to.
   sending = sending.then(() => deliver(text, bubble));
 }
@@ -346,13 +346,38 @@ function nearBottom() {
 
 function grow() {
   input.style.height = "auto";
-  input.style.height = `${Math.min(input.scrollHeight + 2, 200)}px`; // + its borders
+  input.style.height = `${Math.min(input.scrollHeight + 2, 200)}px`; // with its borders
+}
+
+/** The agent's own words: its title, what it helps with, questions to start from. */
+function introduce(agent) {
+  document.title = agent.title;
+  document.getElementById("title").textContent = agent.title;
+  const hello = document.getElementById("hello");
+  hello.replaceChildren(agent.description ? `Ask about ${agent.description}` : "Ask a question");
+  if (agent.examples.length) {
+    hello.append(", for example ");
+    agent.examples.forEach((example, i) => {
+      if (i) hello.append(i === agent.examples.length - 1 ? " or " : ", ");
+      const hint = el("q", { class: "hint", tabindex: "0", title: "ask this" }, example);
+      const ask = () => {
+        input.value = example;
+        grow();
+        input.focus();
+      };
+      hint.addEventListener("click", ask);
+      hint.addEventListener("keydown", (event) => event.key === "Enter" && ask());
+      hello.append(hint);
+    });
+  }
+  hello.append(".");
 }
 
 async function whoAmI() {
   try {
     const session = await (await fetch("/api/session")).json();
     document.getElementById("who").textContent = `as customer ${session.customer_id}`;
+    introduce(session.agent);
   } catch {
     status("the chat server cannot be reached");
   }

@@ -1,0 +1,163 @@
+"""An agent definition: who answers, with what instructions, tools, model and guards.
+
+    from durable_agent import Agent, ToolContext, tool
+
+    @tool(examples=["How much is 978-0-14-118776-1?"], quick=True)
+    def book_price(args: BookLookup, ctx: ToolContext[Catalog]) -> Book:
+        \"\"\"Price and stock of one book, by its ISBN.\"\"\"
+        return ctx.deps.book(args.isbn)
+
+    agent = Agent(
+        name="bookstore",
+        instructions="You are the bookstore's assistant. ...",
+        tools=[book_price],
+        deps=Catalog.open,            # opened once per worker, closed at shutdown
+    )
+
+Serve it with `python worker.py --agent mymodule:agent` (or `AgentPlugin(agent)` in a
+worker of your own) and ask it with `client.py ask --agent bookstore "..."`. Every
+setting has a default, so an agent is a name and its tools; what is not given here
+comes from the worker's settings (model, shields, approvals: `Settings`).
+
+The definition never enters a workflow's history: a turn names its agent, and the
+worker resolves instructions, tools and policies by that name inside activities.
+What a turn records is the agent's name and its `fingerprint`, a short hash of its
+instructions and tool schemas, so a turn answered by a changed agent shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from durable_agent.answers import DECLINE
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.shields import ShieldSettings
+from durable_agent.tools import Tool, ToolRegistry
+from durable_agent.types import TurnLimits
+
+if TYPE_CHECKING:
+    from durable_agent.model import ModelFactory
+
+AGENT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
+"""An agent's name: it is a search attribute's value, a metric label and a CLI word."""
+
+
+class Refusals(BaseModel):
+    """What the agent says when it will not answer. The turn gives these texts
+    as its answer, so they are the agent's words to its users."""
+
+    decline: str = DECLINE
+    """A question its tools do not cover. The default instructions tell chat models to
+    reply exactly this; the offline model reads it there too."""
+    question: str = ""
+    """A question an input shield refused. Empty: "Sorry, I can't help with that
+    request." and what the agent helps with (its `description`)."""
+    answer: str = (
+        "Sorry, I can't share that answer: it held information I may not give out. "
+        "Please ask about your own records."
+    )
+    """An answer an output shield refused."""
+
+
+@dataclass(frozen=True, eq=False)
+class Agent:
+    """One agent: every field but `name` has a default. See the module docstring."""
+
+    name: str
+    instructions: str = ""
+    """The system prompt every chat model is sent first, unchanged on every call of a
+    turn. Empty: a plain one built from `title`, `description` and the decline text."""
+    tools: Sequence[Tool] | ToolRegistry = ()
+    """Python tools (`@tool`), Lambda tools, and agents as tools (`Agent.as_tool`,
+    `agent_tool`)."""
+    model: str = ""
+    """Default model spec of its turns (`offline`, `openai:<model>`, ...); a turn may
+    name another. Empty: the worker's default (`Settings.model`, AGENT_MODEL)."""
+    description: str = ""
+    """What it helps with, in a few words ("questions about your orders and returns"):
+    the default instructions and refusals say it; the web chat shows it."""
+    title: str = ""
+    """How front ends name it ("Support"); empty: its name."""
+    examples: Sequence[str] = ()
+    """Questions it answers well: the web chat offers them as hints."""
+    refusals: Refusals = field(default_factory=Refusals)
+    shields: ShieldSettings | None = None
+    """Which shields run at each position; None: the worker's (AGENT_SHIELDS_*)."""
+    approvals: ApprovalPolicy | None = None
+    """Which tools need a person's consent beyond what each tool declares; None:
+    the worker's (AGENT_APPROVAL_*)."""
+    limits: TurnLimits = field(default_factory=TurnLimits)
+    """Limits of a turn that names none (a turn that names limits gets exactly those)."""
+    deps: Any = None
+    """What tools get as `ctx.deps`: a value, or a zero-argument callable that opens it
+    once per worker — its result, or what it yields if it is a context manager (sync
+    or async), which is closed when the worker shuts down."""
+    models: Mapping[str, ModelFactory] = field(default_factory=dict)
+    """Model kinds this agent adds or replaces (`{"offline": factory}`): a factory gets
+    the part of the spec after `kind:` and returns a `Model`."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not re.match(AGENT_NAME_PATTERN, self.name):
+            raise ValueError(
+                f"agent name {self.name!r}: use 1-64 letters, digits, '_', '.' or '-', "
+                "starting with a letter"
+            )
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """Its tools by name; a name used twice is a `ValueError` saying which."""
+        if isinstance(self.tools, ToolRegistry):
+            return self.tools
+        return ToolRegistry(self.tools)
+
+    @property
+    def shown_name(self) -> str:
+        return self.title or self.name
+
+    @property
+    def system_prompt(self) -> str:
+        return self.instructions or default_instructions(self)
+
+    @property
+    def question_refusal(self) -> str:
+        if self.refusals.question:
+            return self.refusals.question
+        helps = f" I can help with {self.description.rstrip('.')}." if self.description else ""
+        return "Sorry, I can't help with that request." + helps
+
+    def as_tool(self, name: str = "", description: str = "") -> Tool:
+        """This agent as another agent's tool: each call is a turn of this agent (a child
+        workflow) asked the call's `question`; its answer is the call's result."""
+        from durable_agent.subagents import delegate_to
+
+        return delegate_to(self, name or self.name.replace("-", "_").replace(".", "_"), description)
+
+    def fingerprint(self) -> str:
+        """12 hex digits of a hash of what the model is given: the instructions and
+        every tool's name, description, schema and examples. It changes exactly when
+        the agent a model sees changes."""
+        registry = self.registry
+        specs = [t.spec.model_dump(mode="json") for t in registry.tools.values()]
+        blob = json.dumps(
+            {"instructions": self.system_prompt, "tools": specs}, sort_keys=True, default=str
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def default_instructions(agent: Agent) -> str:
+    """The system prompt of an agent that gives none."""
+    who = f"You are {agent.shown_name}"
+    what = f", an assistant for {agent.description.rstrip('.')}" if agent.description else ""
+    return (
+        f"{who}{what}. Use the tools to look things up; never make up data. Call several "
+        "tools at once when they do not depend on each other. When the tool results answer "
+        "the question, reply briefly from them. If a question is not about what the tools "
+        f"cover, reply exactly: {agent.refusals.decline}"
+    )

@@ -1,0 +1,138 @@
+"""Serving agents in a Temporal worker: `AgentPlugin`, or `build_worker` for the rest.
+
+    # Your own worker: add the plugin, keep everything else yours.
+    client = await Client.connect("localhost:7233", plugins=[AgentPlugin(bookstore)])
+    worker = Worker(client, task_queue="bookstore", plugins=[...])   # the client's plugin applies
+
+    # Or a worker tuned as `worker.py`'s is:
+    async with build_worker(client, bookstore, task_queue="bookstore"):
+        ...
+
+The plugin registers the two workflows (`AgentTurn`, `Conversation`), a turn's
+activities bound to the agents, the interceptors that record each turn's metrics and
+each activity attempt's span, and the project's data converter (pydantic payloads
+without their defaults, encrypted when AGENT_ENCRYPTION_KEY is set). Agents' `deps`
+are opened as the worker starts and closed when it stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.converter import DataConverter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import Interceptor, Worker, WorkerConfig
+
+from activities import turn_activities
+from durable_agent import telemetry
+from durable_agent.agents import Agent
+from durable_agent.backends import default_models
+from durable_agent.errors import AgentDefinitionError
+from durable_agent.model import ModelCatalog
+from durable_agent.runtime import metrics
+from durable_agent.runtime.chaos import ChaosInterceptor, Faults
+from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
+from durable_agent.serving import Agents
+from durable_agent.settings import Settings
+from workflows import AgentTurn, Conversation
+
+MAX_WORKFLOW_TASKS = 10
+"""Workflow tasks a worker runs at once (one Python process runs one at a time)."""
+
+
+class AgentPlugin(SimplePlugin):
+    """Serves `agents` (the first one answers turns that name none) in any worker.
+
+    `settings` (default: from the environment) fill in what an agent leaves to the
+    worker; `models`: the catalog of model backends (default: offline, OpenAI-compatible,
+    Bedrock, SageMaker); `faults`: fault injection for chaos runs (default: AGENT_FAULTS).
+    Every problem with a definition is an `AgentDefinitionError` here, not at a turn."""
+
+    def __init__(
+        self,
+        *agents: Agent,
+        settings: Settings | None = None,
+        models: ModelCatalog | None = None,
+        faults: Faults | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.given = list(agents)
+        self.agents = Agents(
+            agents, settings=self.settings, models=models or default_models(self.settings.model)
+        )
+        # Inside the tracing plugin's spans (the client's interceptors come first): each
+        # activity attempt's span gets its attempt and error, each turn its metrics.
+        interceptors: list[Interceptor] = [telemetry.ActivityAttempts(), metrics.TurnMetrics()]
+        faults = faults if faults is not None else Faults.from_env()
+        if faults.active:
+            interceptors.append(ChaosInterceptor(faults))
+        super().__init__(
+            "durable_agent.AgentPlugin",
+            data_converter=_converter,
+            interceptors=interceptors,
+            activities=turn_activities(self.agents),
+            workflows=[AgentTurn, Conversation],
+            run_context=self._opened,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _opened(self) -> AsyncIterator[None]:
+        """For as long as the worker runs: every agent's deps, opened once."""
+        async with self.agents.opened():
+            yield
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        converter = config["client"].data_converter
+        if not issubclass(converter.payload_converter_class, LeanPayloadConverter):
+            raise AgentDefinitionError(
+                "the worker's client does not use the agents' data converter: connect it with "
+                "Client.connect(..., plugins=[AgentPlugin(...)]), or pass "
+                "data_converter=durable_agent.runtime.codec.data_converter()"
+            )
+        return super().configure_worker(config)
+
+
+def _converter(existing: DataConverter | None) -> DataConverter:
+    """The project's converter; a codec the client already has (its own encryption)
+    is kept."""
+    ours = data_converter()
+    if existing is not None and existing.payload_codec is not None:
+        return dataclasses.replace(ours, payload_codec=existing.payload_codec)
+    return ours
+
+
+def build_worker(
+    client: Client,
+    *agents: Agent,
+    task_queue: str | None = None,
+    settings: Settings | None = None,
+    models: ModelCatalog | None = None,
+    faults: Faults | None = None,
+    **options: Any,
+) -> Worker:
+    """A worker for `agents` on `task_queue` (default: the settings', AGENT_TASK_QUEUE),
+    tuned for turns; `options` go to `Worker` as they are."""
+    plugin = AgentPlugin(*agents, settings=settings, models=models, faults=faults)
+    tuned: dict[str, Any] = {
+        # A dead worker's cached workflows move to a live one after 2 s, not 10 s.
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
+        # Workflow tasks take CPU, not I/O: a worker takes only as many at once as it
+        # gets through well within their timeout (workflows/policies.py); the rest
+        # wait on the server, where their clock has not started.
+        "max_concurrent_workflow_tasks": MAX_WORKFLOW_TASKS,
+        # On SIGTERM, let in-flight activities finish rather than time out.
+        "graceful_shutdown_timeout": timedelta(seconds=10),
+        **options,
+    }
+    plugins: Sequence[Any] = [*tuned.pop("plugins", []), plugin]
+    return Worker(
+        client,
+        task_queue=task_queue or plugin.settings.task_queue,
+        plugins=plugins,
+        **tuned,
+    )

@@ -1,0 +1,273 @@
+"""Agents as a worker serves them: each definition resolved once, found by name.
+
+    agents = Agents([bookstore, support], settings=Settings.from_env(), models=catalog)
+    served = agents.get("bookstore")        # "" is the first one; else UnknownAgent
+    served.tools, served.shields, served.approvals, served.instructions, served.deps
+
+A turn names its agent; every activity of the turn resolves it here, so nothing of an
+agent's code travels in a workflow's payloads, and two agents on one worker never see
+each other's tools. `load(["mypkg.agents:bookstore"])` reads definitions the way
+`worker.py --agent` does. Everything that can be wrong with a definition is found when
+the worker starts (`AgentDefinitionError`, one line saying what to fix), not when a turn
+first meets it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from durable_agent.agents import Agent
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.argfill import id_noun, required_params
+from durable_agent.errors import AgentDefinitionError, UnknownAgent
+from durable_agent.model import ModelCatalog
+from durable_agent.settings import Settings
+from durable_agent.shields import Ids, ShieldConfigError, ShieldSet
+from durable_agent.subagents import view_name
+from durable_agent.tools import ToolRegistry
+from durable_agent.types import TurnLimits
+
+
+class _Deps:
+    """An agent's tool dependencies: given, or opened once per worker."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self.value: Any = None if callable(source) else source
+        self.opened = not callable(source)
+
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
+        if self.opened:
+            return
+        made = self.source()
+        if hasattr(made, "__aenter__"):
+            made = await stack.enter_async_context(made)
+        elif hasattr(made, "__enter__"):
+            made = stack.enter_context(made)
+        self.value, self.opened = made, True
+
+
+class ServedAgent:
+    """One agent, ready for its turns' activities."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        name: str = "",
+        tools: ToolRegistry | None = None,
+        instructions: str = "",
+        settings: Settings,
+        models: ModelCatalog,
+        deps: _Deps,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.name = name or agent.name
+        self.tools = tools if tools is not None else _registry(agent)
+        self.instructions = instructions or agent.system_prompt
+        self.approvals: ApprovalPolicy = agent.approvals or settings.approvals
+        try:
+            self.approvals.check(self.tools.tools)
+        except ValueError as e:
+            raise AgentDefinitionError(f"agent {self.name!r}: {e}") from None
+        self.ids = ids_of(self.tools)
+        try:
+            self.shields = ShieldSet.build(agent.shields or settings.shields, self.ids, environ)
+        except ShieldConfigError as e:
+            raise AgentDefinitionError(f"agent {self.name!r}: {e}") from None
+        self.models = models.layered(agent.models, agent.model or models.default)
+        self.limits: TurnLimits = agent.limits
+        self.refusals = agent.refusals
+        self.question_refusal = agent.question_refusal
+        self._deps = deps
+        self.fingerprint = (
+            agent.fingerprint() if tools is None else _view_fingerprint(self.instructions, tools)
+        )
+
+    @property
+    def deps(self) -> Any:
+        if not self._deps.opened:
+            raise RuntimeError(
+                f"agent {self.name!r}: its deps are opened when the worker runs "
+                "(AgentPlugin's run context); run the worker, then its activities"
+            )
+        return self._deps.value
+
+
+class Agents:
+    """The agents one worker serves (with every agent reachable as a tool), by name."""
+
+    def __init__(
+        self,
+        agents: Sequence[Agent],
+        *,
+        settings: Settings | None = None,
+        models: ModelCatalog | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        if not agents:
+            raise AgentDefinitionError("no agent to serve: give at least one")
+        settings = settings or Settings()
+        models = models or ModelCatalog({}, default=settings.model)
+        self._deps: list[_Deps] = []
+        self.served: dict[str, ServedAgent] = {}
+        by_name: dict[str, Agent] = {}
+        for agent in subagents_of(agents):
+            if agent.name in by_name:
+                raise AgentDefinitionError(
+                    f"two agents are named {agent.name!r}; give each agent a name of its own"
+                )
+            by_name[agent.name] = agent
+            deps = _Deps(agent.deps)
+            self._deps.append(deps)
+            served = ServedAgent(
+                agent, settings=settings, models=models, deps=deps, environ=environ
+            )
+            self._add(served)
+            for tool in served.tools.tools.values():
+                sub = tool.agent
+                if sub is None or sub.agent:
+                    continue
+                # A view of this agent (`agent_tool`): some of its tools, its deps.
+                missing = [n for n in sub.tools if n not in served.tools]
+                if missing:
+                    raise AgentDefinitionError(
+                        f"agent {agent.name!r}: agent tool {tool.name!r} names tools it does "
+                        f"not have: {', '.join(missing)}"
+                    )
+                view = ToolRegistry(replace(served.tools[n], top_level=True) for n in sub.tools)
+                self._add(
+                    ServedAgent(
+                        agent,
+                        name=view_name(agent.name, tool.name),
+                        tools=view,
+                        instructions=sub.instructions,
+                        settings=settings,
+                        models=models,
+                        deps=deps,
+                        environ=environ,
+                    )
+                )
+        self.default = agents[0].name
+
+    def _add(self, served: ServedAgent) -> None:
+        if served.name in self.served:
+            raise AgentDefinitionError(
+                f"two agents are named {served.name!r}; give each agent a name of its own"
+            )
+        self.served[served.name] = served
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.served)
+
+    def get(self, name: str = "") -> ServedAgent:
+        """The agent called `name` (empty: the first one given); `UnknownAgent` else."""
+        found = self.served.get(name or self.default)
+        if found is None:
+            raise UnknownAgent(name, self.names)
+        return found
+
+    @contextlib.asynccontextmanager
+    async def opened(self) -> AsyncIterator[Agents]:
+        """Open every agent's deps (once each) for as long as the worker runs."""
+        async with contextlib.AsyncExitStack() as stack:
+            for deps in self._deps:
+                await deps.open(stack)
+            yield self
+
+
+def ids_of(tools: ToolRegistry) -> Ids:
+    """The ids the tools take (see `Ids`), in order, once each."""
+    patterns: dict[str, None] = {}
+    nouns: dict[str, None] = {}
+    for tool in tools.tools.values():
+        for param in required_params(tool.spec):
+            pattern = tool.spec.parameters["properties"][param.name].get("pattern")
+            if pattern:
+                patterns[pattern] = None
+                nouns[id_noun(param)] = None
+    return Ids(patterns=tuple(patterns), nouns=tuple(nouns))
+
+
+def subagents_of(agents: Sequence[Agent]) -> list[Agent]:
+    """The agents, then every agent reachable through their agent tools, once each."""
+    seen: dict[int, Agent] = {}
+    todo = list(agents)
+    while todo:
+        a = todo.pop(0)
+        if id(a) in seen:
+            continue
+        seen[id(a)] = a
+        todo.extend(t.delegate for t in _registry(a).tools.values() if t.delegate is not None)
+    return list(seen.values())
+
+
+def _registry(agent: Agent) -> ToolRegistry:
+    try:
+        return agent.registry
+    except ValueError as e:
+        raise AgentDefinitionError(f"agent {agent.name!r}: {e}; rename one of them") from None
+
+
+def _view_fingerprint(instructions: str, tools: ToolRegistry) -> str:
+    probe = Agent(name="view", instructions=instructions, tools=tools)
+    return probe.fingerprint()
+
+
+def load(specs: Sequence[str], *, flag: str = "--agent") -> list[Agent]:
+    """The agents named `module:attribute` (an `Agent`, or a function that returns one),
+    importable from the current directory and PYTHONPATH. Every problem is one
+    `AgentDefinitionError` line that names the spec and what to fix."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        # As `python -m` and ASGI servers do: a person's module lives in their folder.
+        sys.path.insert(0, cwd)
+    return [_load_one(spec.strip(), flag) for spec in specs]
+
+
+def _load_one(spec: str, flag: str) -> Agent:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise AgentDefinitionError(
+            f"{flag} {spec!r}: give MODULE:ATTRIBUTE, e.g. {flag} mypkg.agents:bookstore"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.startswith(e.name):
+            raise AgentDefinitionError(
+                f"{flag} {spec}: no module named {e.name!r} in the current directory "
+                f"({os.getcwd()}) or on PYTHONPATH"
+            ) from None
+        raise AgentDefinitionError(f"{flag} {spec}: importing {module_name} failed: {e}") from None
+    except Exception as e:
+        raise AgentDefinitionError(
+            f"{flag} {spec}: importing {module_name} failed: {type(e).__name__}: {e}"
+        ) from None
+    try:
+        found = getattr(module, attribute)
+    except AttributeError:
+        raise AgentDefinitionError(
+            f"{flag} {spec}: module {module_name} has no attribute {attribute!r}"
+        ) from None
+    if callable(found) and not isinstance(found, Agent):
+        try:
+            found = found()
+        except Exception as e:
+            raise AgentDefinitionError(
+                f"{flag} {spec}: calling {attribute}() failed: {type(e).__name__}: {e}"
+            ) from None
+    if not isinstance(found, Agent):
+        raise AgentDefinitionError(
+            f"{flag} {spec}: {module_name}.{attribute} is a {type(found).__name__}, not an "
+            "Agent (from durable_agent import Agent), nor a function returning one"
+        )
+    return found

@@ -1,0 +1,79 @@
+"""An IT help desk agent: ticket status, service status, and new tickets (with consent).
+
+cd examples/helpdesk
+python ../../worker.py --agent helpdesk:agent
+python ../../client.py ask --agent helpdesk "Is the VPN down?"
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Literal
+
+from desk import Desk, Service, Ticket
+from pydantic import BaseModel, Field, StringConstraints
+
+from durable_agent import Agent, Refusals, ToolContext, tool
+
+
+class TicketLookup(BaseModel):
+    ticket_id: Annotated[
+        str,
+        StringConstraints(strip_whitespace=True, pattern=r"^(?i:INC)-\d{4}$"),
+        Field(description="ticket ID (like INC-1001)"),
+    ]
+
+
+class ServiceLookup(BaseModel):
+    service: str = Field(
+        pattern=r"^(?i:email|vpn|wiki|payroll)$",
+        description="the service: email, vpn, wiki or payroll",
+    )
+
+
+class NewTicket(BaseModel):
+    title: str = Field(min_length=5, max_length=200, description="what is wrong, in one line")
+    priority: Literal["low", "normal", "high"] = "normal"
+
+
+@tool(examples=["What is the status of ticket INC-1001?", "Any news on INC-1002?"], quick=True)
+def ticket_status(args: TicketLookup, ctx: ToolContext[Desk]) -> Ticket:
+    """Status of one of your tickets: its title, status, priority and last update."""
+    return ctx.deps.ticket(ctx.customer_id, args.ticket_id)
+
+
+@tool(examples=["Is the VPN down?", "Is email working?", "Is payroll up?"], quick=True)
+def service_status(args: ServiceLookup, ctx: ToolContext[Desk]) -> Service:
+    """Whether a service (email, vpn, wiki, payroll) is operational, degraded or down,
+    and what is being done about it."""
+    return ctx.deps.service(args.service)
+
+
+@tool(
+    examples=[
+        "Please open a ticket: my laptop will not boot.",
+        "Open a ticket, the badge reader is broken.",
+    ],
+    timeout=timedelta(seconds=5),
+    side_effects=True,
+)
+def open_ticket(args: NewTicket, ctx: ToolContext[Desk]) -> Ticket:
+    """Open a new ticket for something that is broken or needed."""
+    return ctx.deps.open_ticket(ctx.customer_id, args.title, args.priority, ctx.idempotency_key)
+
+
+agent = Agent(
+    name="helpdesk",
+    title="IT help desk",
+    description="your tickets, the status of IT services, and new tickets",
+    instructions=(
+        "You are the IT help desk. Look tickets and services up with the tools; never "
+        "guess a status. Open a ticket only when the person asks for one. Answer in one "
+        "or two sentences. If a question is not about IT tickets or services, reply "
+        "exactly: Sorry, the help desk can only help with IT tickets and services."
+    ),
+    tools=[ticket_status, service_status, open_ticket],
+    examples=["Is the VPN down?", "What is the status of ticket INC-1001?"],
+    refusals=Refusals(decline="Sorry, the help desk can only help with IT tickets and services."),
+    deps=Desk.open,
+)

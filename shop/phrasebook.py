@@ -1,0 +1,172 @@
+"""How the demo shop's records read as answers, for the offline model.
+
+A language model knows that an order "shipped" or "should arrive by" a date, that
+"where is it?" asks about shipping and "has it been refunded?" about a return's
+status; the offline model knows none of it (it reads only what a model is given).
+This phrasebook is the shop's share of that knowledge, given to the shop agent's
+offline model (`shop.agent`); the model itself stays a word-rule program.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from durable_agent.offline import (
+    Asked,
+    OfflineModel,
+    Phrasebook,
+    Reading,
+    Record,
+    content_words,
+    sentence,
+)
+
+
+class ShopPhrasebook(Phrasebook):
+    synonyms = {
+        "ship": "dispatch sent ship track",
+        "arrive": "arrival arrive come deliver delivery",
+        "refund": "complete done finish process refund",
+    }
+
+    def asked(self, question: str, asked: Asked) -> Asked:
+        """ "Where is it?" asks about shipping; "when ...?" about arriving, unless it
+        asks when something ships or is refunded."""
+        found = set(asked.concepts)
+        if re.search(r"\bwhere\b", asked.text):
+            found.add("ship")
+        if re.search(r"\bwhen\b", asked.text) and not found & {"ship", "refund"}:
+            found.add("arrive")
+        return Asked(frozenset(found), asked.words, asked.yes_no, asked.text)
+
+    def answer(self, reading: Reading) -> str | None:
+        if not reading.records:
+            return None
+        first = reading.records[0]
+        if "excerpt" in first:
+            return _policy_answer(reading.records, reading.asked)
+        if "return id" in first:
+            if reading.does:
+                return _started_return_answer(reading, first)
+            return _return_answer(reading, first)
+        if "order id" in first:
+            return _order_answer(reading, first)
+        return None
+
+    def can_offer(self, tool: str, record: Record, reading: Reading) -> bool:
+        """A return can be started for an order that has shipped."""
+        return bool(reading.field(record, "shipped"))
+
+
+def offline_model(_arg: str = "") -> OfflineModel:
+    """The offline model with the shop's phrasebook (the shop agent's `offline`)."""
+    return OfflineModel(ShopPhrasebook())
+
+
+def _order_answer(r: Reading, record: Record) -> str:
+    asked = r.asked
+    order_id = r.field(record, "order")
+    item = r.field(record, "item")
+    quantity = r.field(record, "quantity")
+    what = f"{quantity} × {item}" if quantity else item
+    total = r.field(record, "amount")
+    sentences = []
+    if "return" in asked.words:
+        # Whether it can go back: a return it has already, or that it has not shipped.
+        if returns := r.field(record, "return"):
+            sentences.append(f"Order {order_id} already has a return: {returns}.")
+        elif not r.field(record, "shipped"):
+            sentences.append(_shipping(r, record, f"order {order_id}"))
+    if asked.concepts & {"item", "quantity"}:
+        sentences.append(f"Order {order_id} is for {what}.")
+    if "amount" in asked.concepts:
+        sentences.append(f"The total for order {order_id} was {total} ({what}).")
+    if asked.concepts & {"ship", "arrive"}:
+        subject = "it" if sentences else f"order {order_id}"
+        sentences.append(_shipping(r, record, subject, asked))
+    if not sentences:
+        sentences = [f"Order {order_id} is for {what} ({total}).", _shipping(r, record, "it")]
+    return " ".join(_capitalized(s) for s in sentences)
+
+
+def _shipping(r: Reading, record: Record, subject: str, asked: Asked | None = None) -> str:
+    """Where the order is, with its dates; yes or no first when that was asked."""
+    status = r.field(record, "status")
+    shipped_on = r.field(record, "shipped")
+    expected = r.field(record, "expected", "delivery")
+    delivered = "arrive" in r.words.concepts(content_words(status))
+    if delivered:
+        text = f"{subject} has been delivered (shipped on {shipped_on}, due on {expected})."
+    elif shipped_on:
+        text = f"{subject} shipped on {shipped_on} and should arrive by {expected}."
+    else:
+        due = f"; it should arrive by {expected}" if expected else ""
+        text = f"{subject} has not shipped yet (status: {status}){due}."
+    if asked is None or not asked.yes_no:
+        return text
+    if "ship" in asked.concepts:
+        return ("Yes — " if shipped_on or delivered else "No — ") + text
+    return ("Yes — " if delivered else "Not yet — ") + text
+
+
+def _return_answer(r: Reading, record: Record) -> str:
+    asked = r.asked
+    return_id, order_id = r.field(record, "return"), r.field(record, "order")
+    status, detail = r.field(record, "status"), r.field(record, "detail")
+    text = f"Return {return_id} for order {order_id} {_is(status)}. {sentence(detail)}"
+    status_concepts = r.words.concepts(content_words(status)) | set(content_words(status))
+    asked_status = asked.concepts & {"refund"} or asked.words & {"receiv", "pend", "request"}
+    if not asked.yes_no or not asked_status:
+        return text
+    return ("Yes — " if asked_status & status_concepts else "Not yet — ") + _lowered(text)
+
+
+def _started_return_answer(r: Reading, record: Record) -> str:
+    """A return the request started, or the open one the store gave back instead."""
+    return_id, order_id = r.field(record, "return"), r.field(record, "order")
+    status, detail = r.field(record, "status"), r.field(record, "detail")
+    if _is_new_return(return_id, detail, r.reason, r.earlier):
+        return f"I've started return {return_id} for order {order_id} (status: {status}). " + (
+            sentence(detail)
+        )
+    return (
+        f"Order {order_id} already has an open return, {return_id} (status: {status}), "
+        f"so I did not start a new one. {sentence(detail)}"
+    )
+
+
+def _is_new_return(return_id: str, detail: str, reason: str, earlier: Sequence[str]) -> bool:
+    """A new return records the reason this request gave; an open one the store
+    gives back holds its own (and may have been named in this conversation)."""
+    if any(return_id.lower() in t.lower() for t in earlier):
+        return False
+    said = " ".join(reason.split()).strip(" .").lower().rstrip("…")[:40]
+    return bool(said) and said in " ".join(detail.split()).lower()
+
+
+def _policy_answer(records: list[Record], asked: Asked) -> str:
+    """The best document's sentences; the next one's too when its title is about
+    something else the question asks."""
+    first, *rest = records
+    parts = [f"Our {first.get('title', '')} policy says: {sentence(first.get('excerpt', ''))}"]
+    seen = set(content_words(first.get("title", "")))
+    for other in rest:
+        title_words = set(content_words(other.get("title", "")))
+        if title_words & asked.words - seen:
+            parts.append(f"Our {other.get('title', '')} policy says: {sentence(other['excerpt'])}")
+            seen |= title_words
+    return " ".join(parts)
+
+
+def _is(status: str) -> str:
+    """A status after its return: has been received, is pending."""
+    return f"has been {status}" if status.endswith("ed") else f"is {status}"
+
+
+def _capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _lowered(text: str) -> str:
+    return text[:1].lower() + text[1:]

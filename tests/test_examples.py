@@ -1,0 +1,203 @@
+"""Agents of one's own, as a person meets them: `docs/your-own-agent.md` followed as
+written (its module, its commands, its outputs), and the help desk example run from its
+own folder, its write waiting for consent and running once across a SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.request import Request, urlopen
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+DOC = ROOT / "docs" / "your-own-agent.md"
+HELPDESK = ROOT / "examples" / "helpdesk"
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.DOTALL)
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 120) -> str:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stdout
+
+
+def until(what: Callable[[], str], ready: Callable[[str], bool], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        out = what()
+        if ready(out):
+            return out
+        assert time.monotonic() < deadline, out
+        time.sleep(0.3)
+
+
+class Process:
+    """A long-running command (a worker, the web chat), stopped with the test."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+
+    def line(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().rstrip("\n")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def server_env(env: WorkflowEnvironment) -> Iterator[dict[str, str]]:
+    yield {
+        **os.environ,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": f"own-{uuid.uuid4().hex[:6]}",
+    }
+
+
+def test_the_your_own_agent_page_works_as_written(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    page = DOC.read_text()
+    module, *_ = code_blocks(page, "python")
+    folder = tmp_path / "bookstore"
+    folder.mkdir()
+    (folder / "bookstore.py").write_text(module)
+
+    worker = Process(
+        [str(BIN / "durable-agent-worker"), "--agent", "bookstore:agent"], folder, server_env
+    )
+    try:
+        assert worker.line().startswith("worker ready on task queue")
+        agent_line = worker.line()
+        assert agent_line in page  # the page shows what the worker prints
+        asked = run(
+            [
+                str(BIN / "durable-agent"),
+                "ask",
+                "--agent",
+                "bookstore",
+                "How much is the book 9780141187761?",
+            ],
+            folder,
+            server_env,
+        )
+        answer = next(line for line in asked.splitlines() if line.startswith("answer"))
+        assert answer in page, answer
+
+        # A write waits for a person, and runs once approved.
+        started = run(
+            [
+                str(BIN / "durable-agent"),
+                "ask",
+                "--agent",
+                "bookstore",
+                "--no-wait",
+                "Please hold the book 9780141187761 for me.",
+            ],
+            folder,
+            server_env,
+        )
+        turn_id = started.strip()
+        waiting = until(
+            lambda: run([str(BIN / "durable-agent"), "pending"], folder, server_env),
+            lambda out: turn_id in out,
+        )
+        assert "hold_book(isbn='9780141187761')" in waiting
+        approved = run(
+            [str(BIN / "durable-agent"), "approve", turn_id, "--wait"], folder, server_env
+        )
+        assert "approved: hold_book" in approved and "held for demo" in approved
+        with sqlite3.connect(folder / "books.db") as db:
+            assert db.execute("SELECT count(*) FROM holds").fetchone() == (1,)
+
+        # The web chat speaks in the agent's words and answers with its tools.
+        web = Process(
+            [str(BIN / "durable-agent"), "web", "--agent", "bookstore:agent", "--port", "0"],
+            folder,
+            server_env,
+        )
+        try:
+            url = re.search(r"http://\S+/", web.line())
+            assert url, "the web chat printed no address"
+            with urlopen(url.group(0) + "api/session", timeout=30) as response:
+                session = json.load(response)
+            assert session["agent"]["title"] == "The Bookstore"
+            assert "How much is the book 9780141187761?" in session["agent"]["examples"]
+            request = Request(
+                url.group(0) + "api/chats",
+                data=json.dumps({"text": "How much is the book 9780141187761?"}).encode(),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            with urlopen(request, timeout=60) as response:
+                turn_id = json.load(response)["turn_id"]
+        finally:
+            web.stop()
+        shown = until(
+            lambda: run([str(BIN / "durable-agent"), "show", turn_id], folder, server_env),
+            lambda out: "answer (answered)" in out,
+        )
+        assert "Price: $9.99" in shown
+    finally:
+        worker.stop()
+
+
+def test_the_help_desk_example_waits_for_consent_and_writes_once_across_a_sigkill(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    env = {**server_env, "HELPDESK_DB": str(tmp_path / "helpdesk.db")}
+    worker_args = [sys.executable, str(ROOT / "worker.py"), "--agent", "helpdesk:agent"]
+    client = [sys.executable, str(ROOT / "client.py")]
+    worker = Process(worker_args, HELPDESK, env)
+    try:
+        assert worker.line().startswith("worker ready")
+        assert worker.line() == (
+            "agent helpdesk: ticket_status, service_status, open_ticket (writes, needs approval)"
+        )
+        vpn = run([*client, "ask", "--agent", "helpdesk", "Is the VPN down?"], HELPDESK, env)
+        assert "Status: degraded" in vpn
+        asked = run(
+            [
+                *client,
+                "ask",
+                "--agent",
+                "helpdesk",
+                "--no-wait",
+                "Please open a ticket: my laptop will not boot.",
+            ],
+            HELPDESK,
+            env,
+        )
+        turn_id = asked.strip()
+        until(lambda: run([*client, "pending"], HELPDESK, env), lambda out: turn_id in out)
+        worker.stop(signal.SIGKILL)  # while the write waits for consent
+        worker = Process(worker_args, HELPDESK, env)
+        assert worker.line().startswith("worker ready")
+        approved = run([*client, "approve", turn_id, "--wait"], HELPDESK, env)
+    finally:
+        worker.stop()
+    assert "approved: open_ticket" in approved
+    assert "Ticket id: INC-1004" in approved
+    with sqlite3.connect(tmp_path / "helpdesk.db") as db:
+        opened = db.execute("SELECT count(*) FROM tickets WHERE opened_by_key IS NOT NULL")
+        assert opened.fetchone() == (1,)
