@@ -22,10 +22,15 @@ def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
         ShieldActivity(agents).shield,
         PlanActivity(agents).plan,
         ParseActivity(agents).parse,
-        DispatchActivity(agents).dispatch,
+        *_both(DispatchActivity(agents)),
         ParseOutputActivity(agents).parse_output,
         InterpretActivity(agents).interpret,
     ]
+
+
+def _both(dispatch: DispatchActivity) -> list[Callable[..., Any]]:
+    """A tool's run and its check (before consent): one holder, two activity kinds."""
+    return [dispatch.dispatch, dispatch.check]
 
 
 __all__ = [

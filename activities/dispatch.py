@@ -9,6 +9,7 @@ is treated as transient and retried by Temporal.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -51,19 +52,33 @@ class DispatchActivity:
 
     @activity.defn(name="dispatch")
     async def dispatch(self, input: DispatchInput) -> DispatchOutput:
+        return await self._run(input, check=False)
+
+    @activity.defn(name="check")
+    async def check(self, input: DispatchInput) -> DispatchOutput:
+        """The tool's check of a call that needs consent (`Tool.check`): a read, run as
+        a local activity before anyone is asked; its result says what will change."""
+        return await self._run(input, check=True)
+
+    async def _run(self, input: DispatchInput, check: bool) -> DispatchOutput:
         served = self._agents.get(input.agent)
         tool = served.tools[input.call.name]
         args = served.tools.validate(input.call)
         ctx = ToolContext(input.customer_id, served.deps, input.idempotency_key)
+        run = tool.fn
+        if check:
+            if tool.check is None:
+                raise ToolError(f"{tool.name} has no check")
+            run = tool.check
         async with heartbeating():
             with tool_span(tool.name, input.call.id), metrics.tool_call(tool.name, served.name):
                 try:
-                    if tool.is_async:
-                        result = await tool(args, ctx)
+                    if inspect.iscoroutinefunction(run):
+                        result = await run(args, ctx)
                     else:
                         # Plain functions (SQLite, HTTP clients) run in a thread so the
                         # worker's event loop keeps serving other turns meanwhile.
-                        result = await asyncio.to_thread(tool, args, ctx)
+                        result = await asyncio.to_thread(run, args, ctx)
                 except ToolError as e:
                     if e.retryable:
                         raise

@@ -34,6 +34,8 @@ class ValidCall(BaseModel):
     """Why the call needs a person's consent before it runs; empty when it does not."""
     return_direct: bool = False
     """Its result is the turn's answer (no interpret)."""
+    checked: bool = False
+    """The tool checks a call before consent is asked (`Tool.check`)."""
     agent: SubAgent | None = None
     """An agent tool: the turn runs the sub-agent's own turn as a child workflow."""
 
@@ -94,6 +96,7 @@ class ParseActivity:
                     approval=_why_approval(tool, served.approvals, foreign),
                     return_direct=tool.return_direct,
                     agent=_answered_by(tool, served.name),
+                    checked=tool.check is not None,
                 )
             )
         return ParseOutput(valid=valid, rejected=rejected)

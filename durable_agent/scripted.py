@@ -12,6 +12,11 @@ that Temporal retries), or a callable `(request) -> reply`. A queue that runs
 dry repeats its last item, so `decisions=[Reply(calls=[...])]` asks for tools
 forever (the "never finishes" model). Every request is recorded in `requests`
 for assertions.
+
+A request it has answered before (an attempt Temporal retried after its worker was
+slow or gone) gets the same reply again, as a deterministic model would give: a
+retry never moves the script on. One that raised moves on: the retry gets the next
+item (`[ModelUnavailable(), Reply(...)]` is a call that fails once).
 """
 
 from __future__ import annotations
@@ -39,14 +44,20 @@ class ScriptedModel:
         self._plans = list(plans)
         self._decisions = list(decisions)
         self.requests: list[tuple[str, ModelRequest]] = []
+        self._given: dict[str, Reply] = {}
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
-        self.requests.append(("plan", request))
-        return _next(self._plans, request, "plan")
+        return self._answer("plan", self._plans, request)
 
     async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
-        self.requests.append(("interpret", request))
-        return _next(self._decisions, request, "interpret")
+        return self._answer("interpret", self._decisions, request)
+
+    def _answer(self, kind: str, queue: list[Item], request: ModelRequest) -> Reply:
+        self.requests.append((kind, request))
+        key = f"{kind}:{request.model_dump_json()}"
+        if key not in self._given:
+            self._given[key] = _next(queue, request, kind)
+        return self._given[key].model_copy(deep=True)
 
     def calls(self, kind: str) -> int:
         return sum(k == kind for k, _ in self.requests)

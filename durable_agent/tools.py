@@ -99,6 +99,11 @@ class Tool:
     schema: dict[str, Any] | None = None
     """The arguments' JSON schema, for a tool without an `args_model`: calls are checked
     against it (`jsonschema`) and the tool gets them as a dict."""
+    check: Callable[..., Any] | None = None
+    """For a tool that needs consent: `check(args, ctx) -> str`, a read with no side
+    effect, run before anyone is asked. It says what the call will change (shown where
+    consent is asked), or raises a `ToolError` (`NotAllowed`, `NotFound`) when the call
+    cannot succeed: then nobody is asked and the model reads why."""
 
     @property
     def needs_approval(self) -> bool:
@@ -119,14 +124,6 @@ class Tool:
         if self.args_model is not None:
             return self.args_model.model_json_schema()
         return self.schema or {"type": "object", "properties": {}}
-
-    def check(self, arguments: dict[str, Any]) -> Any:
-        """The arguments as the tool takes them (its model, or the checked dict);
-        `ValidationError`/`jsonschema.ValidationError` when they do not fit."""
-        if self.args_model is not None:
-            return self.args_model.model_validate(arguments)
-        _validator(self.name, self.parameters).validate(arguments)
-        return arguments
 
     @property
     def is_async(self) -> bool:
@@ -189,6 +186,7 @@ def tool(
     approval: bool | None = None,
     return_direct: bool = False,
     top_level: bool = True,
+    check: Callable[..., Any] | None = None,
 ) -> Any:
     """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
     # Annotations may be strings (`from __future__ import annotations`) naming a
@@ -225,6 +223,7 @@ def tool(
             approval=approval,
             return_direct=return_direct,
             top_level=top_level,
+            check=check,
         )
 
     return wrap(fn) if fn is not None else wrap

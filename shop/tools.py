@@ -11,7 +11,7 @@ from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 from durable_agent.errors import NotAllowed
 from durable_agent.subagents import agent_tool
 from durable_agent.tools import ToolContext, ToolRegistry, tool
-from shop.store import Order, PolicyHit, Return, ShopData
+from shop.store import Order, PolicyHit, Return, ShopData, clean_reason, existing_return
 
 
 class OrderLookup(BaseModel):
@@ -107,6 +107,26 @@ def return_status(args: ReturnLookup, ctx: ToolContext[ShopData]) -> Return:
     return ctx.deps.return_(ctx.customer_id, args.return_id)
 
 
+def can_return(args: ReturnRequest, ctx: ToolContext[ShopData]) -> str:
+    """Whether the return can be started (the order is the customer's, has shipped, and
+    has no return yet), and what it will be: run before anyone is asked to consent."""
+    order = ctx.deps.order(ctx.customer_id, args.order_id)
+    returns = sorted(ctx.deps.returns_for(order.order_id), key=lambda r: r.return_id)
+    latest = returns[-1] if returns else None
+    if existing_return(order.order_id, order.status, latest) is not None:
+        assert latest is not None
+        raise NotAllowed(
+            f"Order {order.order_id} already has an open return, {latest.return_id} "
+            f"(status: {latest.status}), so no new one is needed; ask about "
+            f"{latest.return_id} to follow it."
+        )
+    reason = clean_reason(order.order_id, args.reason)
+    return (
+        f"start a return of order {order.order_id} ({order.quantity} × {order.item}, "
+        f"{order.total}) because: {reason}"
+    )
+
+
 @tool(
     examples=[
         "I want to return order 123456, it arrived damaged.",
@@ -115,6 +135,7 @@ def return_status(args: ReturnLookup, ctx: ToolContext[ShopData]) -> Return:
     ],
     timeout=timedelta(seconds=5),
     side_effects=True,
+    check=can_return,
 )
 def start_return(args: ReturnRequest, ctx: ToolContext[ShopData]) -> Return:
     """Start (create) a return for a shipped or delivered order, with the reason the

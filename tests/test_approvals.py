@@ -75,7 +75,8 @@ async def test_approved_call_runs_exactly_once(harness: Harness) -> None:
         assert waiting.call.render() == RETURN.render()
         assert waiting.why == (
             "it writes: Start (create) a return for a shipped or delivered order, with the "
-            "reason the customer wants to send the item back"
+            "reason the customer wants to send the item back; it will: start a return of "
+            "order 123456 (2 × Herbal Handsoap, $19.98) because: arrived damaged"
         )
         assert new_returns(harness.store) == []  # nothing written while it waits
 
@@ -161,8 +162,13 @@ async def test_no_call_waiting(harness: Harness) -> None:
 
 
 async def test_waiting_turns_are_found_by_customer_and_status(harness: Harness) -> None:
-    async with harness.worker(model(RETURN)) as task_queue:
-        turn = TurnInput(question="Return order 123456.", model="scripted", customer_id="cust-9")
+    # A lookup that needs consent here: the customer owns no order, and a write's check
+    # would answer that before anyone is asked.
+    asks = ApprovalPolicy(required=frozenset({"order_status"}))
+    async with harness.worker(model(LOOKUP), approvals=asks) as task_queue:
+        turn = TurnInput(
+            question="Has order 234567 shipped?", model="scripted", customer_id="cust-9"
+        )
         handle = await start_turn(harness.client, turn, task_queue)
         await until(handle, awaiting)
 
@@ -175,7 +181,7 @@ async def test_waiting_turns_are_found_by_customer_and_status(harness: Harness) 
             assert time.monotonic() < deadline
             await asyncio.sleep(0.2)
         waiting = await pending(harness.client, "cust-9")
-        assert [(w.workflow_id, w.approval.call.id) for w in waiting] == [(handle.id, "c1")]
+        assert [(w.workflow_id, w.approval.call.id) for w in waiting] == [(handle.id, "c2")]
 
         await decide(harness.client, handle.id, None, approved=False, by="alice")
         await handle.result()
@@ -188,7 +194,7 @@ async def test_waiting_turns_are_found_by_customer_and_status(harness: Harness) 
         await asyncio.sleep(0.2)
     assert rows[0].status == search.DONE and rows[0].tools == []  # the write never ran
     assert rows[0].model == "scripted"  # the spec the worker used
-    assert rows[0].question == "Return order 123456."
+    assert rows[0].question == "Has order 234567 shipped?"
 
 
 async def test_a_trusted_worker_can_waive_approval(harness: Harness) -> None:

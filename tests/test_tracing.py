@@ -95,12 +95,12 @@ async def test_one_trace_per_turn(
         "StartActivity:plan",
         "StartActivity:dispatch",
         "execute_tool order_status",
-        "invoke_agent support-agent",
+        "invoke_agent shop",
     ]:
         assert names[name] == 1, f"{name}: {names[name]} spans in {sorted(names)}"
     assert len({s.context.trace_id for s in spans}) == 1
 
-    (agent,) = [s for s in spans if s.name == "invoke_agent support-agent"]
+    (agent,) = [s for s in spans if s.name == "invoke_agent shop"]
     assert agent.attributes is not None
     assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"
     assert agent.attributes["agent.outcome"] == "answered"
@@ -115,7 +115,7 @@ async def test_one_trace_per_turn(
         assert chat.attributes["gen_ai.provider.name"] == "offline"
         assert chat.attributes["gen_ai.request.model"] == "offline-keyword-v1"
         assert chat.attributes["gen_ai.usage.input_tokens"] > 0
-        assert "invoke_agent support-agent" in ancestors(chat, spans)
+        assert "invoke_agent shop" in ancestors(chat, spans)
     (tool,) = [s for s in spans if s.name == "execute_tool order_status"]
     dispatch = next(s for s in spans if s.name == "RunActivity:dispatch")
     assert tool.parent is not None and tool.parent.span_id == dispatch.context.span_id
@@ -164,7 +164,7 @@ async def test_a_chats_turns_name_their_conversation(
         await traced_client.get_workflow_handle(accepted.turn_id).result()
         await chat.terminate("test over")
 
-    turns = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent support-agent"]
+    turns = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent shop"]
     assert [s.attributes and s.attributes["gen_ai.conversation.id"] for s in turns] == [chat.id]
 
 
@@ -257,7 +257,7 @@ def test_one_trace_from_the_client_process_to_the_worker_process(
     expected = {
         ("StartWorkflow:AgentTurn", "client"): "client",
         ("RunWorkflow:AgentTurn", "worker"): "server",
-        ("invoke_agent support-agent", "worker"): "internal",
+        ("invoke_agent shop", "worker"): "internal",
         ("chat offline-keyword-v1", "worker"): "client",
         ("execute_tool order_status", "worker"): "internal",
         **{(f"StartActivity:{k}", "worker"): "client" for k in ACTIVITIES},
@@ -322,7 +322,7 @@ async def test_a_worker_killed_mid_turn_leaves_one_trace_with_nothing_twice(
     # The workflow's spans end once, on the worker that finished it; its replay of
     # the first worker's part added none.
     once = Counter(s.name for s in spans if s.service == "worker-b" and "Activity" not in s.name)
-    assert once["RunWorkflow:AgentTurn"] == 1 and once["invoke_agent support-agent"] == 1
+    assert once["RunWorkflow:AgentTurn"] == 1 and once["invoke_agent shop"] == 1
     assert Counter(s.name for s in spans)["chat offline-keyword-v1"] == 2
     assert Counter(s.name for s in spans)["execute_tool order_status"] == 1
 

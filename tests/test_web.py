@@ -172,6 +172,9 @@ async def test_a_question_is_answered_with_its_steps_as_it_is_written(
         await say(page, "What is your return policy?")
         await expect(answer(page, 2)).to_have_text(POLICY_ANSWER)
         frames: list[str] = await page.evaluate("window.seen")
+        # The operator's view: every step, call and check, and the history links.
+        await expect(page.locator("[data-kind=tool_call]").first).to_be_hidden()
+        await page.locator("#show-checks").check()
         await page.locator("section.turn").nth(1).locator("details").first.click()
         await page.screenshot(path=screenshot(tmp_path, "web-chat.png"), full_page=True)
 
@@ -213,8 +216,9 @@ async def test_approve_in_one_click_after_a_reload_mid_turn(
         assert await step_texts(other) == shown
 
         await page.get_by_test_id("approve").click()
-        await expect(answer(page, 1)).to_contain_text("(status: requested)")
         for tab in (page, other):
+            # Each tab reads the stream on its own: wait for each to have the answer.
+            await expect(answer(tab, 1)).to_contain_text("(status: requested)")
             await expect(tab.get_by_test_id("approve")).to_have_count(0)
             await expect(tab.get_by_test_id("reject")).to_have_count(0)
         result = await turn_result(harness.client, page, 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,13 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from durable_agent.runtime.server import open_client
 from shop import ShopStore
+from shop.agent import support
 from worker import build_worker
 
 
 class HangAtStart(Interceptor):
-    """Innermost (after the tracing plugin's and the worker's own interceptors): the
-    attempt's span is open and nothing of the activity has run."""
+    """Inside the tracing plugin's interceptor: the attempt's span is open and nothing
+    of the activity has run."""
 
     def __init__(self, kind: str, marker: Path) -> None:
         self.kind, self.marker = kind, marker
@@ -49,9 +51,8 @@ async def main() -> None:
     args = p.parse_args()
     client = await open_client({"target_host": args.address})
     hang = HangAtStart("interpret", args.marker)
-    async with build_worker(
-        client, args.task_queue, deps=ShopStore(args.shop_db), interceptors=[hang]
-    ):
+    shop = replace(support, deps=ShopStore(args.shop_db))
+    async with build_worker(client, args.task_queue, agents=[shop], interceptors=[hang]):
         print("ready", flush=True)
         await asyncio.Event().wait()
 

@@ -114,6 +114,10 @@ WHOLE_ROUND_DIRECT = "return-direct-only-when-the-whole-round-is"
 goes to `interpret` (the model reads every result) instead of ending with the direct
 result alone."""
 
+CHECK_BEFORE_CONSENT = "check-before-consent"
+"""Patch id: turns recorded since a tool's check (`Tool.check`) runs before a person is
+asked to consent to its call."""
+
 AGENT_NAMED = "turns-name-their-agent"
 """Patch id: turns recorded since they say which agent answered them (search
 attributes AgentName and AgentFingerprint)."""
@@ -473,6 +477,13 @@ class AgentTurn:
                 "write after it needs consent"
             )
             why = f"{why}; {tainted}" if why else tainted
+        if why and vc.checked and workflow.patched(CHECK_BEFORE_CONSENT):
+            # Nobody is asked to approve what cannot happen; the approval says what will.
+            change, refusal = await self._check(turn, iteration, index, vc)
+            if refusal is not None:
+                return refusal
+            if change:
+                why = f"{why}; it will: {change}"
         if why and (refused := await self._consent(turn, iteration, call, why)):
             return refused
         if vc.agent is not None:
@@ -522,6 +533,42 @@ class AgentTurn:
             observation=observation,
         )
         return observation
+
+    async def _check(
+        self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
+    ) -> tuple[str, Observation | None]:
+        """The tool's check of a call that needs consent, as a local activity (a read):
+        what the call will change, or the observation that it cannot succeed. A check
+        that cannot run leaves the call to the person, as before there were checks."""
+        call = vc.call
+        try:
+            checked = await workflow.execute_local_activity_method(
+                DispatchActivity.check,
+                DispatchInput(
+                    call=call,
+                    customer_id=turn.customer_id,
+                    idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
+                    agent=self._agent.name,
+                ),
+                start_to_close_timeout=QUICK_TIMEOUT,
+                retry_policy=tool_retry(vc.max_attempts),
+                summary=answers.markdown_safe(f"check: {call.render()}"),
+            )
+        except (ActivityError, ApplicationError, TimeoutError) as e:
+            cause = _cause(e)
+            if isinstance(cause, ApplicationError) and cause.non_retryable:
+                observation = Observation(
+                    call_id=call.id, tool=call.name, ok=False, text=cause.message
+                )
+                self._record(
+                    iteration,
+                    StepKind.OBSERVATION,
+                    f"{call.name}: not asked, it cannot be done: {cause.message}",
+                    observation=observation,
+                )
+                return "", observation
+            return "", None
+        return str(checked.result or ""), None
 
     async def _dispatch(self, vc: ValidCall, input: DispatchInput) -> DispatchOutput:
         """Run the call: a quick read as a local activity first, anything else (or a
