@@ -14,6 +14,8 @@ start and the connection. A turn that takes longer, or waits for a person's
 approval, goes on; the handler answers that it is still working, and keeps the
 turn's id in the session, so the user's next utterance first brings that answer.
 
+AGENT_LEX_AGENT names the agent that answers (default: the worker's first).
+
 Session attributes (strings, as Lex requires; Lex gives them back on every event):
 
     customerId          read: whose orders the agent may see, set by the application
@@ -50,6 +52,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_agent.agents import AGENT_NAME_PATTERN
 from durable_agent.chat import ConversationInput
 from durable_agent.runtime.server import ServerUnavailable, connect
 from durable_agent.runtime.settings import TASK_QUEUE
@@ -63,6 +66,7 @@ _log = logging.getLogger(__name__)
 _log.setLevel(logging.INFO)  # Lambda's root logger passes on what its loggers let through
 
 BUDGET_ENV = "AGENT_LEX_BUDGET_S"
+AGENT_ENV = "AGENT_LEX_AGENT"
 CUSTOMER_ENV = "AGENT_LEX_CUSTOMER"
 SELF_APPROVAL_ENV = "AGENT_LEX_SELF_APPROVAL"
 DEFAULT_BUDGET_S = 20.0
@@ -131,6 +135,8 @@ class Settings:
     budget: float = DEFAULT_BUDGET_S
     """Seconds to wait for an answer before saying "still working"."""
     task_queue: str = TASK_QUEUE
+    agent: str = ""
+    """The agent that answers the bot's users (empty: the worker's first)."""
     customer: str = ""
     """Customer of sessions whose application sets no customerId (e.g. `demo`)."""
     self_approval: bool = False
@@ -142,6 +148,7 @@ class Settings:
         return cls(
             budget=_budget(env.get(BUDGET_ENV, "")),
             task_queue=env.get("AGENT_TASK_QUEUE", "") or TASK_QUEUE,
+            agent=_agent(env.get(AGENT_ENV, "")),
             customer=env.get(CUSTOMER_ENV, "").strip(),
             self_approval=_switch(SELF_APPROVAL_ENV, env.get(SELF_APPROVAL_ENV, "")),
         )
@@ -161,6 +168,16 @@ def _budget(raw: str) -> float:
     return budget
 
 
+def _agent(raw: str) -> str:
+    name = raw.strip()
+    if name and not re.match(AGENT_NAME_PATTERN, name):
+        raise SetupError(
+            f"{AGENT_ENV}={raw!r}: name the agent that answers (as its workers serve it), "
+            "or leave it unset for the worker's first"
+        )
+    return name
+
+
 def _switch(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("", "0", "false", "no", "off"):
@@ -175,7 +192,7 @@ def conversation_input(event: LexEvent, settings: Settings) -> ConversationInput
     session attribute, else AGENT_LEX_CUSTOMER, else the Lex session id."""
     customer = event.attributes.get(CUSTOMER) or settings.customer or event.session_id
     try:
-        return ConversationInput(customer_id=customer)
+        return ConversationInput(customer_id=customer, agent=settings.agent)
     except ValidationError as e:
         problem = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
         raise SetupError(

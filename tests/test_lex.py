@@ -350,3 +350,12 @@ def test_the_budget_stops_short_of_the_lambda_timeout() -> None:
     assert lex._deadline(100.0, 20.0, LambdaContext(remaining_ms=30_000)) == 120.0
     assert lex._deadline(100.0, 20.0, LambdaContext(remaining_ms=10_000)) == 108.0
     assert lex._deadline(100.0, 20.0, None) == 120.0
+
+
+def test_the_bot_names_the_agent_that_answers() -> None:
+    event = lex.LexEvent.parse(load("shipped.json"))
+    settings = lex.Settings.from_env({lex.AGENT_ENV: "helpdesk", lex.CUSTOMER_ENV: "demo"})
+    assert lex.conversation_input(event, settings).agent == "helpdesk"
+    assert lex.Settings.from_env({}).agent == ""  # the worker's first
+    with pytest.raises(lex.SetupError, match="AGENT_LEX_AGENT='two words'"):
+        lex.Settings.from_env({lex.AGENT_ENV: "two words"})
