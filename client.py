@@ -278,6 +278,8 @@ def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -
     """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
     print(f"\nanswer ({result.outcome.value}): {result.answer}")
     print(usage_line(result.usage))
+    if result.agent:
+        print(f"agent: {result.agent} (fingerprint {result.fingerprint})")
     url = conn.workflow_url(handle.id, handle.result_run_id)
     print(f"workflow: {handle.id}" + (f"  {url}" if url else ""))
     return EXIT_NOT_ANSWERED if result.outcome in UNANSWERED else 0

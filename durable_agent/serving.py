@@ -270,4 +270,8 @@ def _load_one(spec: str, flag: str) -> Agent:
             f"{flag} {spec}: {module_name}.{attribute} is a {type(found).__name__}, not an "
             "Agent (from durable_agent import Agent), nor a function returning one"
         )
+    try:
+        _registry(found)
+    except AgentDefinitionError as e:
+        raise AgentDefinitionError(f"{flag} {spec}: {e}") from None
     return found

@@ -179,6 +179,7 @@ BOOKSTORE_MODULE = """
 
     not_an_agent = 42
     twice = Agent(name="bookstore")
+    same_tool_twice = Agent(name="dupes", tools=[book_price, book_price])
 """
 
 
@@ -212,6 +213,7 @@ def test_load_finds_a_module_in_the_current_folder(
         ("books:nothing", "module books has no attribute 'nothing'"),
         ("books:not_an_agent", "books.not_an_agent is a int, not an Agent"),
         ("broken:agent", "importing broken failed"),
+        ("books:same_tool_twice", "agent 'dupes': tool 'book_price' is registered twice"),
     ],
 )
 def test_every_bad_agent_stops_the_worker_with_one_line(

@@ -84,9 +84,16 @@ def assert_lex_v2(response: dict[str, Any], *, fulfilled: bool) -> None:
         assert isinstance(key, str) and key and isinstance(value, str)
 
 
-async def chat_state(harness: Harness, conversation: str) -> ConversationState:
+async def chat_state(harness: Harness, conversation: str, exchanges: int = 0) -> ConversationState:
+    """The conversation's state once it remembers `exchanges` of them: it records an
+    exchange as it sees the turn end, a moment after the turn's answer is out."""
     handle = harness.client.get_workflow_handle_for(Conversation.run, conversation)
-    return await handle.query(Conversation.state, rpc_timeout=timedelta(seconds=10))
+    deadline = time.monotonic() + 30
+    while True:
+        state = await handle.query(Conversation.state, rpc_timeout=timedelta(seconds=10))
+        if len(state.exchanges) >= exchanges or time.monotonic() > deadline:
+            return state
+        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -130,7 +137,7 @@ async def test_a_plain_answer_then_a_follow_up_in_the_same_conversation(
         first = await handler(load("shipped.json"))
         second = await handler(carry(load("follow_up.json"), first))
         conversation = attrs(first)["agentConversation"]
-        state = await chat_state(harness, conversation)
+        state = await chat_state(harness, conversation, exchanges=2)
 
     assert SHIPPED in text(first)
     assert attrs(first)["customerId"] == "demo"  # the application's attribute, kept
