@@ -39,6 +39,7 @@ from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.pricing import usage_line
+from durable_agent.runtime import deployments, search
 from durable_agent.runtime.server import Connection, ServerUnavailable, connect
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.runtime.turns import (
@@ -557,6 +558,32 @@ async def cmd_list(args: argparse.Namespace) -> None:
             )
 
 
+async def cmd_versions(args: argparse.Namespace) -> int:
+    deployment = (args.deployment or os.environ.get("AGENT_DEPLOYMENT") or args.task_queue).strip()
+    if not deployment or len(deployment) > 255 or not deployment.isprintable():
+        raise CliError(f"--deployment {args.deployment!r}: give a worker deployment's name")
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        now = await deployments.routing(conn.client, deployment)
+        if now is None:
+            print(
+                f"no worker deployment {deployment!r}: workers are versions of one once "
+                "they start with AGENT_VERSIONING=on (the default)"
+            )
+            return 1
+        reports = await deployments.versions(
+            conn.client, deployment, indexed=await search.available(conn.client)
+        )
+        ramp = f", ramping {now.ramping} at {now.ramping_percentage:g}%" if now.ramping else ""
+        print(f"deployment {deployment}: current {now.current or '(none)'}{ramp}")
+        for r in reports:
+            waiting = f" ({r.awaiting_approval} awaiting approval)" if r.awaiting_approval else ""
+            print(
+                f"  {r.build_id:<24} {r.status:<9} {r.turns} turns running{waiting}, "
+                f"{r.conversations} conversations"
+            )
+        return 0
+
+
 async def cmd_show(args: argparse.Namespace) -> int:
     turn_id = workflow_id(args.workflow_id)
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
@@ -752,6 +779,14 @@ def parser() -> argparse.ArgumentParser:
         "--follow", action="store_true", help="on a running turn: print its steps as they happen"
     )
     show.set_defaults(run=cmd_show)
+
+    versions = sub.add_parser(
+        "versions", help="the worker deployment's versions and what still runs on each"
+    )
+    versions.add_argument(
+        "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
+    )
+    versions.set_defaults(run=cmd_versions)
 
     demo = sub.add_parser("demo", help="run the six sample questions end to end")
     demo.add_argument("--model", default="", help="model spec (default: the worker's)")

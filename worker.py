@@ -18,18 +18,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Sequence
 from dataclasses import replace
 
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from durable_agent import telemetry
 from durable_agent.agents import Agent
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.model import ModelCatalog
-from durable_agent.plugin import AgentPlugin
+from durable_agent.plugin import AgentPlugin, AgentWorker
 from durable_agent.plugin import build_worker as build_agent_worker
 from durable_agent.runtime import logs, metrics, search
 from durable_agent.runtime.chaos import Faults
@@ -58,7 +58,7 @@ def build_worker(
     models: ModelCatalog | None = None,
     faults: Faults | None = None,
     **options: object,
-) -> Worker:
+) -> AgentWorker:
     """A worker for `agents` (default: those the settings name, else the demo shop's)
     on `task_queue` (default: the settings')."""
     settings = settings or Settings.from_env()
@@ -101,6 +101,9 @@ async def run(checked: AgentPlugin, observed: metrics.MetricsSettings) -> None:
     try:
         if problem := await search.ensure(conn.client):
             print(f"note: {problem}", flush=True)
+        if conn.server and not os.environ.get("AGENT_PROMOTE"):
+            # This process's own server: its one worker is the version that serves.
+            settings = replace(settings, promote="always")
         worker = build_worker(conn.client, agents=agents, settings=settings)
         async with worker:
             where = (
@@ -113,6 +116,9 @@ async def run(checked: AgentPlugin, observed: metrics.MetricsSettings) -> None:
             for served in checked.agents.served.values():
                 if served.agent in agents and served.name == served.agent.name:
                     print(f"agent {describe(served)}", flush=True)
+            if worker.plugin.version is not None:
+                version = worker.plugin.version
+                print(f"version {version.deployment_name}:{version.build_id}", flush=True)
             if conn.workflows_url:
                 print(f"Web UI: {conn.workflows_url}", flush=True)
             if observed.prometheus:

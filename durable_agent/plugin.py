@@ -17,13 +17,16 @@ are opened as the worker starts and closed when it stops.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Interceptor, Worker, WorkerConfig
@@ -37,9 +40,12 @@ from durable_agent.model import ModelCatalog
 from durable_agent.runtime import metrics
 from durable_agent.runtime.chaos import ChaosInterceptor, Faults
 from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
+from durable_agent.runtime.deployments import build_id, deployment_config, promote
 from durable_agent.serving import Agents
 from durable_agent.settings import Settings
-from workflows import AgentTurn, Conversation
+from workflows import AgentTurn, Conversation, UnversionedConversation
+
+log = logging.getLogger("durable_agent.worker")
 
 MAX_WORKFLOW_TASKS = 10
 """Workflow tasks a worker runs at once (one Python process runs one at a time)."""
@@ -62,6 +68,13 @@ class AgentPlugin(SimplePlugin):
     ) -> None:
         self.settings = settings or Settings.from_env()
         self.given = list(agents)
+        self.version: WorkerDeploymentVersion | None = None
+        """This worker's version, once `configure_worker` knows its task queue."""
+        self.promoted = asyncio.Event()
+        """Set once the deployment has a current version that serves (this one, or a
+        live one `Settings.promote` leaves alone)."""
+        self._client: Client | None = None
+        self._task_queue = ""
         self.agents = Agents(
             agents, settings=self.settings, models=models or default_models(self.settings.model)
         )
@@ -76,17 +89,49 @@ class AgentPlugin(SimplePlugin):
             data_converter=_converter,
             interceptors=interceptors,
             activities=turn_activities(self.agents),
-            workflows=[AgentTurn, Conversation],
+            workflows=[
+                AgentTurn,
+                Conversation if self.settings.versioning else UnversionedConversation,
+            ],
             run_context=self._opened,
         )
 
     @contextlib.asynccontextmanager
     async def _opened(self) -> AsyncIterator[None]:
-        """For as long as the worker runs: every agent's deps, opened once."""
+        """For as long as the worker runs: every agent's deps, opened once; and, once it
+        polls, its version made current as `Settings.promote` says."""
         async with self.agents.opened():
-            yield
+            settling = asyncio.create_task(self._promote())
+            try:
+                yield
+            finally:
+                settling.cancel()
+
+    async def _promote(self) -> None:
+        try:
+            if self.version is not None and self._client is not None:
+                await promote(
+                    self._client,
+                    self.version,
+                    self.settings.promote,
+                    self._task_queue,
+                    settled=self.promoted,
+                )
+        except Exception:
+            log.exception("could not make version %s current", self.version)
+        finally:
+            self.promoted.set()
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        self._client = config["client"]
+        self._task_queue = config["task_queue"]
+        if self.settings.versioning and config.get("deployment_config") is None:
+            fingerprints = [s.fingerprint for s in self.agents.served.values()]
+            self.version = WorkerDeploymentVersion(
+                deployment_name=self.settings.deployment or config["task_queue"],
+                build_id=self.settings.build_id or build_id(fingerprints),
+            )
+            config["deployment_config"] = deployment_config(self.version)
         converter = config["client"].data_converter
         if not issubclass(converter.payload_converter_class, LeanPayloadConverter):
             raise AgentDefinitionError(
@@ -106,6 +151,29 @@ def _converter(existing: DataConverter | None) -> DataConverter:
     return ours
 
 
+class AgentWorker(Worker):
+    """A worker that, entered (`async with`), has settled its version first: turns
+    started in the block go to a version that serves them."""
+
+    def __init__(self, client: Client, plugin: AgentPlugin, **config: Any) -> None:
+        super().__init__(client, **config)
+        self.plugin = plugin
+
+    async def __aenter__(self) -> AgentWorker:
+        await super().__aenter__()
+        if self.plugin.settings.versioning:
+            try:
+                await asyncio.wait_for(self.plugin.promoted.wait(), PROMOTE_WAIT_S)
+            except asyncio.TimeoutError:
+                log.warning(
+                    "version %s: not settled after %s s", self.plugin.version, PROMOTE_WAIT_S
+                )
+        return self
+
+
+PROMOTE_WAIT_S = 30.0
+
+
 def build_worker(
     client: Client,
     *agents: Agent,
@@ -114,7 +182,7 @@ def build_worker(
     models: ModelCatalog | None = None,
     faults: Faults | None = None,
     **options: Any,
-) -> Worker:
+) -> AgentWorker:
     """A worker for `agents` on `task_queue` (default: the settings', AGENT_TASK_QUEUE),
     tuned for turns; `options` go to `Worker` as they are."""
     plugin = AgentPlugin(*agents, settings=settings, models=models, faults=faults)
@@ -130,8 +198,9 @@ def build_worker(
         **options,
     }
     plugins: Sequence[Any] = [*tuned.pop("plugins", []), plugin]
-    return Worker(
+    return AgentWorker(
         client,
+        plugin,
         task_queue=task_queue or plugin.settings.task_queue,
         plugins=plugins,
         **tuned,

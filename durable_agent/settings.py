@@ -10,6 +10,11 @@
                             (default: the demo shop's)
     AGENT_APPROVAL_REQUIRED / AGENT_APPROVAL_WAIVED    consent, over the tools' own word
     AGENT_SHIELDS_INPUT / _TOOL_INPUT / _TOOL_OUTPUT / _OUTPUT, AGENT_SHIELDS_FAIL_OPEN
+    AGENT_VERSIONING        on (default) | off: workers as versions of a deployment
+    AGENT_DEPLOYMENT        the worker deployment (default: the task queue)
+    AGENT_BUILD_ID          this worker's version (default: a hash of code and agents)
+    AGENT_PROMOTE           auto (default) | always | never: make this version current
+                            (`durable_agent.runtime.deployments`)
 
 An agent's own `model`, `approvals` and `shields` take precedence over these.
 """
@@ -22,6 +27,9 @@ from dataclasses import dataclass, field
 
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.shields import ShieldSettings
+
+PROMOTE = ("auto", "always", "never")
+"""What a starting worker does about its deployment's current version."""
 
 DEFAULT_TASK_QUEUE = "agent-turns"
 DEFAULT_MODEL = "offline"
@@ -36,6 +44,19 @@ class Settings:
     """`module:attribute` of each agent `worker.py` serves (empty: the demo shop's)."""
     approvals: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     shields: ShieldSettings = field(default_factory=ShieldSettings)
+    versioning: bool = True
+    """Each worker is a version of a worker deployment, and each turn finishes on the
+    version it started on (`durable_agent.runtime.deployments`)."""
+    deployment: str = ""
+    """The worker deployment's name; empty: the task queue's."""
+    build_id: str = ""
+    """This worker's version; empty: a hash of the code and the agents' fingerprints."""
+    promote: str = "auto"
+    """`auto`: make this version current when the deployment has none; `always`; `never`."""
+
+    def __post_init__(self) -> None:
+        if self.promote not in PROMOTE:
+            raise ValueError(f"AGENT_PROMOTE={self.promote!r}: use {', '.join(PROMOTE)}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -46,4 +67,17 @@ class Settings:
             agents=tuple(a.strip() for a in env.get("AGENT_AGENTS", "").split(",") if a.strip()),
             approvals=ApprovalPolicy.from_env(env),
             shields=ShieldSettings.from_env(env),
+            versioning=_switch("AGENT_VERSIONING", env.get("AGENT_VERSIONING", "on")),
+            deployment=env.get("AGENT_DEPLOYMENT", "").strip(),
+            build_id=env.get("AGENT_BUILD_ID", "").strip(),
+            promote=env.get("AGENT_PROMOTE", "").strip().lower() or "auto",
         )
+
+
+def _switch(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "on", "true", "yes"):
+        return True
+    if value in ("0", "off", "false", "no"):
+        return False
+    raise ValueError(f"{name}={raw!r}: use on or off")

@@ -22,6 +22,7 @@ from durable_agent.model import Model, ModelCatalog, ModelRequest
 from durable_agent.offline import OfflineModel
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
+from durable_agent.settings import Settings
 from durable_agent.shields import ShieldSettings
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
@@ -98,11 +99,15 @@ class Harness:
         if model is not None:
             factories["scripted"] = lambda _: model
         served = agents or [self.agent(tools, approvals=approvals, shields=shields)]
+        # Unversioned: each test has a task queue of its own, and tests of versioning
+        # say so (tests/test_versioning.py).
+        settings = replace(Settings.from_env(), versioning=False)
         async with build_worker(
             self.client,
             task_queue,
             agents=served,
             models=ModelCatalog(factories),
+            settings=settings,
             **worker_options,
         ):
             yield task_queue

@@ -24,8 +24,9 @@ from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
 from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.types import ToolCall, TurnInput, TurnLimits
-from shop import ShopStore
+from shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
 from tests.conftest import Harness, last_result
+from tests.test_subagents import parent_and_expert
 from workflows import Conversation, search
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -144,10 +145,29 @@ async def main() -> None:
                     await handle.result()
                 await save(name, handle)
             for name, approved in (("approved", True), ("declined_by_person", False)):
-                async with harness.worker(approval_model()) as task_queue:
-                    await save(name, await approving(harness, task_queue, approved))
+                # A shop of its own: the order has no return yet, so consent is asked.
+                fresh = Harness(env.client, ShopStore(Path(tmp) / f"{name}.db"))
+                async with fresh.worker(approval_model()) as task_queue:
+                    await save(name, await approving(fresh, task_queue, approved))
             async with harness.worker() as task_queue:
                 await save("conversation", await chatting(harness, task_queue))
+                streamed = TurnInput(question="Has order 123456 shipped?", stream=True)
+                handle = await start_turn(env.client, streamed, task_queue)
+                await handle.result()
+                await save("streamed", handle)
+            async with harness.worker(parent_and_expert(), TOOLS_WITH_POLICY_EXPERT) as task_queue:
+                asked = TurnInput(
+                    question="Can I get my order in Toronto?",
+                    model="scripted",
+                    limits=TurnLimits(max_steps=4),
+                )
+                handle = await start_turn(env.client, asked, task_queue)
+                await handle.result()
+                await save("sub_agent", handle)
+                await save(
+                    "sub_agent_expert",
+                    env.client.get_workflow_handle(f"{handle.id}-policy_expert-1-0"),
+                )
     finally:
         await env.shutdown()
 

@@ -1,12 +1,16 @@
-"""Determinism guard: stored histories of representative turns replay on the
-current workflow code without a non-determinism error.
+"""The replay gate: stored histories replay on the current workflow code without
+a non-determinism error.
 
-`histories/` holds turns recorded by the current code (`python -m
-tests.record_histories`); `histories/v0.1/` holds turns recorded by 0.1, to pin
-down what an upgrade does to turns in flight: 0.2 screens the question with the
-input shields before `plan`, so no 0.1 turn can continue on a 0.2 worker; each
-fails its workflow task with a non-determinism error, as the README's upgrade
-note says (drain 0.1 workers first).
+`histories/` holds turns and conversations recorded by the current code
+(`python -m tests.record_histories`): approvals given and refused, a
+conversation, a streamed turn, a sub-agent's turn and its parent. `histories/v0.2/`
+holds those of the previous release: a change that would fail them must be
+behind `workflow.patched` (or ship as a new worker version that turns in flight
+are pinned away from, and say so here). The gate is shown to catch a change that
+is not patched. `histories/v0.1/` holds turns recorded by 0.1, which screens no
+question before `plan`: none of them can continue on this code, and each fails
+with a non-determinism error, which is why those turns were drained, not
+upgraded (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ from workflows import AgentTurn, Conversation
 
 HERE = Path(__file__).parent / "histories"
 HISTORIES = sorted(HERE.glob("*.json"))
+RELEASED = sorted((HERE / "v0.2").glob("*.json"))
 V01 = sorted((HERE / "v0.1").glob("*.json"))
 
 
-async def replay(path: Path) -> BaseException | None:
-    replayer = Replayer(workflows=[AgentTurn, Conversation], data_converter=LEAN_DATA_CONVERTER)
+async def replay(path: Path, turn: type = AgentTurn) -> BaseException | None:
+    replayer = Replayer(workflows=[turn, Conversation], data_converter=LEAN_DATA_CONVERTER)
     id_file = path.with_suffix(".id")
     workflow_id = id_file.read_text().strip() if id_file.exists() else f"replay-{path.stem}"
     history = WorkflowHistory.from_json(workflow_id, path.read_text())
@@ -36,13 +41,25 @@ async def replay(path: Path) -> BaseException | None:
 
 
 def test_histories_are_stored() -> None:
-    assert len(HISTORIES) >= 11, "run `python -m tests.record_histories`"
+    assert len(HISTORIES) >= 15, "run `python -m tests.record_histories`"
+    assert {"approved", "conversation", "streamed", "sub_agent"} <= {p.stem for p in HISTORIES}
+    assert len(RELEASED) == 12
     assert len(V01) == 7
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", HISTORIES + RELEASED, ids=lambda p: f"{p.parent.name}/{p.stem}")
 async def test_history_replays(path: Path) -> None:
     assert await replay(path) is None
+
+
+@pytest.mark.parametrize("name", ["approved", "order_answered"])
+async def test_the_gate_catches_a_change_that_is_not_patched(name: str) -> None:
+    """The deploy drill's version 2 (one step more, not behind `workflow.patched`)."""
+    from tests.drill_worker import ChangedTurn
+
+    assert isinstance(
+        await replay(HERE / "v0.2" / f"{name}.json", ChangedTurn), NondeterminismError
+    )
 
 
 @pytest.mark.parametrize("path", V01, ids=lambda p: p.stem)

@@ -7,6 +7,11 @@
     idle_timeout      no message for this long ends the conversation
     continue-as-new   when Temporal suggests it (or after max_turns_per_run turns),
                       carrying the memory, so a long chat's history stays bounded
+    versions          auto-upgrade: each step runs on the current worker version, so
+                      a message sent after a deploy is answered by a turn of the new
+                      code (each turn is pinned to the version it started on); this
+                      code must stay replay-compatible across versions (the replay
+                      test guards it): `durable_agent/runtime/deployments.py`
 
 Each turn keeps its own history, five activity kinds and approvals; the
 conversation only remembers questions and answers, bounded in count and size,
@@ -22,6 +27,7 @@ import asyncio
 from dataclasses import replace
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ChildWorkflowError
 
@@ -46,7 +52,7 @@ STREAM_KEEP = 200
 dropped: a reader that far behind starts again from the oldest kept)."""
 
 
-@workflow.defn(name="Conversation")
+@workflow.defn(name="Conversation", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class Conversation:
     @workflow.init
     def __init__(self, input: ConversationInput) -> None:
@@ -193,3 +199,13 @@ class Conversation:
             current_turn_id=self._current,
             ended=self._ended,
         )
+
+
+@workflow.defn(name="Conversation")
+class UnversionedConversation(Conversation):
+    """The same conversation for a worker that is no version of a deployment
+    (`AGENT_VERSIONING=off`): Temporal refuses a versioning behavior from one."""
+
+    @workflow.run
+    async def run(self, input: ConversationInput) -> ConversationOutput:
+        return await super().run(input)

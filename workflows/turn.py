@@ -139,6 +139,10 @@ class _TurnEnded(Exception):
 
 @workflow.defn(name="AgentTurn")
 class AgentTurn:
+    """Pinned (the agent workers' default behavior): a turn finishes on the worker
+    version, code and agents, it started on, however long it waits for a person;
+    its sub-agents' turns follow it (`durable_agent/runtime/deployments.py`)."""
+
     def __init__(self) -> None:
         self._steps: list[Step] = []
         self._usage = Usage(cost_usd=0.0)  # a turn's total starts at zero

@@ -1,0 +1,253 @@
+"""Worker versioning: every worker is a version of a worker deployment, and a turn
+finishes on the version it started on.
+
+A turn can wait a day for a person's consent. A worker deployed meanwhile with
+changed workflow code would replay that turn on the new code and fail it (a
+non-determinism error); Temporal's Worker Versioning pins each turn to the version
+(code and agents) that started it instead, and sends new work to the *current*
+version. So:
+
+    AgentTurn      pinned: finishes, approvals and all, on the version it started on;
+                   its sub-agents' turns follow it
+    Conversation   auto-upgrade: its next step runs on the current version, so a
+                   message sent after a deploy gets a turn of the new code; its own
+                   code is small and must stay replay-compatible (`workflow.patched`;
+                   the replay test in CI catches a change that is not)
+
+A version is `<deployment>:<build id>`. The deployment defaults to the task queue,
+the build id to a hash of the code (the core, workflows and activities) and of the
+agents' fingerprints, so changing either makes a new version. Rolling out
+(`docs/deploy.md`): start the new version's workers; make it current
+(`temporal worker deployment set-current-version`, or ramp a percentage); watch the
+old one drain (`client.py versions`); stop its workers when nothing runs on it.
+
+`promote` says what a starting worker does with the deployment's current version:
+`auto` (the default) makes itself current when the deployment has none (a first
+deploy) or when no worker of the current one has polled for `ALIVE_S` (its workers
+are gone: a restart with new code), and otherwise leaves it to the operator;
+`always` makes itself current (a single development worker: the embedded server
+does this); `never` leaves it to the operator. A turn started while the current
+version has no workers waits in the queue and runs on the version made current
+next: a workflow is pinned only once its first task has run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType, WorkerDeploymentVersionStatus
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    DescribeWorkerDeploymentRequest,
+    SetWorkerDeploymentCurrentVersionRequest,
+)
+from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import WorkerDeploymentConfig
+
+log = logging.getLogger("durable_agent.deployments")
+
+UNVERSIONED = "__unversioned__"
+_CODE = ("durable_agent", "workflows", "activities")
+
+
+def build_id(fingerprints: Sequence[str]) -> str:
+    """`b-` and 12 hex digits of a hash of the workflow-facing code and the agents'
+    fingerprints: the same for the same code and agents, on any machine."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent.parent
+    for package in _CODE:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+    for fingerprint in sorted(fingerprints):
+        digest.update(fingerprint.encode())
+    return f"b-{digest.hexdigest()[:12]}"
+
+
+def deployment_config(version: WorkerDeploymentVersion) -> WorkerDeploymentConfig:
+    """A worker that is `version`; workflows that say nothing are pinned."""
+    return WorkerDeploymentConfig(
+        version=version,
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
+
+
+@dataclass(frozen=True)
+class Routing:
+    current: str
+    """The current version's build id ("" when the deployment has none)."""
+    ramping: str = ""
+    ramping_percentage: float = 0.0
+
+
+async def routing(client: Client, deployment: str) -> Routing | None:
+    """Where the deployment sends new work; None when it does not exist (yet)."""
+    try:
+        described = await client.workflow_service.describe_worker_deployment(
+            DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+        )
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    config = described.worker_deployment_info.routing_config
+    return Routing(
+        current=config.current_deployment_version.build_id,
+        ramping=config.ramping_deployment_version.build_id,
+        ramping_percentage=config.ramping_version_percentage,
+    )
+
+
+async def make_current(client: Client, version: WorkerDeploymentVersion) -> None:
+    await client.workflow_service.set_worker_deployment_current_version(
+        SetWorkerDeploymentCurrentVersionRequest(
+            namespace=client.namespace,
+            deployment_name=version.deployment_name,
+            build_id=version.build_id,
+            identity=f"durable-agent worker {version.build_id}",
+            # The worker calling this is about to poll: do not wait for its pollers.
+            allow_no_pollers=True,
+        )
+    )
+
+
+ALIVE_S = 75.0
+"""A worker long-polls for up to a minute: one not seen for longer is gone."""
+WATCH_S = 15.0
+"""How often an `auto` worker looks again while another version is current."""
+
+
+async def live_build_ids(client: Client, task_queue: str) -> set[str]:
+    """Build ids of the workers that polled `task_queue` for workflow tasks lately."""
+    described = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    now = datetime.now(timezone.utc)
+    return {
+        poller.deployment_options.build_id
+        for poller in described.pollers
+        if (now - poller.last_access_time.ToDatetime(timezone.utc)).total_seconds() < ALIVE_S
+    }
+
+
+async def promote(
+    client: Client,
+    version: WorkerDeploymentVersion,
+    how: str,
+    task_queue: str,
+    settled: asyncio.Event | None = None,
+) -> bool:
+    """Make `version` current per `how` (see the module docstring); True once it is.
+    `auto` keeps watching while another version is current and alive, and takes over
+    when that one's workers are gone. Retries while the server has not yet heard of
+    this worker's deployment (its first poll creates it). `settled` is set once the
+    deployment has a current version that serves."""
+    if how == "never":
+        return False
+    attempt = 0
+    while True:
+        try:
+            now = await routing(client, version.deployment_name)
+            if now is not None and now.current == version.build_id:
+                return True
+            if how == "auto" and now is not None and now.current:
+                if now.current in await live_build_ids(client, task_queue):
+                    if settled is not None and not settled.is_set():
+                        log.info(
+                            "version %s is current and has workers: this one (%s) takes "
+                            "new work once it is made current (docs/deploy.md)",
+                            now.current,
+                            version.build_id,
+                        )
+                        settled.set()
+                    await asyncio.sleep(WATCH_S)
+                    continue
+                log.info("version %s has no workers left: taking over", now.current)
+            await make_current(client, version)
+            log.info("version %s is current", version.build_id)
+            return True
+        except RPCError as e:
+            if e.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+                raise
+            attempt += 1
+            if attempt > 40:
+                raise
+            await asyncio.sleep(min(0.25 * attempt, 2.0))
+
+
+@dataclass(frozen=True)
+class VersionReport:
+    build_id: str
+    status: str
+    """current, ramping, draining, drained, inactive"""
+    turns: int
+    awaiting_approval: int
+    conversations: int
+
+
+_STATUS = {
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_CURRENT: "current",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_RAMPING: "ramping",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_DRAINING: "draining",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_DRAINED: "drained",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_INACTIVE: "inactive",
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_CREATED: "created",
+}
+
+
+async def versions(client: Client, deployment: str, indexed: bool) -> list[VersionReport]:
+    """Each version of the deployment, newest first, with what still runs on it: turns
+    (and how many wait for consent; `indexed`: the agent's search attributes exist)
+    and conversations."""
+    described = await client.workflow_service.describe_worker_deployment(
+        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+    )
+    summaries = sorted(
+        described.worker_deployment_info.version_summaries,
+        key=lambda v: v.create_time.ToDatetime(),
+        reverse=True,
+    )
+    reports = []
+    for summary in summaries:
+        build = summary.deployment_version.build_id
+        on = (
+            f"TemporalWorkerDeploymentVersion = '{deployment}:{build}' "
+            "AND ExecutionStatus = 'Running'"
+        )
+
+        async def count(query: str) -> int:
+            return (await client.count_workflows(query)).count
+
+        turns = await count(f"{on} AND WorkflowType = 'AgentTurn'")
+        waiting = (
+            await count(
+                f"{on} AND WorkflowType = 'AgentTurn' AND AgentStatus = 'awaiting_approval'"
+            )
+            if indexed
+            else 0
+        )
+        chats = await count(f"{on} AND WorkflowType = 'Conversation'")
+        reports.append(
+            VersionReport(
+                build_id=build,
+                status=_STATUS.get(summary.status, "unknown"),
+                turns=turns,
+                awaiting_approval=waiting,
+                conversations=chats,
+            )
+        )
+    return reports
