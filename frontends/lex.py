@@ -18,8 +18,10 @@ AGENT_LEX_AGENT names the agent that answers (default: the worker's first).
 
 Session attributes (strings, as Lex requires; Lex gives them back on every event):
 
-    customerId          read: whose orders the agent may see, set by the application
-                        that calls Lex (else AGENT_LEX_CUSTOMER, else the session id)
+    customerToken       read: whose orders the agent may see, signed by the application
+                        that calls Lex with AGENT_LEX_CUSTOMER_SECRET (`customer_token`);
+                        without one, AGENT_LEX_CUSTOMER; with neither, no answer (the
+                        session id and plain attributes are the caller's to choose)
     agentConversation   the session's conversation (workflow id); an ended one, e.g.
                         after 30 idle minutes, is replaced by a new one
     agentTurn           a turn still being worked on; "" once its answer was given
@@ -34,6 +36,8 @@ escapes the handler, since Lex would only tell the user that something failed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import os
 import re
@@ -68,6 +72,7 @@ _log.setLevel(logging.INFO)  # Lambda's root logger passes on what its loggers l
 BUDGET_ENV = "AGENT_LEX_BUDGET_S"
 AGENT_ENV = "AGENT_LEX_AGENT"
 CUSTOMER_ENV = "AGENT_LEX_CUSTOMER"
+SECRET_ENV = "AGENT_LEX_CUSTOMER_SECRET"
 SELF_APPROVAL_ENV = "AGENT_LEX_SELF_APPROVAL"
 DEFAULT_BUDGET_S = 20.0
 MAX_BUDGET_S = 900.0
@@ -79,6 +84,7 @@ POLL_S = 0.25
 QUERY_TIMEOUT_S = 2.0
 
 CUSTOMER = "customerId"
+TOKEN = "customerToken"
 CONVERSATION = "agentConversation"
 TURN = "agentTurn"
 
@@ -138,7 +144,9 @@ class Settings:
     agent: str = ""
     """The agent that answers the bot's users (empty: the worker's first)."""
     customer: str = ""
-    """Customer of sessions whose application sets no customerId (e.g. `demo`)."""
+    """The customer of every session that carries no signed token (e.g. `demo`)."""
+    secret: str = ""
+    """Signs the customer tokens the calling application sets (`customer_token`)."""
     self_approval: bool = False
     """Whether the Lex user may approve the agent's writes for themself."""
 
@@ -150,6 +158,7 @@ class Settings:
             task_queue=env.get("AGENT_TASK_QUEUE", "") or TASK_QUEUE,
             agent=_agent(env.get(AGENT_ENV, "")),
             customer=env.get(CUSTOMER_ENV, "").strip(),
+            secret=env.get(SECRET_ENV, "").strip(),
             self_approval=_switch(SELF_APPROVAL_ENV, env.get(SELF_APPROVAL_ENV, "")),
         )
 
@@ -187,18 +196,62 @@ def _switch(name: str, raw: str) -> bool:
     raise SetupError(f"{name}={raw!r}: set 1 (on) or 0 (off)")
 
 
-def conversation_input(event: LexEvent, settings: Settings) -> ConversationInput:
-    """The session's conversation: its customer is the application's `customerId`
-    session attribute, else AGENT_LEX_CUSTOMER, else the Lex session id."""
-    customer = event.attributes.get(CUSTOMER) or settings.customer or event.session_id
+def conversation_input(
+    event: LexEvent, settings: Settings, now: float | None = None
+) -> ConversationInput:
+    """The session's conversation. Whoever calls Lex sets the session's id and its
+    attributes, so neither names the customer by itself: the customer is the one a
+    `customerToken` attribute signed with AGENT_LEX_CUSTOMER_SECRET names (set by the
+    application after its own login: `customer_token`), else AGENT_LEX_CUSTOMER (one
+    customer for every session: a demo, a single-account bot)."""
+    token = event.attributes.get(TOKEN)
+    if settings.secret and token:
+        customer = verify_customer_token(token, settings.secret, now)
+    elif settings.customer:
+        customer = settings.customer
+    elif settings.secret:
+        raise SetupError(
+            f"session {event.session_id!r} carries no {TOKEN} attribute: the application "
+            f"that calls Lex sets it after its login (frontends.lex.customer_token)"
+        )
+    else:
+        raise SetupError(
+            f"no customer source: set {SECRET_ENV} (the application signs each session's "
+            f"customer into its {TOKEN} attribute) or {CUSTOMER_ENV} (one customer for all)"
+        )
     try:
         return ConversationInput(customer_id=customer, agent=settings.agent)
     except ValidationError as e:
         problem = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
-        raise SetupError(
-            f"customer id {customer!r}: {problem}; have the application that calls Lex set "
-            f"the {CUSTOMER} session attribute, or set {CUSTOMER_ENV}"
-        ) from None
+        raise SetupError(f"customer id {customer!r}: {problem}; fix {CUSTOMER_ENV}") from None
+
+
+def customer_token(
+    customer: str, secret: str, ttl_s: float = 3600, now: float | None = None
+) -> str:
+    """The `customerToken` session attribute for `customer`, valid for `ttl_s`: what the
+    application calling Lex sets once it knows who the user is."""
+    expires = int((time.time() if now is None else now) + ttl_s)
+    return f"{customer}:{expires}:{_signature(customer, expires, secret)}"
+
+
+def verify_customer_token(token: str, secret: str, now: float | None = None) -> str:
+    """The customer a `customer_token` names, if it is signed with `secret` and not
+    expired; else SetupError."""
+    parts = token.split(":")
+    if len(parts) != 3 or not parts[1].isdigit():
+        raise SetupError(f"the {TOKEN} attribute is not a customer token")
+    customer, expires, signature = parts[0], int(parts[1]), parts[2]
+    if not hmac.compare_digest(signature, _signature(customer, expires, secret)):
+        raise SetupError(f"the {TOKEN} attribute's signature does not match {SECRET_ENV}")
+    if expires < (time.time() if now is None else now):
+        raise SetupError(f"the {TOKEN} attribute expired: the application signs a new one")
+    return customer
+
+
+def _signature(customer: str, expires: int, secret: str) -> str:
+    message = f"{customer}:{expires}".encode()
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
 # -- where a turn stands ---------------------------------------------------------------

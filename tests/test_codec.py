@@ -10,6 +10,7 @@ import contextlib
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -275,6 +276,86 @@ def test_codec_server_refuses_other_origins_bad_bodies_and_unknown_keys(
 
     status, _, body = call(codec_server, "GET", "/health")
     assert status == 200 and body == {"status": "ok"}
+
+
+def test_codec_server_answers_malformed_payloads_and_odd_requests_and_stays_up(
+    codec_server: CodecServer,
+) -> None:
+    sealed = as_json(EncryptionCodec(codec_server.codec.ring).encrypt(json_payload("hi")))
+    short = sealed | {"data": base64.b64encode(b"abc").decode()}
+    garbage = sealed | {"data": base64.b64encode(os.urandom(64)).decode()}
+    for bad in (short, garbage):
+        status, _, body = call(codec_server, "POST", "/decode", {"payloads": [bad]})
+        assert status in (400, 422) and "error" in body, (status, body)
+    nested = "[" * 100_000 + "]" * 100_000
+    for headers, raw in (
+        ({"Content-Length": "-1"}, b"{}"),
+        ({"Content-Length": "\u00b2"}, b"{}"),  # a digit to str.isdigit, not a number
+        ({"Content-Type": "application/json; charset=\x00"}, b'{"payloads": []}'),
+        ({}, nested.encode()),
+    ):
+        host, port = codec_server.server_address[:2]
+        conn = http.client.HTTPConnection(str(host), port, timeout=10)
+        conn.putrequest("POST", "/decode", skip_accept_encoding=True)
+        all_headers = {"Content-Type": "application/json", "Content-Length": str(len(raw))}
+        for name, value in (all_headers | headers).items():
+            conn.putheader(name, value.encode("latin-1"))
+        conn.endheaders(raw)
+        response = conn.getresponse()  # an answer, not a dropped connection
+        assert response.status < 500 and json.loads(response.read()), headers
+        conn.close()
+    status, _, _ = call(codec_server, "POST", "/decode", {"payloads": [sealed]})
+    assert status == 200  # still well
+
+
+def test_codec_server_refuses_many_payloads_before_it_parses_them(
+    codec_server: CodecServer,
+) -> None:
+    tiny = {"payloads": [{}] * 200_000}  # 0.6 MB, millions of objects were it parsed
+    status, _, body = call(codec_server, "POST", "/decode", tiny)
+    assert status == 413 and "too many payloads" in body["error"]
+    many = {"payloads": [as_json(json_payload("x"))] * 500}
+    status, _, body = call(codec_server, "POST", "/encode", many)
+    assert status == 200 and len(body["payloads"]) == 500
+
+
+def test_codec_server_closes_a_stalled_connection(
+    codec_server: CodecServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_agent.runtime import codec_server as module
+
+    monkeypatch.setattr(module.CodecHandler, "timeout", 0.5)
+    host, port = codec_server.server_address[:2]
+    with socket.create_connection((str(host), port), timeout=10) as sock:
+        sock.sendall(b"POST /decode HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+        started = time.monotonic()
+        while sock.recv(4096):  # an answer, then the close; or the close at once
+            pass
+        assert time.monotonic() - started < 5
+    status, _, _ = call(codec_server, "GET", "/health")
+    assert status == 200
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_codec_server_beyond_loopback_needs_a_token(host: str) -> None:
+    ring = KeyRing.parse(new_key())
+    with pytest.raises(EncryptionConfigError, match="AGENT_CODEC_TOKEN"):
+        build_server(ring, host=host, port=0)
+    server = build_server(ring, host=host, port=0, token="t")
+    server.server_close()
+    server = build_server(ring, host=host, port=0, open_network=True)
+    server.server_close()
+
+
+def test_codec_server_listens_on_ipv6_loopback() -> None:
+    server = build_server(KeyRing.parse(new_key()), host="::1", port=0, origins=[UI_ORIGIN])
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        status, _, body = call(server, "GET", "/health")
+        assert status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_codec_server_with_a_token_needs_it_except_for_preflight() -> None:

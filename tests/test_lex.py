@@ -114,9 +114,10 @@ def handler(
     for name in (
         *("TEMPORAL_NAMESPACE", "TEMPORAL_API_KEY", "TEMPORAL_PROFILE"),
         *("AGENT_ENCRYPTION_KEY", "AGENT_ENCRYPTION_KEY_FILE"),
-        *(lex.BUDGET_ENV, lex.CUSTOMER_ENV, lex.SELF_APPROVAL_ENV),
+        *(lex.BUDGET_ENV, lex.CUSTOMER_ENV, lex.SECRET_ENV, lex.SELF_APPROVAL_ENV),
     ):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(lex.CUSTOMER_ENV, "demo")  # the sample shop's customer, for all
     monkeypatch.setenv("TEMPORAL_ADDRESS", env.client.service_client.config.target_host)
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "no-temporal.toml"))
 
@@ -246,6 +247,7 @@ async def test_an_ended_or_foreign_conversation_is_replaced(
 ) -> None:
     async with harness.worker() as task_queue:
         monkeypatch.setenv("AGENT_TASK_QUEUE", task_queue)
+        monkeypatch.setenv(lex.SECRET_ENV, SECRET)
         first = await handler(load("shipped.json"))
         ended = harness.client.get_workflow_handle_for(
             Conversation.run, attrs(first)["agentConversation"]
@@ -255,7 +257,9 @@ async def test_an_ended_or_foreign_conversation_is_replaced(
         after_end = await handler(carry(load("shipped.json"), first))
 
         alice = load("shipped.json")
-        alice["sessionState"]["sessionAttributes"]["customerId"] = "alice"
+        alice["sessionState"]["sessionAttributes"]["customerToken"] = lex.customer_token(
+            "alice", SECRET
+        )
         alices = attrs(await handler(alice))["agentConversation"]
         foreign = load("follow_up.json")  # demo's session, naming alice's chat and turn
         foreign["sessionState"]["sessionAttributes"].update(
@@ -327,15 +331,73 @@ async def test_errors_get_a_polite_answer_and_a_log_line(
     assert time.monotonic() - started < 5
 
 
-async def test_a_customer_id_that_breaks_the_rules_is_refused(
-    handler: Any, caplog: pytest.LogCaptureFixture
+SECRET = "a-secret-the-application-and-the-function-share"
+
+
+@pytest.mark.parametrize(
+    ("settings", "attributes", "logged"),
+    [
+        pytest.param({}, {}, "no customer source: set AGENT_LEX_CUSTOMER_SECRET", id="no-source"),
+        pytest.param(
+            {lex.SECRET_ENV: SECRET},
+            {"customerId": "alice"},
+            "carries no customerToken attribute",
+            id="plain-attribute",
+        ),
+        pytest.param(
+            {lex.SECRET_ENV: SECRET},
+            {"customerToken": lex.customer_token("alice", "another secret")},
+            "signature does not match AGENT_LEX_CUSTOMER_SECRET",
+            id="forged",
+        ),
+        pytest.param(
+            {lex.SECRET_ENV: SECRET},
+            {"customerToken": lex.customer_token("alice", SECRET, ttl_s=-1)},
+            "the customerToken attribute expired",
+            id="expired",
+        ),
+        pytest.param(
+            {lex.SECRET_ENV: SECRET},
+            {"customerToken": "alice:9999999999:"},
+            "signature does not match",
+            id="unsigned",
+        ),
+        pytest.param(
+            {lex.CUSTOMER_ENV: "demo; drop table"},
+            {},
+            "customer id 'demo; drop table': customer id must be 1-64 characters",
+            id="bad-id",
+        ),
+    ],
+)
+async def test_no_customer_comes_from_what_the_caller_controls(
+    handler: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    settings: dict[str, str],
+    attributes: dict[str, str],
+    logged: str,
 ) -> None:
+    """The session id and plain attributes are the caller's to choose: without a
+    signed token or a configured customer the function answers nobody."""
+    monkeypatch.delenv(lex.CUSTOMER_ENV)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
     event = load("shipped.json")
-    event["sessionState"]["sessionAttributes"]["customerId"] = "demo; drop table"
+    event["sessionId"] = "alice"  # a caller who picks the session id picks nothing
+    event["sessionState"]["sessionAttributes"] = attributes
     response = await handler(event, fulfilled=False)
     assert text(response) == lex.TROUBLE
-    assert "customer id 'demo; drop table': customer id must be 1-64 characters" in caplog.text
-    assert "set the customerId session attribute" in caplog.text
+    assert logged in caplog.text
+
+
+def test_a_customer_token_names_its_customer_until_it_expires() -> None:
+    token = lex.customer_token("alice", SECRET, ttl_s=60, now=1000)
+    assert lex.verify_customer_token(token, SECRET, now=1059) == "alice"
+    with pytest.raises(lex.SetupError, match="expired"):
+        lex.verify_customer_token(token, SECRET, now=1061)
+    with pytest.raises(lex.SetupError, match="signature"):
+        lex.verify_customer_token(token.replace("alice", "bob"), SECRET, now=1000)
 
 
 @pytest.mark.parametrize("event", [None, [], {"sessionState": {}}])

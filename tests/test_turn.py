@@ -100,6 +100,24 @@ async def test_valid_calls_run_beside_a_rejected_one(harness: Harness) -> None:
     assert [(r.call_id, r.ok) for r in results] == [("c1", True), ("c2", False)]
 
 
+async def test_call_ids_are_unique_whatever_the_model_sends(harness: Harness) -> None:
+    """A reused id beside an id-less call, and an id an earlier round used: each call
+    gets an id of its own, and the turn answers."""
+    reads = [
+        order_call("123456"),
+        ToolCall(id="", name="order_status", arguments={"order_id": "234567"}),
+    ]
+    reads.append(ToolCall(id="c1", name="order_status", arguments={"order_id": "345678"}))
+    again = ToolCall(id="c1", name="order_status", arguments={"order_id": "123456"})
+    model = ScriptedModel(
+        plans=[Reply(calls=reads)], decisions=[Reply(text="One more.", calls=[again]), ANSWER]
+    )
+    result = await harness.ask("Status of orders 123456, 234567 and 345678?", model=model)
+    assert result.outcome is Outcome.ANSWERED
+    ids = [c.id for s in result.steps if s.kind is StepKind.TOOL_CALL for c in s.calls]
+    assert len(ids) == 4 and len(set(ids)) == 4 and all(ids)
+
+
 async def test_missing_argument_is_rejected_with_the_field_name(harness: Harness) -> None:
     model = ScriptedModel(
         plans=[Reply(calls=[ToolCall(id="c1", name="order_status")]), Reply(calls=[order_call()])],

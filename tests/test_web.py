@@ -229,6 +229,34 @@ async def test_approve_in_one_click_after_a_reload_mid_turn(
     assert created in result.answer
 
 
+async def test_reloads_and_tabs_never_hold_up_consent(
+    harness: Harness, browser: Browser, page: Page
+) -> None:
+    """Readers come and go as they like (a reload storm, fifty tabs): the turn
+    waiting for consent takes the decision at once, and writes once."""
+    before = new_returns(harness.store)
+    async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
+        await page.goto(url)
+        await say(page, RETURN)
+        await expect(page.get_by_test_id("approve")).to_have_count(1)
+        for _ in range(100):
+            await page.reload(wait_until="domcontentloaded")
+        # Tabs of browsers of their own: one browser keeps at most six connections to
+        # a server, which fifty open streams would hold.
+        contexts = [await browser.new_context() for _ in range(50)]
+        tabs = [await c.new_page() for c in contexts]
+        await asyncio.gather(*(tab.goto(page.url, wait_until="domcontentloaded") for tab in tabs))
+        await page.reload()
+        await expect(page.get_by_test_id("approve")).to_have_count(1)
+        await page.get_by_test_id("approve").click()
+        await expect(answer(page, 1)).to_contain_text("(status: requested)")
+        for tab in tabs[:3]:  # the readers that stayed see it too
+            await expect(answer(tab, 1)).to_contain_text("(status: requested)", timeout=15_000)
+        for context in contexts:
+            await context.close()
+    assert len([r for r in new_returns(harness.store) if r not in before]) == 1
+
+
 async def test_reject_writes_nothing_and_the_reply_says_so(harness: Harness, page: Page) -> None:
     before = new_returns(harness.store)
     async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:

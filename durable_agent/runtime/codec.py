@@ -183,6 +183,7 @@ class EncryptionCodec(PayloadCodec):
                 f"in {KEY_ENV} or {KEY_FILE_ENV}"
             )
         from cryptography.exceptions import InvalidTag
+        from google.protobuf.message import DecodeError
 
         try:
             plain = cipher.decrypt(
@@ -193,7 +194,12 @@ class EncryptionCodec(PayloadCodec):
                 f"payload encrypted with key {key_id!r} does not decrypt: the key with "
                 "that id is not the one that encrypted it, or the payload was altered"
             ) from None
-        return Payload.FromString(plain)
+        except ValueError:  # shorter than a nonce and a tag, say
+            raise DecryptionError("payload is not an encrypted payload (malformed)") from None
+        try:
+            return Payload.FromString(plain)
+        except DecodeError:
+            raise DecryptionError("payload decrypts to something that is not a payload") from None
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return [self.encrypt(p) for p in payloads]

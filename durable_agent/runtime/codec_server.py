@@ -23,11 +23,14 @@ page the operator happens to open cannot use the codec server to decrypt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterable, Sequence
@@ -53,8 +56,13 @@ from durable_agent.runtime.codec import (
 
 log = logging.getLogger("durable_agent.codec_server")
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
-"""A history page's payloads; Temporal caps each payload at 2 MB."""
+MAX_BODY_BYTES = 8 * 1024 * 1024
+"""A request's body: the Web UI sends an event's payloads at a time (each at most 2 MB)."""
+MAX_OBJECTS = 20_000
+"""JSON objects in a request (a payload is two or three): a body of many tiny ones
+would take gigabytes as protobuf messages, so it is refused before it is parsed."""
+READ_TIMEOUT_S = 15.0
+"""A connection that sends nothing for this long is closed."""
 ORIGINS_ENV = "AGENT_CODEC_ORIGINS"
 TOKEN_ENV = "AGENT_CODEC_TOKEN"
 DEFAULT_ORIGINS = (
@@ -78,6 +86,8 @@ class CodecServer(ThreadingHTTPServer):
         origins: Iterable[str] = DEFAULT_ORIGINS,
         token: str | None = None,
     ) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, CodecHandler)
         self.codec = codec
         self.origins = frozenset(o.rstrip("/") for o in origins)
@@ -96,6 +106,19 @@ class CodecHandler(BaseHTTPRequestHandler):
     server: CodecServer
     protocol_version = "HTTP/1.1"  # keep-alive: the UI decodes a page in many requests
     server_version = "durable-agent-codec"
+    timeout = READ_TIMEOUT_S
+
+    def handle_one_request(self) -> None:
+        """Whatever a request holds, it gets an answer, and the server stays up."""
+        try:
+            super().handle_one_request()
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True
+        except Exception:
+            log.exception("request from %s failed", self.address_string())
+            self.close_connection = True
+            with contextlib.suppress(Exception):
+                self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "the codec server failed")
 
     # -- routes ----------------------------------------------------------------
 
@@ -125,10 +148,16 @@ class CodecHandler(BaseHTTPRequestHandler):
         body = self._body()
         if body is None:
             return
+        if body.count(b"{") > MAX_OBJECTS:
+            self._error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"too many payloads in one request (at most about {MAX_OBJECTS // 3})",
+            )
+            return
         try:
             payloads = json_format.Parse(body, Payloads())
-        except (json_format.ParseError, UnicodeDecodeError) as e:
-            self._error(HTTPStatus.BAD_REQUEST, f'expected {{"payloads": [...]}}: {e}')
+        except (json_format.ParseError, UnicodeDecodeError, RecursionError) as e:
+            self._error(HTTPStatus.BAD_REQUEST, f'expected {{"payloads": [...]}}: {_short(e)}')
             return
         codec = self.server.codec
         try:
@@ -138,6 +167,9 @@ class CodecHandler(BaseHTTPRequestHandler):
                 result = [codec.decrypt(p) for p in payloads.payloads]
         except DecryptionError as e:
             self._error(HTTPStatus.UNPROCESSABLE_ENTITY, str(e))
+            return
+        except (ValueError, TypeError) as e:
+            self._error(HTTPStatus.BAD_REQUEST, f"a payload is malformed: {_short(e)}")
             return
         self._send(HTTPStatus.OK, {"payloads": [json_format.MessageToDict(p) for p in result]})
 
@@ -176,8 +208,8 @@ class CodecHandler(BaseHTTPRequestHandler):
         return False
 
     def _body(self) -> bytes | None:
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        length = self.headers.get("Content-Length", "").strip()
+        if not length.isascii() or not length.isdigit():
             self._error(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length")
             return None
         if int(length) > MAX_BODY_BYTES:
@@ -186,7 +218,12 @@ class CodecHandler(BaseHTTPRequestHandler):
             )
             self.close_connection = True  # the unread body must not be taken as a request
             return None
-        return self.rfile.read(int(length))
+        body = self.rfile.read(int(length))
+        if len(body) < int(length):  # the peer stopped sending (or the read timed out)
+            self.close_connection = True
+            self._error(HTTPStatus.BAD_REQUEST, "the body is shorter than its Content-Length")
+            return None
+        return body
 
     def _error(
         self,
@@ -232,15 +269,38 @@ class CodecHandler(BaseHTTPRequestHandler):
         log.info("%s %s", self.address_string(), format % args)
 
 
+def _short(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200] or type(e).__name__
+
+
 def build_server(
     ring: KeyRing,
     host: str = "127.0.0.1",
     port: int = DEFAULT_CODEC_PORT,
     origins: Iterable[str] = DEFAULT_ORIGINS,
     token: str | None = None,
+    *,
+    open_network: bool = False,
 ) -> CodecServer:
-    """A codec server bound to host:port (port 0: any free port); call `serve_forever`."""
+    """A codec server bound to host:port (port 0: any free port); call `serve_forever`.
+    Beyond loopback it decrypts only for holders of `token`, unless `open_network`
+    says the network it listens on is trusted (a container's, published to loopback)."""
+    if not token and not open_network and not _loopback(host):
+        raise EncryptionConfigError(
+            f"--host {host} is not loopback: anyone who reaches it could decrypt; set "
+            f"{TOKEN_ENV} (clients then send Authorization: Bearer <token>), or pass "
+            "--trusted-network if only trusted peers can reach that address"
+        )
     return CodecServer((host, port), EncryptionCodec(ring), origins, token)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def origins_from_env() -> list[str]:
@@ -261,6 +321,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"a Web UI origin allowed to call it (repeatable; default: {ORIGINS_ENV} "
         f"or {', '.join(DEFAULT_ORIGINS)})",
     )
+    p.add_argument(
+        "--trusted-network",
+        action="store_true",
+        help=f"serve beyond loopback without {TOKEN_ENV}: only when nobody untrusted can "
+        "reach the address (a container network published to the host's loopback)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -270,7 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"no key: set {KEY_ENV} (or {KEY_FILE_ENV}) to the workers' key ring"
             )
         server = build_server(
-            ring, args.host, args.port, args.origin or origins_from_env(), os.environ.get(TOKEN_ENV)
+            ring,
+            args.host,
+            args.port,
+            args.origin or origins_from_env(),
+            os.environ.get(TOKEN_ENV),
+            open_network=args.trusted_network,
         )
     except (EncryptionConfigError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

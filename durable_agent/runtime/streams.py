@@ -7,28 +7,32 @@
     chat_events(client, chat_id, n)      a conversation's events from offset n
 
 The streams are Temporal's Workflow Streams (`temporalio.contrib.workflow_streams`,
-experimental): publishing is a signal, reading a long-polling update, and a
-finished workflow's items are read by query. What the events mean is in
+experimental): publishing is a signal, reading a query (`read`), so readers hold
+nothing on the workflow and add nothing to its history. What the events mean is in
 `durable_agent/stream.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamClient
 
 from durable_agent.stream import (
     CHAT_EVENT,
     CHAT_TOPIC,
     TURN_EVENT,
     TURN_TOPIC,
+    ChatEnded,
     ChatEvent,
     DoneEvent,
     TextSink,
@@ -41,7 +45,13 @@ BATCH_INTERVAL = timedelta(milliseconds=100)
 """How often a model's text is published while it writes: about ten batches a second."""
 BATCH_MAX_CHARS = 2000
 POLL_COOLDOWN = timedelta(milliseconds=100)
-"""A caught-up reader asks again after this long (each ask is an update in history)."""
+"""A caught-up reader asks again after this long..."""
+POLL_IDLE = timedelta(seconds=1)
+"""...backing off to this while nothing comes (a turn waiting for a person)."""
+ENDED_CHECK = timedelta(seconds=2)
+"""How long a reader reads nothing before it asks whether the workflow has ended."""
+POLL_QUERY = "__temporal_workflow_stream_poll"
+"""The stream's read-now query (`temporalio.contrib.workflow_streams`)."""
 
 
 @asynccontextmanager
@@ -88,14 +98,13 @@ async def model_text(enabled: bool) -> AsyncIterator[TextSink | None]:
 async def turn_events(
     client: Client, turn_id: str, from_offset: int = 0
 ) -> AsyncIterator[tuple[int, TurnEvent]]:
-    """A turn's events with their offsets, from `from_offset` to its `DoneEvent`.
+    """A turn's events with their offsets, from `from_offset` to its `DoneEvent`
+    (or to the end of a turn that ended without one: terminated, say).
 
-    On a finished turn this reads what the stream kept and stops; the next
-    offset to read after an event is its offset + 1."""
-    stream = WorkflowStreamClient.create(client, turn_id)
-    async for item in stream.subscribe(TURN_TOPIC, from_offset, poll_cooldown=POLL_COOLDOWN):
-        event = TURN_EVENT.validate_python(item.data)
-        yield item.offset, event
+    The next offset to read after an event is its offset + 1."""
+    async for offset, data in read(client, turn_id, TURN_TOPIC, from_offset):
+        event = TURN_EVENT.validate_python(data)
+        yield offset, event
         if isinstance(event, DoneEvent):
             return
 
@@ -103,8 +112,66 @@ async def turn_events(
 async def chat_events(
     client: Client, chat_id: str, from_offset: int = 0
 ) -> AsyncIterator[tuple[int, ChatEvent]]:
-    """A conversation's events with their offsets, from `from_offset` on, for as
-    long as it runs (across its continue-as-new runs)."""
-    stream = WorkflowStreamClient.create(client, chat_id)
-    async for item in stream.subscribe(CHAT_TOPIC, from_offset, poll_cooldown=POLL_COOLDOWN):
-        yield item.offset, CHAT_EVENT.validate_python(item.data)
+    """A conversation's events with their offsets, from `from_offset` to its
+    `ChatEnded` (across its continue-as-new runs)."""
+    async for offset, data in read(client, chat_id, CHAT_TOPIC, from_offset):
+        event = CHAT_EVENT.validate_python(data)
+        yield offset, event
+        if isinstance(event, ChatEnded):
+            return
+
+
+async def read(
+    client: Client, workflow_id: str, topic: str, from_offset: int = 0
+) -> AsyncIterator[tuple[int, Any]]:
+    """Items of the workflow's stream on `topic`, from `from_offset`, for as long as
+    it runs (its latest run: a conversation that continued as new goes on).
+
+    Reading is a query: it holds nothing on the workflow and writes nothing to its
+    history, so any number of readers may come, go or crash without delaying a
+    decision or a message (Temporal allows a workflow only a few updates in flight).
+    A reader that is caught up asks again after `POLL_COOLDOWN`, backing off to
+    `POLL_IDLE` while nothing comes; an offset past the end reads nothing until
+    items get there; one before what a long conversation kept reads from the
+    oldest kept."""
+    handle = client.get_workflow_handle(workflow_id)
+    converter = client.data_converter.payload_converter
+    offset = max(0, from_offset)
+    wait = POLL_COOLDOWN.total_seconds()
+    quiet_since = time.monotonic()
+    while True:
+        result = await handle.query(
+            POLL_QUERY,
+            PollInput(topics=[topic], from_offset=offset),
+            result_type=PollResult,
+        )
+        for item in result.items:
+            payload = Payload()
+            payload.ParseFromString(base64.b64decode(item.data))
+            yield item.offset, converter.from_payload(payload)
+        offset = max(offset, result.next_offset)
+        if result.more_ready:
+            continue
+        now = time.monotonic()
+        if result.items:
+            wait, quiet_since = POLL_COOLDOWN.total_seconds(), now
+        else:
+            wait = min(wait * 1.5, POLL_IDLE.total_seconds())
+            if now - quiet_since > ENDED_CHECK.total_seconds():
+                quiet_since = now
+                if await _ended(handle):
+                    # Whatever it published before it ended, then stop.
+                    last = await handle.query(
+                        POLL_QUERY,
+                        PollInput(topics=[topic], from_offset=offset),
+                        result_type=PollResult,
+                    )
+                    if not last.items:
+                        return
+                    continue
+        await asyncio.sleep(wait)
+
+
+async def _ended(handle: WorkflowHandle) -> bool:
+    status = (await handle.describe()).status
+    return status not in (None, WorkflowExecutionStatus.RUNNING)

@@ -428,6 +428,10 @@ async def _update(pending_update):  # type: ignore[no-untyped-def]
         cause = e.cause
         message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
         raise AgentClientError(message) from None
+    except RPCError as e:
+        if e.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # too many requests in flight
+            raise AgentClientError(f"busy ({e.message}): try again in a moment") from None
+        raise
 
 
 def _quoted(value: str) -> str:

@@ -34,11 +34,11 @@ from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -59,7 +59,9 @@ RETRY_MS = 1000
 """How soon EventSource reconnects when a stream ends unexpectedly (a restart)."""
 PROBLEM_RETRY_MS = 5000
 """How soon after a `problem` event."""
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+MAX_BODY_BYTES = 64 * 1024
+"""A message or a decision; a longer body is refused (413) before it is read whole."""
 
 
 class Problem(Exception):
@@ -150,7 +152,7 @@ def create_app(
             Route("/api/turns/{turn_id}/decisions", _guarded(decision), methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
+        middleware=[Middleware(HostCheck, allowed_hosts=allowed_hosts)],
     )
     app.state.closing = closing  # set by the server as it shuts down: streams end
     return app
@@ -202,13 +204,50 @@ def _same_origin_json(request: Request) -> None:
 
 
 async def _body(request: Request) -> dict[str, Any]:
+    """The request's JSON object, read no further than `MAX_BODY_BYTES`."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+        raise Problem(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise Problem(413, f"the request body is over {MAX_BODY_BYTES} bytes")
     try:
-        body = await request.json()
+        body = json.loads(raw)
+    except RecursionError:
+        raise Problem(400, "the request body is nested too deeply") from None
     except ValueError:
         body = None
     if not isinstance(body, dict):
         raise Problem(400, "the request body is not a JSON object")
     return body
+
+
+class HostCheck:
+    """Only requests to `allowed_hosts` (`*`: any) are served: a name rebound to this
+    address reaches nothing (DNS rebinding). IPv6 literals (`[::1]:8080`) included."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str]) -> None:
+        self.app = app
+        self.any = "*" in allowed_hosts
+        self.allowed = {h.strip("[]").lower() for h in allowed_hosts}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and not self.any:
+            host = next((v for k, v in scope["headers"] if k == b"host"), b"")
+            if _hostname(host.decode("latin-1")) not in self.allowed:
+                response = _error(400, "this server does not answer to that host name")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _hostname(header: str) -> str:
+    try:
+        return (urlsplit(f"//{header}").hostname or "").lower()
+    except ValueError:
+        return ""
 
 
 def _field(body: dict[str, Any], name: str, kind: type) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import socket
 
@@ -16,10 +17,20 @@ from frontends.web.app import create_app
 
 SHUTDOWN_S = 2
 """On Ctrl-C, requests in flight get this long to finish."""
-LOOPBACK = ("127.0.0.1", "localhost")
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 HOSTS_SETTING = "AGENT_WEB_HOSTS"
 """Host names the chat answers to, comma-separated (`*`: any): the names a gateway in
-front of it passes on. Default: the loopback names on loopback, any elsewhere."""
+front of it passes on. Default, on a loopback address: the loopback names (and the
+address itself); elsewhere it must be set."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class ChatServer(uvicorn.Server):
@@ -46,9 +57,15 @@ async def serve(
     agent: Agent | None = None,
 ) -> None:
     """See `frontends.web.serve`."""
-    loopback = host in LOOPBACK
+    loopback = is_loopback(host)
     named = [h.strip() for h in os.environ.get(HOSTS_SETTING, "").split(",") if h.strip()]
-    hosts = named or (LOOPBACK if loopback else ["*"])
+    if not loopback and not named:
+        raise AgentClientError(
+            f"--host {host} is not a loopback address: the chat has no login, so say which "
+            f"host names a browser uses to reach it ({HOSTS_SETTING}=chat.example.com, "
+            f"behind your own gateway), or {HOSTS_SETTING}='*' for any"
+        )
+    hosts = named or sorted({*LOOPBACK, host})
     app = create_app(conn, chat, task_queue=task_queue, allowed_hosts=hosts, agent=agent)
     sock = _listen(host, port)
     config = uvicorn.Config(
