@@ -25,9 +25,10 @@ from dataclasses import replace
 
 from temporalio.client import Client
 
-from durable_agent import telemetry
+from durable_agent import mcp, telemetry
 from durable_agent.agents import Agent
 from durable_agent.errors import AgentDefinitionError
+from durable_agent.mcp import MCPServer
 from durable_agent.model import ModelCatalog
 from durable_agent.plugin import AgentPlugin, AgentWorker
 from durable_agent.plugin import build_worker as build_agent_worker
@@ -89,9 +90,20 @@ def describe(served: ServedAgent) -> str:
     return f"{served.name}: {', '.join(parts) or 'no tools'}"
 
 
-async def run(checked: AgentPlugin, observed: metrics.MetricsSettings) -> None:
-    settings = checked.settings
-    agents = checked.given
+async def run(
+    agents: Sequence[Agent],
+    settings: Settings,
+    observed: metrics.MetricsSettings,
+    servers: Sequence[MCPServer] = (),
+) -> None:
+    # MCP servers first: one that cannot start stops the worker before anything else.
+    async with mcp.connected(agents, servers) as connected:
+        await serve(connected, settings, observed)
+
+
+async def serve(
+    agents: Sequence[Agent], settings: Settings, observed: metrics.MetricsSettings
+) -> None:
     runtime = metrics.worker_runtime(observed, core_logger=logging.getLogger("temporalio.core"))
     conn = await connect(start_embedded=True, runtime=runtime)
     stop = asyncio.Event()
@@ -113,7 +125,7 @@ async def run(checked: AgentPlugin, observed: metrics.MetricsSettings) -> None:
                 f"worker ready on task queue {settings.task_queue!r} ({where}); Ctrl-C to stop",
                 flush=True,
             )
-            for served in checked.agents.served.values():
+            for served in worker.plugin.agents.served.values():
                 if served.agent in agents and served.name == served.agent.name:
                     print(f"agent {describe(served)}", flush=True)
             if worker.plugin.version is not None:
@@ -152,6 +164,12 @@ def main() -> None:
         f"shop's, {DEFAULT_AGENT})",
     )
     parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help='MCP servers whose tools every agent served also offers: {"mcpServers": '
+        '{"NAME": {"command": ..., "args": [...]} or {"url": ...}}} (docs/mcp.md)',
+    )
+    parser.add_argument(
         "--task-queue",
         help="task queue to serve; clients must use the same (default: from "
         "AGENT_TASK_QUEUE, else agent-turns)",
@@ -183,9 +201,10 @@ def main() -> None:
         flag = "--agent" if args.agent else "AGENT_AGENTS"
         agents = agents_of(args.agent or settings.agents, flag)
         # Every definition is checked before anything connects: a bad one is one line.
-        checked = AgentPlugin(*agents, settings=settings)
+        checked = AgentPlugin(*(replace(a, mcp_servers=()) for a in agents), settings=settings)
+        servers = mcp.load_config(args.mcp_config) if args.mcp_config else []
         observed = metrics.MetricsSettings.from_env(args.metrics_port)
-        asyncio.run(run(checked, observed))
+        asyncio.run(run(agents, checked.settings, observed, servers))
     except (ServerUnavailable, ShieldConfigError, AgentDefinitionError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
     finally:

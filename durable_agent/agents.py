@@ -43,6 +43,7 @@ from durable_agent.tools import Tool, ToolRegistry
 from durable_agent.types import TurnLimits
 
 if TYPE_CHECKING:
+    from durable_agent.mcp import MCPServer
     from durable_agent.model import ModelFactory
 
 AGENT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
@@ -102,6 +103,9 @@ class Agent:
     models: Mapping[str, ModelFactory] = field(default_factory=dict)
     """Model kinds this agent adds or replaces (`{"offline": factory}`): a factory gets
     the part of the spec after `kind:` and returns a `Model`."""
+    mcp_servers: Sequence[MCPServer] = ()
+    """MCP servers whose tools it also offers (`durable_agent.mcp`): the worker connects
+    to them as it starts, and their tools are named `<server>__<tool>`."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.match(AGENT_NAME_PATTERN, self.name):

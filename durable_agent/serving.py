@@ -125,6 +125,12 @@ class Agents:
                     f"two agents are named {agent.name!r}; give each agent a name of its own"
                 )
             by_name[agent.name] = agent
+            if agent.mcp_servers:
+                raise AgentDefinitionError(
+                    f"agent {agent.name!r} names MCP servers: serve it as "
+                    "`async with durable_agent.mcp.connected(agents) as agents:` gives it, "
+                    "connected (worker.py does this)"
+                )
             deps = _Deps(agent.deps)
             self._deps.append(deps)
             served = ServedAgent(

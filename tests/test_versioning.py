@@ -244,6 +244,19 @@ async def test_a_deploy_with_versions_breaks_no_turn_and_no_conversation(
             return old.turns == 0 and old.conversations == 0
 
         await until(drained, "version 1 drained")
+        shown = subprocess.run(
+            [sys.executable, "client.py", "--task-queue", queue, "versions"],
+            cwd=ROOT,
+            env=drill_env(env, tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0] == f"deployment {queue}: current v2"
+        assert any(line.split()[:2] == ["v1", "draining"] and " 0 turns" in line for line in lines)
+        assert any(line.split()[:2] == ["v2", "current"] for line in lines)
         v1.stop()
         for chat in chats:
             await chat.signal("end")

@@ -1,0 +1,433 @@
+"""MCP tool servers as an agent's tools (Model Context Protocol, through the official
+`mcp` SDK: `pip install -e ".[mcp]"`).
+
+    servers = load_config("mcp.json")     # {"mcpServers": {"NAME": {...}, ...}}
+    agent = Agent(name="desk", mcp_servers=servers, ...)
+    python worker.py --agent desk:agent --mcp-config mcp.json
+
+A server entry is the one other MCP clients read: `command`, `args`, `env` (and
+`cwd`) for a server the worker starts over stdio, or `url` and `headers` for one
+it reaches over Streamable HTTP; besides, `optional` (a server that cannot start
+is left out with a warning rather than stopping the worker), `timeout` (seconds per
+call, default 30) and `prefix` (the tools' name prefix, default the server's name).
+
+What runs where: the worker connects to every server as it starts (a stdio server
+is a process of the worker, for as long as it runs), lists its tools once and
+offers them as `<prefix>__<tool>`; a server that cannot start or answer stops the
+worker with one line naming it. Each call is a `dispatch` like any tool's, visible
+in the Web UI and the trace. A server that dies is started again (stdio) or
+reconnected (HTTP) at the next call.
+
+What the runtime promises for writes: a tool whose annotations do not say
+`readOnlyHint` (or say `destructiveHint`) is a write, and needs a person's consent
+like any write. An MCP server takes no idempotency key, so a write whose attempt
+may have reached the server and then failed (a timeout, a lost connection, a worker
+that died mid-call) is never sent again: the call's result says that its outcome is
+unknown, and the model tells the person so, rather than doing it twice. Reads are
+retried as usual. A result with `isError` is a failed observation the model reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from durable_agent.errors import AgentDefinitionError, ToolError, ToolUnavailable
+from durable_agent.tools import Tool, ToolContext, schema_tool
+
+if TYPE_CHECKING:
+    from durable_agent.agents import Agent
+
+log = logging.getLogger("durable_agent.mcp")
+
+SEPARATOR = "__"
+"""Between a server's prefix and its tool's name: `time__get_current_time`."""
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_KNOWN_KEYS = {"command", "args", "env", "cwd", "url", "headers", "optional", "timeout", "prefix"}
+DEFAULT_TIMEOUT = timedelta(seconds=30)
+START_TIMEOUT_S = 30.0
+"""How long a server gets to start and list its tools."""
+
+
+class MCPConfigError(AgentDefinitionError):
+    """The MCP configuration, or a server it names, cannot work; the message says which
+    server and what to fix."""
+
+
+@dataclass(frozen=True)
+class MCPServer:
+    """One MCP server, as an entry of the usual `mcpServers` file describes it."""
+
+    name: str
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    optional: bool = False
+    timeout: timedelta = DEFAULT_TIMEOUT
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"MCP server {self.name!r}"
+        if not _NAME.fullmatch(self.name):
+            raise MCPConfigError(f"{where}: a name is 1-64 letters, digits, _ or -")
+        if bool(self.command) == bool(self.url):
+            raise MCPConfigError(f"{where}: give either a command (stdio) or a url (HTTP)")
+        if self.url and not re.match(r"https?://", self.url):
+            raise MCPConfigError(f"{where}: url {self.url!r} is not http:// or https://")
+        if self.prefix and not _NAME.fullmatch(self.prefix):
+            raise MCPConfigError(f"{where}: prefix is 1-64 letters, digits, _ or -")
+        if not timedelta(0) < self.timeout <= timedelta(hours=1):
+            raise MCPConfigError(f"{where}: timeout is seconds, more than 0, at most 3600")
+
+    @property
+    def tool_prefix(self) -> str:
+        return self.prefix or self.name
+
+    @classmethod
+    def from_entry(cls, name: str, entry: Any) -> MCPServer:
+        where = f"MCP server {name!r}"
+        if not isinstance(entry, dict):
+            raise MCPConfigError(f"{where}: its entry is not an object")
+        unknown = sorted(set(entry) - _KNOWN_KEYS)
+        if unknown:
+            raise MCPConfigError(
+                f"{where}: unknown key {unknown[0]!r} (known: command, args, "
+                "env, cwd, url, headers, optional, timeout, prefix)"
+            )
+
+        def strings(key: str) -> dict[str, str]:
+            value = entry.get(key, {})
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise MCPConfigError(f"{where}: {key} is an object of strings")
+            return value
+
+        args = entry.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise MCPConfigError(f"{where}: args is a list of strings")
+        for key in ("command", "url", "prefix", "cwd"):
+            if key in entry and not isinstance(entry[key], str):
+                raise MCPConfigError(f"{where}: {key} is a string")
+        timeout = entry.get("timeout", DEFAULT_TIMEOUT.total_seconds())
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise MCPConfigError(f"{where}: timeout is a number of seconds")
+        if not isinstance(entry.get("optional", False), bool):
+            raise MCPConfigError(f"{where}: optional is true or false")
+        return cls(
+            name=name,
+            command=entry.get("command", ""),
+            args=tuple(args),
+            env=strings("env"),
+            cwd=entry.get("cwd"),
+            url=entry.get("url", ""),
+            headers=strings("headers"),
+            optional=entry.get("optional", False),
+            timeout=timedelta(seconds=timeout) if timeout == timeout else timedelta(0),
+            prefix=entry.get("prefix", ""),
+        )
+
+
+def load_config(path: str | Path) -> list[MCPServer]:
+    """The servers of an `mcpServers` file; MCPConfigError, in one line, if it is not one."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise MCPConfigError(f"--mcp-config {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise MCPConfigError(f"--mcp-config {path}: not JSON ({e})") from None
+    servers = raw.get("mcpServers") if isinstance(raw, dict) else None
+    if not isinstance(servers, dict):
+        raise MCPConfigError(f'--mcp-config {path}: expected {{"mcpServers": {{"NAME": ...}}}}')
+    return [MCPServer.from_entry(name, entry) for name, entry in servers.items()]
+
+
+class Connection:
+    """One server, connected for as long as the worker runs. The transport lives in a
+    task of its own (the SDK's transports must be closed by the task that opened
+    them), so any activity may call through it, and a dead one is started again."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+        self._session: Any = None
+        self._owner: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> list[Any]:
+        """Connect and list the server's tools (`mcp.types.Tool`)."""
+        await self._connect()
+        return await self._list()
+
+    async def _list(self) -> list[Any]:
+        tools: list[Any] = []
+        cursor = None
+        while True:
+            from mcp.types import PaginatedRequestParams
+
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await asyncio.wait_for(self._session.list_tools(params=params), START_TIMEOUT_S)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    @property
+    def alive(self) -> bool:
+        return self._session is not None and self._owner is not None and not self._owner.done()
+
+    async def _connect(self) -> None:
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+        self._owner = asyncio.create_task(self._run(ready), name=f"mcp:{self.server.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            await self.close()
+            raise MCPConfigError(
+                f"MCP server {self.server.name!r}: no answer within {START_TIMEOUT_S:g} s"
+            ) from None
+
+    async def _run(self, ready: asyncio.Future[None]) -> None:
+        from mcp import ClientSession
+
+        try:
+            async with self._transport() as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                self._session = session
+                ready.set_result(None)
+                await self._stop.wait()
+        except BaseException as e:  # noqa: BLE001 - reported to whoever waits
+            if not ready.done():
+                ready.set_exception(_start_error(self.server, e))
+            elif not isinstance(e, asyncio.CancelledError):
+                log.warning("MCP server %s: connection lost: %s", self.server.name, _brief(e))
+        finally:
+            self._session = None
+
+    def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        server = self.server
+        if server.command:
+            import os
+
+            from mcp import StdioServerParameters
+            from mcp.client.stdio import stdio_client
+
+            params = StdioServerParameters(
+                command=server.command,
+                args=list(server.args),
+                env={**os.environ, **server.env},
+                cwd=server.cwd,
+            )
+            return stdio_client(params)
+        return _http(server)
+
+    async def call(self, name: str, arguments: dict[str, Any], *, write: bool) -> Any:
+        """The server's `CallToolResult`. A dead connection is opened again first; a
+        write that fails once sent is never sent again (ToolError: outcome unknown)."""
+        for fresh in (False, True):
+            session = await self._session_now(fresh)
+            try:
+                return await asyncio.wait_for(
+                    session.call_tool(name, arguments), self.server.timeout.total_seconds()
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if write:
+                    raise OutcomeUnknown(self.server, name, _brief(e)) from None
+                # The server may have died (a stdio process killed, a connection
+                # dropped): a read goes again, once, on a fresh connection.
+                failure = e
+        raise ToolUnavailable(
+            f"MCP server {self.server.name!r} failed: {_brief(failure)}; try again"
+        ) from None
+
+    async def _session_now(self, fresh: bool) -> Any:
+        async with self._lock:
+            if fresh or not self.alive:
+                await self.close()
+                try:
+                    await self._connect()
+                except MCPConfigError as e:
+                    raise ToolUnavailable(str(e)) from None
+            return self._session
+
+    async def close(self) -> None:
+        self._stop.set()
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            try:
+                await asyncio.wait_for(owner, 5)
+            except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                owner.cancel()
+                await asyncio.gather(owner, return_exceptions=True)
+
+
+class OutcomeUnknown(ToolError):
+    """A write reached (or may have reached) the server and its answer was lost: it is
+    not sent again. The model reads this and tells the person."""
+
+    def __init__(self, server: MCPServer, tool: str, why: str) -> None:
+        super().__init__(
+            f"the outcome of {tool} is unknown: the call may have reached MCP server "
+            f"{server.name!r} before {why}; it was not sent again, since doing it twice "
+            "could change things twice. Tell the person it may or may not have happened, "
+            "and that someone should check before it is asked for again."
+        )
+
+
+@contextlib.asynccontextmanager
+async def _http(server: MCPServer) -> AsyncIterator[Any]:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient(headers=dict(server.headers), timeout=30.0) as http,
+        streamable_http_client(server.url, http_client=http) as streams,
+    ):
+        yield streams[0], streams[1]
+
+
+def _start_error(server: MCPServer, e: BaseException) -> MCPConfigError:
+    how = f"{server.command} {' '.join(server.args)}".strip() if server.command else server.url
+    return MCPConfigError(f"MCP server {server.name!r} ({how}) did not start: {_brief(e)}")
+
+
+def _brief(e: BaseException) -> str:
+    while getattr(e, "exceptions", None):  # an exception group: its first
+        e = e.exceptions[0]  # type: ignore[attr-defined]
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text[:300]
+
+
+def tools_of(connection: Connection, listed: Sequence[Any]) -> list[Tool]:
+    """The server's tools as this project's tools: `<prefix>__<name>`, their own JSON
+    schemas; reads (`readOnlyHint`, not `destructiveHint`) as quick reads; the rest as
+    writes, which need consent."""
+    server = connection.server
+    made = []
+    for listed_tool in listed:
+        name = f"{server.tool_prefix}{SEPARATOR}{listed_tool.name}"
+        if not _NAME.fullmatch(name):
+            raise MCPConfigError(
+                f"MCP server {server.name!r}: tool {listed_tool.name!r} makes the name {name!r}, "
+                "which a model cannot call (1-64 letters, digits, _ or -): set a shorter prefix"
+            )
+        hints = listed_tool.annotations
+        read_only = bool(hints and hints.read_only_hint) and not bool(
+            hints and hints.destructive_hint
+        )
+        made.append(
+            schema_tool(
+                name,
+                (listed_tool.description or listed_tool.title or listed_tool.name).strip(),
+                dict(listed_tool.input_schema or {"type": "object", "properties": {}}),
+                _caller(connection, listed_tool.name, write=not read_only),
+                side_effects=not read_only,
+                timeout=server.timeout + timedelta(seconds=5),
+            )
+        )
+    return made
+
+
+def _caller(connection: Connection, tool: str, *, write: bool) -> Any:
+    async def call(arguments: dict[str, Any], ctx: ToolContext[Any]) -> str:
+        from temporalio import activity
+
+        if write and activity.in_activity() and activity.info().attempt > 1:
+            # The earlier attempt may have reached the server (it timed out, or its
+            # worker died mid-call): a server with no idempotency key may run it twice.
+            raise OutcomeUnknown(connection.server, tool, "the attempt that sent it ended")
+        result = await connection.call(tool, arguments, write=write)
+        text = render(result)
+        if getattr(result, "is_error", False):
+            raise ToolError(f"{tool} failed: {text}")
+        return text
+
+    return call
+
+
+def render(result: Any) -> str:
+    """A `CallToolResult` as the text the model reads: its text blocks, then its
+    structured content as JSON, and a note for what is neither."""
+    parts: list[str] = []
+    for block in getattr(result, "content", None) or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "resource" and getattr(block.resource, "text", None):
+            parts.append(block.resource.text)
+        elif kind == "resource_link":
+            parts.append(f"(a resource: {block.uri})")
+        else:
+            parts.append(f"({kind or 'an item'} the model cannot read)")
+    structured = getattr(result, "structured_content", None)
+    if structured is not None:
+        rendered = json.dumps(structured, ensure_ascii=False, sort_keys=True)
+        if rendered not in parts:
+            parts.append(rendered)
+    return "\n".join(parts) or "(no content)"
+
+
+@contextlib.asynccontextmanager
+async def connected(
+    agents: Sequence[Agent], servers: Sequence[MCPServer] = ()
+) -> AsyncIterator[list[Agent]]:
+    """The agents with the tools of their MCP servers (their own `mcp_servers`, and
+    `servers` for every agent), connected for as long as the block runs. A server that
+    cannot start stops it with MCPConfigError (an optional one is left out, with a
+    warning); so does a tool name used twice."""
+    wanted: dict[str, MCPServer] = {}
+    for server in [*servers, *(s for a in agents for s in a.mcp_servers)]:
+        if wanted.get(server.name, server) != server:
+            raise MCPConfigError(f"two MCP servers are named {server.name!r}: rename one")
+        wanted[server.name] = server
+    if not wanted:
+        yield list(agents)
+        return
+    connections: dict[str, Connection] = {}
+    tools: dict[str, list[Tool]] = {}
+    try:
+        for name, server in wanted.items():
+            connection = Connection(server)
+            try:
+                listed = await connection.open()
+            except MCPConfigError:
+                await connection.close()
+                if not server.optional:
+                    raise
+                log.warning("MCP server %s is optional and did not start: left out", name)
+                continue
+            connections[name] = connection
+            tools[name] = tools_of(connection, listed)
+        served = []
+        for agent in agents:
+            names = [s.name for s in servers] + [s.name for s in agent.mcp_servers]
+            extra = [t for n in dict.fromkeys(names) for t in tools.get(n, [])]
+            own = list(agent.registry.tools.values())
+            taken = {t.name for t in own}
+            for t in extra:
+                if t.name in taken:
+                    raise MCPConfigError(
+                        f"agent {agent.name!r}: two tools are named {t.name!r} (an MCP "
+                        "server's and another's): give one of the servers its own prefix"
+                    )
+                taken.add(t.name)
+            served.append(dataclasses.replace(agent, tools=[*own, *extra], mcp_servers=()))
+        yield served
+    finally:
+        for connection in connections.values():
+            await connection.close()

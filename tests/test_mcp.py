@@ -1,0 +1,393 @@
+"""MCP tool servers as an agent's tools, against real servers from the registries:
+`mcp-server-time` (PyPI, stdio), `@modelcontextprotocol/server-everything` (npm,
+Streamable HTTP) and `@modelcontextprotocol/server-memory` (npm, stdio, writes to a
+file we can count). `.ci/run` installs the npm ones into tests/.mcp/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+
+from durable_agent.agents import Agent
+from durable_agent.mcp import MCPConfigError, MCPServer, OutcomeUnknown, connected, load_config
+from durable_agent.model import ModelCatalog, Reply
+from durable_agent.runtime.server import free_port, is_listening
+from durable_agent.runtime.turns import decide, progress_of, start_turn
+from durable_agent.scripted import ScriptedModel
+from durable_agent.settings import Settings
+from durable_agent.tools import ToolContext
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
+from tests.conftest import Harness, last_result
+from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
+from worker import build_worker
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+NPM_BIN = ROOT / "tests" / ".mcp" / "node_modules" / ".bin"
+TIME = MCPServer(
+    name="time", command=str(BIN / "mcp-server-time"), args=("--local-timezone", "UTC")
+)
+
+needs_npm = pytest.mark.skipif(
+    not (NPM_BIN / "mcp-server-memory").exists() and not os.environ.get("CI"),
+    reason="the npm MCP servers are not installed (.ci/run installs them into tests/.mcp)",
+)
+
+
+def memory_server(tmp_path: Path) -> MCPServer:
+    return MCPServer(
+        name="memory",
+        command=str(NPM_BIN / "mcp-server-memory"),
+        env={"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")},
+    )
+
+
+def entities(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "memory.jsonl"
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [line for line in lines if line.get("type") == "entity"]
+
+
+@contextmanager
+def everything_over_http() -> Iterator[str]:
+    """server-everything's Streamable HTTP transport on a free port; its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(NPM_BIN / "mcp-server-everything"), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            if is_listening("127.0.0.1", port):
+                break
+            assert proc.poll() is None, "server-everything exited"
+            import time
+
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def agent_with(*servers: MCPServer, **options: Any) -> Agent:
+    return Agent(
+        name="desk",
+        instructions="You answer with the tools you have.",
+        mcp_servers=servers,
+        **options,
+    )
+
+
+@asynccontextmanager
+async def serving(harness: Harness, model: Any, *servers: MCPServer) -> AsyncIterator[str]:
+    async with (
+        connected([agent_with(*servers)]) as agents,
+        harness.worker(model, agents=agents) as task_queue,
+    ):
+        yield task_queue
+
+
+def observations(result: Any) -> list[str]:
+    return [s.text for s in result.steps if s.kind is StepKind.OBSERVATION]
+
+
+# -- configuration ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ("{", "not JSON"),
+        ('{"servers": {}}', 'expected {"mcpServers"'),
+        ('{"mcpServers": {"a b": {"command": "x"}}}', "a name is 1-64 letters"),
+        ('{"mcpServers": {"t": {}}}', "give either a command (stdio) or a url (HTTP)"),
+        ('{"mcpServers": {"t": {"command": "x", "url": "http://h"}}}', "either a command"),
+        ('{"mcpServers": {"t": {"url": "ftp://h"}}}', "is not http:// or https://"),
+        ('{"mcpServers": {"t": {"command": "x", "args": "y"}}}', "args is a list of strings"),
+        ('{"mcpServers": {"t": {"command": "x", "timeout": 0}}}', "timeout is seconds"),
+        ('{"mcpServers": {"t": {"command": "x", "comand": "y"}}}', "unknown key 'comand'"),
+    ],
+)
+def test_a_bad_config_says_what_to_fix(tmp_path: Path, config: str, says: str) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text(config)
+    with pytest.raises(MCPConfigError, match=None) as caught:
+        load_config(path)
+    assert says in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("servers", "says"),
+    [
+        ({"nope": {"command": "/nonexistent/mcp-server"}}, "MCP server 'nope'"),
+        (
+            {
+                "time": {"command": str(BIN / "mcp-server-time")},
+                "again": {"command": str(BIN / "mcp-server-time"), "prefix": "time"},
+            },
+            "time__get_current_time",
+        ),
+    ],
+    ids=["unknown-command", "duplicate-names"],
+)
+def test_the_worker_stops_with_one_line_on_a_server_that_cannot_serve(
+    tmp_path: Path, servers: dict[str, Any], says: str
+) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    done = subprocess.run(
+        [sys.executable, "worker.py", "--mcp-config", str(path)],
+        cwd=ROOT,
+        env=env | {"AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+async def test_an_optional_server_that_cannot_start_is_left_out() -> None:
+    broken = MCPServer(name="broken", command="/nonexistent/mcp-server", optional=True)
+    async with connected([agent_with(TIME, broken)]) as (agent,):
+        names = set(agent.registry.tools)
+    assert "time__get_current_time" in names
+    assert not any(n.startswith("broken__") for n in names)
+
+
+# -- turns -----------------------------------------------------------------------
+
+
+async def test_a_stdio_server_answers_through_the_strict_chat_completions_fake(
+    harness: Harness,
+) -> None:
+    fake = ChatCompletionsServer()
+    fake.replies = [
+        tool_calls(("c1", "time__get_current_time", json.dumps({"timezone": "Europe/London"}))),
+        text("It is morning in London."),
+    ]
+    models = ModelCatalog({"openai": fake.model}, default="openai:test-model")
+    try:
+        task_queue = f"mcp-{uuid.uuid4().hex[:8]}"
+        settings = replace(Settings.from_env(), versioning=False)
+        async with (
+            connected([agent_with(TIME)]) as agents,
+            build_worker(
+                harness.client, task_queue, agents=agents, models=models, settings=settings
+            ),
+        ):
+            handle = await start_turn(
+                harness.client, TurnInput(question="What time is it in London?"), task_queue
+            )
+            result = await handle.result()
+    finally:
+        fake.close()
+    assert result.outcome is Outcome.ANSWERED
+    [seen] = observations(result)
+    assert '"timezone": "Europe/London"' in seen and "datetime" in seen
+    # The model was offered the server's tools, with their own schemas.
+    offered = {t["function"]["name"]: t for t in fake.accepted[0]["tools"]}
+    assert offered["time__convert_time"]["function"]["parameters"]["required"] == [
+        "source_timezone",
+        "time",
+        "target_timezone",
+    ]
+    kinds = [s.kind for s in result.steps]
+    assert StepKind.APPROVAL not in kinds  # reads need no consent
+
+
+async def test_an_is_error_result_is_an_observation_the_model_reads(harness: Harness) -> None:
+    call = ToolCall(id="c1", name="time__get_current_time", arguments={"timezone": "Mars/Olympus"})
+    model = ScriptedModel(
+        plans=[Reply(calls=[call])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    async with serving(harness, model, TIME) as task_queue:
+        handle = await start_turn(
+            harness.client, TurnInput(question="Time on Mars?", model="scripted"), task_queue
+        )
+        result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED
+    assert "get_current_time failed" in result.answer and "Mars/Olympus" in result.answer
+
+
+@needs_npm
+async def test_a_streamable_http_server_answers_a_turn(harness: Harness) -> None:
+    with everything_over_http() as url:
+        server = MCPServer(name="everything", url=url)
+        calls = [
+            ToolCall(id="c1", name="everything__echo", arguments={"message": "hello there"}),
+            ToolCall(id="c2", name="everything__get-sum", arguments={"a": 2, "b": 40}),
+        ]
+        model = ScriptedModel(
+            plans=[Reply(calls=calls)], decisions=[lambda req: Reply(text="done")]
+        )
+        async with serving(harness, model, server) as task_queue:
+            handle = await start_turn(
+                harness.client, TurnInput(question="Echo and add", model="scripted"), task_queue
+            )
+            result = await handle.result()
+    seen = observations(result)
+    assert any("hello there" in s for s in seen)
+    assert any("42" in s for s in seen)
+
+
+@needs_npm
+async def test_a_write_waits_for_consent_and_is_written_once(
+    harness: Harness, tmp_path: Path
+) -> None:
+    call = ToolCall(
+        id="c1",
+        name="memory__create_entities",
+        arguments={
+            "entities": [{"name": "order-123456", "entityType": "order", "observations": ["late"]}]
+        },
+    )
+    model = ScriptedModel(
+        plans=[Reply(calls=[call])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    async with serving(harness, model, memory_server(tmp_path)) as task_queue:
+        handle = await start_turn(
+            harness.client,
+            TurnInput(question="Note that 123456 is late", model="scripted"),
+            task_queue,
+        )
+        while not (await progress_of(handle)).pending:
+            await asyncio.sleep(0.05)
+        assert entities(tmp_path) == []  # nothing written while it waits
+        await decide(harness.client, handle.id, "c1", approved=True, by="test")
+        result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED
+    assert [e["name"] for e in entities(tmp_path)] == ["order-123456"]
+
+
+@needs_npm
+async def test_a_write_whose_attempt_may_have_reached_the_server_is_not_sent_again(
+    tmp_path: Path,
+) -> None:
+    async with connected([agent_with(memory_server(tmp_path))]) as (agent,):
+        tool = agent.registry["memory__create_entities"]
+        assert tool.side_effects and tool.needs_approval
+        arguments = {"entities": [{"name": "x", "entityType": "t", "observations": []}]}
+        ctx: ToolContext[Any] = ToolContext(customer_id="demo", deps=None)
+        retried = ActivityEnvironment()
+        retried.info = activity.Info(**{**retried.info.__dict__, "attempt": 2})
+        with pytest.raises(OutcomeUnknown, match="outcome of create_entities is unknown"):
+            await retried.run(tool.fn, arguments, ctx)
+        first = ActivityEnvironment()
+        await first.run(tool.fn, arguments, ctx)
+    assert len(entities(tmp_path)) == 1
+
+
+async def test_a_server_killed_between_turns_is_started_again(harness: Harness) -> None:
+    call = ToolCall(id="c1", name="time__get_current_time", arguments={"timezone": "Asia/Tokyo"})
+    model = ScriptedModel(
+        plans=[Reply(calls=[call])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    async with serving(harness, model, TIME) as task_queue:
+        turn = TurnInput(question="Time in Tokyo?", model="scripted")
+        first = await (await start_turn(harness.client, turn, task_queue)).result()
+        for pid in _children_named("mcp-server-time"):
+            os.kill(pid, signal.SIGKILL)
+        second = await (await start_turn(harness.client, turn, task_queue)).result()
+    assert "Asia/Tokyo" in first.answer
+    assert "Asia/Tokyo" in second.answer
+
+
+def _children_named(name: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        ppid = next(
+            (int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0
+        )
+        if ppid == os.getpid() and name in cmdline:
+            found.append(int(entry.name))
+    assert found, f"no {name} process of this test"
+    return found
+
+
+async def test_the_cli_asks_a_question_a_server_answers(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Done as a person would: worker.py with --mcp-config, then client.py ask."""
+    fake = ChatCompletionsServer()
+    fake.replies = [
+        tool_calls(("c1", "time__get_current_time", json.dumps({"timezone": "Europe/Paris"}))),
+        text("Here is the time in Paris."),
+    ]
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {"command": TIME.command}}}))
+    queue = f"mcp-{uuid.uuid4().hex[:8]}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    environ = base | {
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+        "AGENT_TASK_QUEUE": queue,
+        "AGENT_STATE_DIR": str(tmp_path / "state"),
+        "AGENT_MODEL": "openai:test-model",
+        "OPENAI_BASE_URL": fake.url,
+        "OPENAI_API_KEY": fake.api_key,
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "worker.py", "--mcp-config", str(config)],
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        seen = []
+        for line in worker.stdout:
+            seen.append(line)
+            if "worker ready" in line:
+                break
+        else:
+            raise AssertionError("".join(seen))
+        asked = subprocess.run(
+            [sys.executable, "client.py", "ask", "What time is it in Paris?"],
+            cwd=ROOT,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        fake.close()
+    assert asked.returncode == 0, asked.stderr
+    assert "answer (answered): Here is the time in Paris." in asked.stdout
+    # The model read the server's answer.
+    tool_results = [m for m in fake.accepted[1]["messages"] if m["role"] == "tool"]
+    assert len(tool_results) == 1 and "Europe/Paris" in tool_results[0]["content"]
