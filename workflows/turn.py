@@ -144,6 +144,8 @@ class AgentTurn:
     its sub-agents' turns follow it (`durable_agent/runtime/deployments.py`)."""
 
     def __init__(self) -> None:
+        self._names_agent = False
+        """The turn sets AgentName and AgentFingerprint (patch AGENT_NAMED)."""
         self._steps: list[Step] = []
         self._usage = Usage(cost_usd=0.0)  # a turn's total starts at zero
         self._done = False
@@ -206,6 +208,11 @@ class AgentTurn:
         return result
 
     async def _run(self, turn: TurnInput) -> TurnOutput:
+        # Patches asked about where the turn only gets mid-way can fall in another
+        # workflow task on replay than they did when they ran (a local activity's
+        # result is there at once on replay): asked here, in the first task, the
+        # answer is the same both times.
+        self._names_agent = _named() and workflow.patched(AGENT_NAMED)
         # Screen the question before the max_duration timer exists. On replay a local
         # activity's result is there at once, so a refusal right after the timer's
         # start would start and cancel it in one activation, where the original run
@@ -732,7 +739,7 @@ class AgentTurn:
 
     def _agent_attributes(self) -> list[SearchAttributeUpdate[Any]]:
         """AgentName and AgentFingerprint, in an upsert the turn sends anyway."""
-        if not (_named() and self._agent.name and workflow.patched(AGENT_NAMED)):
+        if not (self._names_agent and self._agent.name):
             return []
         return [
             search.AGENT.value_set(self._agent.name),
