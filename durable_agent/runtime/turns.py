@@ -20,6 +20,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -31,7 +32,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -62,14 +63,26 @@ def chat_id(customer_id: str) -> str:
 
 
 async def start_turn(
-    client: Client, turn: TurnInput, task_queue: str = TASK_QUEUE
+    client: Client, turn: TurnInput, task_queue: str = TASK_QUEUE, workflow_id: str = ""
 ) -> WorkflowHandle:
+    """Start a turn. With `workflow_id`, a turn already started with that id is the one
+    returned (running or finished; WorkflowAlreadyStartedError for a finished one):
+    asking again after a crash never asks twice."""
     indexed = await registered.available(client)
+    once: dict[str, Any] = (
+        {
+            "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+        }
+        if workflow_id
+        else {}
+    )
     return await client.start_workflow(
         AgentTurn.run,
         turn,
-        id=turn_id(turn.customer_id),
+        id=workflow_id or turn_id(turn.customer_id),
         task_queue=task_queue,
+        **once,
         static_summary=markdown_safe(turn.question[:200]),
         static_details=markdown_safe(
             f"agent: {turn.agent or 'the worker’s first'} · customer: {turn.customer_id} · "

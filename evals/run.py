@@ -1,0 +1,260 @@
+"""A τ²-bench run: every task an episode, each a durable turn of the domain's agent.
+
+The run has an id made of what it runs (domain, model, tasks), and each episode a
+workflow id made of the run's and the task's: running the same command again
+(after the client, the worker or the server died) finds the episodes already
+finished and takes them as they are, follows the ones still running, and starts
+only the rest. The episodes' databases live in one SQLite file per run
+(`EpisodeStore`), where each write is applied once whatever is retried.
+
+An episode gives its consent to writes as the customer would: each call waiting
+for approval is approved by `evals:customer`, on the record like any decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import csv
+import hashlib
+import json
+import logging
+import multiprocessing
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from durable_agent.model import ModelCatalog
+from durable_agent.runtime.turns import AgentClientError, decide, progress_of, start_turn
+from durable_agent.settings import Settings
+from durable_agent.types import TurnInput, TurnOutput
+from evals import tau2
+from workflows import AgentTurn
+
+APPROVER = "evals:customer"
+log = logging.getLogger("evals")
+
+
+@dataclass
+class EpisodeReport:
+    task: str
+    workflow_id: str
+    passed: bool
+    reward: float
+    db_match: bool | None
+    store_matches_gold: bool
+    writes: int
+    expected_writes: int
+    model_calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    seconds: float
+    history_events: int
+    history_bytes: int
+    outcome: str
+    link: str
+
+
+def run_id(domain: str, model: str, task_ids: list[str]) -> str:
+    digest = hashlib.sha256(json.dumps([domain, model, task_ids]).encode()).hexdigest()
+    return f"tau2-{domain}-{digest[:8]}"
+
+
+def episode_id(run: str, task_id: str) -> str:
+    return f"{run}-{re.sub(r'[^A-Za-z0-9_.@-]', '_', task_id)}"[:64]
+
+
+def question_of(task: Any) -> str:
+    scenario = task.user_scenario
+    instructions = getattr(scenario, "instructions", scenario)
+    return str(instructions)[:4000] or f"Task {task.id}"
+
+
+def oracle_models(domain: str, tasks: list[Any]) -> ModelCatalog:
+    by_id = {t.id: t for t in tasks}
+
+    def oracle(task_id: str) -> Any:
+        task = by_id.get(task_id)
+        if task is None:
+            raise tau2.EvalSetupError(f"oracle:{task_id}: no such task in this run")
+        return tau2.OracleModel(tau2.expected_actions(task))
+
+    return ModelCatalog({"oracle": oracle}, default="oracle")
+
+
+async def episode(
+    client: Client,
+    domain: str,
+    task: Any,
+    run: str,
+    task_queue: str,
+    agent: str,
+    store: tau2.EpisodeStore,
+    ui_url: str,
+) -> EpisodeReport:
+    started = time.monotonic()
+    workflow_id = episode_id(run, task.id)
+    turn = TurnInput(
+        question=question_of(task),
+        customer_id=workflow_id,
+        agent=agent,
+        model=f"oracle:{task.id}",
+    )
+    with contextlib.suppress(WorkflowAlreadyStartedError):  # finished in an earlier run
+        await start_turn(client, turn, task_queue, workflow_id)
+    handle = client.get_workflow_handle_for(AgentTurn.run, workflow_id)
+    result = asyncio.ensure_future(handle.result())
+    try:
+        while not result.done():
+            try:
+                progress = await progress_of(handle, timeout=30)
+                for waiting in progress.pending:
+                    await decide(client, workflow_id, waiting.call.id, approved=True, by=APPROVER)
+            except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
+                # A workflow task that failed (it is retried), a busy worker: ask again.
+                log.info("episode %s: %s; asking again", workflow_id, e)
+            await asyncio.wait([result], timeout=0.2)
+        output: TurnOutput = result.result()
+    finally:
+        result.cancel()
+    # The benchmark's evaluator loads databases whole: in a process of its own, so the
+    # worker's workflow tasks in this one never wait for it.
+    scored = await asyncio.get_running_loop().run_in_executor(
+        _scorer(), _score, domain, task.id, str(store.path), workflow_id
+    )
+    history = await handle.fetch_history()
+    events = len(history.events)
+    size = sum(e.ByteSize() for e in history.events)
+    writes_of = store_tools(store)
+    expected = sum(writes_of.get(tool, False) for tool, _ in tau2.expected_actions(task))
+    return EpisodeReport(
+        task=task.id,
+        workflow_id=workflow_id,
+        passed=scored["reward"] == 1.0 and scored["store_matches_gold"],
+        reward=scored["reward"],
+        db_match=scored["db_match"],
+        store_matches_gold=scored["store_matches_gold"],
+        writes=scored["writes"],
+        expected_writes=expected,
+        model_calls=output.usage.model_calls,
+        input_tokens=output.usage.input_tokens,
+        output_tokens=output.usage.output_tokens,
+        cost_usd=output.usage.cost_usd,
+        seconds=round(time.monotonic() - started, 2),
+        history_events=events,
+        history_bytes=size,
+        outcome=output.outcome.value,
+        link=f"{ui_url}/namespaces/{client.namespace}/workflows/{workflow_id}" if ui_url else "",
+    )
+
+
+_SCORER: concurrent.futures.ProcessPoolExecutor | None = None
+
+
+def _scorer() -> concurrent.futures.ProcessPoolExecutor:
+    global _SCORER
+    if _SCORER is None:
+        # Spawned, not forked: this process runs Temporal's threads.
+        spawn = multiprocessing.get_context("spawn")
+        _SCORER = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=spawn)
+    return _SCORER
+
+
+def _score(domain: str, task_id: str, store_path: str, episode: str) -> dict[str, Any]:
+    (task,) = tau2.tasks(domain, [task_id])
+    return tau2.score(domain, task, tau2.EpisodeStore(Path(store_path), domain), episode)
+
+
+_WRITES: dict[str, dict[str, bool]] = {}
+
+
+def store_tools(store: tau2.EpisodeStore) -> dict[str, bool]:
+    """The domain's tools: name → whether it writes."""
+    if store.domain not in _WRITES:
+        env = tau2.environment(store.domain)
+        from tau2.environment.toolkit import ToolType
+
+        _WRITES[store.domain] = {
+            name: env.tools.tool_type(name) == ToolType.WRITE for name in env.tools.tools
+        }
+    return _WRITES[store.domain]
+
+
+async def run_tasks(
+    client: Client,
+    domain: str,
+    tasks: list[Any],
+    *,
+    state_dir: Path,
+    concurrency: int = 8,
+    ui_url: str = "",
+    out: Any = sys.stdout,
+) -> list[EpisodeReport]:
+    """Every task as an episode, `concurrency` at a time, on a worker of this process."""
+    from worker import build_worker
+
+    run = run_id(domain, "oracle", [t.id for t in tasks])
+    store = tau2.EpisodeStore(state_dir / f"{run}.db", domain)
+    agent = tau2.domain_agent(domain, store)
+    task_queue = run
+    settings = replace(Settings.from_env(), versioning=False, task_queue=task_queue)
+    gate = asyncio.Semaphore(concurrency)
+    reports: list[EpisodeReport] = []
+
+    async def one(task: Any) -> EpisodeReport:
+        async with gate:
+            report = await episode(client, domain, task, run, task_queue, agent.name, store, ui_url)
+        reports.append(report)
+        mark = "pass" if report.passed else "FAIL"
+        print(
+            f"[{len(reports):>3}/{len(tasks)}] task {report.task:>4} {mark}  "
+            f"writes {report.writes}/{report.expected_writes}  {report.model_calls} model calls  "
+            f"{report.history_events} events  {report.seconds:.1f} s",
+            file=out,
+            flush=True,
+        )
+        return report
+
+    async with build_worker(
+        client,
+        task_queue,
+        agents=[agent],
+        settings=settings,
+        models=oracle_models(domain, tasks),
+    ):
+        ordered = await asyncio.gather(*(one(t) for t in tasks))
+    return list(ordered)
+
+
+def write_reports(reports: list[EpisodeReport], path: Path) -> tuple[Path, Path]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    as_json, as_csv = path.with_suffix(".json"), path.with_suffix(".csv")
+    rows = [asdict(r) for r in reports]
+    as_json.write_text(json.dumps({"episodes": rows, "total": totals(reports)}, indent=2))
+    with as_csv.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["task"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return as_json, as_csv
+
+
+def totals(reports: list[EpisodeReport]) -> dict[str, Any]:
+    return {
+        "episodes": len(reports),
+        "passed": sum(r.passed for r in reports),
+        "model_calls": sum(r.model_calls for r in reports),
+        "input_tokens": sum(r.input_tokens for r in reports),
+        "output_tokens": sum(r.output_tokens for r in reports),
+        "longest_history_events": max((r.history_events for r in reports), default=0),
+        "longest_history_bytes": max((r.history_bytes for r in reports), default=0),
+        "seconds": round(sum(r.seconds for r in reports), 1),
+    }

