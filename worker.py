@@ -4,6 +4,7 @@
                                                    # TEMPORAL_* / temporal.toml, else to
                                                    # localhost:7233, else starts a server
     python worker.py --agent mypkg.agents:bookstore --agent mypkg.agents:helpdesk
+    python worker.py --mcp-config mcp.json         # MCP servers' tools too (docs/mcp.md)
     python worker.py --metrics-port 9464 --log-format json --log-level info
 
 `--agent MODULE:ATTRIBUTE` (repeatable; AGENT_AGENTS=a:b,c:d does the same) names an
