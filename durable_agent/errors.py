@@ -103,6 +103,12 @@ class NotAllowed(ToolError):
     """The tool refuses the request; the message says why and what to do instead."""
 
 
+class OutcomeUnknown(ToolError):
+    """A write that may have happened: its call reached (or may have reached) a system
+    that takes no idempotency key, and its answer was lost. It is not sent again by
+    itself: the turn asks a person whether to send it again."""
+
+
 class ToolUnavailable(ToolError):
     """The tool's backend is temporarily unavailable; Temporal retries the call."""
 

@@ -22,8 +22,8 @@ What the runtime promises for writes: a tool whose annotations do not say
 `readOnlyHint` (or say `destructiveHint`) is a write, and needs a person's consent
 like any write. An MCP server takes no idempotency key, so a write whose attempt
 may have reached the server and then failed (a timeout, a lost connection, a worker
-that died mid-call) is never sent again: the call's result says that its outcome is
-unknown, and the model tells the person so, rather than doing it twice. Reads are
+that died mid-call) is never sent again by itself: it raises `OutcomeUnknown`, and the
+turn asks a person whether to send it again (declined, the model reads so). Reads are
 retried as usual. A result with `isError` is a failed observation the model reads.
 """
 
@@ -41,7 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from durable_agent.errors import AgentDefinitionError, ToolError, ToolUnavailable
+from durable_agent.errors import AgentDefinitionError, OutcomeUnknown, ToolError, ToolUnavailable
 from durable_agent.tools import Tool, ToolContext, schema_tool
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ class Connection:
                 raise
             except Exception as e:
                 if write:
-                    raise OutcomeUnknown(self.server, name, _brief(e)) from None
+                    raise _unknown(self.server, name, _brief(e)) from None
                 # The server may have died (a stdio process killed, a connection
                 # dropped): a read goes again, once, on a fresh connection.
                 failure = e
@@ -276,17 +276,14 @@ class Connection:
                 await asyncio.gather(owner, return_exceptions=True)
 
 
-class OutcomeUnknown(ToolError):
-    """A write reached (or may have reached) the server and its answer was lost: it is
-    not sent again. The model reads this and tells the person."""
-
-    def __init__(self, server: MCPServer, tool: str, why: str) -> None:
-        super().__init__(
-            f"the outcome of {tool} is unknown: the call may have reached MCP server "
-            f"{server.name!r} before {why}; it was not sent again, since doing it twice "
-            "could change things twice. Tell the person it may or may not have happened, "
-            "and that someone should check before it is asked for again."
-        )
+def _unknown(server: MCPServer, tool: str, why: str) -> OutcomeUnknown:
+    """A write that reached (or may have reached) the server and whose answer was lost:
+    not sent again unless a person says so (the turn asks)."""
+    return OutcomeUnknown(
+        f"the outcome of {tool} is unknown: the call may have reached MCP server "
+        f"{server.name!r} before {why}; it was not sent again, since doing it twice could "
+        "change things twice"
+    )
 
 
 @contextlib.asynccontextmanager
@@ -350,7 +347,7 @@ def _caller(connection: Connection, tool: str, *, write: bool) -> Any:
         if write and activity.in_activity() and activity.info().attempt > 1:
             # The earlier attempt may have reached the server (it timed out, or its
             # worker died mid-call): a server with no idempotency key may run it twice.
-            raise OutcomeUnknown(connection.server, tool, "the attempt that sent it ended")
+            raise _unknown(connection.server, tool, "the attempt that sent it ended")
         result = await connection.call(tool, arguments, write=write)
         text = render(result)
         if getattr(result, "is_error", False):

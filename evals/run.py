@@ -169,6 +169,13 @@ def _scorer() -> concurrent.futures.ProcessPoolExecutor:
     return _SCORER
 
 
+def _close_scorer() -> None:
+    global _SCORER
+    if _SCORER is not None:
+        _SCORER.shutdown(cancel_futures=True)
+        _SCORER = None
+
+
 def _score(domain: str, task_id: str, store_path: str, episode: str) -> dict[str, Any]:
     (task,) = tau2.tasks(domain, [task_id])
     return tau2.score(domain, task, tau2.EpisodeStore(Path(store_path), domain), episode)
@@ -231,7 +238,10 @@ async def run_tasks(
         settings=settings,
         models=oracle_models(domain, tasks),
     ):
-        ordered = await asyncio.gather(*(one(t) for t in tasks))
+        try:
+            ordered = await asyncio.gather(*(one(t) for t in tasks))
+        finally:
+            _close_scorer()
     return list(ordered)
 
 

@@ -501,15 +501,7 @@ class AgentTurn:
             return await self._ask_subagent(turn, iteration, index, call, vc.agent)
         self._record(iteration, StepKind.TOOL_CALL, call.render(), calls=[call])
         try:
-            dispatched = await self._dispatch(
-                vc,
-                DispatchInput(
-                    call=call,
-                    customer_id=turn.customer_id,
-                    idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
-                    agent=self._agent.name,
-                ),
-            )
+            dispatched = await self._send(turn, iteration, index, vc)
             parsed = await workflow.execute_local_activity_method(
                 ParseOutputActivity.parse_output,
                 ParseOutputInput(
@@ -544,6 +536,33 @@ class AgentTurn:
             observation=observation,
         )
         return observation
+
+    async def _send(
+        self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
+    ) -> DispatchOutput:
+        """The call's dispatch. A write whose outcome came back unknown (it may have
+        run; the system it went to takes no idempotency key) is sent again only if a
+        person says so, once; declined, the model reads that it was not sent again."""
+        sent = DispatchInput(
+            call=vc.call,
+            customer_id=turn.customer_id,
+            idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
+            agent=self._agent.name,
+        )
+        try:
+            return await self._dispatch(vc, sent)
+        except ActivityError as e:
+            if not (vc.side_effects and _outcome_unknown(e)):
+                raise
+            lost = _failure_text(e, vc.call, vc)
+            why = f"it may have run already ({lost}); approve to send it again"
+        self._decisions.pop(vc.call.id, None)  # the consent to send it once is spent
+        refused = await self._consent(turn, iteration, vc.call, why)
+        if refused is not None:
+            raise ApplicationError(
+                f"{vc.call.name} was not sent again: {refused.text}", non_retryable=True
+            )
+        return await self._dispatch(vc, sent)
 
     async def _check(
         self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
@@ -772,6 +791,11 @@ class AgentTurn:
             agent=self._agent.name,
             fingerprint=self._agent.fingerprint,
         )
+
+
+def _outcome_unknown(e: ActivityError) -> bool:
+    """The tool said its write may have happened (`durable_agent.errors.OutcomeUnknown`)."""
+    return isinstance(e.cause, ApplicationError) and e.cause.type == "OutcomeUnknown"
 
 
 def _indexed() -> bool:
