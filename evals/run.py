@@ -21,8 +21,10 @@ import hashlib
 import json
 import logging
 import multiprocessing
+import os
 import re
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -165,8 +167,21 @@ def _scorer() -> concurrent.futures.ProcessPoolExecutor:
     if _SCORER is None:
         # Spawned, not forked: this process runs Temporal's threads.
         spawn = multiprocessing.get_context("spawn")
-        _SCORER = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=spawn)
+        _SCORER = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1, mp_context=spawn, initializer=_exit_with, initargs=(os.getpid(),)
+        )
     return _SCORER
+
+
+def _exit_with(parent: int) -> None:
+    """In the scoring process: end when the run's process is gone (even SIGKILLed)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _close_scorer() -> None:
