@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -53,6 +52,7 @@ from durable_agent.runtime.codec import (
     KeyRing,
     key_ring_from_env,
 )
+from durable_agent.runtime.server import is_loopback
 
 log = logging.getLogger("durable_agent.codec_server")
 
@@ -285,22 +285,13 @@ def build_server(
     """A codec server bound to host:port (port 0: any free port); call `serve_forever`.
     Beyond loopback it decrypts only for holders of `token`, unless `open_network`
     says the network it listens on is trusted (a container's, published to loopback)."""
-    if not token and not open_network and not _loopback(host):
+    if not token and not open_network and not is_loopback(host):
         raise EncryptionConfigError(
             f"--host {host} is not loopback: anyone who reaches it could decrypt; set "
             f"{TOKEN_ENV} (clients then send Authorization: Bearer <token>), or pass "
             "--trusted-network if only trusted peers can reach that address"
         )
     return CodecServer((host, port), EncryptionCodec(ring), origins, token)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def origins_from_env() -> list[str]:

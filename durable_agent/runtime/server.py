@@ -15,6 +15,7 @@ UI is pointed at the codec server (AGENT_CODEC_ENDPOINT) to show them.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import shutil
 import socket
@@ -81,6 +82,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((LOCAL_HOST, 0))
         return int(s.getsockname()[1])
+
+
+def is_loopback(host: str) -> bool:
+    """An address (or `localhost`) only this machine reaches: IPv4, IPv6, bracketed."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def is_listening(host: str, port: int, timeout: float = 0.3) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import socket
 
@@ -11,7 +10,7 @@ import uvicorn
 
 from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
-from durable_agent.runtime.server import Connection
+from durable_agent.runtime.server import Connection, is_loopback
 from durable_agent.runtime.turns import AgentClientError
 from frontends.web.app import create_app
 
@@ -22,15 +21,6 @@ HOSTS_SETTING = "AGENT_WEB_HOSTS"
 """Host names the chat answers to, comma-separated (`*`: any): the names a gateway in
 front of it passes on. Default, on a loopback address: the loopback names (and the
 address itself); elsewhere it must be set."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class ChatServer(uvicorn.Server):
