@@ -13,10 +13,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.model import Reply
+from durable_agent.runtime import turns
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import EmbeddedServer, free_port
 from durable_agent.runtime.turns import (
@@ -288,3 +290,45 @@ async def test_approval_survives_a_killed_worker_and_a_restarted_server(tmp_path
 
     assert result.outcome is Outcome.ANSWERED
     assert len(ShopStore(db).returns_for("123456")) == 1
+
+
+async def test_a_decision_the_worker_let_go_unprocessed_is_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A busy worker can complete a workflow task without the update it carried; the
+    server then fails the update as unprocessed (nothing of it ran). The decision is
+    sent again with the same update id; a refusal by the turn is not."""
+    monkeypatch.setattr(turns, "UNPROCESSED_RETRIES", (0.01, 0.01, 0.01))
+    unprocessed = ApplicationError(
+        "Workflow Update is rejected because it wasn't processed by worker.",
+        type=turns.UNPROCESSED,
+        non_retryable=True,
+    )
+    sent: list[str] = []
+
+    async def flaky(update_id: str) -> str:
+        sent.append(update_id)
+        if len(sent) < 3:
+            raise WorkflowUpdateFailedError(unprocessed)
+        return "decided"
+
+    assert await turns._update(flaky) == "decided"
+    assert len(sent) == 3 and len(set(sent)) == 1
+
+    async def never(update_id: str) -> str:
+        sent.append(update_id)
+        raise WorkflowUpdateFailedError(unprocessed)
+
+    sent.clear()
+    with pytest.raises(AgentClientError, match="wasn't processed by worker"):
+        await turns._update(never)
+    assert len(sent) == 4
+
+    async def refused(update_id: str) -> str:
+        sent.append(update_id)
+        raise WorkflowUpdateFailedError(ApplicationError("call 'c9' is not awaiting approval"))
+
+    sent.clear()
+    with pytest.raises(AgentClientError, match="not awaiting approval"):
+        await turns._update(refused)
+    assert len(sent) == 1

@@ -4,12 +4,15 @@ batches stay bounded, and a turn with streaming on decides as it does with it of
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+from temporalio.client import Client, Interceptor, OutboundInterceptor, QueryWorkflowInput
 
 from durable_agent.chat import ConversationInput
 from durable_agent.errors import ModelUnavailable
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.runtime.streams import chat_events, turn_events
-from durable_agent.runtime.turns import send, start_chat, start_turn
+from durable_agent.runtime.turns import decide, send, start_chat, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.stream import (
     ChatEnded,
@@ -26,6 +29,7 @@ from durable_agent.stream import (
 )
 from durable_agent.types import Outcome, TurnInput
 from tests.conftest import Harness
+from tests.test_approvals import RETURN, awaiting, until
 from tests.test_conversation import wait_for_new_run
 
 QUESTION = "Has order 123456 shipped?"
@@ -189,3 +193,48 @@ async def test_a_conversation_streams_its_turns_across_runs(harness: Harness) ->
 
 async def start_turn_result(harness: Harness, turn_id: str):  # type: ignore[no-untyped-def]
     return harness.client.get_workflow_handle(turn_id).result()
+
+
+class QueryCounter(Interceptor):
+    """Counts the queries a client sends."""
+
+    def __init__(self) -> None:
+        self.queries = 0
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        counter = self
+
+        class Counting(OutboundInterceptor):
+            async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+                counter.queries += 1
+                return await super().query_workflow(input)
+
+        return Counting(next)
+
+
+async def test_readers_of_one_stream_share_one_poller(harness: Harness) -> None:
+    """Twenty readers of a turn waiting for consent, from anywhere in its stream:
+    each reads what one reader reads, and the worker answers the queries of one."""
+    counter = QueryCounter()
+    client = Client(**{**harness.client.config(), "interceptors": [counter]})
+    scripted = ScriptedModel(plans=[Reply(calls=[RETURN])], decisions=[lambda _: Reply(text="ok")])
+    async with harness.worker(scripted) as task_queue:
+        turn = TurnInput(question="Return order 123456.", model="scripted", stream=True)
+        handle = await start_turn(client, turn, task_queue)
+        await until(handle, awaiting)
+        before = counter.queries
+        readers = [asyncio.create_task(read_turn_with(client, handle.id, n % 3)) for n in range(20)]
+        await asyncio.sleep(3)  # all of them caught up, polling a turn that waits
+        polled = counter.queries - before
+        await decide(client, handle.id, None, approved=True, by="test")
+        read = await asyncio.wait_for(asyncio.gather(*readers), timeout=30)
+        await handle.result()
+        alone = await read_turn(harness, handle.id)
+
+    assert all(r == alone[n % 3 :] for n, r in enumerate(read))
+    assert isinstance(alone[-1][1], DoneEvent)
+    assert polled <= 12, f"{polled} queries in 3 s: the readers poll one by one"
+
+
+async def read_turn_with(client: Client, turn_id: str, offset: int) -> list[tuple[int, TurnEvent]]:
+    return [e async for e in turn_events(client, turn_id, offset)]

@@ -252,7 +252,8 @@ async def test_reloads_and_tabs_never_hold_up_consent(
         # The decision is taken (the update is accepted: nothing holds the turn)...
         await expect(page.get_by_test_id("approve")).to_have_count(0, timeout=15_000)
         await expect(page.locator("[data-testid=notice].error")).to_have_count(0)
-        # ...and the turn finishes; fifty readers of it make a busy machine slower.
+        # ...and the turn finishes, for every reader (fifty browsers are slow to render
+        # on a busy machine).
         await expect(answer(page, 1)).to_contain_text("(status: requested)", timeout=30_000)
         for tab in tabs[:3]:  # the readers that stayed see it too
             await expect(answer(tab, 1)).to_contain_text("(status: requested)", timeout=30_000)

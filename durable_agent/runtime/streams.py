@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -130,46 +131,120 @@ async def read(
     Reading is a query: it holds nothing on the workflow and writes nothing to its
     history, so any number of readers may come, go or crash without delaying a
     decision or a message (Temporal allows a workflow only a few updates in flight).
-    A reader that is caught up asks again after `POLL_COOLDOWN`, backing off to
-    `POLL_IDLE` while nothing comes; an offset past the end reads nothing until
-    items get there; one before what a long conversation kept reads from the
-    oldest kept."""
-    handle = client.get_workflow_handle(workflow_id)
-    converter = client.data_converter.payload_converter
+    The readers of one workflow's topic in a process share one `_Feed`: fifty open
+    tabs of one conversation cost the worker what one does. An offset past the end
+    reads nothing until items get there; one before what a long conversation kept
+    reads from the oldest kept."""
+    key = (id(asyncio.get_running_loop()), id(client), workflow_id, topic)
+    feed = _feeds.get(key)
+    if feed is None or feed.closed:
+        feed = _feeds[key] = _Feed(client, workflow_id, topic)
+    feed.readers += 1
     offset = max(0, from_offset)
-    wait = POLL_COOLDOWN.total_seconds()
-    quiet_since = time.monotonic()
-    while True:
-        result = await handle.query(
+    try:
+        while True:
+            seen = feed.version
+            index = bisect.bisect_left(feed.offsets, offset)
+            while index < len(feed.offsets):
+                offset = feed.offsets[index]
+                yield offset, feed.items[index]
+                offset, index = offset + 1, index + 1
+            if feed.error is not None:
+                raise feed.error
+            if feed.closed:
+                return
+            await feed.changed(seen)
+    finally:
+        feed.readers -= 1
+        if feed.readers == 0:
+            feed.close()
+            if _feeds.get(key) is feed:
+                del _feeds[key]
+
+
+class _Feed:
+    """One poller of a workflow's stream topic, keeping what it read for all its
+    readers in this process. Caught up, it asks again after `POLL_COOLDOWN`, backing
+    off to `POLL_IDLE` while nothing comes (a turn waiting for a person). It closes
+    when its last reader leaves, when the workflow has ended and all it published
+    is read, or on an error, which its readers raise."""
+
+    def __init__(self, client: Client, workflow_id: str, topic: str) -> None:
+        self.handle = client.get_workflow_handle(workflow_id)
+        self.topic = topic
+        self.converter = client.data_converter.payload_converter
+        self.offsets: list[int] = []
+        self.items: list[Any] = []
+        self.next_offset = 0
+        self.closed = False
+        self.error: BaseException | None = None
+        self.readers = 0
+        self.version = 0
+        self._event = asyncio.Event()
+        self._task = asyncio.create_task(self._poll())
+
+    async def changed(self, seen: int) -> None:
+        """Returns once something changed since `version` was `seen`."""
+        while self.version == seen:
+            self._event.clear()
+            await self._event.wait()
+
+    def close(self) -> None:
+        self.closed = True
+        self._task.cancel()
+
+    def _notify(self) -> None:
+        self.version += 1
+        self._event.set()
+
+    async def _poll(self) -> None:
+        wait = POLL_COOLDOWN.total_seconds()
+        quiet_since = time.monotonic()
+        try:
+            while True:
+                got, more = await self._read()
+                if more:
+                    continue
+                now = time.monotonic()
+                if got:
+                    wait, quiet_since = POLL_COOLDOWN.total_seconds(), now
+                else:
+                    wait = min(wait * 1.5, POLL_IDLE.total_seconds())
+                    if now - quiet_since > ENDED_CHECK.total_seconds():
+                        quiet_since = now
+                        if await _ended(self.handle):
+                            # Whatever it published before it ended, then stop.
+                            while (await self._read())[0]:
+                                pass
+                            return
+                await asyncio.sleep(wait)
+        except Exception as e:
+            self.error = e
+        finally:
+            self.closed = True
+            self._notify()
+
+    async def _read(self) -> tuple[bool, bool]:
+        """What the workflow has from `next_offset` on: whether there was anything,
+        and whether more is ready at once."""
+        result = await self.handle.query(
             POLL_QUERY,
-            PollInput(topics=[topic], from_offset=offset),
+            PollInput(topics=[self.topic], from_offset=self.next_offset),
             result_type=PollResult,
         )
         for item in result.items:
             payload = Payload()
             payload.ParseFromString(base64.b64decode(item.data))
-            yield item.offset, converter.from_payload(payload)
-        offset = max(offset, result.next_offset)
-        if result.more_ready:
-            continue
-        now = time.monotonic()
+            self.offsets.append(item.offset)
+            self.items.append(self.converter.from_payload(payload))
+        self.next_offset = max(self.next_offset, result.next_offset)
         if result.items:
-            wait, quiet_since = POLL_COOLDOWN.total_seconds(), now
-        else:
-            wait = min(wait * 1.5, POLL_IDLE.total_seconds())
-            if now - quiet_since > ENDED_CHECK.total_seconds():
-                quiet_since = now
-                if await _ended(handle):
-                    # Whatever it published before it ended, then stop.
-                    last = await handle.query(
-                        POLL_QUERY,
-                        PollInput(topics=[topic], from_offset=offset),
-                        result_type=PollResult,
-                    )
-                    if not last.items:
-                        return
-                    continue
-        await asyncio.sleep(wait)
+            self._notify()
+        return bool(result.items), bool(result.more_ready)
+
+
+_feeds: dict[tuple[int, int, str, str], _Feed] = {}
+"""The open feeds of this process, by event loop, client, workflow and topic."""
 
 
 async def _ended(handle: WorkflowHandle) -> bool:

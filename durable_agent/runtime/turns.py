@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -46,6 +46,8 @@ from durable_agent.stream import TurnEvent
 from durable_agent.types import PendingApproval, TurnInput, TurnProgress
 from workflows import AgentTurn, Conversation, search
 from workflows.policies import WORKFLOW_TASK_TIMEOUT
+
+T = TypeVar("T")
 
 
 class AgentClientError(Exception):
@@ -104,10 +106,11 @@ async def start_chat(
     """Start a conversation and send its first message, in one call (update-with-start)."""
     message = _message(first)
     indexed = await registered.available(client)
+    workflow_id = chat_id(chat.customer_id)
     start = WithStartWorkflowOperation(
         Conversation.run,
         chat,
-        id=chat_id(chat.customer_id),
+        id=workflow_id,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         task_queue=task_queue,
         static_summary=markdown_safe(
@@ -118,18 +121,28 @@ async def start_chat(
         else None,
         task_timeout=WORKFLOW_TASK_TIMEOUT,
     )
-    accepted = await _update(
-        client.execute_update_with_start_workflow(
-            Conversation.send, message, start_workflow_operation=start
+    started: list[bool] = []
+
+    async def send(update_id: str) -> MessageAccepted:
+        if started:  # sent again: the conversation is there already
+            handle = client.get_workflow_handle(workflow_id)
+            return await handle.execute_update(Conversation.send, message, id=update_id)
+        started.append(True)
+        return await client.execute_update_with_start_workflow(
+            Conversation.send, message, start_workflow_operation=start, id=update_id
         )
-    )
+
+    accepted = await _update(send)
     return await start.workflow_handle(), accepted
 
 
 async def send(conversation: WorkflowHandle, text: str) -> MessageAccepted:
     """The next message of a conversation; returns when the turn answering it starts."""
     try:
-        return await _update(conversation.execute_update(Conversation.send, _message(text)))
+        message = _message(text)
+        return await _update(
+            lambda update_id: conversation.execute_update(Conversation.send, message, id=update_id)
+        )
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise AgentClientError(
@@ -348,7 +361,9 @@ async def decide(
         decision = ApprovalDecision(call_id=call_id, approved=approved, by=by, reason=reason)
     except ValueError as e:
         raise AgentClientError(_first_error(e)) from None
-    return await _update(handle.execute_update(AgentTurn.decide, decision))
+    return await _update(
+        lambda update_id: handle.execute_update(AgentTurn.decide, decision, id=update_id)
+    )
 
 
 async def _running(handle: WorkflowHandle) -> None:
@@ -433,18 +448,33 @@ async def _summary(client: Client, workflow_id: str) -> str:
         return ""
 
 
-async def _update(pending_update):  # type: ignore[no-untyped-def]
-    """An update's result, or its refusal (the validator's words) as an AgentClientError."""
-    try:
-        return await pending_update
-    except WorkflowUpdateFailedError as e:
-        cause = e.cause
-        message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
-        raise AgentClientError(message) from None
-    except RPCError as e:
-        if e.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # too many requests in flight
-            raise AgentClientError(f"busy ({e.message}): try again in a moment") from None
-        raise
+UNPROCESSED = "UnprocessedUpdate"
+"""The server's failure type for an update a worker took and let go unanswered (a
+workflow task that completed without it, which a busy worker can do): nothing of it
+ran, so it is sent again."""
+UNPROCESSED_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+async def _update(send: Callable[[str], Awaitable[T]]) -> T:
+    """`send(update_id)`'s result, or its refusal (the validator's words) as an
+    AgentClientError. An update the worker let go unprocessed is sent again, with
+    the same id: the server runs an update id at most once."""
+    update_id = str(uuid.uuid4())
+    for delay in (*UNPROCESSED_RETRIES, None):
+        try:
+            return await send(update_id)
+        except WorkflowUpdateFailedError as e:
+            cause = e.cause
+            if isinstance(cause, ApplicationError) and cause.type == UNPROCESSED and delay:
+                await asyncio.sleep(delay)
+                continue
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
+            raise AgentClientError(message) from None
+        except RPCError as e:
+            if e.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # too many requests in flight
+                raise AgentClientError(f"busy ({e.message}): try again in a moment") from None
+            raise
+    raise AssertionError("unreachable")
 
 
 def _quoted(value: str) -> str:
