@@ -711,10 +711,12 @@ class AgentTurn:
             decision: ApprovalDecision | None = self._decisions[call.id]
         except asyncio.TimeoutError:
             decision = None
-        finally:
-            del self._pending[call.id]
-            if not self._pending:
-                self._set_status(search.RUNNING)
+        except asyncio.CancelledError:
+            self._no_longer_pending(call)
+            raise
+        # Not in a `finally`: a workflow evicted from the worker's cache unwinds its
+        # coroutines outside the workflow's event loop, where nothing may be asked of it.
+        self._no_longer_pending(call)
         if decision is None:
             text = expired(call, _duration(wait))
             self._record(
@@ -749,6 +751,11 @@ class AgentTurn:
         self._steps.append(step)
         self._events.publish(StepEvent(step=step).model_dump(mode="json"))
         workflow.set_current_details(answers.story(self._steps))
+
+    def _no_longer_pending(self, call: ToolCall) -> None:
+        del self._pending[call.id]
+        if not self._pending:
+            self._set_status(search.RUNNING)
 
     def _set_status(self, status: str) -> None:
         if status != self._status and _indexed():
