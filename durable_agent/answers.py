@@ -20,6 +20,21 @@ def decline_text(instructions: str) -> str:
     return m.group(1).strip() if m else DECLINE
 
 
+_CANNOT_DO = re.compile(
+    r"(?:asks? for something|for what) (?:no tool|the tools) (?:can(?:not|'t)? do|cannot do)"
+    r"[^:\n]*,\s*say:\s*(.+?)\s*(?:\n|$)",
+    re.IGNORECASE,
+)
+
+
+def handoff_text(instructions: str) -> str:
+    """What the instructions tell a model to say when asked for something no tool can
+    do (`... something the tools cannot do, say: <text>` on a line of its own): where
+    the customer can turn next. Empty when they say nothing of it."""
+    m = _CANNOT_DO.search(instructions)
+    return m.group(1).strip() if m else ""
+
+
 def _found_so_far(steps: list[Step]) -> str:
     found = [s.observation.text for s in steps if s.observation and s.observation.ok]
     return f" Here is what I found so far: {' '.join(found[-3:])}" if found else ""

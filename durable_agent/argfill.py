@@ -100,10 +100,18 @@ _EXAMPLE_BEFORE = re.compile(r"\blike\s*$", re.IGNORECASE)
 
 
 def find_id(pattern: re.Pattern[str], text: str) -> str | None:
+    """The first id in `text` that is not an example."""
+    return next(iter(find_ids(pattern, text)), None)
+
+
+def find_ids(pattern: re.Pattern[str], text: str) -> list[str]:
+    """Every id in `text` that is not an example, each once, in order ("orders
+    123456 and 234567")."""
+    found: list[str] = []
     for m in pattern.finditer(text):
-        if not _EXAMPLE_BEFORE.search(text[: m.start()]):
-            return m.group(0)
-    return None
+        if not _EXAMPLE_BEFORE.search(text[: m.start()]) and m.group(0) not in found:
+            found.append(m.group(0))
+    return found
 
 
 # Where one clause of a message ends and the next begins: punctuation, a

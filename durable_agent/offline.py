@@ -47,7 +47,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from durable_agent.answers import decline_text
+from durable_agent.answers import decline_text, handoff_text
 from durable_agent.argfill import (
     Param,
     find_id,
@@ -55,6 +55,9 @@ from durable_agent.argfill import (
     find_value,
     id_noun,
     required_params,
+)
+from durable_agent.argfill import (
+    find_ids as find_all_ids,
 )
 from durable_agent.conversation import (
     AssistantMessage,
@@ -235,6 +238,44 @@ def is_small_talk(text: str) -> bool:
     return bool(words) and all(w in _SMALL_TALK for w in words)
 
 
+_OTHER_LANGUAGES = {
+    "Spanish": "hola el la los las del mi mis pedido pedidos dónde donde está esta cuándo cuando "
+    "qué que por favor quiero gracias devolver llegado llegó todavía aún reembolso dinero un "
+    "una es con para mí",
+    "German": "hallo wo ist meine mein bestellung bestellungen wann kommt ich möchte zurückgeben "
+    "danke bitte die der das und nicht noch geld zurück habe hat paket angekommen meiner",
+    "French": "bonjour où est ma mon mes commande commandes quand je veux retourner merci le la "
+    "les une des pas encore colis arrivé remboursement argent suis avec pour",
+    "Italian": "ciao dov è il mio ordine ordini quando voglio restituire grazie non ancora pacco "
+    "arrivato rimborso soldi della per",
+    "Portuguese": "olá onde está meu minha pedido pedidos quando quero devolver obrigado obrigada "
+    "não ainda chegou reembolso dinheiro encomenda",
+    "Dutch": "hallo waar is mijn bestelling bestellingen wanneer ik wil terugsturen dank bedankt "
+    "niet nog pakket aangekomen geld terug het een",
+}
+"""A few common words of the languages a customer may write in instead: the offline
+model reads only English, and says so."""
+_LANGUAGE_WORDS = {lang: _wordset(words) for lang, words in _OTHER_LANGUAGES.items()}
+_ENGLISH_ONLY = frozenset(
+    w for w in STOPWORDS if not any(w in ws for ws in _LANGUAGE_WORDS.values())
+)
+
+
+def other_language(text: str) -> str | None:
+    """The language a message is in, when it is one of `_OTHER_LANGUAGES` and not
+    English: more of its words are that language's than English's, at least two."""
+    words = re.findall(r"[^\W\d_]+", text.lower())
+    english = sum(w in _ENGLISH_ONLY for w in words)
+    best, hits = max(
+        ((lang, sum(w in ws for w in words)) for lang, ws in _LANGUAGE_WORDS.items()),
+        key=lambda found: found[1],
+    )
+    return best if hits >= 2 and hits > english else None
+
+
+ONLY_ENGLISH = "I'm sorry, I can only read English so far (your message looks like {language})."
+
+
 # --- the tools, as the model sees them ---------------------------------------------------
 
 
@@ -290,6 +331,15 @@ class _ToolProfile:
         """This tool's ids in `text`, or None unless all of them are there."""
         found = {p.name: find_id(p.pattern, text) for p in self.ids if p.pattern}
         return None if None in found.values() else {k: v for k, v in found.items() if v}
+
+    def each_id(self, text: str) -> list[dict[str, str]]:
+        """A call's ids for each id in `text`, for a tool that takes one ("orders
+        123456 and 234567": two calls); the one set `find_ids` finds otherwise."""
+        (only,) = self.ids if len(self.ids) == 1 else (None,)
+        if only is not None and only.pattern is not None:
+            return [{only.name: v} for v in find_all_ids(only.pattern, text)]
+        found = self.find_ids(text)
+        return [found] if found else []
 
     def allowed(self, request: bool, words: Sequence[str]) -> bool:
         """Tools that do something need an explicit request naming their action."""
@@ -405,7 +455,7 @@ class _Plan:
     """The question is not about what the tools cover: the agent's decline text."""
 
 
-def _decide(talk: _Dialogue, profiles: list[_ToolProfile]) -> _Plan:
+def _decide(talk: _Dialogue, profiles: list[_ToolProfile], instructions: str = "") -> _Plan:
     """Small talk; the answer to the model's own question; ids in the question;
     ids of what the conversation was about ("it"); else the tool most about it."""
     question = talk.question
@@ -413,9 +463,14 @@ def _decide(talk: _Dialogue, profiles: list[_ToolProfile]) -> _Plan:
         return _Plan(text=_small_talk(question, profiles))
     if (reply := _complete_asked_request(talk, profiles)) is not None:
         return reply
+    if (language := other_language(question)) is not None:
+        return _in_other_language(language, question, profiles)
     if (action := _action_no_tool_does(question, profiles)) is not None:
         can = "; ".join(_capability(p.spec) for p in profiles)
-        return _Plan(text=f"Sorry, I can't {action} that for you here. I can help with: {can}.")
+        handoff = sentence(h) + " " if (h := handoff_text(instructions)) else ""
+        return _Plan(
+            text=f"Sorry, I can't {action} that for you here. {handoff}I can help with: {can}."
+        )
     words = content_words(question)
     request = not is_question(question)
     allowed = [p for p in profiles if p.allowed(request, words)]
@@ -480,7 +535,7 @@ def _pick_id_tools(profiles: list[_ToolProfile], question: str, words: list[str]
     """
     groups: dict[tuple[str, ...], list[Choice]] = {}
     for p in profiles:
-        if p.ids and (found := p.find_ids(question)):
+        for found in p.each_id(question) if p.ids else ():
             groups.setdefault(tuple(v.lower() for v in found.values()), []).append((p, found))
 
     def best(ids: tuple[str, ...], counted: list[str]) -> Choice:
@@ -539,9 +594,16 @@ def _topical(profiles: list[_ToolProfile], talk: _Dialogue, words: list[str]) ->
     answer at once, unless the question is about something specific of the
     customer's ("how much did I pay?"), which needs an id."""
     specific = refers_back(talk.question, _nouns(profiles))
+    # Last, the tool that knows the words fewer tools know: "How do I cancel my
+    # order?" is about cancelling, which only one tool speaks of.
+    shared = {w: sum(p.matches(w) > 0 for p in profiles) for w in words}
     ranked = sorted(
         profiles,
-        key=lambda p: (*_key(p, words), bool(p.ids) == specific),
+        key=lambda p: (
+            *_key(p, words),
+            bool(p.ids) == specific,
+            sum(1 / shared[w] for w in words if p.matches(w)),
+        ),
         reverse=True,
     )
     best = ranked[0] if ranked else None
@@ -555,6 +617,23 @@ def _topical(profiles: list[_ToolProfile], talk: _Dialogue, words: list[str]) ->
         return _Plan(text=f"{offer} {ASK} the {best.ids[0].description}.")
     chosen = _add_lookup_for_rest([(best, ids)], profiles, words)
     return _with_free_text(chosen, talk.question, words)
+
+
+def _in_other_language(language: str, question: str, profiles: list[_ToolProfile]) -> _Plan:
+    """What can be done with a message in a language the model does not read: look up
+    the ids it names (with the first tool listed that reads them), or ask for English."""
+    calls: list[Choice] = []
+    for p in profiles:
+        if p.request_only or not p.ids or p.reason is not None:
+            continue
+        for ids in p.each_id(question):
+            if not any(found == ids for _, found in calls):
+                calls.append((p, ids))
+    if calls:
+        return _Plan(calls=calls)
+    can = "; ".join(_capability(p.spec) for p in profiles)
+    said = ONLY_ENGLISH.format(language=language)
+    return _Plan(text=f"{said} Please ask in English: I can help with {can}.")
 
 
 def _ask_for_reason(p: _ToolProfile, param: Param, ids: dict[str, str]) -> str:
@@ -727,7 +806,7 @@ class OfflineModel:
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         profiles = self._profiles_of(request.tools)
         talk = _Dialogue.of(request.messages, profiles)
-        decided = _decide(talk, profiles)
+        decided = _decide(talk, profiles, request.instructions)
         prompt = talk.question + " " + " ".join(s.description for s in request.tools)
         if not decided.calls:
             # Declined in the words the instructions give ("reply exactly: ..."), as a
@@ -755,6 +834,8 @@ class OfflineModel:
             self._read(r, calls.get(r.call_id), by_name.get(r.tool), asked, talk) for r in results
         ]
         parts = [self._phrasebook.answer(r) or r.text for r in readings]
+        if language := other_language(talk.question):
+            parts.insert(0, ONLY_ENGLISH.format(language=language) + " Here is what I found:")
         answer = " ".join(p for p in parts if p) or decline_text(request.instructions)
         if offer := self._offer(readings, profiles, talk):
             answer += " " + offer
@@ -795,13 +876,15 @@ class OfflineModel:
         """After a question about doing something (returning an order) that was
         answered by looking things up, offer to do it: the customer only has to
         give what the request still needs."""
-        if not is_question(talk.question):
+        if any(r.does for r in readings) or not (is_question(talk.question) or readings):
             return ""
-        words = content_words(talk.question)
+        # What the question asks, as the agent's phrasebook reads it too ("it came
+        # broken" asks what returning it does).
+        words = {*content_words(talk.question), *(w for r in readings for w in r.asked.words)}
         looked_up = {w for r in readings for w in content_words(r.tool.replace("_", " "))}
         for p in profiles:
             reason = p.reason
-            action = p.action_words & set(words)
+            action = p.action_words & words
             if not p.request_only or reason is None or not action or action & looked_up:
                 continue
             for r in readings:

@@ -16,12 +16,20 @@ from shop.phrasebook import offline_model
 from shop.stores import open_store
 from shop.tools import TOOLS, TOOLS_WITH_POLICY_EXPERT
 
+HANDOFF = (
+    "A person on our support team can do that: email support@shop.example with your "
+    "order ID, and they answer within one business day."
+)
+"""Where a customer turns for what the agent cannot do (cancel an order, change an
+address)."""
+
 INSTRUCTIONS = (
     "You are a customer-support agent. Use the tools to look things up; never make up "
     "order or return data. Call several tools at once when they do not depend on each "
     "other. When the tool results answer the question, reply to the customer briefly "
-    "from them. If a question is not about what the tools cover, reply exactly: "
-    f"{DECLINE}"
+    "from them, in English.\n"
+    f"When the customer asks for something the tools cannot do, say: {HANDOFF}\n"
+    f"If a question is not about what the tools cover, reply exactly: {DECLINE}"
 )
 
 EXAMPLES = (

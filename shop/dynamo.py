@@ -28,14 +28,15 @@ from shop import seed
 from shop.store import (
     ORDER_NOT_FOUND,
     RETURN_NOT_FOUND,
+    Clock,
     Order,
     PolicyHit,
     Return,
     ShopStore,
     clean_reason,
     existing_return,
+    make_order,
     new_return,
-    returns_of,
 )
 
 COUNTER_KEY = "__return_counter__"
@@ -50,13 +51,14 @@ class DynamoStore:
         prefix: str | None = None,
         client: Any = None,
         policies: ShopStore | None = None,
+        today: Clock = seed.today,
     ) -> None:
         prefix = (
             prefix
             if prefix is not None
             else os.environ.get("AGENT_DYNAMO_PREFIX", "durable-agent-")
         )
-        self.orders, self.returns = f"{prefix}orders", f"{prefix}returns"
+        self.orders_table, self.returns = f"{prefix}orders", f"{prefix}returns"
         self.idempotency = f"{prefix}idempotency"
         if client is None:
             import boto3
@@ -64,12 +66,13 @@ class DynamoStore:
             client = boto3.client("dynamodb")
         self._db = client
         self._policies = policies or ShopStore()
+        self.today = today
 
     # --- set-up -----------------------------------------------------------------
 
     def create_tables(self) -> None:
         for table, key in (
-            (self.orders, "order_id"),
+            (self.orders_table, "order_id"),
             (self.returns, "return_id"),
             (self.idempotency, "key"),
         ):
@@ -90,7 +93,7 @@ class DynamoStore:
         latest = {order_id: return_id for return_id, _, order_id, _, _ in seed.RETURNS}
         for oid, cust, item, qty, cents, status, shipped, expected in seed.ORDERS:
             self._db.update_item(
-                TableName=self.orders,
+                TableName=self.orders_table,
                 Key={"order_id": {"S": oid}},
                 **_set(
                     customer_id=cust,
@@ -122,19 +125,27 @@ class DynamoStore:
     # --- the store contract ---------------------------------------------------------
 
     def order(self, customer_id: str, order_id: str) -> Order:
-        row = self._get(self.orders, "order_id", order_id)
+        row = self._get(self.orders_table, "order_id", order_id)
         if row is None or row["customer_id"] != customer_id:
             raise NotFound(ORDER_NOT_FOUND)
-        return Order(
-            order_id=row["order_id"],
-            item=row["item"],
-            quantity=int(row["quantity"]),
-            total=f"${int(row['total_cents']) / 100:.2f}",
-            status=row["status"],
-            shipped_on=row.get("shipped_on"),
-            expected_delivery=row.get("expected_delivery"),
-            returns=returns_of(self.returns_for(order_id)),
+        return make_order(row, self.returns_for(order_id), self.today())
+
+    def orders(self, customer_id: str) -> list[Order]:
+        """The customer's orders, newest first (a scan: the demo's tables are small)."""
+        pages = self._db.get_paginator("scan").paginate(
+            TableName=self.orders_table,
+            FilterExpression="customer_id = :c",
+            ExpressionAttributeValues={":c": {"S": customer_id}},
+            ConsistentRead=True,
         )
+        rows = [_plain(i) for page in pages for i in page["Items"]]
+        rows.sort(key=lambda r: (r.get("shipped_on") or "9999", r["order_id"]), reverse=True)
+        returns = self._customer_returns(customer_id)
+        today = self.today()
+        return [
+            make_order(row, [r for r in returns if r.order_id == row["order_id"]], today)
+            for row in rows
+        ]
 
     def return_(self, customer_id: str, return_id: str) -> Return:
         row = self._get(self.returns, "return_id", return_id)
@@ -151,7 +162,7 @@ class DynamoStore:
             done = self._done(idempotency_key)
             if done is not None:
                 return done
-            order = self._get(self.orders, "order_id", order_id)
+            order = self._get(self.orders_table, "order_id", order_id)
             if order is None or order["customer_id"] != customer_id:
                 raise NotFound(ORDER_NOT_FOUND)
             ret = existing_return(order_id, order["status"], self._latest_return(order))
@@ -160,7 +171,7 @@ class DynamoStore:
                     return ret
                 continue  # a call with this key just finished: its result is read above
             cleaned = clean_reason(order_id, reason)
-            ret = new_return(self._next_return_id(), order_id, cleaned)
+            ret = new_return(self._next_return_id(), order_id, cleaned, self.today())
             if self._write(customer_id, ret, idempotency_key):
                 return ret
         raise ToolUnavailable("The return could not be recorded just now; retrying.")
@@ -170,6 +181,15 @@ class DynamoStore:
             TableName=self.returns,
             FilterExpression="order_id = :o",
             ExpressionAttributeValues={":o": {"S": order_id}},
+            ConsistentRead=True,
+        )
+        return [_return(_plain(i)) for page in pages for i in page["Items"]]
+
+    def _customer_returns(self, customer_id: str) -> list[Return]:
+        pages = self._db.get_paginator("scan").paginate(
+            TableName=self.returns,
+            FilterExpression="customer_id = :c",
+            ExpressionAttributeValues={":c": {"S": customer_id}},
             ConsistentRead=True,
         )
         return [_return(_plain(i)) for page in pages for i in page["Items"]]
@@ -245,7 +265,7 @@ class DynamoStore:
                     },
                     {
                         "Update": {
-                            "TableName": self.orders,
+                            "TableName": self.orders_table,
                             "Key": {"order_id": {"S": ret.order_id}},
                             "UpdateExpression": "SET return_id = :r",
                             "ConditionExpression": "attribute_exists(order_id) "
@@ -298,7 +318,7 @@ def main() -> None:
     store = DynamoStore()
     store.create_tables()
     store.seed()
-    print(f"tables ready: {store.orders}, {store.returns}, {store.idempotency}")
+    print(f"tables ready: {store.orders_table}, {store.returns}, {store.idempotency}")
 
 
 if __name__ == "__main__":

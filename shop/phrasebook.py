@@ -22,23 +22,35 @@ from durable_agent.offline import (
     sentence,
 )
 
+_NOT_ARRIVED = re.compile(
+    r"(?:\bnot\b|n't\b|\bnever\b|\bstill\b|\byet to\b).*\b(?:arriv|receiv|come|came|got|here)"
+)
+"""A parcel the customer is still waiting for: "I haven't received it", "never came"."""
+
 
 class ShopPhrasebook(Phrasebook):
     synonyms = {
-        "ship": "dispatch sent ship track",
-        "arrive": "arrival arrive come deliver delivery",
-        "refund": "complete done finish process refund",
+        "ship": "dispatch sent ship track package parcel",
+        "arrive": "arrival arrive come deliver delivery receive",
+        "refund": "complete done finish process refund money reimburse",
+        "damage": "damage broken break crush defect faulty wrong leak crack smash spill",
+        "late": "late delay overdue missing lost never",
     }
 
     def asked(self, question: str, asked: Asked) -> Asked:
         """ "Where is it?" asks about shipping; "when ...?" about arriving, unless it
-        asks when something ships or is refunded."""
-        found = set(asked.concepts)
+        asks when something ships or is refunded. An item that came damaged or wrong
+        asks what returning it does; a parcel that is late or missing, where it is."""
+        found, words = set(asked.concepts), set(asked.words)
         if re.search(r"\bwhere\b", asked.text):
             found.add("ship")
         if re.search(r"\bwhen\b", asked.text) and not found & {"ship", "refund"}:
             found.add("arrive")
-        return Asked(frozenset(found), asked.words, asked.yes_no, asked.text)
+        if "damage" in found:
+            words.add("return")
+        if "late" in found or _NOT_ARRIVED.search(asked.text):
+            found |= {"late", "ship"}
+        return Asked(frozenset(found), frozenset(words), asked.yes_no, asked.text)
 
     def answer(self, reading: Reading) -> str | None:
         if not reading.records:
@@ -51,6 +63,8 @@ class ShopPhrasebook(Phrasebook):
                 return _started_return_answer(reading, first)
             return _return_answer(reading, first)
         if "order id" in first:
+            if reading.text.startswith("[1] "):
+                return _orders_answer(reading)
             return _order_answer(reading, first)
         return None
 
@@ -64,6 +78,39 @@ def offline_model(_arg: str = "") -> OfflineModel:
     return OfflineModel(ShopPhrasebook())
 
 
+def _orders_answer(r: Reading) -> str:
+    """The customer's orders, one line each."""
+    lines = []
+    for record in r.records:
+        order_id, item = r.field(record, "order"), r.field(record, "item")
+        quantity, total = r.field(record, "quantity"), r.field(record, "amount")
+        lines.append(
+            f"{order_id}: {quantity} × {item} ({total}), {_state(r, record)}"
+            + (f", return {returns}" if (returns := r.field(record, "return")) else "")
+        )
+    count = f"{len(lines)} orders" if len(lines) != 1 else "one order"
+    return f"You have {count}: " + "; ".join(lines) + "."
+
+
+def _state(r: Reading, record: Record) -> str:
+    """Where an order is, in a few words."""
+    status, shipped_on = r.field(record, "status"), r.field(record, "shipped")
+    late = _late(r, record)
+    if "arrive" in r.words.concepts(content_words(status)):
+        return f"delivered (shipped on {shipped_on})"
+    if shipped_on:
+        return f"shipped on {shipped_on}" + (f", {late}" if late else "")
+    return f"not shipped yet ({status})" + (f", {late}" if late else "")
+
+
+def _late(r: Reading, record: Record) -> str:
+    """ "3 days late", or nothing."""
+    days = r.field(record, "late")
+    if not days.isdigit() or int(days) <= 0:
+        return ""
+    return f"{days} day{'s' if int(days) != 1 else ''} late"
+
+
 def _order_answer(r: Reading, record: Record) -> str:
     asked = r.asked
     order_id = r.field(record, "order")
@@ -72,8 +119,9 @@ def _order_answer(r: Reading, record: Record) -> str:
     what = f"{quantity} × {item}" if quantity else item
     total = r.field(record, "amount")
     sentences = []
-    if "return" in asked.words:
-        # Whether it can go back: a return it has already, or that it has not shipped.
+    if "return" in asked.words or "refund" in asked.concepts:
+        # Whether it can go back (or has): a return it has already, or that it has
+        # not shipped.
         if returns := r.field(record, "return"):
             sentences.append(f"Order {order_id} already has a return: {returns}.")
         elif not r.field(record, "shipped"):
@@ -87,6 +135,10 @@ def _order_answer(r: Reading, record: Record) -> str:
         sentences.append(_shipping(r, record, subject, asked))
     if not sentences:
         sentences = [f"Order {order_id} is for {what} ({total}).", _shipping(r, record, "it")]
+    if asked.concepts & {"damage", "late"}:
+        sentences.insert(0, "I'm sorry about that.")
+    if "late" in asked.concepts and r.field(record, "shipped") and _late(r, record):
+        sentences.append(f"Ask me for the tracking link of order {order_id} to see where it is.")
     return " ".join(_capitalized(s) for s in sentences)
 
 
@@ -96,10 +148,18 @@ def _shipping(r: Reading, record: Record, subject: str, asked: Asked | None = No
     shipped_on = r.field(record, "shipped")
     expected = r.field(record, "expected", "delivery")
     delivered = "arrive" in r.words.concepts(content_words(status))
+    late = _late(r, record)
     if delivered:
         text = f"{subject} has been delivered (shipped on {shipped_on}, due on {expected})."
+    elif shipped_on and late:
+        text = f"{subject} shipped on {shipped_on} and was due by {expected}: it is {late}."
     elif shipped_on:
         text = f"{subject} shipped on {shipped_on} and should arrive by {expected}."
+    elif late:
+        text = (
+            f"{subject} has not shipped yet (status: {status}) and was due by {expected}: "
+            f"it is {late}."
+        )
     else:
         due = f"; it should arrive by {expected}" if expected else ""
         text = f"{subject} has not shipped yet (status: {status}){due}."

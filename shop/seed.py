@@ -13,9 +13,30 @@ Order 567890 and return rtn004 belong to another customer, so `demo` never sees 
 
 from __future__ import annotations
 
+import os
+from datetime import date
 from importlib import resources
 
 from durable_agent.types import DEFAULT_CUSTOMER
+
+SAMPLE_DAY = date(2026, 11, 24)
+"""The day the sample data describes: the demo shop's today, unless `AGENT_SHOP_TODAY`
+says otherwise, so order 123456 is three days late however long after it the demo runs."""
+
+
+def today() -> date:
+    """The shop's today: `AGENT_SHOP_TODAY` (`YYYY-MM-DD`, or `system` for the
+    machine's date), else `SAMPLE_DAY`."""
+    value = os.environ.get("AGENT_SHOP_TODAY", "").strip()
+    if not value:
+        return SAMPLE_DAY
+    if value == "system":
+        return date.today()
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"AGENT_SHOP_TODAY={value!r}: use a date (YYYY-MM-DD) or system") from None
+
 
 OTHER_CUSTOMER = "cust-002"
 

@@ -16,11 +16,11 @@ import os
 import re
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -48,6 +48,8 @@ class ShopData(Protocol):
 
     def order(self, customer_id: str, order_id: str) -> Order: ...
 
+    def orders(self, customer_id: str) -> list[Order]: ...
+
     def return_(self, customer_id: str, return_id: str) -> Return: ...
 
     def start_return(
@@ -67,14 +69,42 @@ class Order(BaseModel):
     status: str
     shipped_on: str | None = None
     expected_delivery: str | None = None
+    days_late: int | None = None
+    """Days past its expected delivery, for an order not delivered yet (by the store's
+    clock); None when it is not late."""
     returns: str | None = None
-    """The order's returns and their status ("rtn003 (open)"), if it has any."""
+    """The order's returns, with their status and what happened ("rtn001 (processed:
+    Refund of $26.85 issued ...)"), if it has any."""
+
+
+Clock = Callable[[], date]
+"""The store's today (`seed.today` unless a test or an operator gives another)."""
+
+
+def make_order(row: Mapping[str, Any], returns: list[Return], today: date) -> Order:
+    """An order as both stores give it, from its stored fields."""
+    expected = row.get("expected_delivery")
+    late = None
+    if expected and row["status"] != "delivered":
+        days = (today - date.fromisoformat(str(expected))).days
+        late = days if days > 0 else None
+    return Order(
+        order_id=row["order_id"],
+        item=row["item"],
+        quantity=int(row["quantity"]),
+        total=f"${int(row['total_cents']) / 100:.2f}",
+        status=row["status"],
+        shipped_on=row.get("shipped_on"),
+        expected_delivery=expected,
+        days_late=late,
+        returns=returns_of(returns),
+    )
 
 
 def returns_of(returns: list[Return]) -> str | None:
     """`Order.returns` from the order's returns, oldest first."""
-    ordered = sorted(returns, key=lambda r: r.return_id)
-    return ", ".join(f"{r.return_id} ({r.status})" for r in ordered) or None
+    ordered = sorted(returns, key=lambda r: int(r.return_id[3:]))
+    return "; ".join(f"{r.return_id} ({r.status}: {r.detail.rstrip('.')})" for r in ordered) or None
 
 
 class Return(BaseModel):
@@ -144,13 +174,13 @@ def clean_reason(order_id: str, reason: str) -> str:
     return cut.rstrip(" ,;:.-") + "…"
 
 
-def new_return(return_id: str, order_id: str, reason: str) -> Return:
+def new_return(return_id: str, order_id: str, reason: str, today: date) -> Return:
     """A freshly requested return; `reason` as `clean_reason` left it."""
     return Return(
         return_id=return_id,
         order_id=order_id,
         status="requested",
-        detail=f"Requested on {date.today().isoformat()} ({reason}). "
+        detail=f"Requested on {today.isoformat()} ({reason}). "
         "Ship the item back with the prepaid label we emailed you.",
     )
 
@@ -309,8 +339,11 @@ _RETURN_COLUMNS = "return_id, order_id, status, detail"
 
 
 class ShopStore:
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, today: Clock = seed.today
+    ) -> None:
         self.path = Path(path) if path is not None else default_db_path()
+        self.today = today
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(_SCHEMA)
@@ -352,16 +385,24 @@ class ShopStore:
             ).fetchall()
         if row is None:
             raise NotFound(ORDER_NOT_FOUND)
-        return Order(
-            order_id=row["order_id"],
-            item=row["item"],
-            quantity=row["quantity"],
-            total=f"${row['total_cents'] / 100:.2f}",
-            status=row["status"],
-            shipped_on=row["shipped_on"],
-            expected_delivery=row["expected_delivery"],
-            returns=returns_of([Return(**dict(r)) for r in returns]),
-        )
+        return make_order(dict(row), [Return(**dict(r)) for r in returns], self.today())
+
+    def orders(self, customer_id: str) -> list[Order]:
+        """The customer's orders, newest first."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT * FROM orders WHERE customer_id = ? "
+                "ORDER BY coalesce(shipped_on, '9999') DESC, order_id DESC",
+                (customer_id,),
+            ).fetchall()
+            returns = db.execute(
+                f"SELECT {_RETURN_COLUMNS} FROM returns WHERE customer_id = ?", (customer_id,)
+            ).fetchall()
+        by_order: dict[str, list[Return]] = defaultdict(list)
+        for r in returns:
+            by_order[r["order_id"]].append(Return(**dict(r)))
+        today = self.today()
+        return [make_order(dict(row), by_order[row["order_id"]], today) for row in rows]
 
     def return_(self, customer_id: str, return_id: str) -> Return:
         with self._connect() as db:
@@ -395,7 +436,9 @@ class ShopStore:
             status = _order_status(db, customer_id, order_id)
             ret = existing_return(order_id, status, _latest_return(db, order_id))
             if ret is None:
-                ret = new_return(_next_return_id(db), order_id, clean_reason(order_id, reason))
+                ret = new_return(
+                    _next_return_id(db), order_id, clean_reason(order_id, reason), self.today()
+                )
                 db.execute(
                     "INSERT INTO returns VALUES (?,?,?,?,?)",
                     (ret.return_id, customer_id, ret.order_id, ret.status, ret.detail),

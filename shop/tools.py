@@ -41,6 +41,10 @@ class ReturnRequest(BaseModel):
     reason: str = Field(min_length=3, max_length=500, description="why the item goes back")
 
 
+class Mine(BaseModel):
+    """No arguments: the customer is the one the conversation is with."""
+
+
 class PolicyQuery(BaseModel):
     query: str = Field(min_length=3, max_length=500, description="the question about policy")
 
@@ -57,8 +61,22 @@ class PolicyQuery(BaseModel):
 )
 def order_status(args: OrderLookup, ctx: ToolContext[ShopData]) -> Order:
     """Status of a specific order: the item purchased, quantity, amount, and shipping
-    status and delivery dates."""
+    status and delivery dates (and how many days late it is)."""
     return ctx.deps.order(ctx.customer_id, args.order_id)
+
+
+@tool(
+    examples=[
+        "What orders do I have?",
+        "Show me all my orders.",
+        "List my recent purchases.",
+    ],
+    timeout=timedelta(seconds=5),
+    quick=True,
+)
+def list_orders(args: Mine, ctx: ToolContext[ShopData]) -> list[Order]:
+    """List all of the customer's own orders, newest first, each with its status."""
+    return ctx.deps.orders(ctx.customer_id)
 
 
 TRACKING_PAGE = "https://shop.example/track/{order_id}"
@@ -156,8 +174,9 @@ def start_return(args: ReturnRequest, ctx: ToolContext[ShopData]) -> Return:
     quick=True,
 )
 def search_policies(args: PolicyQuery, ctx: ToolContext[ShopData]) -> list[PolicyHit]:
-    """Search the store's policy documents: returns, refunds, shipping costs and
-    delivery times, warranty, payment methods and cancellations."""
+    """Search the store's policy documents: returns, refunds, damaged, wrong or missing
+    items, shipping costs and delivery times, warranty, payment methods and
+    cancellations."""
     return ctx.deps.search_policies(args.query)
 
 
@@ -175,12 +194,15 @@ policy_expert = agent_tool(
 )
 
 
-TOOLS = ToolRegistry([order_status, tracking_link, return_status, start_return, search_policies])
+TOOLS = ToolRegistry(
+    [order_status, list_orders, tracking_link, return_status, start_return, search_policies]
+)
 """The support agent's tools: policy questions use the policy search directly."""
 
 TOOLS_WITH_POLICY_EXPERT = ToolRegistry(
     [
         order_status,
+        list_orders,
         tracking_link,
         return_status,
         start_return,

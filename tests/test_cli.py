@@ -94,7 +94,9 @@ def test_worker_and_ask_follow_in_two_processes(
     assert lines[0] == "[1] plan        order_status(order_id='123456')"
     assert lines[1] == "[1] tool_call   order_status(order_id='123456')"
     assert lines[2].startswith("[1] observation order_status: Order id: 123456. Item: Herbal")
-    answer = "Yes — order 123456 shipped on 2026-11-18 and should arrive by 2026-11-21."
+    answer = (
+        "Yes — order 123456 shipped on 2026-11-18 and was due by 2026-11-21: it is 3 days late."
+    )
     # The answer as the model writes it (from the turn's stream), then the step.
     assert lines[3] == f"[~] writing     {answer}"
     assert lines[4] == f"[1] answer      {answer}"

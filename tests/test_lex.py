@@ -35,7 +35,7 @@ from workflows import AgentTurn, Conversation
 
 EVENTS = Path(__file__).parent / "lex_events"
 SESSION = "581432718822519"
-SHIPPED = "order 123456 shipped on 2026-11-18 and should arrive by 2026-11-21"
+SHIPPED = "order 123456 shipped on 2026-11-18 and was due by 2026-11-21: it is 3 days late"
 
 
 def load(name: str) -> dict[str, Any]:

@@ -209,7 +209,7 @@ TABLE = [
     # output
     Case(
         "output",
-        "Yes — order 123456 shipped on 2026-11-18 and should arrive by 2026-11-21.",
+        "Yes — order 123456 shipped on 2026-11-18 and was due by 2026-11-21: it is 3 days late.",
         ALLOWED,
         (ORDER_QUESTION, ORDER_RESULT),
     ),

@@ -47,7 +47,9 @@ POLICY_ANSWER = (
     "your order ID and why the item is going back; you get a return ID (like rtn001) and a "
     "prepaid shipping label by email."
 )
-SHIPPED_ANSWER = "Yes — order 123456 shipped on 2026-11-18 and should arrive by 2026-11-21."
+SHIPPED_ANSWER = (
+    "Yes — order 123456 shipped on 2026-11-18 and was due by 2026-11-21: it is 3 days late."
+)
 
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(),
