@@ -93,7 +93,7 @@ def _wordset(text: str) -> frozenset[str]:
 STOPWORDS = _wordset(
     """a about also am an and any are as ask at be been being by can could d did didn do does
     doesn doing don for from get got had has hasn have haven hello hey hi how i if in into is
-    isn it its just know let like ll m may me might my need no not now of ok okay on or our
+    isn it its just know let like ll m may me might my need no not now of ok okay on one or our
     please re right s see so t tell than thank thanks that the their them then there these
     this those to ve want was wasn we were what when where which who whom why will with won wonder
     would yes you your yours"""

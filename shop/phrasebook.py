@@ -28,13 +28,17 @@ _NOT_ARRIVED = re.compile(
 """A parcel the customer is still waiting for: "I haven't received it", "never came"."""
 
 
+_WANTS = re.compile(r"\b(?:can|could|may|want|like|get|need)\b")
+"""A question that asks for something ("can I get a refund?"), not where it is."""
+
+
 class ShopPhrasebook(Phrasebook):
     synonyms = {
         "ship": "dispatch sent ship track package parcel",
         "arrive": "arrival arrive come deliver delivery receive",
         "refund": "complete done finish process refund money reimburse",
         "damage": "damage broken break crush defect faulty wrong leak crack smash spill",
-        "late": "late delay overdue missing lost never",
+        "late": "late delay overdue missing lost never wait",
     }
 
     def asked(self, question: str, asked: Asked) -> Asked:
@@ -46,8 +50,8 @@ class ShopPhrasebook(Phrasebook):
             found.add("ship")
         if re.search(r"\bwhen\b", asked.text) and not found & {"ship", "refund"}:
             found.add("arrive")
-        if "damage" in found:
-            words.add("return")
+        if "damage" in found or ("refund" in found and _WANTS.search(asked.text)):
+            words.add("return")  # what returning it does, or that it has a return
         if "late" in found or _NOT_ARRIVED.search(asked.text):
             found |= {"late", "ship"}
         return Asked(frozenset(found), frozenset(words), asked.yes_no, asked.text)
@@ -119,18 +123,26 @@ def _order_answer(r: Reading, record: Record) -> str:
     what = f"{quantity} × {item}" if quantity else item
     total = r.field(record, "amount")
     sentences = []
+    shipped = r.field(record, "shipped")
     if "return" in asked.words or "refund" in asked.concepts:
         # Whether it can go back (or has): a return it has already, or that it has
         # not shipped.
         if returns := r.field(record, "return"):
             sentences.append(f"Order {order_id} already has a return: {returns}.")
-        elif not r.field(record, "shipped"):
+        elif not shipped:
             sentences.append(_shipping(r, record, f"order {order_id}"))
+        elif "damage" in asked.concepts:
+            sentences.append(f"Order {order_id} is for {what} ({total}).")
+    if "cancel" in asked.words and shipped:
+        sentences.append(
+            f"Order {order_id} has already shipped, so it can no longer be cancelled; "
+            "you can return it once it arrives."
+        )
     if asked.concepts & {"item", "quantity"}:
         sentences.append(f"Order {order_id} is for {what}.")
     if "amount" in asked.concepts:
         sentences.append(f"The total for order {order_id} was {total} ({what}).")
-    if asked.concepts & {"ship", "arrive"}:
+    if asked.concepts & {"ship", "arrive"} and "damage" not in asked.concepts:
         subject = "it" if sentences else f"order {order_id}"
         sentences.append(_shipping(r, record, subject, asked))
     if not sentences:

@@ -70,12 +70,13 @@ def order_status(args: OrderLookup, ctx: ToolContext[ShopData]) -> Order:
         "What orders do I have?",
         "Show me all my orders.",
         "List my recent purchases.",
+        "Which orders did I place?",
     ],
     timeout=timedelta(seconds=5),
     quick=True,
 )
 def list_orders(args: Mine, ctx: ToolContext[ShopData]) -> list[Order]:
-    """List all of the customer's own orders, newest first, each with its status."""
+    """Your orders: every order of the customer, newest first, each with its status."""
     return ctx.deps.orders(ctx.customer_id)
 
 
@@ -169,6 +170,10 @@ def start_return(args: ReturnRequest, ctx: ToolContext[ShopData]) -> Return:
         "Which payment methods do you accept?",
         "Do you accept gift cards?",
         "Is there a warranty on electric toothbrushes?",
+        "My item arrived broken, what are my options?",
+        "Can I return opened bath salts?",
+        "Can I get a replacement for a faulty item?",
+        "My parcel says delivered but I never got it.",
     ],
     timeout=timedelta(seconds=5),
     quick=True,

@@ -23,6 +23,7 @@ from durable_agent.model import ModelRequest
 from durable_agent.render import render_result
 from durable_agent.tools import ToolContext
 from shop import TOOLS, ShopStore
+from shop.agent import INSTRUCTIONS
 from shop.phrasebook import offline_model
 from shop.store import ORDER_NOT_FOUND, RETURN_NOT_FOUND
 
@@ -72,7 +73,11 @@ CASES = [
     Case(
         "Can I change the delivery address on order 456789?",
         [],
-        ["Sorry, I can't change that for you here. I can help with: status of a specific order"],
+        [
+            "Sorry, I can't change that for you here. A person on our support team can do "
+            "that: email support@shop.example",
+            "I can help with: status of a specific order",
+        ],
     ),
     # Shipping: yes or no, with the dates.
     Case(
@@ -396,7 +401,7 @@ class Chat:
 
     async def _model(self, step: str, messages: list[Message]) -> Any:
         check(messages)  # the conversation every provider would accept
-        request = ModelRequest(messages=messages, tools=TOOLS.specs)
+        request = ModelRequest(messages=messages, tools=TOOLS.specs, instructions=INSTRUCTIONS)
         return await getattr(self.model, step)(request)
 
     def _run(self, index: int, call: Any) -> ToolResult:

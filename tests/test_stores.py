@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from moto import mock_aws
 
 from durable_agent.errors import NotAllowed, NotFound
+from shop import seed
 from shop.dynamo import DynamoStore
 from shop.store import MAX_REASON_CHARS, Return, ShopData, ShopStore
 
@@ -240,3 +242,34 @@ def test_an_older_sqlite_file_gets_todays_sample_facts(tmp_path: Path) -> None:
     store = ShopStore(path)
     assert [r.return_id for r in store.returns_for("234567")] == ["rtn003"]
     assert [r.return_id for r in store.returns_for("678901")] == ["rtn002"]
+
+
+def test_a_customer_lists_only_their_own_orders_newest_first(store: ShopData) -> None:
+    orders = store.orders("demo")
+    assert [o.order_id for o in orders] == ["456789", "123456", "678901", "234567", "345678"]
+    assert [o.order_id for o in store.orders("cust-002")] == ["567890"]
+    assert store.orders("nobody") == []
+    listed = {o.order_id: o for o in orders}
+    assert listed["345678"] == store.order("demo", "345678")
+
+
+def test_an_order_is_late_by_the_stores_clock(store: ShopData) -> None:
+    # The sample data's today (2026-11-24): 123456 was due on the 21st.
+    assert store.order("demo", "123456").days_late == 3
+    assert store.order("demo", "456789").days_late is None  # due on the 27th
+    assert store.order("demo", "234567").days_late is None  # delivered
+
+
+def test_the_clock_is_the_stores_to_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    later = ShopStore(tmp_path / "shop.db", today=lambda: date(2026, 11, 28))
+    assert later.order("demo", "456789").days_late == 1
+    assert later.order("demo", "123456").days_late == 7
+    created = later.start_return("demo", "123456", "arrived damaged", "key-1")
+    assert created.detail.startswith("Requested on 2026-11-28 (arrived damaged).")
+    monkeypatch.setenv("AGENT_SHOP_TODAY", "2026-12-01")
+    assert seed.today() == date(2026, 12, 1)
+    monkeypatch.setenv("AGENT_SHOP_TODAY", "system")
+    assert seed.today() == date.today()
+    monkeypatch.setenv("AGENT_SHOP_TODAY", "yesterday")
+    with pytest.raises(ValueError, match="AGENT_SHOP_TODAY='yesterday': use a date"):
+        seed.today()
