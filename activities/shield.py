@@ -41,7 +41,8 @@ class ShieldActivity:
     @activity.defn(name="shield")
     async def shield(self, input: ShieldInput) -> ShieldOutput:
         served = self._agents.get(input.agent)
-        verdicts = [await judge(served.shields, r) for r in input.requests]
+        requests = [_drawing_on_instructions(r, served) for r in input.requests]
+        verdicts = [await judge(served.shields, r) for r in requests]
         position = input.requests[0].position if input.requests else "input"
         refused = any(not v.allowed for vs in verdicts for v in vs)
         return ShieldOutput(
@@ -49,6 +50,14 @@ class ShieldActivity:
             refusal=_refusal(served, position) if refused else "",
             agent=_info(served) if position == "input" else None,
         )
+
+
+def _drawing_on_instructions(request: ShieldRequest, served: ServedAgent) -> ShieldRequest:
+    """A call or an answer may also draw on the agent's own instructions (the address
+    they tell customers to write to, say): added last to what it may draw on."""
+    if not request.context or request.position not in ("tool_input", "output"):
+        return request
+    return request.model_copy(update={"context": [*request.context, served.instructions]})
 
 
 def _refusal(served: ServedAgent, position: str) -> str:

@@ -1,17 +1,23 @@
 """python -m evals tau2 --domain retail --model oracle [--tasks 0,1,2 | --split base]
+                     [--concurrency N] [--chaos | --plain]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
 the environment names (else localhost:7233, else one this process starts), prints
 each episode as it ends and a total, and writes the report as JSON and CSV. Running
-the same command again continues the same run.
+the same command again continues the same run. `--chaos` serves the episodes from
+two worker processes with injected faults, one SIGKILLed every few seconds
+(`evals/chaos.py`); `--plain` runs the same episodes in a plain loop with no
+Temporal, the floor the durable run's time is reported against.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
+import time
 from pathlib import Path
 
 
@@ -28,8 +34,25 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument(
         "--report", type=Path, default=Path("evals-results"), help="where JSON and CSV go"
     )
+    mode = t.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--chaos",
+        action="store_true",
+        help="two worker processes, transient faults, a worker SIGKILLed every few seconds",
+    )
+    mode.add_argument("--plain", action="store_true", help="the floor: a plain loop, no Temporal")
+    w = sub.add_parser("worker", help=argparse.SUPPRESS)  # a chaos run's worker process
+    w.add_argument("--domain", required=True)
+    w.add_argument("--tasks", required=True)
+    w.add_argument("--store", type=Path, required=True)
+    w.add_argument("--task-queue", required=True)
     args = p.parse_args(argv)
     try:
+        if args.suite == "worker":
+            from evals.run import serve
+
+            asyncio.run(serve(args.domain, args.tasks.split(","), args.store, args.task_queue))
+            return 0
         return asyncio.run(_tau2(args))
     except KeyboardInterrupt:
         print("stopped: run the same command again to go on", file=sys.stderr)
@@ -39,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 async def _tau2(args: argparse.Namespace) -> int:
     from durable_agent.runtime.server import ServerUnavailable, connect
     from evals import tau2
-    from evals.run import run_id, run_tasks, totals, write_reports
+    from evals.chaos import ChaosError
+    from evals.run import plain_run, run_id, run_tasks, totals, write_reports
 
     try:
         if args.model != "oracle":
@@ -56,12 +80,27 @@ async def _tau2(args: argparse.Namespace) -> int:
     except (tau2.EvalSetupError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    state = Path(os.environ.get("AGENT_STATE_DIR", ".durable-agent")) / "evals"
+    ids = [t.id for t in tasks]
+    run = run_id(args.domain, "oracle", ids, args.chaos)
+    floor = args.report / f"plain-{run_id(args.domain, 'oracle', ids)}.json"
+    if args.plain:
+        seconds, passed = await plain_run(
+            args.domain, tasks, state_dir=state, concurrency=args.concurrency
+        )
+        floor.parent.mkdir(parents=True, exist_ok=True)
+        floor.write_text(json.dumps({"seconds": round(seconds, 2), "passed": sum(passed)}))
+        print(
+            f"plain loop (no Temporal): {sum(passed)}/{len(passed)} passed in {seconds:.1f} s; "
+            f"the floor for this run: {floor}"
+        )
+        return 0 if all(passed) else 1
     try:
         conn = await connect(start_embedded=True)
     except ServerUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    state = Path(os.environ.get("AGENT_STATE_DIR", ".durable-agent")) / "evals"
+    started = time.monotonic()
     try:
         reports = await run_tasks(
             conn.client,
@@ -70,14 +109,25 @@ async def _tau2(args: argparse.Namespace) -> int:
             state_dir=state,
             concurrency=args.concurrency,
             ui_url=conn.ui_url or "",
+            chaos=args.chaos,
         )
+    except ChaosError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     finally:
         conn.close()
-    run = run_id(args.domain, "oracle", [t.id for t in tasks])
-    as_json, as_csv = write_reports(reports, args.report / run)
+    # The turns' time: until the last turn ended (scoring aside, as for the floor).
+    seconds = max((r.ended_s for r in reports), default=time.monotonic() - started)
     total = totals(reports)
+    total["turns_seconds"] = round(seconds, 2)
+    if floor.exists():
+        total["floor_seconds"] = json.loads(floor.read_text())["seconds"]
+        total["over_floor"] = round(seconds / max(total["floor_seconds"], 1e-9), 2)
+    as_json, as_csv = write_reports(reports, args.report / run, total)
+    over = f", {total['over_floor']}× the plain loop's" if "over_floor" in total else ""
     print(
-        f"{total['passed']}/{total['episodes']} passed; {total['model_calls']} model calls; "
+        f"{total['passed']}/{total['episodes']} passed in {seconds:.1f} s{over}; "
+        f"{total['model_calls']} model calls; "
         f"longest turn {total['longest_history_events']} events, "
         f"{total['longest_history_bytes'] / 1e6:.2f} MB; report: {as_json}, {as_csv}"
     )

@@ -64,10 +64,14 @@ class EpisodeReport:
     history_bytes: int
     outcome: str
     link: str
+    ended_s: float = 0.0
+    """When its turn ended, in seconds from the start of this invocation."""
 
 
-def run_id(domain: str, model: str, task_ids: list[str]) -> str:
-    digest = hashlib.sha256(json.dumps([domain, model, task_ids]).encode()).hexdigest()
+def run_id(domain: str, model: str, task_ids: list[str], chaos: bool = False) -> str:
+    """The run's id: what it runs, and whether under chaos (a run of its own)."""
+    what: list[Any] = [domain, model, task_ids] + (["chaos"] if chaos else [])
+    digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()
     return f"tau2-{domain}-{digest[:8]}"
 
 
@@ -93,17 +97,11 @@ def oracle_models(domain: str, tasks: list[Any]) -> ModelCatalog:
     return ModelCatalog({"oracle": oracle}, default="oracle")
 
 
-async def episode(
-    client: Client,
-    domain: str,
-    task: Any,
-    run: str,
-    task_queue: str,
-    agent: str,
-    store: tau2.EpisodeStore,
-    ui_url: str,
-) -> EpisodeReport:
-    started = time.monotonic()
+async def _turn(
+    client: Client, task: Any, run: str, task_queue: str, agent: str
+) -> tuple[TurnOutput, Any]:
+    """The task's turn, started unless an earlier run did, approved as the customer
+    would, to its end."""
     workflow_id = episode_id(run, task.id)
     turn = TurnInput(
         question=question_of(task),
@@ -128,6 +126,29 @@ async def episode(
         output: TurnOutput = result.result()
     finally:
         result.cancel()
+    return output, handle
+
+
+async def episode(
+    client: Client,
+    domain: str,
+    task: Any,
+    run: str,
+    task_queue: str,
+    agent: str,
+    store: tau2.EpisodeStore,
+    ui_url: str,
+    gate: asyncio.Semaphore | None = None,
+    since: float | None = None,
+) -> EpisodeReport:
+    """One task's episode: its turn (holding a place of `gate` while it runs), then
+    its score, which is not part of the turn's time. `since`: the run's start."""
+    async with gate or contextlib.nullcontext():
+        started = time.monotonic()
+        output, handle = await _turn(client, task, run, task_queue, agent)
+        ended = time.monotonic()
+        seconds = ended - started
+    workflow_id = handle.id
     # The benchmark's evaluator loads databases whole: in a process of its own, so the
     # worker's workflow tasks in this one never wait for it.
     scored = await asyncio.get_running_loop().run_in_executor(
@@ -151,11 +172,12 @@ async def episode(
         input_tokens=output.usage.input_tokens,
         output_tokens=output.usage.output_tokens,
         cost_usd=output.usage.cost_usd,
-        seconds=round(time.monotonic() - started, 2),
+        seconds=round(seconds, 2),
         history_events=events,
         history_bytes=size,
         outcome=output.outcome.value,
         link=f"{ui_url}/namespaces/{client.namespace}/workflows/{workflow_id}" if ui_url else "",
+        ended_s=round(ended - (since if since is not None else started), 2),
     )
 
 
@@ -220,21 +242,23 @@ async def run_tasks(
     concurrency: int = 8,
     ui_url: str = "",
     out: Any = sys.stdout,
+    chaos: bool = False,
 ) -> list[EpisodeReport]:
-    """Every task as an episode, `concurrency` at a time, on a worker of this process."""
-    from worker import build_worker
+    """Every task as an episode, `concurrency` at a time, on a worker of this process
+    (or, with `chaos`, on worker processes killed at random: `evals/chaos.py`)."""
 
-    run = run_id(domain, "oracle", [t.id for t in tasks])
+    run = run_id(domain, "oracle", [t.id for t in tasks], chaos)
     store = tau2.EpisodeStore(state_dir / f"{run}.db", domain)
     agent = tau2.domain_agent(domain, store)
     task_queue = run
-    settings = replace(Settings.from_env(), versioning=False, task_queue=task_queue)
     gate = asyncio.Semaphore(concurrency)
     reports: list[EpisodeReport] = []
+    since = time.monotonic()
 
     async def one(task: Any) -> EpisodeReport:
-        async with gate:
-            report = await episode(client, domain, task, run, task_queue, agent.name, store, ui_url)
+        report = await episode(
+            client, domain, task, run, task_queue, agent.name, store, ui_url, gate, since
+        )
         reports.append(report)
         mark = "pass" if report.passed else "FAIL"
         print(
@@ -246,13 +270,18 @@ async def run_tasks(
         )
         return report
 
-    async with build_worker(
-        client,
-        task_queue,
-        agents=[agent],
-        settings=settings,
-        models=oracle_models(domain, tasks),
-    ):
+    if chaos:
+        from evals.chaos import WorkerPool
+
+        pool = WorkerPool(domain, [t.id for t in tasks], store.path, task_queue)
+        async with pool:
+            try:
+                ordered = await pool.until_failed(asyncio.gather(*(one(t) for t in tasks)))
+            finally:
+                _close_scorer()
+        print(f"chaos: {pool.kills} worker(s) SIGKILLed during the run", file=out, flush=True)
+        return list(ordered)
+    async with worker_for(client, domain, tasks, store, task_queue, agent):
         try:
             ordered = await asyncio.gather(*(one(t) for t in tasks))
         finally:
@@ -260,11 +289,103 @@ async def run_tasks(
     return list(ordered)
 
 
-def write_reports(reports: list[EpisodeReport], path: Path) -> tuple[Path, Path]:
+def worker_for(
+    client: Client,
+    domain: str,
+    tasks: list[Any],
+    store: tau2.EpisodeStore,
+    task_queue: str,
+    agent: Any = None,
+) -> Any:
+    """A worker serving a run: the domain's agent over `store`, the tasks' oracles."""
+    from worker import build_worker
+
+    settings = replace(Settings.from_env(), versioning=False, task_queue=task_queue)
+    return build_worker(
+        client,
+        task_queue,
+        agents=[agent or tau2.domain_agent(domain, store)],
+        settings=settings,
+        models=oracle_models(domain, tasks),
+    )
+
+
+async def serve(domain: str, task_ids: list[str], store_path: Path, task_queue: str) -> None:
+    """A worker process of a chaos run (`python -m evals worker`), until SIGTERM."""
+    import signal
+
+    from durable_agent.runtime.server import connect
+
+    conn = await connect()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    store = tau2.EpisodeStore(store_path, domain)
+    async with worker_for(conn.client, domain, tau2.tasks(domain, task_ids), store, task_queue):
+        await stop.wait()
+
+
+async def plain_run(
+    domain: str, tasks: list[Any], *, state_dir: Path, concurrency: int = 8
+) -> tuple[float, list[bool]]:
+    """The floor: the same oracle episodes in a plain loop in this process, calling the
+    same tools on a store of their own, with no Temporal. The time until the last
+    episode's loop ended (scoring aside, as for durable runs), and whether each
+    episode passed (scored as the durable ones are)."""
+    from durable_agent.conversation import Message, ToolResult, UserMessage
+    from durable_agent.model import ModelRequest
+    from durable_agent.tools import ToolContext
+
+    run = run_id(domain, "oracle", [t.id for t in tasks])
+    path = state_dir / f"plain-{run}.db"
+    for stale in state_dir.glob(f"plain-{run}.db*"):
+        stale.unlink()
+    store = tau2.EpisodeStore(path, domain)
+    agent = tau2.domain_agent(domain, store)
+    registry = agent.registry
+    gate = asyncio.Semaphore(concurrency)
+
+    ended: list[float] = []
+
+    async def one(task: Any) -> bool:
+        async with gate:
+            name = episode_id(run, task.id)
+            model = tau2.OracleModel(tau2.expected_actions(task))
+            messages: list[Message] = [UserMessage(text=question_of(task))]
+            for step in range(agent.limits.max_steps):
+                request = ModelRequest(
+                    messages=messages, tools=registry.specs, instructions=agent.system_prompt
+                )
+                reply = await model.plan(request)
+                if not reply.calls:
+                    break
+                messages.append(reply.message())
+                for i, call in enumerate(reply.calls):
+                    args = registry.validate(call)
+                    ctx = ToolContext(name, store, f"{name}/{step}/{i}")
+                    text = await asyncio.to_thread(registry[call.name].fn, args, ctx)
+                    messages.append(ToolResult(call_id=call.id, tool=call.name, ok=True, text=text))
+            ended.append(time.monotonic())
+        scored = await asyncio.get_running_loop().run_in_executor(
+            _scorer(), _score, domain, task.id, str(path), name
+        )
+        return bool(scored["reward"] == 1.0 and scored["store_matches_gold"])
+
+    started = time.monotonic()
+    try:
+        passed = await asyncio.gather(*(one(t) for t in tasks))
+    finally:
+        _close_scorer()
+    return max(ended, default=started) - started, list(passed)
+
+
+def write_reports(
+    reports: list[EpisodeReport], path: Path, total: dict[str, Any] | None = None
+) -> tuple[Path, Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     as_json, as_csv = path.with_suffix(".json"), path.with_suffix(".csv")
     rows = [asdict(r) for r in reports]
-    as_json.write_text(json.dumps({"episodes": rows, "total": totals(reports)}, indent=2))
+    summary = total if total is not None else totals(reports)
+    as_json.write_text(json.dumps({"episodes": rows, "total": summary}, indent=2))
     with as_csv.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["task"])
         writer.writeheader()

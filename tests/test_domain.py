@@ -214,7 +214,7 @@ def test_store_scopes_lookups_to_the_customer(tmp_path) -> None:  # type: ignore
     assert store.return_("demo", "rtn003").status == "received"
     assert store.search_policies("refund card")[0].title == "Refunds"
     ShopStore(tmp_path / "shop.db")  # opening again does not seed twice
-    assert len(store.search_policies("policy returns refunds shipping warranty payment", 10)) == 5
+    assert len(store.search_policies("policy returns refunds shipping warranty payment", 10)) == 6
 
 
 def test_unknown_model_says_what_to_use() -> None:

@@ -14,6 +14,7 @@ from shop.store import POLICY_NOT_FOUND, ShopStore
 
 RETURNS, REFUNDS, SHIPPING = "Returns", "Refunds", "Shipping and delivery"
 PAYMENT, WARRANTY = "Payment and cancellations", "Warranty"
+PROBLEMS = "Damaged, wrong or missing items"
 
 # question, the document that must come first, words its excerpt must contain
 QUERIES = [
@@ -42,6 +43,9 @@ QUERIES = [
     ("Is there a warranty on electric toothbrushes?", WARRANTY, "one-year warranty"),
     ("My toothbrush stopped working", WARRANTY, "replace it free of charge"),
     ("Is there a guarantee on devices?", WARRANTY, "devices"),
+    ("My parcel arrived damaged, what can I do?", PROBLEMS, "full refund, shipping included"),
+    ("I received the wrong item", PROBLEMS, "not what you ordered"),
+    ("My parcel is lost, it never arrived", PROBLEMS, "treated as lost"),
 ]
 
 BODIES = {title: body for _, title, body in seed.policies()}

@@ -33,8 +33,11 @@ from shop import TOOLS, ShopStore
 from tests.conftest import stubbed_aws_client
 from tests.fakes import chat_completions
 from tests.fakes.chat_completions import ChatCompletionsServer, error, text
-from tests.test_questions import CASES as QUESTIONS
-from tests.test_questions import Chat
+from tests.test_questions import CASES as SEED_QUESTIONS
+from tests.test_questions import INSTRUCTIONS, Chat
+from tests.test_situations import CASES as SITUATIONS
+
+QUESTIONS = SEED_QUESTIONS + SITUATIONS
 
 ALLOWED = ""
 
@@ -323,10 +326,11 @@ class ScreenedChat(Chat):
         if step == "plan":
             self.requests.append(ShieldRequest(position="input", text=messages[-1].text))
         # The context a turn hands the shields: the question first, then everything
-        # else except the model's own calls (a chat's earlier answers included).
+        # else except the model's own calls (a chat's earlier answers included), and
+        # the agent's instructions.
         current = next(m.text for m in reversed(messages) if isinstance(m, UserMessage))
         rest = [m.text for m in messages if not (isinstance(m, AssistantMessage) and m.calls)]
-        context = [current, *rest]
+        context = [current, *rest, INSTRUCTIONS]
         for c in reply.calls:
             self.requests.append(
                 ShieldRequest(position="tool_input", text=c.render(), call=c, context=context)
@@ -342,8 +346,9 @@ class ScreenedChat(Chat):
 
 
 async def test_offline_passes_the_sample_conversations(tmp_path: Path) -> None:
-    """The customer questions of `tests/test_questions.py`, their calls, the real
-    shop's results and the offline model's answers: none is a violation."""
+    """The customer questions of `tests/test_questions.py` and `tests/test_situations.py`,
+    their calls, the real shop's results and the offline model's answers: none is a
+    violation."""
     shield = OfflineShield(SHOP_IDS)
     flagged, checked = [], 0
     for i, case in enumerate(QUESTIONS):

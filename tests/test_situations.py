@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from durable_agent.runtime.turns import start_turn
+from durable_agent.types import Outcome, TurnInput
+from tests.conftest import Harness
 from tests.test_questions import Case, problems, run_case
 
 O123, O234, O345 = (f"order_status(order_id='{n}')" for n in ("123456", "234567", "345678"))
@@ -273,3 +276,13 @@ def test_the_table_is_new_and_wide() -> None:
     asked = {(c.before, c.question) for c in CASES}
     assert len(asked) == len(CASES)
     assert not asked & {(c.before, c.question) for c in SEED_TABLE}
+
+
+async def test_where_to_turn_passes_the_output_shield(harness: Harness) -> None:
+    """The address the hand-off gives comes from the agent's own instructions, which
+    an answer may draw on: the output shield lets it through in a real turn."""
+    async with harness.worker() as task_queue:
+        turn = TurnInput(question="Can you change the delivery address on order 456789?")
+        result = await (await start_turn(harness.client, turn, task_queue)).result()
+    assert result.outcome is Outcome.ANSWERED, result.answer
+    assert HANDOFF in result.answer

@@ -1,0 +1,122 @@
+"""`--chaos`: a run's episodes served by worker processes that die at random moments.
+
+    python -m evals tau2 --domain retail --model oracle --chaos
+
+Two worker processes (`python -m evals worker ...`) serve the run's task queue with
+transient faults injected into their model and tool calls (`AGENT_FAULTS`), and one
+of them is SIGKILLed every few seconds, at whatever it was doing (a write applied
+and not yet recorded, a model call half-way), then started again. The episodes must
+still end as the benchmark expects, every write applied once: what a crash leaves
+is picked up by the other worker or the restarted one, from the turn's history and
+the episode store's idempotency keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULTS = "rate=0.15"
+"""Transient faults: the share of model and tool call attempts that fail (retried)."""
+KILL_EVERY = (2.0, 6.0)
+"""Seconds between two kills, drawn uniformly."""
+
+
+@dataclass
+class WorkerPool:
+    """`size` worker processes of a run, and the monkey that kills them."""
+
+    domain: str
+    task_ids: list[str]
+    store: Path
+    task_queue: str
+    size: int = 2
+    seed: int | None = None
+    kills: int = 0
+    _workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _monkey: asyncio.Task[None] | None = None
+    _log: Path | None = None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "evals",
+            "worker",
+            "--domain",
+            self.domain,
+            "--tasks",
+            ",".join(self.task_ids),
+            "--store",
+            str(self.store),
+            "--task-queue",
+            self.task_queue,
+        ]
+
+    def _start(self, n: int) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "AGENT_FAULTS": f"{FAULTS},seed={n}"}
+        assert self._log is not None
+        with self._log.open("ab") as log:
+            return subprocess.Popen(
+                self.command(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    async def __aenter__(self) -> WorkerPool:
+        self._log = self.store.with_suffix(".workers.log")
+        self._workers = [self._start(n) for n in range(self.size)]
+        self._monkey = asyncio.create_task(self._kill_at_random())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._monkey is not None:
+            self._monkey.cancel()
+            await asyncio.gather(self._monkey, return_exceptions=True)
+        for worker in self._workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in self._workers:
+            try:
+                await asyncio.to_thread(worker.wait, 30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+
+    async def until_failed(self, work: Awaitable[T]) -> T:
+        """`work`'s result; a worker that fails on its own ends the run with ChaosError."""
+        assert self._monkey is not None
+        task = asyncio.ensure_future(work)
+        await asyncio.wait({task, self._monkey}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._monkey.result()  # raises what stopped it
+        return task.result()
+
+    async def _kill_at_random(self) -> None:
+        rng = random.Random(self.seed)
+        started = self.size
+        while True:
+            await asyncio.sleep(rng.uniform(*KILL_EVERY))
+            victim = rng.randrange(len(self._workers))
+            worker = self._workers[victim]
+            if worker.poll() is None:
+                worker.kill()  # SIGKILL: no cleanup, whatever it was doing
+                await asyncio.to_thread(worker.wait)
+                self.kills += 1
+            elif worker.returncode not in (0, -signal.SIGKILL):
+                raise ChaosError(f"a chaos worker exited with {worker.returncode}: see {self._log}")
+            self._workers[victim] = self._start(started)
+            started += 1
+
+
+class ChaosError(Exception):
+    """A worker of a chaos run failed on its own (not killed): its log says why."""
