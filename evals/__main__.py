@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 async def _tau2(args: argparse.Namespace) -> int:
     from durable_agent.runtime.server import ServerUnavailable, connect
     from evals import tau2
-    from evals.chaos import ChaosError
+    from evals.chaos import ChaosError, kill_every
     from evals.run import plain_run, run_id, run_tasks, totals, write_reports
 
     try:
@@ -77,7 +77,9 @@ async def _tau2(args: argparse.Namespace) -> int:
         tasks = tau2.tasks(args.domain, ids, args.split)
         for task in tasks:
             tau2.expected_actions(task)
-    except (tau2.EvalSetupError, ValueError) as e:
+        if args.chaos:
+            kill_every()
+    except (tau2.EvalSetupError, ValueError, ChaosError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     state = Path(os.environ.get("AGENT_STATE_DIR", ".durable-agent")) / "evals"

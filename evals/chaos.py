@@ -30,7 +30,20 @@ ROOT = Path(__file__).resolve().parent.parent
 FAULTS = "rate=0.15"
 """Transient faults: the share of model and tool call attempts that fail (retried)."""
 KILL_EVERY = (2.0, 6.0)
-"""Seconds between two kills, drawn uniformly."""
+"""Seconds between two kills, drawn uniformly (`AGENT_EVALS_KILL_EVERY=2,6`)."""
+
+
+def kill_every() -> tuple[float, float]:
+    value = os.environ.get("AGENT_EVALS_KILL_EVERY", "").strip()
+    if not value:
+        return KILL_EVERY
+    try:
+        low, high = (float(v) for v in value.split(","))
+    except ValueError:
+        raise ChaosError(f"AGENT_EVALS_KILL_EVERY={value!r}: give two numbers, like 2,6") from None
+    if not 0.5 <= low <= high <= 3600:
+        raise ChaosError(f"AGENT_EVALS_KILL_EVERY={value!r}: give 0.5 <= low <= high <= 3600")
+    return low, high
 
 
 @dataclass
@@ -104,8 +117,9 @@ class WorkerPool:
     async def _kill_at_random(self) -> None:
         rng = random.Random(self.seed)
         started = self.size
+        every = kill_every()
         while True:
-            await asyncio.sleep(rng.uniform(*KILL_EVERY))
+            await asyncio.sleep(rng.uniform(*every))
             victim = rng.randrange(len(self._workers))
             worker = self._workers[victim]
             if worker.poll() is None:

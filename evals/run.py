@@ -243,9 +243,11 @@ async def run_tasks(
     ui_url: str = "",
     out: Any = sys.stdout,
     chaos: bool = False,
+    serve_here: bool = True,
 ) -> list[EpisodeReport]:
     """Every task as an episode, `concurrency` at a time, on a worker of this process
-    (or, with `chaos`, on worker processes killed at random: `evals/chaos.py`)."""
+    (with `chaos`, on worker processes killed at random: `evals/chaos.py`; without
+    `serve_here`, on workers started elsewhere: `python -m evals worker`)."""
 
     run = run_id(domain, "oracle", [t.id for t in tasks], chaos)
     store = tau2.EpisodeStore(state_dir / f"{run}.db", domain)
@@ -281,6 +283,11 @@ async def run_tasks(
                 _close_scorer()
         print(f"chaos: {pool.kills} worker(s) SIGKILLed during the run", file=out, flush=True)
         return list(ordered)
+    if not serve_here:
+        try:
+            return list(await asyncio.gather(*(one(t) for t in tasks)))
+        finally:
+            _close_scorer()
     async with worker_for(client, domain, tasks, store, task_queue, agent):
         try:
             ordered = await asyncio.gather(*(one(t) for t in tasks))

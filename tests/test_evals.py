@@ -4,8 +4,11 @@ an agent, each task a durable episode scored by the benchmark."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +147,128 @@ def _writes(store: object, tool: str) -> bool:
     from evals.run import store_tools
 
     return store_tools(store)[tool]  # type: ignore[arg-type]
+
+
+def _worker_env(env: WorkflowEnvironment, tmp_path: Path, **more: str) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))},
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+        "AGENT_STATE_DIR": str(tmp_path / "state"),
+        **more,
+    }
+
+
+async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The worker dies between the write's transaction and its result reaching the
+    turn's history; the call runs again on another worker, which finds the write by
+    its idempotency key: the task passes and the database has it once."""
+    from evals.run import run_id
+
+    (task,) = tau2.tasks("retail", ["0"])
+    queue = run_id("retail", "oracle", ["0"])
+    store_path = tmp_path / "state" / "evals" / f"{queue}.db"
+    marker = tmp_path / "killed"
+    serve = [
+        "--domain",
+        "retail",
+        "--tasks",
+        "0",
+        "--store",
+        str(store_path),
+        "--task-queue",
+        queue,
+    ]
+    environ = _worker_env(env, tmp_path)
+    crashing = subprocess.Popen(
+        [sys.executable, "tests/evals_crashing_worker.py", str(marker), *serve],
+        cwd=ROOT,
+        env=environ,
+    )
+    run = asyncio.ensure_future(
+        run_tasks(
+            env.client,
+            "retail",
+            [task],
+            state_dir=tmp_path / "state" / "evals",
+            out=io.StringIO(),
+            serve_here=False,
+        )
+    )
+    assert await asyncio.to_thread(crashing.wait, 120) == -signal.SIGKILL
+    assert marker.exists(), "it died of something else"
+    again = subprocess.Popen(
+        [sys.executable, "-m", "evals", "worker", *serve], cwd=ROOT, env=environ
+    )
+    try:
+        (report,) = await asyncio.wait_for(run, 120)
+    finally:
+        again.terminate()
+        again.wait(30)
+    assert report.passed and report.writes == report.expected_writes == 1
+    store = tau2.EpisodeStore(store_path, "retail")
+    assert [tool for tool, _ in store.writes(report.workflow_id)] == [
+        "exchange_delivered_order_items"
+    ]
+
+
+def test_a_chaos_run_passes_with_every_write_once(env: WorkflowEnvironment, tmp_path: Path) -> None:
+    """Two worker processes with injected faults, one SIGKILLed every 2 to 4 s: the
+    episodes pass by the benchmark's evaluator, each write applied once."""
+    ids = ["0", "4"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evals",
+            "tau2",
+            "--tasks",
+            ",".join(ids),
+            "--chaos",
+            "--concurrency",
+            "2",
+            "--report",
+            str(tmp_path / "report"),
+        ],
+        cwd=ROOT,
+        env=_worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="2,4"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2/2 passed" in done.stdout
+    kills = int(re.search(r"chaos: (\d+) worker\(s\) SIGKILLed", done.stdout)[1])  # type: ignore[index]
+    assert kills >= 1
+    store = tau2.EpisodeStore(next((tmp_path / "state" / "evals").glob("*.db")), "retail")
+    for task in tau2.tasks("retail", ids):
+        episode = next(e for e in _episodes(store) if e.endswith(f"-{task.id}"))
+        expected = [a for a in tau2.expected_actions(task) if _writes(store, a[0])]
+        assert [w[0] for w in store.writes(episode)] == [a[0] for a in expected]
+
+
+async def test_the_plain_loop_is_the_floor(tmp_path: Path) -> None:
+    """The same oracle episodes with no Temporal: they pass, and take some time."""
+    from evals.run import plain_run
+
+    seconds, passed = await plain_run(
+        "retail", tau2.tasks("retail", ["0", "4"]), state_dir=tmp_path
+    )
+    assert passed == [True, True]
+    assert 0 < seconds < 120
+
+
+@pytest.mark.parametrize("value", ["x", "5,1"])
+def test_a_bad_kill_interval_is_one_line(tmp_path: Path, value: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "evals", "tau2", "--tasks", "0", "--chaos"],
+        cwd=ROOT,
+        env={**os.environ, "AGENT_EVALS_KILL_EVERY": value, "AGENT_STATE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith("error: AGENT_EVALS_KILL_EVERY=")
