@@ -69,7 +69,12 @@ def _refusal(served: ServedAgent, position: str) -> str:
 
 
 def _info(served: ServedAgent) -> AgentInfo:
-    return AgentInfo(name=served.name, fingerprint=served.fingerprint, limits=served.limits)
+    return AgentInfo(
+        name=served.name,
+        fingerprint=served.fingerprint,
+        limits=served.limits,
+        unknown_outcomes=served.unknown_outcomes,
+    )
 
 
 async def judge(shields: ShieldSet, request: ShieldRequest) -> list[Verdict]:

@@ -32,7 +32,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
@@ -106,8 +106,18 @@ class Agent:
     mcp_servers: Sequence[MCPServer] = ()
     """MCP servers whose tools it also offers (`durable_agent.mcp`): the worker connects
     to them as it starts, and their tools are named `<server>__<tool>`."""
+    unknown_outcomes: Literal["ask", "model"] = "ask"
+    """A write whose outcome is unknown (it may have run; the system it went to takes no
+    idempotency key: an MCP server's, say) is never sent again by itself. `ask`: a
+    person decides whether to send it again. `model`: the model is told it may have
+    run, and goes on from there (looks it up, or tells the customer)."""
 
     def __post_init__(self) -> None:
+        if self.unknown_outcomes not in ("ask", "model"):
+            raise ValueError(
+                f"agent {self.name!r}: unknown_outcomes={self.unknown_outcomes!r}: "
+                "use 'ask' (a person decides) or 'model' (the model is told)"
+            )
         if not isinstance(self.name, str) or not re.match(AGENT_NAME_PATTERN, self.name):
             raise ValueError(
                 f"agent name {self.name!r}: use 1-64 letters, digits, '_', '.' or '-', "

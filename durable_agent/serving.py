@@ -84,6 +84,7 @@ class ServedAgent:
             raise AgentDefinitionError(f"agent {self.name!r}: {e}") from None
         self.models = models.layered(agent.models, agent.model or models.default)
         self.limits: TurnLimits = agent.limits
+        self.unknown_outcomes = agent.unknown_outcomes
         self.refusals = agent.refusals
         self.question_refusal = agent.question_refusal
         self._deps = deps

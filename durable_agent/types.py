@@ -185,6 +185,8 @@ class AgentInfo(BaseModel):
     """A short hash of the agent's instructions and tool schemas (`Agent.fingerprint`)."""
     limits: TurnLimits | None = None
     """The agent's limits, for a turn that names none."""
+    unknown_outcomes: Literal["ask", "model"] = "ask"
+    """Who hears of a write whose outcome is unknown (`Agent.unknown_outcomes`)."""
 
 
 class Exchange(BaseModel):

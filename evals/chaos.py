@@ -4,7 +4,7 @@
 
 Two worker processes (`python -m evals worker ...`) serve the run's task queue with
 transient faults injected into their model and tool calls (`AGENT_FAULTS`), and one
-of them is SIGKILLed every few seconds, at whatever it was doing (a write applied
+of them is SIGKILLed every 8 to 20 s, at whatever it was doing (a write applied
 and not yet recorded, a model call half-way), then started again. The episodes must
 still end as the benchmark expects, every write applied once: what a crash leaves
 is picked up by the other worker or the restarted one, from the turn's history and
@@ -29,8 +29,9 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = "rate=0.15"
 """Transient faults: the share of model and tool call attempts that fail (retried)."""
-KILL_EVERY = (2.0, 6.0)
-"""Seconds between two kills, drawn uniformly (`AGENT_EVALS_KILL_EVERY=2,6`)."""
+KILL_EVERY = (8.0, 20.0)
+"""Seconds between two kills, drawn uniformly (`AGENT_EVALS_KILL_EVERY=8,20`): long
+enough for a worker started again (some seconds: the benchmark's imports) to serve."""
 
 
 def kill_every() -> tuple[float, float]:

@@ -5,10 +5,12 @@ asks a person, and sends it again only if they say so."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from durable_agent import Agent
 from durable_agent.errors import OutcomeUnknown
 from durable_agent.model import Reply
 from durable_agent.runtime.turns import decide, progress_of, start_turn
@@ -73,3 +75,30 @@ async def test_an_unknown_outcome_is_sent_again_only_with_consent(
     else:
         assert sent == ["Tuesday 10:00"]  # never sent again
         assert "was not sent again" in result.answer
+
+
+async def test_an_agent_can_leave_an_unknown_outcome_to_the_model(harness: Harness) -> None:
+    """`Agent(unknown_outcomes="model")`: nobody is asked again; the model reads that
+    the write may have run and was not sent again, and answers from that."""
+    tools, sent = flaky_booking()
+    model = ScriptedModel(
+        plans=[Reply(calls=[BOOK])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    agent = replace(harness.agent(tools), unknown_outcomes="model")
+    async with harness.worker(model, agents=[agent]) as task_queue:
+        handle = await start_turn(
+            harness.client, TurnInput(question="Book Tuesday 10:00", model="scripted"), task_queue
+        )
+        await decide_next(harness, handle, approved=True)  # the write's own consent
+        result = await handle.result()
+    assert sent == ["Tuesday 10:00"]  # never sent again
+    assert [s.kind for s in result.steps].count(StepKind.APPROVAL) == 1
+    told = last_result(model.requests[-1][1])
+    assert "the outcome is unknown, it may have run already" in told
+    assert "did not answer after taking the call" in told and "not sent again" in told
+    assert result.outcome is Outcome.ANSWERED
+
+
+def test_unknown_outcomes_takes_ask_or_model() -> None:
+    with pytest.raises(ValueError, match="unknown_outcomes='retry': use 'ask'"):
+        Agent(name="booker", unknown_outcomes="retry")  # type: ignore[arg-type]

@@ -556,6 +556,13 @@ class AgentTurn:
                 raise
             lost = _failure_text(e, vc.call, vc)
             why = f"it may have run already ({lost}); approve to send it again"
+        if self._agent.unknown_outcomes == "model":
+            # The agent leaves it to the model: told, not sent again.
+            raise ApplicationError(
+                f"{vc.call.name}: the outcome is unknown, it may have run already ({lost}); "
+                "it was not sent again. Look it up before trying again, or tell the customer.",
+                non_retryable=True,
+            )
         self._decisions.pop(vc.call.id, None)  # the consent to send it once is spent
         refused = await self._consent(turn, iteration, vc.call, why)
         if refused is not None:
