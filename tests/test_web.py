@@ -92,13 +92,14 @@ async def page(browser: Browser) -> AsyncIterator[Page]:
 
 
 @asynccontextmanager
-async def web_chat(client: Client, task_queue: str) -> AsyncIterator[str]:
-    """`serve` on a free port, for customer `demo`; its URL."""
+async def web_chat(
+    client: Client, task_queue: str, chat: ConversationInput | None = None
+) -> AsyncIterator[str]:
+    """`serve` on a free port, for customer `demo` (or `chat`'s); its URL."""
     port = free_port()
     conn = Connection(client=client, ui_url=UI_URL)
-    serving = asyncio.create_task(
-        serve(conn, ConversationInput(customer_id="demo"), port=port, task_queue=task_queue)
-    )
+    chat = chat or ConversationInput(customer_id="demo")
+    serving = asyncio.create_task(serve(conn, chat, port=port, task_queue=task_queue))
     while not is_listening("127.0.0.1", port):
         assert not serving.done(), serving
         await asyncio.sleep(0.05)
@@ -432,3 +433,32 @@ async def test_a_reconnecting_reader_resumes_exactly_where_it_was(harness: Harne
         places |= {k for k, name in enumerate(kinds[:-1]) if name in ("turn", "done", "answered")}
         for k in sorted(places):
             assert await read_events(stream, ids[k]) == everything[k + 1 :], ids[k]
+
+
+async def test_the_web_chat_answers_from_an_mcp_servers_tool(harness: Harness, page: Page) -> None:
+    """A real MCP server (mcp-server-time, over stdio) plugged into an agent: asked in
+    the web chat, the turn calls its tool and answers from what it said."""
+    from durable_agent.mcp import connected
+    from durable_agent.model import Reply
+    from durable_agent.scripted import ScriptedModel
+    from durable_agent.types import ToolCall
+    from tests.conftest import last_result
+    from tests.test_mcp import TIME, agent_with
+
+    paris = ToolCall(id="c1", name="time__get_current_time", arguments={"timezone": "Europe/Paris"})
+    model = ScriptedModel(
+        plans=[Reply(calls=[paris])],
+        decisions=[lambda req: Reply(text="The time server says: " + last_result(req))],
+    )
+    chat = ConversationInput(customer_id="demo", model="scripted")
+    async with (
+        connected([agent_with(TIME)]) as agents,
+        harness.worker(model, agents=agents) as task_queue,
+        web_chat(harness.client, task_queue, chat) as url,
+    ):
+        await page.goto(url)
+        await say(page, "What time is it in Paris?")
+        await expect(answer(page, 1)).to_contain_text("The time server says:", timeout=30_000)
+        await expect(answer(page, 1)).to_contain_text("Europe/Paris")
+        steps = await step_texts(page)
+    assert any("time__get_current_time" in s for s in steps), steps
