@@ -30,14 +30,11 @@ from durable_agent.shields.llama_guard import LlamaGuardShield
 from durable_agent.shields.offline import OfflineShield
 from durable_agent.types import ToolCall
 from shop import TOOLS, ShopStore
+from shop.questions import ALL as QUESTIONS
 from tests.conftest import stubbed_aws_client
 from tests.fakes import chat_completions
 from tests.fakes.chat_completions import ChatCompletionsServer, error, text
-from tests.test_questions import CASES as SEED_QUESTIONS
 from tests.test_questions import INSTRUCTIONS, Chat
-from tests.test_situations import CASES as SITUATIONS
-
-QUESTIONS = SEED_QUESTIONS + SITUATIONS
 
 ALLOWED = ""
 
