@@ -1,5 +1,6 @@
 """python -m evals tau2 --domain retail --model oracle [--tasks 0,1,2 | --split base]
                      [--concurrency N] [--chaos | --plain]
+python -m evals questions [--model offline] [--table seed|situations|all]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
 the environment names (else localhost:7233, else one this process starts), prints
@@ -41,6 +42,17 @@ def main(argv: list[str] | None = None) -> int:
         help="two worker processes, transient faults, a worker SIGKILLed every few seconds",
     )
     mode.add_argument("--plain", action="store_true", help="the floor: a plain loop, no Temporal")
+    q = sub.add_parser("questions", help="the demo shop's sample questions as durable turns")
+    q.add_argument("--model", default="offline", help="model spec (default: offline)")
+    q.add_argument(
+        "--table",
+        choices=["seed", "situations", "all"],
+        default="all",
+        help="which questions (default: all)",
+    )
+    q.add_argument(
+        "--report", type=Path, default=Path("evals-results"), help="where JSON and CSV go"
+    )
     w = sub.add_parser("worker", help=argparse.SUPPRESS)  # a chaos run's worker process
     w.add_argument("--domain", required=True)
     w.add_argument("--tasks", required=True)
@@ -48,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--task-queue", required=True)
     args = p.parse_args(argv)
     try:
+        if args.suite == "questions":
+            return asyncio.run(_questions(args))
         if args.suite == "worker":
             from evals.run import serve
 
@@ -134,6 +148,49 @@ async def _tau2(args: argparse.Namespace) -> int:
         f"{total['longest_history_bytes'] / 1e6:.2f} MB; report: {as_json}, {as_csv}"
     )
     return 0 if total["passed"] == total["episodes"] else 1
+
+
+async def _questions(args: argparse.Namespace) -> int:
+    import csv
+
+    from durable_agent.backends import default_models
+    from durable_agent.runtime.server import ServerUnavailable, connect
+    from evals.questions import TABLES, rows, run_questions, summary
+
+    kinds = default_models().kinds
+    if args.model.partition(":")[0] not in kinds:
+        print(f"error: --model {args.model!r}: use one of {', '.join(kinds)}", file=sys.stderr)
+        return 2
+    try:
+        conn = await connect(start_embedded=True)
+    except ServerUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    state = Path(os.environ.get("AGENT_STATE_DIR", ".durable-agent")) / "evals"
+    try:
+        reports = await run_questions(
+            conn.client, TABLES[args.table], model=args.model, state_dir=state
+        )
+    finally:
+        conn.close()
+    total = summary(reports)
+    name = f"questions-{args.table}-{args.model.replace(':', '_').replace('/', '_')}"
+    args.report.mkdir(parents=True, exist_ok=True)
+    as_json, as_csv = args.report / f"{name}.json", args.report / f"{name}.csv"
+    as_json.write_text(json.dumps({"cases": rows(reports), "total": total}, indent=2))
+    with as_csv.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows(reports)[0]) if reports else ["case"])
+        writer.writeheader()
+        writer.writerows(rows(reports))
+    for r in sorted(reports, key=lambda r: r.case):
+        if not r.passed:
+            print(f"FAIL {r.question!r}: {r.problems}")
+    print(
+        f"{total['passed']}/{total['cases']} passed ({total['calls_ok']} with the expected "
+        f"calls, {total['facts_ok']} with the expected facts); {total['model_calls']} model "
+        f"calls; report: {as_json}, {as_csv}"
+    )
+    return 0 if total["passed"] == total["cases"] else 1
 
 
 if __name__ == "__main__":

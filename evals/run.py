@@ -39,7 +39,7 @@ from durable_agent.runtime.turns import AgentClientError, decide, progress_of, s
 from durable_agent.settings import Settings
 from durable_agent.types import TurnInput, TurnOutput
 from evals import tau2
-from workflows import AgentTurn
+from workflows import AgentTurn, search
 
 APPROVER = "evals:customer"
 log = logging.getLogger("evals")
@@ -116,9 +116,15 @@ async def _turn(
     try:
         while not result.done():
             try:
-                progress = await progress_of(handle, timeout=30)
-                for waiting in progress.pending:
-                    await decide(client, workflow_id, waiting.call.id, approved=True, by=APPROVER)
+                # The turn's status is a search attribute: the server answers, and the
+                # worker is asked (a query) only when a call awaits consent.
+                status = (await handle.describe()).typed_search_attributes.get(search.STATUS)
+                if status in (None, search.AWAITING_APPROVAL):
+                    progress = await progress_of(handle, timeout=30)
+                    for waiting in progress.pending:
+                        await decide(
+                            client, workflow_id, waiting.call.id, approved=True, by=APPROVER
+                        )
             except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
                 # A workflow task that failed (it is retried), a busy worker: ask again.
                 log.info("episode %s: %s; asking again", workflow_id, e)
@@ -196,7 +202,9 @@ def _scorer() -> concurrent.futures.ProcessPoolExecutor:
 
 
 def _exit_with(parent: int) -> None:
-    """In the scoring process: end when the run's process is gone (even SIGKILLed)."""
+    """In the scoring process: end when the run's process is gone (even SIGKILLed).
+    It runs at the lowest priority: scoring waits for the turns, not they for it."""
+    os.nice(19)
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -300,7 +300,8 @@ SEED = [
     Case(
         "I want to return order 123456, the soap is broken",
         ["start_return(order_id='123456', reason='the soap is broken')"],
-        ["Order 123456 already has an open return, rtn005", "so I did not start a new one"],
+        # Said by the tool's check before consent in a turn, by the store's answer here.
+        ["Order 123456 already has an open return, rtn005"],
         before=("I want to return order 123456, the soap is broken",),
         absent=("I've started",),
     ),

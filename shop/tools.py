@@ -136,8 +136,8 @@ def can_return(args: ReturnRequest, ctx: ToolContext[ShopData]) -> str:
         assert latest is not None
         raise NotAllowed(
             f"Order {order.order_id} already has an open return, {latest.return_id} "
-            f"(status: {latest.status}), so no new one is needed; ask about "
-            f"{latest.return_id} to follow it."
+            f"(status: {latest.status}; {latest.detail.rstrip('.')}), so no new one is "
+            f"needed; ask about {latest.return_id} to follow it."
         )
     reason = clean_reason(order.order_id, args.reason)
     return (

@@ -21,7 +21,7 @@ from tests.conftest import Harness, last_result
 CANNOT = [
     ("456789", "has not shipped yet, so it cannot be returned"),
     ("345678", "was already returned and refunded (return rtn001)"),
-    ("234567", "already has an open return, rtn003 (status: received)"),
+    ("234567", "already has an open return, rtn003 (status: received; Item received on"),
     ("567890", "Order not found. Please check your Order ID."),  # another customer's
 ]
 
