@@ -63,9 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.suite == "questions":
             return asyncio.run(_questions(args))
         if args.suite == "worker":
+            from durable_agent.runtime.server import ServerUnavailable
             from evals.run import serve
+            from evals.tau2 import EvalSetupError
 
-            asyncio.run(serve(args.domain, args.tasks.split(","), args.store, args.task_queue))
+            try:
+                asyncio.run(serve(args.domain, args.tasks.split(","), args.store, args.task_queue))
+            except (EvalSetupError, ServerUnavailable) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
             return 0
         return asyncio.run(_tau2(args))
     except KeyboardInterrupt:

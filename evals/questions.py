@@ -13,7 +13,6 @@ the column to read).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import sys
@@ -26,14 +25,14 @@ from typing import Any, TextIO
 from temporalio.client import Client
 
 from durable_agent.chat import ConversationInput
-from durable_agent.runtime.turns import AgentClientError, decide, progress_of, send, start_chat
+from durable_agent.runtime.turns import send, start_chat
 from durable_agent.settings import Settings
-from durable_agent.types import StepKind, TurnOutput
+from durable_agent.types import StepKind
+from evals.run import approved_as_customer
 from shop import questions
 from shop.agent import support
 from shop.store import ShopStore
 
-APPROVER = "evals:customer"
 TABLES = {"seed": questions.SEED, "situations": questions.SITUATIONS, "all": questions.ALL}
 
 
@@ -97,11 +96,11 @@ async def _case(client: Client, n: int, case: questions.Case, model: str, run: s
     chat = ConversationInput(customer_id=SAMPLE, agent=support.name, model=model)
     said = [*case.before, case.question]
     handle, accepted = await start_chat(client, chat, said[0], run)
-    output = await _answered(client, accepted.turn_id)
+    output = await approved_as_customer(client, client.get_workflow_handle(accepted.turn_id))
     usage = [output.usage]
     for text in said[1:]:
         accepted = await send(handle, text)
-        output = await _answered(client, accepted.turn_id)
+        output = await approved_as_customer(client, client.get_workflow_handle(accepted.turn_id))
         usage.append(output.usage)
     with contextlib.suppress(Exception):
         await handle.signal("end")
@@ -127,21 +126,6 @@ async def _case(client: Client, n: int, case: questions.Case, model: str, run: s
         history_events=len(history.events),
         workflow_id=accepted.turn_id,
     )
-
-
-async def _answered(client: Client, turn_id: str) -> TurnOutput:
-    """The turn's result, approving its writes as the customer would."""
-    handle = client.get_workflow_handle(turn_id)
-    result = asyncio.ensure_future(handle.result())
-    try:
-        while not result.done():
-            with contextlib.suppress(AgentClientError):
-                for waiting in (await progress_of(handle)).pending:
-                    await decide(client, turn_id, waiting.call.id, approved=True, by=APPROVER)
-            await asyncio.wait([result], timeout=0.1)
-        return TurnOutput.model_validate(result.result())
-    finally:
-        result.cancel()
 
 
 def summary(reports: list[CaseReport]) -> dict[str, Any]:

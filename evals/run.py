@@ -112,6 +112,12 @@ async def _turn(
     with contextlib.suppress(WorkflowAlreadyStartedError):  # finished in an earlier run
         await start_turn(client, turn, task_queue, workflow_id)
     handle = client.get_workflow_handle_for(AgentTurn.run, workflow_id)
+    output = await approved_as_customer(client, handle)
+    return output, handle
+
+
+async def approved_as_customer(client: Client, handle: Any) -> TurnOutput:
+    """The turn's result, each of its calls awaiting consent approved by `APPROVER`."""
     result = asyncio.ensure_future(handle.result())
     try:
         while not result.done():
@@ -122,17 +128,14 @@ async def _turn(
                 if status in (None, search.AWAITING_APPROVAL):
                     progress = await progress_of(handle, timeout=30)
                     for waiting in progress.pending:
-                        await decide(
-                            client, workflow_id, waiting.call.id, approved=True, by=APPROVER
-                        )
+                        await decide(client, handle.id, waiting.call.id, approved=True, by=APPROVER)
             except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
                 # A workflow task that failed (it is retried), a busy worker: ask again.
-                log.info("episode %s: %s; asking again", workflow_id, e)
+                log.info("turn %s: %s; asking again", handle.id, e)
             await asyncio.wait([result], timeout=0.2)
-        output: TurnOutput = result.result()
+        return TurnOutput.model_validate(result.result())
     finally:
         result.cancel()
-    return output, handle
 
 
 async def episode(

@@ -17,16 +17,12 @@ from durable_agent.types import Outcome, TurnInput
 from shop.questions import HANDOFF
 from shop.questions import SITUATIONS as CASES
 from tests.conftest import Harness
-from tests.test_questions import problems, run_case
+from tests.test_questions import table_problems
 
 
 async def test_what_customers_really_ask(tmp_path: Path) -> None:
-    failures = []
-    for i, case in enumerate(CASES):
-        turn = await run_case(case, tmp_path / f"chat{i}.db")
-        failures += [(case.question, wrong) for wrong in problems(case, turn)]
-    report = "\n".join(f"- {question!r}: {wrong}" for question, wrong in failures)
-    assert not failures, f"{len(failures)} problem(s) in {len(CASES)} questions:\n{report}"
+    report = await table_problems(CASES, tmp_path)
+    assert not report, report
 
 
 def test_the_table_is_new_and_wide() -> None:
