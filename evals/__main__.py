@@ -200,4 +200,9 @@ async def _questions(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is done and written: leave at once. Finalizing the interpreter can
+    # meet the Temporal SDK's native threads still calling in (a fatal error at exit).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
