@@ -33,6 +33,8 @@ class ModelCallInput(BaseModel):
     """Publish the model's text to the turn's stream as it comes."""
     agent: str = ""
     """The turn's agent (empty: the worker's first): its instructions, tools, models."""
+    tools_version: str = ""
+    """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
 
 
 class ModelCaller:
@@ -55,7 +57,7 @@ class ModelCaller:
         check(input.messages)
         request = ModelRequest(
             messages=input.messages,
-            tools=served.tools.specs_for(input.tools),
+            tools=served.tools_at(input.tools_version).specs_for(input.tools),
             instructions=input.instructions or served.instructions,
         )
         async with heartbeating(), streams.model_text(input.stream) as sink:

@@ -39,6 +39,8 @@ class DispatchInput(BaseModel):
     """`<workflow id>/<iteration>/<call index>`: the same on every retry of this call."""
     agent: str = ""
     """The turn's agent, whose tool this is (empty: the worker's first)."""
+    tools_version: str = ""
+    """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
 
 
 class DispatchOutput(BaseModel):
@@ -62,8 +64,9 @@ class DispatchActivity:
 
     async def _run(self, input: DispatchInput, check: bool) -> DispatchOutput:
         served = self._agents.get(input.agent)
-        tool = served.tools[input.call.name]
-        args = served.tools.validate(input.call)
+        tools = served.tools_at(input.tools_version)
+        tool = tools[input.call.name]
+        args = tools.validate(input.call)
         ctx = ToolContext(input.customer_id, served.deps, input.idempotency_key)
         run = tool.fn
         if check:

@@ -50,6 +50,8 @@ class ParseInput(BaseModel):
     tools: list[str] | None = None
     """The tools this agent was offered (None: all its top-level tools)."""
     agent: str = ""
+    tools_version: str = ""
+    """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
     said: list[str] = Field(default_factory=list)
     """The customer's own words (this question, the conversation's earlier ones): a
     write whose arguments are not all in them needs consent, waived or not."""
@@ -70,7 +72,7 @@ class ParseActivity:
     @activity.defn(name="parse")
     async def parse(self, input: ParseInput) -> ParseOutput:
         served = self._agents.get(input.agent)
-        tools = served.tools
+        tools = served.tools_at(input.tools_version)
         valid, rejected = [], []
         for call in input.calls:
             try:

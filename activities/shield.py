@@ -41,9 +41,11 @@ class ShieldActivity:
     @activity.defn(name="shield")
     async def shield(self, input: ShieldInput) -> ShieldOutput:
         served = self._agents.get(input.agent)
+        position = input.requests[0].position if input.requests else "input"
+        if position == "input" and served.live:
+            await served.refresh_tools()  # between turns: this is a turn's first step
         requests = [_drawing_on_instructions(r, served) for r in input.requests]
         verdicts = [await judge(served.shields, r) for r in requests]
-        position = input.requests[0].position if input.requests else "input"
         refused = any(not v.allowed for vs in verdicts for v in vs)
         return ShieldOutput(
             verdicts=verdicts,
@@ -74,6 +76,7 @@ def _info(served: ServedAgent) -> AgentInfo:
         fingerprint=served.fingerprint,
         limits=served.limits,
         unknown_outcomes=served.unknown_outcomes,
+        tools_version=served.fingerprint if served.live else "",
     )
 
 

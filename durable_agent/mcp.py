@@ -12,11 +12,18 @@ is left out with a warning rather than stopping the worker), `timeout` (seconds 
 call, default 30) and `prefix` (the tools' name prefix, default the server's name).
 
 What runs where: the worker connects to every server as it starts (a stdio server
-is a process of the worker, for as long as it runs), lists its tools once and
-offers them as `<prefix>__<tool>`; a server that cannot start or answer stops the
-worker with one line naming it. Each call is a `dispatch` like any tool's, visible
-in the Web UI and the trace. A server that dies is started again (stdio) or
-reconnected (HTTP) at the next call.
+is a process of the worker, for as long as it runs), lists its tools and offers
+them as `<prefix>__<tool>`; a server that cannot start or answer stops the worker
+with one line naming it. Each call is a `dispatch` like any tool's, visible in the
+Web UI and the trace. A server that dies is started again (stdio) or reconnected
+(HTTP) at the next call.
+
+Tools are pinned per turn: the list is read again between turns — at the start of
+the next turn after the server said it changed (`notifications/tools/list_changed`)
+or after it was started again — and a turn is offered, validated against and
+dispatched with the list it started with (`LiveTools`; the turn records its
+version, the agent's fingerprint), so a list that changes mid-turn never changes a
+running turn.
 
 What the runtime promises for writes: a tool whose annotations do not say
 `readOnlyHint` (or say `destructiveHint`) is a write, and needs a person's consent
@@ -42,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from durable_agent.errors import AgentDefinitionError, OutcomeUnknown, ToolError, ToolUnavailable
-from durable_agent.tools import Tool, ToolContext, schema_tool
+from durable_agent.tools import Tool, ToolContext, ToolRegistry, schema_tool
 
 if TYPE_CHECKING:
     from durable_agent.agents import Agent
@@ -165,11 +172,35 @@ class Connection:
         self._owner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
+        self.listed: list[Any] = []
+        """The server's tools as last listed (`mcp.types.Tool`)."""
+        self.stale = True
+        """The list may have changed since: the server said so, or was started again."""
 
     async def open(self) -> list[Any]:
         """Connect and list the server's tools (`mcp.types.Tool`)."""
         await self._connect()
-        return await self._list()
+        return await self.tools()
+
+    async def tools(self) -> list[Any]:
+        """The server's tools: listed again if they may have changed, after starting the
+        server again (or reconnecting) if it died. A server that cannot answer keeps
+        its last list (the calls will say what is wrong)."""
+        if not self.stale and self.alive:
+            return self.listed
+        try:
+            async with self._lock:
+                if not self.alive:
+                    await self.close()
+                    await self._connect()
+                self.stale = False
+                self.listed = await self._list()
+        except Exception as e:
+            self.stale = True
+            log.warning("MCP server %s: could not list its tools: %s", self.server.name, _brief(e))
+            if not self.listed:
+                raise
+        return self.listed
 
     async def _list(self) -> list[Any]:
         tools: list[Any] = []
@@ -200,15 +231,41 @@ class Connection:
                 f"MCP server {self.server.name!r}: no answer within {START_TIMEOUT_S:g} s"
             ) from None
 
+    async def _heard(self, message: Any) -> None:
+        from mcp.types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            self.stale = True  # listed again before the next turn starts
+
     async def _run(self, ready: asyncio.Future[None]) -> None:
         from mcp import ClientSession
 
+        ended = asyncio.Event()
         try:
-            async with self._transport() as (read, write), ClientSession(read, write) as session:
+            async with (
+                self._transport() as (read, write),
+                ClientSession(_Watched(read, ended), write, message_handler=self._heard) as session,
+            ):
                 await session.initialize()
                 self._session = session
+                self.stale = True  # a server started again may offer other tools
                 ready.set_result(None)
-                await self._stop.wait()
+                # Until the worker stops, or the server goes (its process died, the
+                # connection dropped): then the next turn or call starts it again.
+                stop, gone = (
+                    asyncio.ensure_future(self._stop.wait()),
+                    asyncio.ensure_future(ended.wait()),
+                )
+                try:
+                    await asyncio.wait([stop, gone], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+                    gone.cancel()
+                if ended.is_set() and not self._stop.is_set():
+                    log.warning(
+                        "MCP server %s: it went away; started again when next needed",
+                        self.server.name,
+                    )
         except BaseException as e:  # noqa: BLE001 - reported to whoever waits
             if not ready.done():
                 ready.set_exception(_start_error(self.server, e))
@@ -246,6 +303,10 @@ class Connection:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                if _answered(e):
+                    # The server said no (an unknown tool, bad arguments): the outcome
+                    # is known, and the model reads it.
+                    raise ToolError(f"{name} failed: {_brief(e)}") from None
                 if write:
                     raise _unknown(self.server, name, _brief(e)) from None
                 # The server may have died (a stdio process killed, a connection
@@ -274,6 +335,44 @@ class Connection:
             except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
                 owner.cancel()
                 await asyncio.gather(owner, return_exceptions=True)
+
+
+def _answered(e: Exception) -> bool:
+    """Whether the error is the server's own answer, not a lost or late one."""
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    return isinstance(e, MCPError) and e.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+
+
+class _Watched:
+    """A transport's read stream that says when it ends (the server's process died, its
+    connection dropped), so the connection knows before its next call or turn."""
+
+    def __init__(self, stream: Any, ended: asyncio.Event) -> None:
+        self._stream = stream
+        self._ended = ended
+
+    async def __aenter__(self) -> _Watched:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        self._ended.set()
+        return await self._stream.__aexit__(*exc)
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._stream.__anext__()
+        except BaseException:
+            self._ended.set()
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _unknown(server: MCPServer, tool: str, why: str) -> OutcomeUnknown:
@@ -379,6 +478,42 @@ def render(result: Any) -> str:
     return "\n".join(parts) or "(no content)"
 
 
+class LiveTools(ToolRegistry):
+    """An agent's own tools and those its MCP servers offer, as listed at one moment: a
+    version that never changes once made. `refresh()` makes the next version when a
+    server's list changed; the worker keeps the versions its running turns started
+    with (`ServedAgent.tools_at`)."""
+
+    def __init__(self, agent: str, own: Sequence[Tool], connections: Sequence[Connection]) -> None:
+        self.agent = agent
+        self.own = list(own)
+        self.connections = list(connections)
+        self.listed = [list(c.listed) for c in self.connections]
+        """What each server listed for this version."""
+        super().__init__()
+        for tool in [*self.own, *(t for c in self.connections for t in tools_of(c, c.listed))]:
+            if tool.name in self.tools:
+                raise MCPConfigError(
+                    f"agent {agent!r}: two tools are named {tool.name!r} (an MCP "
+                    "server's and another's): give one of the servers its own prefix"
+                )
+            self.add(tool)
+
+    async def refresh(self) -> LiveTools | None:
+        """The next version if a server's list changed since this one, else None. A new
+        list that cannot be served (a name taken twice) is left out, with a warning."""
+        listed = [
+            list(tools) for tools in await asyncio.gather(*(c.tools() for c in self.connections))
+        ]
+        if listed == self.listed:
+            return None
+        try:
+            return LiveTools(self.agent, self.own, self.connections)
+        except MCPConfigError as e:
+            log.warning("%s; the tools stay as they were", e)
+            return None
+
+
 @contextlib.asynccontextmanager
 async def connected(
     agents: Sequence[Agent], servers: Sequence[MCPServer] = ()
@@ -396,12 +531,11 @@ async def connected(
         yield list(agents)
         return
     connections: dict[str, Connection] = {}
-    tools: dict[str, list[Tool]] = {}
     try:
         for name, server in wanted.items():
             connection = Connection(server)
             try:
-                listed = await connection.open()
+                await connection.open()
             except MCPConfigError:
                 await connection.close()
                 if not server.optional:
@@ -409,21 +543,12 @@ async def connected(
                 log.warning("MCP server %s is optional and did not start: left out", name)
                 continue
             connections[name] = connection
-            tools[name] = tools_of(connection, listed)
         served = []
         for agent in agents:
             names = [s.name for s in servers] + [s.name for s in agent.mcp_servers]
-            extra = [t for n in dict.fromkeys(names) for t in tools.get(n, [])]
-            own = list(agent.registry.tools.values())
-            taken = {t.name for t in own}
-            for t in extra:
-                if t.name in taken:
-                    raise MCPConfigError(
-                        f"agent {agent.name!r}: two tools are named {t.name!r} (an MCP "
-                        "server's and another's): give one of the servers its own prefix"
-                    )
-                taken.add(t.name)
-            served.append(dataclasses.replace(agent, tools=[*own, *extra], mcp_servers=()))
+            mine = [connections[n] for n in dict.fromkeys(names) if n in connections]
+            tools = LiveTools(agent.name, list(agent.registry.tools.values()), mine)
+            served.append(dataclasses.replace(agent, tools=tools, mcp_servers=()))
         yield served
     finally:
         for connection in connections.values():

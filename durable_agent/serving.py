@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import sys
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -32,6 +34,11 @@ from durable_agent.shields import Ids, ShieldConfigError, ShieldSet
 from durable_agent.subagents import view_name
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import TurnLimits
+
+log = logging.getLogger("durable_agent.serving")
+
+MAX_TOOL_VERSIONS = 64
+"""Earlier tool lists a worker keeps for the turns still running on them."""
 
 
 class _Deps:
@@ -91,6 +98,47 @@ class ServedAgent:
         self.fingerprint = (
             agent.fingerprint() if tools is None else _view_fingerprint(self.instructions, tools)
         )
+        self._versions: OrderedDict[str, ToolRegistry] = OrderedDict()
+        """Earlier tool lists of a live agent (MCP servers), by fingerprint."""
+
+    @property
+    def live(self) -> bool:
+        """Whether its tools may change while the worker runs (an MCP server's list):
+        then each turn is pinned to the version it started with."""
+        return hasattr(self.tools, "refresh")
+
+    async def refresh_tools(self) -> None:
+        """Between turns: take the servers' current tool lists, if they changed. The
+        version a running turn started with stays at hand (`tools_at`)."""
+        refresh = getattr(self.tools, "refresh", None)
+        newer = await refresh() if refresh is not None else None
+        if newer is None:
+            return
+        self._versions[self.fingerprint] = self.tools
+        while len(self._versions) > MAX_TOOL_VERSIONS:
+            self._versions.popitem(last=False)
+        self.tools = newer
+        self.fingerprint = _view_fingerprint(self.instructions, newer)
+        log.info(
+            "agent %s: its MCP servers' tools changed (version %s)", self.name, self.fingerprint
+        )
+
+    def tools_at(self, version: str) -> ToolRegistry:
+        """The tools of version `version` (a turn's, from its first step; empty: now)."""
+        if not version or version == self.fingerprint:
+            return self.tools
+        found = self._versions.get(version)
+        if found is None:
+            # A worker that started after the list changed, or one that has moved on
+            # many versions since: it serves what the servers offer now.
+            log.warning(
+                "agent %s: tools version %s is not known to this worker; serving %s",
+                self.name,
+                version,
+                self.fingerprint,
+            )
+            return self.tools
+        return found
 
     @property
     def deps(self) -> Any:

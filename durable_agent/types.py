@@ -183,6 +183,10 @@ class AgentInfo(BaseModel):
     name: str
     fingerprint: str = ""
     """A short hash of the agent's instructions and tool schemas (`Agent.fingerprint`)."""
+    tools_version: str = ""
+    """For an agent whose tools may change while its worker runs (an MCP server's): the
+    version of its tools the turn started with, which every step of the turn uses (its
+    fingerprint then). Empty: the agent's tools never change under a worker."""
     limits: TurnLimits | None = None
     """The agent's limits, for a turn that names none."""
     unknown_outcomes: Literal["ask", "model"] = "ask"

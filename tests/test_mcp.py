@@ -316,6 +316,24 @@ async def test_a_server_killed_between_turns_is_started_again(harness: Harness) 
     assert "Asia/Tokyo" in second.answer
 
 
+async def test_a_server_killed_mid_turn_is_started_again_for_its_call(harness: Harness) -> None:
+    call = ToolCall(id="c1", name="time__get_current_time", arguments={"timezone": "Asia/Tokyo"})
+
+    def kill_then_call(request: Any) -> Reply:
+        for pid in _children_named("mcp-server-time"):
+            os.kill(pid, signal.SIGKILL)
+        return Reply(calls=[call])
+
+    model = ScriptedModel(
+        plans=[kill_then_call], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    async with serving(harness, model, TIME) as task_queue:
+        turn = TurnInput(question="Time in Tokyo?", model="scripted")
+        result = await (await start_turn(harness.client, turn, task_queue)).result()
+    assert result.outcome is Outcome.ANSWERED
+    assert "Asia/Tokyo" in result.answer
+
+
 def _children_named(name: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -346,19 +364,106 @@ async def test_the_cli_asks_a_question_a_server_answers(
     ]
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"time": {"command": TIME.command}}}))
-    queue = f"mcp-{uuid.uuid4().hex[:8]}"
+    environ = worker_environ(env, tmp_path, fake)
+    try:
+        with worker_process(environ, "worker.py", "--mcp-config", str(config)):
+            asked = subprocess.run(
+                [sys.executable, "client.py", "ask", "What time is it in Paris?"],
+                cwd=ROOT,
+                env=environ,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+    finally:
+        fake.close()
+    assert asked.returncode == 0, asked.stderr
+    assert "answer (answered): Here is the time in Paris." in asked.stdout
+    # The model read the server's answer.
+    tool_results = [m for r in fake.accepted for m in r["messages"] if m["role"] == "tool"]
+    assert tool_results and all("Europe/Paris" in m["content"] for m in tool_results)
+
+
+def tool_names(request: Any) -> list[str]:
+    return sorted(spec.name for spec in request.tools)
+
+
+@needs_npm
+async def test_a_tool_list_that_changes_keeps_running_turns_on_theirs(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A server upgraded while a turn waits for consent (its command now starts another
+    server, and the old process is gone): a turn started then is offered the new
+    list; the waiting turn keeps the list it started with to its end, and its call
+    reaches the new server, which says what it thinks of it."""
+    command = tmp_path / "desk-server"
+    command.symlink_to(NPM_BIN / "mcp-server-memory")
+    server = MCPServer(
+        name="desk", command=str(command), env={"MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    )
+    offered: dict[str, list[list[str]]] = {"waiting": [], "new": []}
+
+    def remember(request: Any) -> None:
+        turn = "waiting" if "Remember" in str(request.messages[0]) else "new"
+        offered[turn].append(tool_names(request))
+
+    def plan(request: Any) -> Reply:
+        remember(request)
+        if offered["new"]:
+            return Reply(text="It is late in Tokyo.")
+        entities = {"entities": [{"name": "x", "entityType": "t", "observations": []}]}
+        return Reply(calls=[ToolCall(id="c1", name="desk__create_entities", arguments=entities)])
+
+    def answer(request: Any) -> Reply:
+        remember(request)
+        return Reply(text=last_result(request))
+
+    model = ScriptedModel(plans=[plan], decisions=[answer])
+    async with serving(harness, model, server) as task_queue:
+        remember_x = TurnInput(question="Remember x.", model="scripted")
+        waiting = await start_turn(harness.client, remember_x, task_queue)
+        await next_pending(waiting)
+        upgraded = tmp_path / "upgraded"
+        upgraded.symlink_to(BIN / "mcp-server-time")
+        upgraded.replace(command)
+        for pid in _children_named("desk-server"):
+            os.kill(pid, signal.SIGKILL)
+        ask = TurnInput(question="Time in Tokyo?", model="scripted")
+        new = await (await start_turn(harness.client, ask, task_queue)).result()
+        await decide(harness.client, waiting.id, "c1", approved=True, by="test")
+        old = await waiting.result()
+    memory_tools, time_tools = (
+        offered["waiting"][0],
+        ["desk__convert_time", "desk__get_current_time"],
+    )
+    assert "desk__create_entities" in memory_tools
+    assert offered == {"waiting": [memory_tools, memory_tools], "new": [time_tools]}
+    assert "create_entities failed: Unknown tool: create_entities" in old.answer
+    assert old.fingerprint != new.fingerprint
+
+
+def worker_environ(
+    env: WorkflowEnvironment, tmp_path: Path, fake: ChatCompletionsServer
+) -> dict[str, str]:
+    """A worker's and client's environment: the test server, a task queue of their
+    own, the strict fake as the model."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-    environ = base | {
+    return base | {
         "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
         "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
-        "AGENT_TASK_QUEUE": queue,
+        "AGENT_TASK_QUEUE": f"mcp-{uuid.uuid4().hex[:8]}",
         "AGENT_STATE_DIR": str(tmp_path / "state"),
         "AGENT_MODEL": "openai:test-model",
         "OPENAI_BASE_URL": fake.url,
         "OPENAI_API_KEY": fake.api_key,
     }
+
+
+@contextmanager
+def worker_process(environ: dict[str, str], *command: str) -> Iterator[subprocess.Popen[str]]:
+    """A worker process, once it says it is ready; stopped at the end."""
     worker = subprocess.Popen(
-        [sys.executable, "worker.py", "--mcp-config", str(config)],
+        [sys.executable, *command],
         cwd=ROOT,
         env=environ,
         stdout=subprocess.PIPE,
@@ -374,20 +479,57 @@ async def test_the_cli_asks_a_question_a_server_answers(
                 break
         else:
             raise AssertionError("".join(seen))
-        asked = subprocess.run(
-            [sys.executable, "client.py", "ask", "What time is it in Paris?"],
-            cwd=ROOT,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        yield worker
     finally:
-        worker.terminate()
+        if worker.poll() is None:
+            worker.terminate()
         worker.wait(30)
+
+
+async def next_pending(handle: Any) -> Any:
+    """The first call of the turn waiting for consent, once one does."""
+    async with asyncio.timeout(120):
+        while not (pending := (await progress_of(handle)).pending):
+            await asyncio.sleep(0.05)
+    return pending[0]
+
+
+@needs_npm
+async def test_a_worker_killed_during_a_write_leaves_it_written_once_and_asks(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A worker SIGKILLed after the server took a write and before Temporal heard of it:
+    the worker that takes the call over does not send it again; the turn asks, and
+    the write is there once."""
+    fake = ChatCompletionsServer()
+    entity = {"entities": [{"name": "order-123456", "entityType": "note", "observations": []}]}
+    fake.replies = [
+        tool_calls(("c1", "memory__create_entities", json.dumps(entity))),
+        text("I could not confirm the note was saved; please check it."),
+    ]
+    server = memory_server(tmp_path)
+    config = tmp_path / "mcp.json"
+    entry = {"command": server.command, "env": dict(server.env)}
+    config.write_text(json.dumps({"mcpServers": {"memory": entry}}))
+    environ = worker_environ(env, tmp_path, fake)
+    crashing = ("tests/mcp_crashing_worker.py", str(tmp_path / "killed"), "--mcp-config")
+    turn = TurnInput(question="Note order 123456 down.", customer_id="c-mcp")
+    try:
+        with worker_process(environ, *crashing, str(config)) as dying:
+            handle = await start_turn(env.client, turn, environ["AGENT_TASK_QUEUE"])
+            first = await next_pending(handle)
+            await decide(env.client, handle.id, first.call.id, approved=True, by="test")
+            assert await asyncio.to_thread(dying.wait, 60) == -signal.SIGKILL
+        assert len(entities(tmp_path)) == 1  # it reached the server before the kill
+        with worker_process(environ, "worker.py", "--mcp-config", str(config)):
+            again = await next_pending(handle)
+            assert again.call.id == "c1" and "may have run already" in again.why
+            await decide(env.client, handle.id, "c1", approved=False, by="test")
+            result = await handle.result()
+    finally:
         fake.close()
-    assert asked.returncode == 0, asked.stderr
-    assert "answer (answered): Here is the time in Paris." in asked.stdout
-    # The model read the server's answer.
+    assert result.outcome is Outcome.ANSWERED
+    assert [e["name"] for e in entities(tmp_path)] == ["order-123456"]
+    # The model read that the write was not sent again.
     tool_results = [m for r in fake.accepted for m in r["messages"] if m["role"] == "tool"]
-    assert tool_results and all("Europe/Paris" in m["content"] for m in tool_results)
+    assert tool_results and "not sent again" in tool_results[-1]["content"]

@@ -411,6 +411,7 @@ class AgentTurn:
             instructions=turn.instructions,
             stream=turn.stream,
             agent=self._agent.name,
+            tools_version=self._agent.tools_version,
         )
 
     async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
@@ -462,6 +463,7 @@ class AgentTurn:
                 calls=calls,
                 tools=tools,
                 agent=self._agent.name,
+                tools_version=self._agent.tools_version,
                 said=_said(turn),
                 sources=self._sources(turn),
             ),
@@ -548,6 +550,7 @@ class AgentTurn:
             customer_id=turn.customer_id,
             idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
             agent=self._agent.name,
+            tools_version=self._agent.tools_version,
         )
         try:
             return await self._dispatch(vc, sent)
@@ -586,6 +589,7 @@ class AgentTurn:
                     customer_id=turn.customer_id,
                     idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
                     agent=self._agent.name,
+                    tools_version=self._agent.tools_version,
                 ),
                 start_to_close_timeout=QUICK_TIMEOUT,
                 retry_policy=tool_retry(vc.max_attempts),
