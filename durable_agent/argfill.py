@@ -11,6 +11,9 @@ e-commerce agent's tool parser did:
   the request itself ("I want to return order 123456, the soap is broken" ->
   "the soap is broken"); left out when there is none, so that nobody records
   the whole request as its own reason;
+- a value its description shows by quoted examples of a structured shape
+  (`timezone`: "IANA name, e.g. 'America/New_York'"): the first word of the text
+  of the same shape ("Europe/Paris"), each value to one parameter, in order;
 - any other free text (a search query): the whole question.
 """
 
@@ -32,6 +35,8 @@ class Param:
     tool_words: tuple[str, ...] = ()
     """The words of the tool's name (`start_return` -> start, return): a clause
     saying them is the request, not the reason for it."""
+    shape: re.Pattern[str] | None = None
+    """For free text its description shows by examples: the examples' shape."""
 
     @property
     def is_id(self) -> bool:
@@ -41,7 +46,7 @@ class Param:
     def is_reason(self) -> bool:
         """Free text that asks why, which the customer says in a clause of its own;
         other free text (a query) is the question itself."""
-        if self.is_id:
+        if self.is_id or self.shape is not None:
             return False
         description = self.description.lower()
         return self.name == "reason" or description.startswith("why") or "reason" in description
@@ -66,17 +71,52 @@ def required_params(spec: ToolSpec) -> tuple[Param, ...]:
         if pattern:
             body = pattern.removeprefix("^").removesuffix("$")
             compiled = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.IGNORECASE)
-        params.append(Param(name, compiled, schema.get("description", name), tool_words))
+        description = schema.get("description", name)
+        shape = None if compiled else shape_of_examples(description)
+        params.append(Param(name, compiled, description, tool_words, shape))
     return tuple(params)
+
+
+QUOTED = re.compile(r"""'([^'\s]{2,40})'|"([^"\s]{2,40})"|`([^`\s]{2,40})`""")
+
+
+def shape_of_examples(description: str) -> re.Pattern[str] | None:
+    """A pattern of the shape of the description's quoted examples that have one
+    ('America/New_York' -> capitalised words joined by / and _; '14:30' -> digits
+    around a colon); None if it quotes none. Plain words ('UTC') have no shape a
+    question's words would not all match."""
+    shapes: dict[str, None] = {}
+    for m in QUOTED.finditer(description):
+        example = next(g for g in m.groups() if g)
+        if example.isalpha() or not re.search(r"[A-Za-z0-9]", example):
+            continue
+        shape = re.sub(r"(\[A-Z]|\[a-z]|\\d)(?:\1)+", r"\1+", _classes(example))
+        shapes[shape] = None
+    if not shapes:
+        return None
+    return re.compile(rf"(?<![\w/:.-])(?:{'|'.join(shapes)})(?![\w/:-])")
+
+
+def _classes(example: str) -> str:
+    return "".join(
+        "[A-Z]"
+        if c.isupper()
+        else "[a-z]"
+        if c.islower()
+        else r"\d"
+        if c.isdigit()
+        else re.escape(c)
+        for c in example
+    )
 
 
 def fill_arguments(params: tuple[Param, ...], question: str) -> dict[str, str] | None:
     """Arguments found in the question, or None when a required id is missing.
     A reason the question does not give is left out (the model asks for it, or
     validation says it is missing); other free text gets the whole question."""
-    args = {}
+    args: dict[str, str] = {}
     for p in params:
-        value = find_value(p, question)
+        value = find_value(p, question, taken=tuple(args.values()))
         if value is None:
             if p.is_id:
                 return None
@@ -85,10 +125,13 @@ def fill_arguments(params: tuple[Param, ...], question: str) -> dict[str, str] |
     return args
 
 
-def find_value(param: Param, text: str) -> str | None:
-    """The value of one parameter in `text`, or None if the text does not give it."""
+def find_value(param: Param, text: str, taken: tuple[str, ...] = ()) -> str | None:
+    """The value of one parameter in `text`, or None if the text does not give it.
+    `taken`: values other parameters of the call have (a shaped value goes to one)."""
     if param.pattern is not None:
         return find_id(param.pattern, text)
+    if param.shape is not None:
+        return next((m for m in find_ids(param.shape, text) if m not in taken), None)
     if param.is_reason:
         return find_reason(text, param.tool_words)
     return text

@@ -471,10 +471,9 @@ def render(result: Any) -> str:
         else:
             parts.append(f"({kind or 'an item'} the model cannot read)")
     structured = getattr(result, "structured_content", None)
-    if structured is not None:
-        rendered = json.dumps(structured, ensure_ascii=False, sort_keys=True)
-        if rendered not in parts:
-            parts.append(rendered)
+    if structured is not None and not any(_is_json_of(part, structured) for part in parts):
+        # Servers often send the structured content as a text block as well: once.
+        parts.append(json.dumps(structured, ensure_ascii=False, sort_keys=True))
     return "\n".join(parts) or "(no content)"
 
 
@@ -512,6 +511,13 @@ class LiveTools(ToolRegistry):
         except MCPConfigError as e:
             log.warning("%s; the tools stay as they were", e)
             return None
+
+
+def _is_json_of(text: str, value: Any) -> bool:
+    try:
+        return bool(json.loads(text) == value)
+    except ValueError:
+        return False
 
 
 @contextlib.asynccontextmanager

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from durable_agent.answers import decline_text, handoff_text
 from durable_agent.argfill import (
+    QUOTED,
     Param,
     find_id,
     find_reason,
@@ -298,7 +299,8 @@ class _ToolProfile:
         params = required_params(spec)
         text = " ".join(
             [spec.name.replace("_", " "), spec.description, *spec.examples]
-            + [p.description for p in params]
+            # A parameter's quoted examples ('Asia/Tokyo') are not what the tool is about.
+            + [QUOTED.sub("", p.description) for p in params]
         )
         name_words = set(content_words(spec.name.replace("_", " ")))
         action = name_words.intersection(*(content_words(e) for e in spec.examples))
@@ -638,7 +640,8 @@ def _in_other_language(language: str, question: str, profiles: list[_ToolProfile
 
 def _ask_for_reason(p: _ToolProfile, param: Param, ids: dict[str, str]) -> str:
     about = " ".join(f"{id_noun(i)} {ids[i.name]}" for i in p.ids if i.name in ids)
-    return f"I can {p.phrase()} for {about}. {ASK} {param.description}."
+    for_what = f" for {about}" if about else ""
+    return f"I can {p.phrase()}{for_what}. {ASK} {param.description}."
 
 
 def _names_an_id(text: str, profiles: Iterable[_ToolProfile]) -> bool:

@@ -533,3 +533,19 @@ async def test_a_worker_killed_during_a_write_leaves_it_written_once_and_asks(
     # The model read that the write was not sent again.
     tool_results = [m for r in fake.accepted for m in r["messages"] if m["role"] == "tool"]
     assert tool_results and "not sent again" in tool_results[-1]["content"]
+
+
+async def test_the_offline_model_asks_a_server_with_values_shaped_like_its_examples(
+    harness: Harness,
+) -> None:
+    """The offline model reads the server's own schema: `timezone` is described by
+    quoted examples ('America/New_York'), so the word of that shape is its value."""
+    async with serving(harness, None, TIME) as task_queue:
+        asked = [
+            await (await start_turn(harness.client, TurnInput(question=q), task_queue)).result()
+            for q in ("What time is it in Europe/Paris?", "What is the current time in Asia/Tokyo?")
+        ]
+    for result, zone in zip(asked, ("Europe/Paris", "Asia/Tokyo"), strict=True):
+        assert result.outcome is Outcome.ANSWERED
+        [seen] = observations(result)
+        assert f'"timezone": "{zone}"' in seen and '"datetime"' in seen
