@@ -433,6 +433,7 @@ def tools_of(connection: Connection, listed: Sequence[Any]) -> list[Tool]:
                 dict(listed_tool.input_schema or {"type": "object", "properties": {}}),
                 _caller(connection, listed_tool.name, write=not read_only),
                 side_effects=not read_only,
+                quick=read_only,
                 timeout=server.timeout + timedelta(seconds=5),
             )
         )
