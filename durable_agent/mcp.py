@@ -338,11 +338,13 @@ class Connection:
 
 
 def _answered(e: Exception) -> bool:
-    """Whether the error is the server's own answer, not a lost or late one."""
+    """Whether the error is the server refusing the call before running it (an unknown
+    tool, bad arguments): an answer the model reads, not a lost or failed one. Errors
+    that stand for HTTP trouble (a session the server no longer knows, a 5xx) are not."""
     from mcp.shared.exceptions import MCPError
-    from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+    from mcp.types import INVALID_PARAMS, METHOD_NOT_FOUND
 
-    return isinstance(e, MCPError) and e.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+    return isinstance(e, MCPError) and e.code in (INVALID_PARAMS, METHOD_NOT_FOUND)
 
 
 class _Watched:

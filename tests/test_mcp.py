@@ -13,7 +13,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -65,9 +65,9 @@ def entities(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def everything_over_http() -> Iterator[str]:
-    """server-everything's Streamable HTTP transport on a free port; its URL."""
-    port = free_port()
+def everything_over_http(port: int = 0) -> Iterator[str]:
+    """server-everything's Streamable HTTP transport on `port` (0: a free one); its URL."""
+    port = port or free_port()
     proc = subprocess.Popen(
         [str(NPM_BIN / "mcp-server-everything"), "streamableHttp"],
         env={**os.environ, "PORT": str(port)},
@@ -255,6 +255,28 @@ async def test_a_streamable_http_server_answers_a_turn(harness: Harness) -> None
 
 
 @needs_npm
+async def test_a_streamable_http_server_that_restarted_is_reconnected(harness: Harness) -> None:
+    """The server behind the URL went down and came back (a deploy): its old session is
+    gone; the worker connects again and the next turn's call goes through."""
+    port = free_port()
+    echo = ToolCall(id="c1", name="everything__echo", arguments={"message": "still there"})
+    model = ScriptedModel(
+        plans=[Reply(calls=[echo])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    turn = TurnInput(question="Echo", model="scripted")
+    server = MCPServer(name="everything", url=f"http://127.0.0.1:{port}/mcp")
+    with ExitStack() as first_server:
+        first_server.enter_context(everything_over_http(port))
+        async with serving(harness, model, server) as task_queue:
+            first = await (await start_turn(harness.client, turn, task_queue)).result()
+            first_server.close()  # down, and back up as a new process
+            with everything_over_http(port):
+                second = await (await start_turn(harness.client, turn, task_queue)).result()
+    assert "still there" in first.answer
+    assert second.outcome is Outcome.ANSWERED and "still there" in second.answer
+
+
+@needs_npm
 async def test_a_write_waits_for_consent_and_is_written_once(
     harness: Harness, tmp_path: Path
 ) -> None:
@@ -419,7 +441,11 @@ async def test_a_tool_list_that_changes_keeps_running_turns_on_theirs(
         return Reply(text=last_result(request))
 
     model = ScriptedModel(plans=[plan], decisions=[answer])
-    async with serving(harness, model, server) as task_queue:
+    async with (
+        connected([agent_with(server)]) as agents,
+        harness.worker(model, agents=agents) as task_queue,
+    ):
+        [connection] = agents[0].registry.connections  # type: ignore[attr-defined]
         remember_x = TurnInput(question="Remember x.", model="scripted")
         waiting = await start_turn(harness.client, remember_x, task_queue)
         await next_pending(waiting)
@@ -428,6 +454,9 @@ async def test_a_tool_list_that_changes_keeps_running_turns_on_theirs(
         upgraded.replace(command)
         for pid in _children_named("desk-server"):
             os.kill(pid, signal.SIGKILL)
+        async with asyncio.timeout(60):  # the worker has seen it go
+            while connection.alive:
+                await asyncio.sleep(0.02)
         ask = TurnInput(question="Time in Tokyo?", model="scripted")
         new = await (await start_turn(harness.client, ask, task_queue)).result()
         await decide(harness.client, waiting.id, "c1", approved=True, by="test")
