@@ -1,5 +1,6 @@
 """python -m evals tau2 --domain retail --model oracle [--tasks 0,1,2 | --split base]
                      [--concurrency N] [--chaos | --plain]
+python -m evals tau2 --domain retail --model openai:gpt-4o [--user-model SPEC] [--trials K]
 python -m evals questions [--model offline] [--table seed|situations|all]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
@@ -8,7 +9,9 @@ each episode as it ends and a total, and writes the report as JSON and CSV. Runn
 the same command again continues the same run. `--chaos` serves the episodes from
 two worker processes with injected faults, one SIGKILLed every few seconds
 (`evals/chaos.py`); `--plain` runs the same episodes in a plain loop with no
-Temporal, the floor the durable run's time is reported against.
+Temporal, the floor the durable run's time is reported against. A real model
+(`evals/conversations.py`) runs each task `--trials` times as a conversation with
+τ²-bench's own user simulator as the customer, and reports pass^k.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +31,21 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="suite", required=True)
     t = sub.add_parser("tau2", help="τ²-bench tasks as durable episodes")
     t.add_argument("--domain", default="retail", help="a τ²-bench domain (default: retail)")
-    t.add_argument("--model", default="oracle", help="oracle: each task's expected actions")
+    t.add_argument(
+        "--model",
+        default="oracle",
+        help="oracle (each task's expected actions, one turn), or a real model the worker "
+        "has (openai:<model>, bedrock:<model-id>): a conversation with τ²-bench's user "
+        "simulator (default: oracle)",
+    )
+    t.add_argument(
+        "--user-model",
+        help="who plays the customer, through LiteLLM: openai:<model> or bedrock:<model-id> "
+        "(default: --model)",
+    )
+    t.add_argument(
+        "--trials", type=int, default=1, help="each task this many times: pass^k (default: 1)"
+    )
     which = t.add_mutually_exclusive_group()
     which.add_argument("--tasks", help="task ids, comma-separated (default: all)")
     which.add_argument("--split", help="a task split of the domain (e.g. base)")
@@ -80,28 +98,42 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _tau2(args: argparse.Namespace) -> int:
+    from durable_agent.errors import NotAllowed
     from durable_agent.runtime.server import ServerUnavailable, connect
     from evals import tau2
     from evals.chaos import ChaosError, kill_every
     from evals.run import plain_run, run_id, run_tasks, totals, write_reports
 
+    real = args.model != "oracle"
     try:
-        if args.model != "oracle":
-            raise tau2.EvalSetupError(
-                f"--model {args.model!r}: only the oracle runs here so far (the benchmark's "
-                "user simulator for real models is not wired in yet)"
-            )
         if not 1 <= args.concurrency <= 64:
             raise tau2.EvalSetupError("--concurrency: give 1 to 64")
+        if not 1 <= args.trials <= 100:
+            raise tau2.EvalSetupError("--trials: give 1 to 100")
+        if real:
+            from evals.conversations import check_models
+
+            if args.chaos or args.plain:
+                raise tau2.EvalSetupError(
+                    "--chaos and --plain run the oracle; with a real model, kill the run "
+                    "yourself and run it again: it goes on where it was"
+                )
+            check_models(args.model, args.user_model or args.model)
+        elif args.user_model or args.trials != 1:
+            raise tau2.EvalSetupError(
+                "--user-model and --trials are for real models: the oracle has no customer"
+            )
         ids = [i.strip() for i in args.tasks.split(",") if i.strip()] if args.tasks else None
         tasks = tau2.tasks(args.domain, ids, args.split)
         for task in tasks:
-            tau2.expected_actions(task)
+            (tau2.conversation_scope if real else tau2.expected_actions)(task)
         if args.chaos:
             kill_every()
-    except (tau2.EvalSetupError, ValueError, ChaosError) as e:
+    except (tau2.EvalSetupError, NotAllowed, ValueError, ChaosError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if real:
+        return await _tau2_real(args, tasks)
     state = Path(os.environ.get("AGENT_STATE_DIR", ".durable-agent")) / "evals"
     ids = [t.id for t in tasks]
     run = run_id(args.domain, "oracle", ids, args.chaos)
@@ -152,6 +184,48 @@ async def _tau2(args: argparse.Namespace) -> int:
         f"{total['model_calls']} model calls; "
         f"longest turn {total['longest_history_events']} events, "
         f"{total['longest_history_bytes'] / 1e6:.2f} MB; report: {as_json}, {as_csv}"
+    )
+    return 0 if total["passed"] == total["episodes"] else 1
+
+
+async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
+    """A real model's run: conversations with the benchmark's customer, pass^k."""
+    from durable_agent.runtime.server import ServerUnavailable, connect
+    from evals.conversations import RealRun, real_totals, run_conversations
+    from evals.run import write_reports
+
+    run = RealRun(args.domain, args.model, args.user_model or args.model, args.trials)
+    state = Path(os.environ.get("AGENT_STATE_DIR", ".durable-agent")) / "evals"
+    try:
+        conn = await connect(start_embedded=True)
+    except ServerUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        reports = await run_conversations(
+            conn.client,
+            run,
+            tasks,
+            state_dir=state,
+            concurrency=args.concurrency,
+            ui_url=conn.ui_url or "",
+        )
+    finally:
+        conn.close()
+    total = real_totals(reports, run.trials)
+    name = run.id([t.id for t in tasks], state)
+    as_json, as_csv = write_reports(reports, args.report / name, total)
+    cost = total["cost_usd"]
+    print(
+        f"{total['passed']}/{total['episodes']} passed, mean reward {total['reward']:.2f}, "
+        f"pass^{run.trials} {total[f'pass^{run.trials}']:.2f}; "
+        f"agent {total['model_calls']} model calls, "
+        f"{total['input_tokens'] + total['output_tokens']} tokens"
+        + (f", ${cost:.4f}" if cost is not None else "")
+        + f"; customer {total['customer_calls']} model calls, "
+        f"{total['customer_input_tokens'] + total['customer_output_tokens']} tokens, "
+        f"${total['customer_cost_usd']:.4f}; longest turn {total['longest_history_events']} "
+        f"events, {total['longest_history_bytes'] / 1e6:.2f} MB; report: {as_json}, {as_csv}"
     )
     return 0 if total["passed"] == total["episodes"] else 1
 

@@ -66,17 +66,39 @@ class EpisodeReport:
     link: str
     ended_s: float = 0.0
     """When its turn ended, in seconds from the start of this invocation."""
+    trial: int = 0
+    termination: str = ""
+    """How a conversation ended, in the benchmark's words (`user_stop`, `max_steps`…)."""
+    turns: int = 1
+    customer_calls: int = 0
+    """The user simulator's model calls (real models only), and their tokens and cost."""
+    customer_input_tokens: int = 0
+    customer_output_tokens: int = 0
+    customer_cost_usd: float = 0.0
 
 
-def run_id(domain: str, model: str, task_ids: list[str], chaos: bool = False) -> str:
-    """The run's id: what it runs, and whether under chaos (a run of its own)."""
+def run_id(
+    domain: str,
+    model: str,
+    task_ids: list[str],
+    chaos: bool = False,
+    *,
+    user_model: str = "",
+    trials: int = 1,
+) -> str:
+    """The run's id: what it runs (with a real model, who plays the customer and how
+    many trials too), and whether under chaos (a run of its own)."""
     what: list[Any] = [domain, model, task_ids] + (["chaos"] if chaos else [])
+    if user_model:
+        what += [user_model, trials]
     digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()
     return f"tau2-{domain}-{digest[:8]}"
 
 
-def episode_id(run: str, task_id: str) -> str:
-    return f"{run}-{re.sub(r'[^A-Za-z0-9_.@-]', '_', task_id)}"[:64]
+def episode_id(run: str, task_id: str, trial: int | None = None) -> str:
+    """`<run>-<task>` (`-<trial>` with trials), at most 64 characters: a customer id."""
+    suffix = "" if trial is None else f"-{trial}"
+    return f"{run}-{re.sub(r'[^A-Za-z0-9_.@-]', '_', task_id)}"[: 64 - len(suffix)] + suffix
 
 
 def question_of(task: Any) -> str:
@@ -314,8 +336,10 @@ def worker_for(
     store: tau2.EpisodeStore,
     task_queue: str,
     agent: Any = None,
+    models: ModelCatalog | None = None,
 ) -> Any:
-    """A worker serving a run: the domain's agent over `store`, the tasks' oracles."""
+    """A worker serving a run: the domain's agent over `store`, and `models` (by
+    default the tasks' oracles)."""
     from worker import build_worker
 
     settings = replace(Settings.from_env(), versioning=False, task_queue=task_queue)
@@ -324,7 +348,7 @@ def worker_for(
         task_queue,
         agents=[agent or tau2.domain_agent(domain, store)],
         settings=settings,
-        models=oracle_models(domain, tasks),
+        models=models or oracle_models(domain, tasks),
     )
 
 
@@ -412,12 +436,19 @@ def write_reports(
 
 
 def totals(reports: list[EpisodeReport]) -> dict[str, Any]:
+    costs = [r.cost_usd for r in reports if r.cost_usd is not None]
     return {
         "episodes": len(reports),
         "passed": sum(r.passed for r in reports),
+        "reward": round(sum(r.reward for r in reports) / max(len(reports), 1), 4),
         "model_calls": sum(r.model_calls for r in reports),
         "input_tokens": sum(r.input_tokens for r in reports),
         "output_tokens": sum(r.output_tokens for r in reports),
+        "cost_usd": round(sum(costs), 6) if costs else None,
+        "customer_calls": sum(r.customer_calls for r in reports),
+        "customer_input_tokens": sum(r.customer_input_tokens for r in reports),
+        "customer_output_tokens": sum(r.customer_output_tokens for r in reports),
+        "customer_cost_usd": round(sum(r.customer_cost_usd for r in reports), 6),
         "longest_history_events": max((r.history_events for r in reports), default=0),
         "longest_history_bytes": max((r.history_bytes for r in reports), default=0),
         "seconds": round(sum(r.seconds for r in reports), 1),

