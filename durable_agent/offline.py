@@ -350,9 +350,12 @@ class _ToolProfile:
         return request and (not self.action_words or bool(self.action_words & set(words)))
 
     def phrase(self) -> str:
-        """The tool's name as words, for offering it: start_return -> "start a return"."""
-        verb, *rest = self.spec.name.split("_")
-        return f"{verb} a {' '.join(rest)}" if rest else verb
+        """The tool's name as words, for offering it: start_return -> "start a return",
+        time__get_current_time (a tool server's) -> "get current time"."""
+        words = [w for w in self.spec.name.rsplit("__", 1)[-1].split("_") if w]
+        if len(words) == 2:
+            return f"{words[0]} a {words[1]}"
+        return " ".join(words)
 
 
 def _capability(spec: ToolSpec) -> str:
@@ -378,7 +381,7 @@ def _asked_for(text: str, profiles: Sequence[_ToolProfile]) -> tuple[_ToolProfil
         return None
     for p in profiles:
         for param in p.params:
-            if param.description.lower() in lowered:
+            if param.description.rstrip(".").lower() in lowered:
                 return p, param
     return None
 
@@ -641,7 +644,7 @@ def _in_other_language(language: str, question: str, profiles: list[_ToolProfile
 def _ask_for_reason(p: _ToolProfile, param: Param, ids: dict[str, str]) -> str:
     about = " ".join(f"{id_noun(i)} {ids[i.name]}" for i in p.ids if i.name in ids)
     for_what = f" for {about}" if about else ""
-    return f"I can {p.phrase()}{for_what}. {ASK} {param.description}."
+    return f"I can {p.phrase()}{for_what}. {ASK} {param.description.rstrip('.')}."
 
 
 def _names_an_id(text: str, profiles: Iterable[_ToolProfile]) -> bool:

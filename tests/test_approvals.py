@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.model import Reply
@@ -332,3 +333,33 @@ async def test_a_decision_the_worker_let_go_unprocessed_is_sent_again(
     with pytest.raises(AgentClientError, match="not awaiting approval"):
         await turns._update(refused)
     assert len(sent) == 1
+
+
+async def test_a_decision_waits_for_a_worker_that_is_starting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Right after a server restart, or while the only worker starts, the server refuses
+    updates ("no poller seen"): the decision is sent again, with the same id, and if no
+    worker comes, the person reads what to do."""
+    monkeypatch.setattr(turns, "UNPROCESSED_RETRIES", (0.01, 0.01, 0.01))
+    no_poller = RPCError(
+        "no poller seen for task queue recently, worker may be down",
+        RPCStatusCode.FAILED_PRECONDITION,
+        b"",
+    )
+    sent: list[str] = []
+
+    async def starting(update_id: str) -> str:
+        sent.append(update_id)
+        if len(sent) < 3:
+            raise no_poller
+        return "decided"
+
+    assert await turns._update(starting) == "decided"
+    assert len(sent) == 3 and len(set(sent)) == 1
+
+    async def down(update_id: str) -> str:
+        raise no_poller
+
+    with pytest.raises(AgentClientError, match="no worker serves this task queue"):
+        await turns._update(down)

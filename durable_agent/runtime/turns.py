@@ -476,6 +476,8 @@ UNPROCESSED = "UnprocessedUpdate"
 workflow task that completed without it, which a busy worker can do): nothing of it
 ran, so it is sent again."""
 UNPROCESSED_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
+"""The waits before an update is sent again: unprocessed, or refused because no worker
+had polled its task queue yet (one starting, a server just restarted)."""
 
 
 async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T:
@@ -496,8 +498,22 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
         except RPCError as e:
             if e.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # too many requests in flight
                 raise AgentClientError(f"busy ({e.message}): try again in a moment") from None
+            if _no_worker(e):
+                # A worker starting (or the server just restarted) has not polled yet.
+                if delay:
+                    await asyncio.sleep(delay)
+                    continue
+                raise AgentClientError(
+                    "no worker serves this task queue right now: start one "
+                    "(python worker.py), then try again"
+                ) from None
             raise
     raise AssertionError("unreachable")
+
+
+def _no_worker(e: RPCError) -> bool:
+    """The server refused an update because no worker has polled the task queue lately."""
+    return e.status == RPCStatusCode.FAILED_PRECONDITION and "no poller" in e.message
 
 
 def _quoted(value: str) -> str:
