@@ -106,22 +106,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-QUICK_READS = "quick-reads-as-local-activities"
-"""Patch id: turns recorded since quick reads run as local activities."""
-
-WHOLE_ROUND_DIRECT = "return-direct-only-when-the-whole-round-is"
-"""Patch id: turns recorded since a round with other calls beside a return-direct one
-goes to `interpret` (the model reads every result) instead of ending with the direct
-result alone."""
-
-CHECK_BEFORE_CONSENT = "check-before-consent"
-"""Patch id: turns recorded since a tool's check (`Tool.check`) runs before a person is
-asked to consent to its call."""
-
-AGENT_NAMED = "turns-name-their-agent"
-"""Patch id: turns recorded since they say which agent answered them (search
-attributes AgentName and AgentFingerprint)."""
-
 ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 
 # Model errors that say the request can never succeed as configured.
@@ -145,7 +129,7 @@ class AgentTurn:
 
     def __init__(self) -> None:
         self._names_agent = False
-        """The turn sets AgentName and AgentFingerprint (patch AGENT_NAMED)."""
+        """The turn sets AgentName and AgentFingerprint (started with AgentName)."""
         self._steps: list[Step] = []
         self._usage = Usage(cost_usd=0.0)  # a turn's total starts at zero
         self._done = False
@@ -208,11 +192,7 @@ class AgentTurn:
         return result
 
     async def _run(self, turn: TurnInput) -> TurnOutput:
-        # Patches asked about where the turn only gets mid-way can fall in another
-        # workflow task on replay than they did when they ran (a local activity's
-        # result is there at once on replay): asked here, in the first task, the
-        # answer is the same both times.
-        self._names_agent = _named() and workflow.patched(AGENT_NAMED)
+        self._names_agent = _named()
         # Screen the question before the max_duration timer exists. On replay a local
         # activity's result is there at once, so a refusal right after the timer's
         # start would start and cancel it in one activation, where the original run
@@ -286,7 +266,7 @@ class AgentTurn:
             ran = zip(valid, observations, strict=True)
             direct = [o.text for vc, o in ran if vc.return_direct and o.ok]
             whole = len(direct) == len(reply.calls)
-            if direct and (whole or not workflow.patched(WHOLE_ROUND_DIRECT)):
+            if direct and whole:
                 # Return-direct results are the answer: no interpret. Only when every
                 # call of the round is one and succeeded: else the model reads them all.
                 return await self._answered(turn, iteration, " ".join(direct))
@@ -490,7 +470,7 @@ class AgentTurn:
                 "write after it needs consent"
             )
             why = f"{why}; {tainted}" if why else tainted
-        if why and vc.checked and workflow.patched(CHECK_BEFORE_CONSENT):
+        if why and vc.checked:
             # Nobody is asked to approve what cannot happen; the approval says what will.
             change, refusal = await self._check(turn, iteration, index, vc)
             if refusal is not None:
@@ -615,9 +595,7 @@ class AgentTurn:
         """Run the call: a quick read as a local activity first, anything else (or a
         quick read that ran long) as a regular activity with the tool's own policy."""
         summary = answers.markdown_safe(("writes: " if vc.side_effects else "") + vc.call.render())
-        # Turns started before quick reads existed ran every call as a regular activity:
-        # they replay that way (the patch marks the turns that do not).
-        if vc.quick and workflow.patched(QUICK_READS):
+        if vc.quick:
             try:
                 return await workflow.execute_local_activity_method(
                     DispatchActivity.dispatch,
