@@ -4,8 +4,10 @@ time and memory, and percentiles of what it timed."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +27,10 @@ def spawn(module: str, *args: str, env: dict[str, str] | None = None) -> subproc
     if proc.stdout.readline().strip() != "ready":
         proc.kill()
         raise RuntimeError(f"{module} did not start (exit code {proc.wait()}): see its stderr")
+    # What it prints later (Temporal Core's warnings go to stdout by default) must be
+    # read: a full pipe would block the Core thread that writes it, and with it the
+    # worker's polling.
+    threading.Thread(target=shutil.copyfileobj, args=(proc.stdout, sys.stderr), daemon=True).start()
     return proc
 
 
