@@ -1,9 +1,13 @@
-"""parse (local activity): validate the model's calls against the tool registry.
+"""parse (local activity): validate the model's calls against the tool registry,
+and screen the valid ones with the agent's tool-input shields.
 
-Pure and fast, so it runs as a local activity. It never fails on bad calls: an
+Fast, so it runs as a local activity (with the shields' timeout and retries, as
+parse_output, which screens results, does). It never fails on bad calls: an
 unknown tool or invalid arguments come back as a rejection, whose text is the
 call's result for the model. It also says which valid calls must wait for a
 person's consent (the tool's declaration, then the worker's `ApprovalPolicy`).
+Screening here rather than in a shield activity of its own costs a round of tools
+one local activity (a history event and a workflow activation) less.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from datetime import timedelta
 from pydantic import BaseModel, Field
 from temporalio import activity
 
+from activities.shield import screen
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.errors import InvalidCall
 from durable_agent.provenance import Source, traced
 from durable_agent.serving import Agents
+from durable_agent.shields import ShieldRequest, Verdict
 from durable_agent.subagents import SubAgent, view_name
 from durable_agent.tools import Tool
 from durable_agent.types import ToolCall
@@ -58,11 +64,17 @@ class ParseInput(BaseModel):
     sources: list[Source] = Field(default_factory=list)
     """What else the model read (tool results, earlier answers), to say where such an
     argument came from. A local activity's input is not recorded: this costs no history."""
+    context: list[str] = Field(default_factory=list)
+    """What a call may draw on (the question, tool results, the conversation), for the
+    tool-input shields."""
+    customer_id: str = ""
 
 
 class ParseOutput(BaseModel):
     valid: list[ValidCall]
     rejected: list[Rejection]
+    verdicts: list[list[Verdict]] = Field(default_factory=list)
+    """Per valid call, the tool-input shields' verdicts (none: no shields there)."""
 
 
 class ParseActivity:
@@ -101,7 +113,18 @@ class ParseActivity:
                     checked=tool.check is not None,
                 )
             )
-        return ParseOutput(valid=valid, rejected=rejected)
+        requests = [
+            ShieldRequest(
+                position="tool_input",
+                text=vc.call.render(),
+                call=vc.call,
+                context=input.context,
+                customer_id=input.customer_id,
+            )
+            for vc in valid
+        ]
+        verdicts = await screen(served, requests)
+        return ParseOutput(valid=valid, rejected=rejected, verdicts=verdicts)
 
 
 def _answered_by(tool: Tool, owner: str) -> SubAgent | None:

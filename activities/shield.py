@@ -44,14 +44,18 @@ class ShieldActivity:
         position = input.requests[0].position if input.requests else "input"
         if position == "input" and served.live:
             await served.refresh_tools()  # between turns: this is a turn's first step
-        requests = [_drawing_on_instructions(r, served) for r in input.requests]
-        verdicts = [await judge(served.shields, r) for r in requests]
+        verdicts = await screen(served, input.requests)
         refused = any(not v.allowed for vs in verdicts for v in vs)
         return ShieldOutput(
             verdicts=verdicts,
             refusal=_refusal(served, position) if refused else "",
             agent=_info(served) if position == "input" else None,
         )
+
+
+async def screen(served: ServedAgent, requests: list[ShieldRequest]) -> list[list[Verdict]]:
+    """Per request, the verdicts of the agent's shields of its position."""
+    return [await judge(served.shields, _drawing_on_instructions(r, served)) for r in requests]
 
 
 def _drawing_on_instructions(request: ShieldRequest, served: ServedAgent) -> ShieldRequest:

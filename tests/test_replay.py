@@ -1,25 +1,31 @@
 """The replay gate: stored histories replay on the current workflow code without
-a non-determinism error.
+a non-determinism error, or are shown to need the version they started on.
 
 `histories/` holds turns and conversations recorded by the current code
 (`python -m tests.record_histories`): approvals given and refused, a
-conversation, a streamed turn, a sub-agent's turn and its parent. `histories/v0.2/`
-holds those of the previous release: a change that would fail them must be
-behind `workflow.patched` (or ship as a new worker version that turns in flight
-are pinned away from, and say so here). The gate is shown to catch a change that
-is not patched. `histories/v0.1/` holds turns recorded by 0.1, which screens no
-question before `plan`: none of them can continue on this code, and each fails
-with a non-determinism error, which is why those turns were drained, not
-upgraded (docs/deploy.md). `histories/markers/` holds turns and a conversation
-recorded while the turn still asked `workflow.patched` about four changes (quick
-reads, return-direct rounds, checks before consent, named agents): the turn no
-longer asks, so each of those turns fails here and finishes on the version it
-started on (pinned), while the conversation, which moves to new code between
-turns, replays.
+conversation, a streamed turn, a sub-agent's turn and its parent. They must
+replay (a worker that picks up a turn after a crash replays it), and a change
+that is not patched is shown to fail them.
+
+Conversations move to new code between turns, so every stored conversation, of
+any earlier build, must replay here. Turns are pinned to the version (code and
+agents) they started on (`durable_agent/runtime/deployments.py`, the drill in
+`tests/test_versioning.py`), so the turn's code changes freely; the turns of
+earlier builds are kept to show which of them could not continue here:
+
+- `histories/v0.1/`: 0.1 screened no question before `plan`; none continues here.
+- `histories/v0.2/`: 0.2 screened a round's calls in a shield activity after
+  `parse`; this code screens them in `parse`, so a 0.2 turn that ran tools does
+  not continue here, and one that ran none does.
+- `histories/markers/`: recorded while the turn asked `workflow.patched` about
+  four changes (quick reads, return-direct rounds, checks before consent, named
+  agents); this code no longer asks, so none of those turns continues here.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -32,10 +38,23 @@ from workflows import AgentTurn, Conversation
 
 HERE = Path(__file__).parent / "histories"
 HISTORIES = sorted(HERE.glob("*.json"))
-RELEASED = sorted((HERE / "v0.2").glob("*.json"))
 V01 = sorted((HERE / "v0.1").glob("*.json"))
+V02 = sorted((HERE / "v0.2").glob("*.json"))
 MARKED = sorted((HERE / "markers").glob("*.json"))
-MARKED_CHATS = [p for p in MARKED if p.stem == "conversation"]
+EARLIER_CHATS = [p for p in V02 + MARKED if p.stem == "conversation"]
+
+
+def ran_tools(path: Path) -> bool:
+    """The turn validated a model's calls (a `parse` local activity's marker)."""
+    for event in json.loads(path.read_text())["events"]:
+        details = event.get("markerRecordedEventAttributes", {}).get("details", {})
+        for payload in details.get("data", {}).get("payloads", []):
+            if json.loads(base64.b64decode(payload["data"])).get("activity_type") == "parse":
+                return True
+    return False
+
+
+V02_TURNS = [p for p in V02 if p.stem != "conversation"]
 MARKED_TURNS = [p for p in MARKED if p.stem != "conversation"]
 
 
@@ -51,13 +70,12 @@ async def replay(path: Path, turn: type = AgentTurn) -> BaseException | None:
 def test_histories_are_stored() -> None:
     assert len(HISTORIES) >= 15, "run `python -m tests.record_histories`"
     assert {"approved", "conversation", "streamed", "sub_agent"} <= {p.stem for p in HISTORIES}
-    assert len(RELEASED) == 12
-    assert len(V01) == 7
-    assert len(MARKED_TURNS) == 14 and len(MARKED_CHATS) == 1
+    assert (len(V01), len(V02), len(MARKED), len(EARLIER_CHATS)) == (7, 12, 15, 2)
+    assert sum(map(ran_tools, V02_TURNS)) == 9
 
 
 @pytest.mark.parametrize(
-    "path", HISTORIES + RELEASED + MARKED_CHATS, ids=lambda p: f"{p.parent.name}/{p.stem}"
+    "path", HISTORIES + EARLIER_CHATS, ids=lambda p: f"{p.parent.name}/{p.stem}"
 )
 async def test_history_replays(path: Path) -> None:
     assert await replay(path) is None
@@ -68,14 +86,19 @@ async def test_the_gate_catches_a_change_that_is_not_patched(name: str) -> None:
     """The deploy drill's version 2 (one step more, not behind `workflow.patched`)."""
     from tests.drill_worker import ChangedTurn
 
-    assert isinstance(
-        await replay(HERE / "v0.2" / f"{name}.json", ChangedTurn), NondeterminismError
-    )
+    history = HERE / f"{name}.json"
+    assert await replay(history) is None
+    assert isinstance(await replay(history, ChangedTurn), NondeterminismError)
 
 
 @pytest.mark.parametrize("path", V01, ids=lambda p: p.stem)
-async def test_turns_of_the_previous_version_fail_clearly(path: Path) -> None:
+async def test_turns_of_0_1_fail_clearly(path: Path) -> None:
     assert isinstance(await replay(path), NondeterminismError)
+
+
+@pytest.mark.parametrize("path", V02_TURNS, ids=lambda p: p.stem)
+async def test_turns_of_0_2_continue_here_only_if_they_ran_no_tools(path: Path) -> None:
+    assert (await replay(path) is None) is not ran_tools(path)
 
 
 @pytest.mark.parametrize("path", MARKED_TURNS, ids=lambda p: p.stem)

@@ -14,6 +14,7 @@ import time
 from pydantic import BaseModel
 
 from durable_agent.approval import ApprovalPolicy
+from durable_agent.errors import AgentError
 from durable_agent.model import Reply
 from durable_agent.runtime.turns import decide, progress_of, start_turn
 from durable_agent.scripted import ScriptedModel
@@ -97,6 +98,30 @@ async def test_a_blocked_call_is_a_result_the_model_reads(harness: Harness) -> N
     assert "tool_call" not in kinds(result)  # never ran
     assert result.answer.startswith("blocked by the keyword shield (tool_input_injection)")
     assert shield.seen[0].call == ORDER and "Has order 123456 shipped?" in shield.seen[0].context
+
+
+class Broken:
+    """A shield whose own code fails (not a service that is down): not retried."""
+
+    name = "broken"
+
+    async def check(self, request: ShieldRequest) -> Verdict:
+        raise AgentError("the shield's own bug")
+
+
+async def test_calls_whose_shield_cannot_run_at_all_are_blocked(harness: Harness) -> None:
+    """The tool-input shields run inside `parse`: when that step fails as a whole, no
+    call runs and the model reads why, as when any shield fails closed."""
+    model = ScriptedModel(
+        plans=[Reply(calls=[ORDER])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    async with harness.worker(model, shields=at("tool_input", Broken())) as tq:
+        turn = TurnInput(question="Has order 123456 shipped?", model="scripted")
+        result = await (await start_turn(harness.client, turn, tq)).result()
+    assert result.outcome is Outcome.ANSWERED
+    assert "tool_call" not in kinds(result)  # never ran
+    assert result.answer.startswith("blocked by the shields shield (shield_error)")
+    assert "the shield's own bug" in result.answer
 
 
 class Nothing(BaseModel):

@@ -42,11 +42,6 @@ MODEL_RETRY = RetryPolicy(
 # retried elsewhere after this, not after the whole start-to-close timeout.
 HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 
-# Pure steps (parse, parse_output) run as local activities: fast and deterministic,
-# so a failure is a bug; a few quick attempts, then the turn's task fails visibly.
-PURE_TIMEOUT = timedelta(seconds=5)
-PURE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3)
-
 
 def tool_retry(max_attempts: int) -> RetryPolicy:
     """Tool calls: timeout and attempts are each tool's own (`@tool(timeout=, max_attempts=)`)."""
@@ -65,10 +60,14 @@ def tool_retry(max_attempts: int) -> RetryPolicy:
 QUICK_TIMEOUT = timedelta(seconds=2)
 
 
-# Shields (and parse_output, which runs the tool-output shields) run as local
-# activities: quick checks, some of them remote (Bedrock Guardrails, Llama Guard),
-# so a few retries with backoff; then the shield fails closed (activities/shield.py).
+# Shields (and parse and parse_output, which run the tool-input and tool-output
+# shields) run as local activities: quick checks, some of them remote (Bedrock
+# Guardrails, Llama Guard), so a few retries with backoff; then the shield fails
+# closed (activities/shield.py). A failure of parse or parse_output's own code is a
+# bug: after those attempts the turn's task fails visibly.
 SHIELD_TIMEOUT = timedelta(seconds=10)
+PARSE_TIMEOUT = SHIELD_TIMEOUT
+"""parse: validation (pure) and the tool-input shields."""
 SHIELD_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,

@@ -96,8 +96,7 @@ with workflow.unsafe.imports_passed_through():
         HEARTBEAT_TIMEOUT,
         MODEL_RETRY,
         MODEL_TIMEOUT,
-        PURE_RETRY,
-        PURE_TIMEOUT,
+        PARSE_TIMEOUT,
         QUICK_TIMEOUT,
         SHIELD_RETRY,
         SHIELD_TIMEOUT,
@@ -249,7 +248,7 @@ class AgentTurn:
 
             parsed = await self._parse(turn, reply.calls, turn.tools)
             results = {r.call.id: self._reject(iteration, r.call, r.error) for r in parsed.rejected}
-            valid = await self._screen_calls(turn, iteration, parsed.valid, results)
+            valid = self._screened(iteration, parsed, results)
             if not valid and replans < self._limits.max_replans and parsed.rejected:
                 # Nothing can run: the model reads the errors and fixes its calls.
                 replans += 1
@@ -300,35 +299,23 @@ class AgentTurn:
         ]
         return [turn.question, *rest]
 
-    async def _screen_calls(
-        self,
-        turn: TurnInput,
-        iteration: int,
-        valid: list[ValidCall],
-        results: dict[str, Observation],
+    def _screened(
+        self, iteration: int, parsed: ParseOutput, results: dict[str, Observation]
     ) -> list[ValidCall]:
-        """The calls the tool-input shields let through; the others are rejected,
-        with the shield's words as their result."""
-        if not valid:
-            return []
-        requests = [
-            ShieldRequest(
-                position="tool_input",
-                text=vc.call.render(),
-                call=vc.call,
-                context=self._context(turn),
-                customer_id=turn.customer_id,
+        """The valid calls the tool-input shields let through (parse screened them); the
+        others are rejected, with the shield's words as their result."""
+        judged = parsed.verdicts or [[] for _ in parsed.valid]
+        through = []
+        for vc, verdicts in zip(parsed.valid, judged, strict=True):
+            stop = self._judged(iteration, "tool_input", vc.call, verdicts)
+            if stop is None:
+                through.append(vc)
+                continue
+            text = f"blocked by the {stop.shield} shield ({stop.category}): {stop.message}"
+            results[vc.call.id] = Observation(
+                call_id=vc.call.id, tool=vc.call.name, ok=False, text=text
             )
-            for vc in valid
-        ]
-        stops, _ = await self._screen(turn, iteration, requests)
-        for vc, stop in zip(valid, stops, strict=True):
-            if stop:
-                text = f"blocked by the {stop.shield} shield ({stop.category}): {stop.message}"
-                results[vc.call.id] = Observation(
-                    call_id=vc.call.id, tool=vc.call.name, ok=False, text=text
-                )
-        return [vc for vc, stop in zip(valid, stops, strict=True) if stop is None]
+        return through
 
     async def _screen(
         self, turn: TurnInput, iteration: int, requests: list[ShieldRequest]
@@ -354,18 +341,22 @@ class AgentTurn:
                 self._record(iteration, StepKind.LIMIT, f"agent: {cause.message}")
                 answer = answers.unknown_agent(cause.message)
                 raise _TurnEnded(Outcome.UNKNOWN_AGENT, answer) from None
-            # The shields could not run at all: fail closed.
-            failed = Verdict(
-                shield="shields", allowed=False, category="shield_error", message=str(cause or e)
-            )
-            judged = [[failed] for _ in requests]
-        stops: list[Verdict | None] = []
-        for request, verdicts in zip(requests, judged, strict=True):
-            stop = next((v for v in verdicts if not v.allowed), None)
-            if verdicts:
-                self._record(iteration, StepKind.SHIELD, _verdict_line(request, verdicts, stop))
-            stops.append(stop)
+            judged = [[_unscreened(cause or e)] for _ in requests]
+        stops = [
+            self._judged(iteration, request.position, request.call, verdicts)
+            for request, verdicts in zip(requests, judged, strict=True)
+        ]
         return stops, out
+
+    def _judged(
+        self, iteration: int, position: str, call: ToolCall | None, verdicts: list[Verdict]
+    ) -> Verdict | None:
+        """The first violation among the verdicts (None: allowed); a shield step when
+        some shield judged."""
+        stop = next((v for v in verdicts if not v.allowed), None)
+        if verdicts:
+            self._record(iteration, StepKind.SHIELD, _verdict_line(position, call, verdicts, stop))
+        return stop
 
     async def _plan(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
         arg = self._conversation(PlanInput, turn)
@@ -437,6 +428,18 @@ class AgentTurn:
     async def _parse(
         self, turn: TurnInput, calls: list[ToolCall], tools: list[str] | None
     ) -> ParseOutput:
+        try:
+            return await self._parse_once(turn, calls, tools)
+        except (ActivityError, ApplicationError) as e:
+            # Its shields could not run (one hung past the timeout, say): every call is
+            # blocked, as the shields fail closed; the model reads why.
+            unscreened = _unscreened(_cause(e) or e)
+            never_run = [ValidCall(call=c, timeout=PARSE_TIMEOUT, max_attempts=1) for c in calls]
+            return ParseOutput(valid=never_run, rejected=[], verdicts=[[unscreened]] * len(calls))
+
+    async def _parse_once(
+        self, turn: TurnInput, calls: list[ToolCall], tools: list[str] | None
+    ) -> ParseOutput:
         return await workflow.execute_local_activity_method(
             ParseActivity.parse,
             ParseInput(
@@ -446,9 +449,11 @@ class AgentTurn:
                 tools_version=self._agent.tools_version,
                 said=_said(turn),
                 sources=self._sources(turn),
+                context=self._context(turn),
+                customer_id=turn.customer_id,
             ),
-            start_to_close_timeout=PURE_TIMEOUT,
-            retry_policy=PURE_RETRY,
+            start_to_close_timeout=PARSE_TIMEOUT,
+            retry_policy=SHIELD_RETRY,
             summary=answers.markdown_safe(f"parse: {', '.join(c.name for c in calls)}"),
         )
 
@@ -497,14 +502,9 @@ class AgentTurn:
                 summary=answers.markdown_safe(f"parse_output: {call.name}"),
             )
             observation = parsed.observation
-            if parsed.verdicts:
-                request = ShieldRequest(position="tool_output", text="", call=call)
-                stop = next((v for v in parsed.verdicts if not v.allowed), None)
-                self._record(
-                    iteration, StepKind.SHIELD, _verdict_line(request, parsed.verdicts, stop)
-                )
-                # Data, never instructions: whatever it says, writes from now on need consent.
-                self._tainted = self._tainted or stop is not None
+            stop = self._judged(iteration, "tool_output", call, parsed.verdicts)
+            # Data, never instructions: whatever it says, writes from now on need consent.
+            self._tainted = self._tainted or stop is not None
         except (ActivityError, ApplicationError, TimeoutError) as e:
             # A failing tool is something for the model to read, not a failed turn.
             text = _failure_text(e, call, vc)
@@ -820,8 +820,15 @@ def _duration(d: timedelta) -> str:
     return f"{seconds:g} s"
 
 
-def _verdict_line(request: ShieldRequest, verdicts: list[Verdict], stop: Verdict | None) -> str:
-    what = request.position + (f" {request.call.render()}" if request.call else "")
+def _unscreened(cause: BaseException) -> Verdict:
+    """The shields could not run at all: fail closed."""
+    return Verdict(shield="shields", allowed=False, category="shield_error", message=str(cause))
+
+
+def _verdict_line(
+    position: str, call: ToolCall | None, verdicts: list[Verdict], stop: Verdict | None
+) -> str:
+    what = position + (f" {call.render()}" if call else "")
     if stop is None:
         return f"{what}: allowed by {', '.join(v.shield for v in verdicts)}"
     return f"{what}: {stop.category} (the {stop.shield} shield): {stop.message}"
