@@ -242,6 +242,13 @@ TABLE = [
     Case("output", "Charged to 378282246310005 (Amex).", "card_number", (ORDER_QUESTION,)),
     Case("output", "Card 5555555555554444 was refunded.", "card_number"),
     Case("output", "Reference 4111 1111 1111 1112 noted.", ALLOWED, (ORDER_QUESTION,)),
+    # An ISBN whose check digit also passes Luhn's test is a book, not a card.
+    Case(
+        "output",
+        "Isbn: 9780241950425. Title: The Bell Jar. Price: $11.50.",
+        ALLOWED,
+        ("What does 9780241950425 cost?",),
+    ),
     Case(
         "output",
         "Order 567890 (Cedar Beard Oil) shipped on 2026-11-17.",

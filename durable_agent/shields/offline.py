@@ -17,7 +17,7 @@ that matters, run `bedrock` or `llama_guard` beside it. What it looks for:
     tool_output   instruction-like text in a tool result: the above, role lines
                   ("system:"), orders to call tools or to act on every order
                                                                -> instructions_in_data
-    output        a Luhn-valid card number                     -> card_number
+    output        a Luhn-valid card number of a payment network -> card_number
                   an e-mail address not in the context         -> foreign_email
                   an id not in the context                     -> foreign_id
 
@@ -404,11 +404,14 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def card_numbers(text: str) -> list[str]:
-    """The Luhn-valid card numbers (13-19 digits) in the text, as digits."""
+    """The Luhn-valid card numbers (13-19 digits) in the text, as digits. Payment cards
+    begin with 2 to 6 (ISO/IEC 7812's industry digit: Mastercard, Amex, JCB, Diners,
+    Visa, Maestro, Discover, UnionPay); an ISBN (978, 979) or a phone number with
+    a checksum that happens to work is no card."""
     found = []
     for m in CARD.finditer(text):
         digits = re.sub(r"\D", "", m.group(0))
-        if 13 <= len(digits) <= 19 and luhn_valid(digits):
+        if 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn_valid(digits):
             found.append(digits)
     return found
 
