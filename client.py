@@ -55,6 +55,7 @@ from durable_agent.runtime.turns import (
     send,
     start_chat,
     start_turn,
+    version_of,
     workers,
 )
 from durable_agent.serving import load
@@ -275,12 +276,14 @@ def workflow_id(value: str) -> str:
     return value
 
 
-def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> int:
+async def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> int:
     """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
     print(f"\nanswer ({result.outcome.value}): {result.answer}")
     print(usage_line(result.usage))
     if result.agent:
         print(f"agent: {result.agent} (fingerprint {result.fingerprint})")
+    if version := await version_of(handle):
+        print(f"version: {version}")
     url = conn.workflow_url(handle.id, handle.result_run_id)
     print(f"workflow: {handle.id}" + (f"  {url}" if url else ""))
     return EXIT_NOT_ANSWERED if result.outcome in UNANSWERED else 0
@@ -343,7 +346,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
             raise
         finally:
             watchdog.cancel()
-        return print_result(conn, handle, result)
+        return await print_result(conn, handle, result)
 
 
 PICK_UP_S = 8.0
@@ -528,7 +531,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         handle = conn.client.get_workflow_handle_for(AgentTurn.run, turn_id)
-        return print_result(conn, handle, await handle.result())
+        return await print_result(conn, handle, await handle.result())
 
 
 async def cmd_list(args: argparse.Namespace) -> None:
@@ -552,9 +555,10 @@ async def cmd_list(args: argparse.Namespace) -> None:
             started = r.started.astimezone().strftime("%Y-%m-%d %H:%M:%S")
             tools = ",".join(r.tools) or "-"
             agent_column = f"{r.agent or '-'}@{r.fingerprint}" if r.fingerprint else r.agent or "-"
+            build = r.version.rpartition(":")[2] or "-"
             print(
                 f"{r.workflow_id:<{width}}  {started}  {r.status:<17}  {r.outcome or '-':<13}  "
-                f"{agent_column}  {r.model or '-'}  {tools}  {r.question!r}"
+                f"{agent_column}  {build}  {r.model or '-'}  {tools}  {r.question!r}"
             )
 
 
@@ -603,7 +607,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 elif isinstance(event, StepEvent):
                     writing.end()
                     print(event.step.render(), flush=True)
-            return print_result(conn, handle, await handle.result())
+            return await print_result(conn, handle, await handle.result())
         if desc.status == WorkflowExecutionStatus.RUNNING:
             try:
                 progress = await progress_of(handle, timeout=SHOW_QUERY_S)
@@ -629,7 +633,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
         result = await handle.result()
         for step in result.steps:
             print(step.render())
-        return print_result(conn, handle, result)
+        return await print_result(conn, handle, result)
 
 
 SHOW_QUERY_S = 5.0

@@ -257,6 +257,25 @@ async def test_a_deploy_with_versions_breaks_no_turn_and_no_conversation(
         assert lines[0] == f"deployment {queue}: current v2"
         assert any(line.split()[:2] == ["v1", "draining"] and " 0 turns" in line for line in lines)
         assert any(line.split()[:2] == ["v2", "current"] for line in lines)
+
+        # Each turn says which version it ran on: `show` and `list`.
+        def cli(*args: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "client.py", "--task-queue", queue, *args],
+                cwd=ROOT,
+                env=drill_env(env, tmp_path),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        assert f"version: {queue}:v1" in cli("show", turn_ids[0]).splitlines()
+        rows = [line.split() for line in cli("list", "--limit", "200").splitlines()]
+        build = {row[0]: row[6] for row in rows}  # id, started (2), status, outcome, agent, build
+        assert {build[t] for t in turn_ids} == {"v1"}
+        assert build[accepted.turn_id] == "v2"
         v1.stop()
         for chat in chats:
             await chat.signal("end")

@@ -32,7 +32,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -414,6 +414,17 @@ class TurnRow:
     question: str
     agent: str = ""
     fingerprint: str = ""
+    version: str = ""
+    """The worker version it runs (ran) on, `DEPLOYMENT:BUILD_ID` (empty: unversioned)."""
+
+
+VERSION = SearchAttributeKey.for_keyword("TemporalWorkerDeploymentVersion")
+"""Set by the server on a versioned workflow: the version its workflow tasks run on."""
+
+
+async def version_of(handle: WorkflowHandle) -> str:
+    """The worker version a turn runs (ran) on (empty: unversioned)."""
+    return (await handle.describe()).typed_search_attributes.get(VERSION) or ""
 
 
 async def find_turns(
@@ -456,6 +467,7 @@ async def find_turns(
                 question="",
                 agent=attrs.get(search.AGENT) or "",
                 fingerprint=attrs.get(search.FINGERPRINT) or "",
+                version=attrs.get(VERSION) or "",
             )
         )
     questions = await asyncio.gather(*(_summary(client, r.workflow_id) for r in rows))
