@@ -91,8 +91,19 @@ async def test_bodies_too_large_or_too_deep_are_refused_before_they_are_used(
         response = await http.post(f"{url}/api/chats", content=deep, headers=headers)
         assert response.status_code == 400 and "nested too deeply" in response.json()["error"]
 
-        for bad in ("", "[]", '{"text": 5}', "\x00"):
+        for bad in (
+            "",
+            "[]",
+            '{"text": 5}',
+            "\x00",
+            '{"text": "  "}',
+            '{"text": "%s"}' % ("x" * 4001),
+        ):
             response = await http.post(f"{url}/api/chats", content=bad, headers=headers)
+            assert response.status_code == 400, bad
+            response = await http.post(
+                f"{url}/api/chats/chat-demo-0a/messages", content=bad, headers=headers
+            )
             assert response.status_code == 400, bad
 
         assert (await http.get(f"{url}/api/session")).status_code == 200  # still well

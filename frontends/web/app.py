@@ -47,6 +47,7 @@ from durable_agent.chat import ConversationInput
 from durable_agent.runtime.server import Connection
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.runtime.turns import AgentClientError, decide, send, start_chat
+from durable_agent.types import check_question
 from frontends.web.events import Position, conversation, with_keepalive
 
 log = logging.getLogger("durable_agent.web")
@@ -104,13 +105,13 @@ def create_app(
         return JSONResponse({"customer_id": template.customer_id, "agent": card})
 
     async def new_chat(request: Request) -> Response:
-        text = _field(await _body(request), "text", str)
+        text = _text(await _body(request))
         handle, accepted = await start_chat(client, template, text, task_queue)
         return JSONResponse({"chat_id": handle.id, "turn_id": accepted.turn_id}, status_code=201)
 
     async def message(request: Request) -> Response:
         handle = client.get_workflow_handle(chat_id(request))
-        text = _field(await _body(request), "text", str)
+        text = _text(await _body(request))
         try:
             accepted = await send(handle, text)
         except AgentClientError as e:
@@ -256,6 +257,14 @@ def _field(body: dict[str, Any], name: str, kind: type) -> Any:
     if not isinstance(value, kind):
         raise Problem(400, f"{name}: expected a {kind.__name__}")
     return value
+
+
+def _text(body: dict[str, Any]) -> str:
+    """A message's text, refused (400) when empty, too long or not text."""
+    try:
+        return check_question(_field(body, "text", str))
+    except ValueError as e:
+        raise Problem(400, str(e)) from None
 
 
 async def _running(handle: WorkflowHandle) -> bool:
