@@ -29,7 +29,17 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Interceptor, Worker, WorkerConfig
+from temporalio.worker import (
+    Interceptor,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkerConfig,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
+    WorkflowRunner,
+)
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.workflow import _Definition
 
 from activities import turn_activities
 from durable_agent import telemetry
@@ -94,6 +104,9 @@ class AgentPlugin(SimplePlugin):
                 Conversation if self.settings.versioning else UnversionedConversation,
             ],
             run_context=self._opened,
+            workflow_runner=lambda given: AgentWorkflowRunner(
+                given or SandboxedWorkflowRunner(), sandbox=self.settings.workflow_sandbox
+            ),
         )
 
     @contextlib.asynccontextmanager
@@ -140,6 +153,46 @@ class AgentPlugin(SimplePlugin):
                 "data_converter=durable_agent.runtime.codec.data_converter()"
             )
         return super().configure_worker(config)
+
+
+class AgentWorkflowRunner(WorkflowRunner):
+    """Runs the agents' own workflows (`AgentTurn`, `Conversation`) as plain code, and
+    every other workflow of the worker with the runner it was given.
+
+    The SDK's sandbox imports a workflow's module afresh for every run, and steps into
+    itself for every activation and for every payload it converts: a third of the
+    worker's CPU per turn. It guards against workflow code that reads the clock, draws
+    random numbers, does I/O or keeps state between runs; the turn and the
+    conversation do none of that, and they still meet the sandbox: each worker has it
+    check them as it starts (`prepare_workflow`), the replay gate replays every stored
+    history in it, and `sandbox=True` (`Settings.workflow_sandbox`,
+    AGENT_WORKFLOW_SANDBOX=on) runs them in it, for a worker whose workflow code is
+    being changed."""
+
+    def __init__(
+        self,
+        given: WorkflowRunner,
+        *,
+        sandbox: bool = False,
+        plain: WorkflowRunner | None = None,
+    ) -> None:
+        self.given = given
+        self.sandbox = sandbox
+        self._plain = plain or UnsandboxedWorkflowRunner()
+
+    def prepare_workflow(self, defn: _Definition) -> None:
+        self.given.prepare_workflow(defn)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        if not self.sandbox and issubclass(det.defn.cls, (AgentTurn, Conversation)):
+            return self._plain.create_instance(det)
+        return self.given.create_instance(det)
+
+    def set_worker_level_failure_exception_types(
+        self, types: Sequence[type[BaseException]]
+    ) -> None:
+        self.given.set_worker_level_failure_exception_types(types)
+        self._plain.set_worker_level_failure_exception_types(types)
 
 
 def _converter(existing: DataConverter | None) -> DataConverter:

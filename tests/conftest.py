@@ -100,8 +100,12 @@ class Harness:
             factories["scripted"] = lambda _: model
         served = agents or [self.agent(tools, approvals=approvals, shields=shields)]
         # Unversioned: each test has a task queue of its own, and tests of versioning
-        # say so (tests/test_versioning.py).
-        settings = replace(Settings.from_env(), versioning=False)
+        # say so (tests/test_versioning.py). In the SDK's sandbox: every scenario of
+        # the suite is the sandbox's check of the workflow code, which deployed workers
+        # (and the workers the suite starts as processes) run as plain code.
+        settings = worker_options.pop("settings", None) or replace(
+            Settings.from_env(), versioning=False, workflow_sandbox=True
+        )
         async with build_worker(
             self.client,
             task_queue,
