@@ -1,8 +1,10 @@
 """Caps that need time to pass, on the time-skipping test server: the turn's
-durable timer (max_duration) and a model that keeps failing through every retry."""
+max_duration (which bounds every activity) and a model that keeps failing through
+every retry."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from pydantic import BaseModel
@@ -19,7 +21,41 @@ class Nothing(BaseModel):
     pass
 
 
-async def test_time_cap_ends_the_turn_gracefully(skipping_harness: Harness) -> None:
+async def test_time_cap_stops_a_call_still_running_and_ends_the_turn_gracefully(
+    harness: Harness,
+) -> None:
+    """max_duration bounds every activity (no timer of the turn's own): a tool that never
+    answers is stopped when the time is up, and the turn answers with what it has.
+    (Real time: the test server skips no time while an activity runs.)"""
+
+    @tool(timeout=timedelta(minutes=10))
+    async def stuck(args: Nothing, ctx: ToolContext[object]) -> str:
+        """A backend that accepts the request and never answers."""
+        await asyncio.Event().wait()
+        return "never"
+
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="c1", name="stuck")])],
+        decisions=[Reply(text="unreachable")],
+    )
+    result = await harness.ask(
+        "anything",
+        model=model,
+        tools=ToolRegistry([stuck]),
+        limits=TurnLimits(max_duration=timedelta(seconds=2)),
+    )
+    assert result.outcome is Outcome.TIME_LIMIT
+    assert result.answer.startswith("Sorry, I ran out of time (2 s)")
+    assert result.steps[-1].kind is StepKind.LIMIT
+    assert model.calls("interpret") == 0
+
+
+async def test_a_tool_that_keeps_failing_is_retried_only_while_the_turn_has_time(
+    skipping_harness: Harness,
+) -> None:
+    """Retries stop where the turn's time would run out (Temporal schedules no attempt
+    past an activity's schedule-to-close timeout): the model reads the last failure in
+    the time left, and the turn ends within max_duration."""
     attempts = []
 
     @tool(max_attempts=1000, timeout=timedelta(seconds=5))
@@ -30,19 +66,20 @@ async def test_time_cap_ends_the_turn_gracefully(skipping_harness: Harness) -> N
 
     model = ScriptedModel(
         plans=[Reply(calls=[ToolCall(id="c1", name="down")])],
-        decisions=[Reply(text="unreachable")],
+        decisions=[Reply(text="The warehouse is down; try again later.")],
     )
-    result = await skipping_harness.ask(
+    result, handle = await skipping_harness.ask_with_handle(
         "anything",
         model=model,
         tools=ToolRegistry([down]),
         limits=TurnLimits(max_duration=timedelta(minutes=2)),
     )
-    assert result.outcome is Outcome.TIME_LIMIT
-    assert result.answer.startswith("Sorry, I ran out of time (120 s)")
-    assert result.steps[-1].kind is StepKind.LIMIT
+    assert result.outcome is Outcome.ANSWERED
     assert 5 <= len(attempts) < 30  # backoff capped at 10 s over 120 skipped seconds
-    assert model.calls("interpret") == 0
+    assert "down: warehouse API is down" in [s.text for s in result.steps]
+    history = await handle.fetch_history()
+    took = history.events[-1].event_time.ToDatetime() - history.events[0].event_time.ToDatetime()
+    assert took <= timedelta(minutes=2)
 
 
 async def test_model_that_always_fails_gets_a_graceful_answer(skipping_harness: Harness) -> None:

@@ -15,11 +15,14 @@ earlier builds are kept to show which of them could not continue here:
 
 - `histories/v0.1/`: 0.1 screened no question before `plan`; none continues here.
 - `histories/v0.2/`: 0.2 screened a round's calls in a shield activity after
-  `parse`; this code screens them in `parse`, so a 0.2 turn that ran tools does
-  not continue here, and one that ran none does.
+  `parse`, and ran under a `max_duration` timer (below), so only a 0.2 turn whose
+  question was refused continues here.
 - `histories/markers/`: recorded while the turn asked `workflow.patched` about
   four changes (quick reads, return-direct rounds, checks before consent, named
   agents); this code no longer asks, so none of those turns continues here.
+- `histories/timer/`: recorded while a turn ran under a `max_duration` timer; this
+  code bounds each activity by the time left instead, so only a turn that never
+  started the timer (its question refused) continues here.
 """
 
 from __future__ import annotations
@@ -41,21 +44,23 @@ HISTORIES = sorted(HERE.glob("*.json"))
 V01 = sorted((HERE / "v0.1").glob("*.json"))
 V02 = sorted((HERE / "v0.2").glob("*.json"))
 MARKED = sorted((HERE / "markers").glob("*.json"))
-EARLIER_CHATS = [p for p in V02 + MARKED if p.stem == "conversation"]
+TIMED = sorted((HERE / "timer").glob("*.json"))
+EARLIER_CHATS = [p for p in V02 + MARKED + TIMED if p.stem == "conversation"]
 
 
-def ran_tools(path: Path) -> bool:
-    """The turn validated a model's calls (a `parse` local activity's marker)."""
-    for event in json.loads(path.read_text())["events"]:
-        details = event.get("markerRecordedEventAttributes", {}).get("details", {})
-        for payload in details.get("data", {}).get("payloads", []):
-            if json.loads(base64.b64decode(payload["data"])).get("activity_type") == "parse":
-                return True
-    return False
+def started_a_timer(path: Path) -> bool:
+    """The turn started a `max_duration` timer (turns of earlier builds did)."""
+    summary = base64.b64encode(b'"max_duration"').decode()
+    return any(
+        "timerStartedEventAttributes" in e
+        and e.get("userMetadata", {}).get("summary", {}).get("data") == summary
+        for e in json.loads(path.read_text())["events"]
+    )
 
 
 V02_TURNS = [p for p in V02 if p.stem != "conversation"]
 MARKED_TURNS = [p for p in MARKED if p.stem != "conversation"]
+TIMED_TURNS = [p for p in TIMED if p.stem != "conversation"]
 
 
 async def replay(path: Path, turn: type = AgentTurn) -> BaseException | None:
@@ -70,8 +75,10 @@ async def replay(path: Path, turn: type = AgentTurn) -> BaseException | None:
 def test_histories_are_stored() -> None:
     assert len(HISTORIES) >= 15, "run `python -m tests.record_histories`"
     assert {"approved", "conversation", "streamed", "sub_agent"} <= {p.stem for p in HISTORIES}
-    assert (len(V01), len(V02), len(MARKED), len(EARLIER_CHATS)) == (7, 12, 15, 2)
-    assert sum(map(ran_tools, V02_TURNS)) == 9
+    assert (len(V01), len(V02), len(MARKED), len(TIMED), len(EARLIER_CHATS)) == (7, 12, 15, 15, 3)
+    assert sum(map(started_a_timer, V02_TURNS)) == 10
+    assert sum(map(started_a_timer, TIMED_TURNS)) == 13
+    assert not any(map(started_a_timer, HISTORIES))
 
 
 @pytest.mark.parametrize(
@@ -97,8 +104,8 @@ async def test_turns_of_0_1_fail_clearly(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", V02_TURNS, ids=lambda p: p.stem)
-async def test_turns_of_0_2_continue_here_only_if_they_ran_no_tools(path: Path) -> None:
-    assert (await replay(path) is None) is not ran_tools(path)
+async def test_turns_of_0_2_continue_here_only_if_their_question_was_refused(path: Path) -> None:
+    assert (await replay(path) is None) is not started_a_timer(path)
 
 
 @pytest.mark.parametrize("path", MARKED_TURNS, ids=lambda p: p.stem)
@@ -108,3 +115,14 @@ async def test_turns_that_asked_about_the_dropped_patches_stay_on_their_version(
     failure = await replay(path)
     assert isinstance(failure, NondeterminismError)
     assert "patch marker" in str(failure)
+
+
+@pytest.mark.parametrize("path", TIMED_TURNS, ids=lambda p: p.stem)
+async def test_turns_under_a_timer_continue_here_only_if_they_never_started_it(
+    path: Path,
+) -> None:
+    failure = await replay(path)
+    assert (failure is None) is not started_a_timer(path)
+    if failure is not None:
+        assert isinstance(failure, NondeterminismError)
+        assert "TimerStarted" in str(failure)

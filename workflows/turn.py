@@ -10,8 +10,9 @@
                             decision (the `decide` update) or the approval timeout
         parse_output        each result → compact text (local activity)
         interpret           model: the final answer, or the next round's calls
-    the whole turn runs under a durable timer of limits.max_duration, which stops
-    while a call waits for a decision: a person's time is not the agent's
+    the whole turn is bounded by limits.max_duration: every activity is given at most
+    the time left (no timer of its own), and the clock stops while a call waits for a
+    decision: a person's time is not the agent's
 
 The model sees one conversation (`durable_agent/conversation.py`): the question, then its
 own messages as it sent them and one result per call, in call order; a rejected
@@ -29,7 +30,8 @@ the workflow *task*, which Temporal retries after a fix is deployed.
 """
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from collections.abc import Coroutine
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -143,8 +145,11 @@ class AgentTurn:
         self._agent = AgentInfo(name="")
         """Who answers, once the screen of the question has resolved the turn's agent."""
         self._limits = TurnLimits()
-        self._left, self._since = timedelta(0), datetime.min.replace(tzinfo=timezone.utc)
-        """max_duration left when the clock last (re)started, and when that was."""
+        self._started: datetime | None = None
+        """When the clock of max_duration started (after the question's screen)."""
+        self._paused = timedelta(0)
+        self._paused_since: datetime | None = None
+        """The clock stands still while some call waits for a person's decision."""
         # The turn's story for whoever watches (`durable_agent/stream.py`): steps are added
         # here as they are recorded, which writes nothing to the history; the model
         # calls publish their text to it by signal when the turn asks them to.
@@ -192,11 +197,8 @@ class AgentTurn:
 
     async def _run(self, turn: TurnInput) -> TurnOutput:
         self._names_agent = _named()
-        # Screen the question before the max_duration timer exists. On replay a local
-        # activity's result is there at once, so a refusal right after the timer's
-        # start would start and cancel it in one activation, where the original run
-        # had them in two workflow tasks: the histories would not match.
-        # It also resolves the turn's agent: who answers, and with which limits.
+        # Screen the question first: it also resolves the turn's agent, who answers
+        # and with which limits.
         question = ShieldRequest(position="input", text=turn.question)
         self._agent = AgentInfo(name=turn.agent)
         try:
@@ -209,29 +211,12 @@ class AgentTurn:
         if stop:
             refusal = screened.refusal if screened else ""
             return self._finish(Outcome.REFUSED, refusal or answers.REFUSED_QUESTION)
-        loop = asyncio.create_task(self._loop(turn))
-        left = self._limits.max_duration
-        while not loop.done():
-            started = workflow.now()
-            self._left, self._since = left, started
-            try:
-                await workflow.wait_condition(
-                    lambda: loop.done() or bool(self._pending),
-                    timeout=left,
-                    timeout_summary="max_duration",
-                )
-            except asyncio.TimeoutError:
-                # Cancelling the loop cancels its in-flight activities; the answer uses
-                # what the steps found so far.
-                loop.cancel()
-                answer = answers.time_limit(self._limits.max_duration, self._steps)
-                return self._finish(Outcome.TIME_LIMIT, answer)
-            if self._pending:
-                # A person is deciding: the clock stops until nobody is.
-                left -= workflow.now() - started
-                await workflow.wait_condition(lambda: loop.done() or not self._pending)
+        # max_duration costs the turn no timer: each activity gets at most the time
+        # left (`_within`), so the one running when the time is up stops then, and the
+        # answer uses what the steps found so far.
+        self._started = workflow.now()
         try:
-            return loop.result()
+            return await self._loop(turn)
         except _TurnEnded as end:
             return self._finish(end.outcome, end.answer)
 
@@ -257,8 +242,8 @@ class AgentTurn:
                 source = StepKind.PLAN
                 continue
 
-            observations = await asyncio.gather(
-                *(self._run_call(turn, iteration, i, vc) for i, vc in enumerate(valid))
+            observations = await _all(
+                [self._run_call(turn, iteration, i, vc) for i, vc in enumerate(valid)]
             )
             results.update((o.call_id, o) for o in observations)
             self._answer(reply, results)
@@ -330,12 +315,14 @@ class AgentTurn:
                 ShieldActivity.shield,
                 ShieldInput(requests=requests, agent=self._agent.name),
                 start_to_close_timeout=SHIELD_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
                 retry_policy=SHIELD_RETRY,
                 summary=answers.markdown_safe(f"shield: {position}"),
             )
             judged = out.verdicts
         except (ActivityError, ApplicationError) as e:
             # A local activity's failure may arrive unwrapped (ApplicationError).
+            self._if_out_of_time()
             cause = _cause(e)
             if isinstance(cause, ApplicationError) and cause.type == UnknownAgent.__name__:
                 self._record(iteration, StepKind.LIMIT, f"agent: {cause.message}")
@@ -395,11 +382,13 @@ class AgentTurn:
                 method,
                 arg,
                 start_to_close_timeout=MODEL_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=MODEL_RETRY,
                 summary=answers.markdown_safe(summary),
             )
         except ActivityError as e:
+            self._if_out_of_time()
             raise self._model_failed(iteration, e) from e
 
     def _model_failed(self, iteration: int, err: ActivityError) -> _TurnEnded:
@@ -431,6 +420,7 @@ class AgentTurn:
         try:
             return await self._parse_once(turn, calls, tools)
         except (ActivityError, ApplicationError) as e:
+            self._if_out_of_time()
             # Its shields could not run (one hung past the timeout, say): every call is
             # blocked, as the shields fail closed; the model reads why.
             unscreened = _unscreened(_cause(e) or e)
@@ -453,6 +443,7 @@ class AgentTurn:
                 customer_id=turn.customer_id,
             ),
             start_to_close_timeout=PARSE_TIMEOUT,
+            schedule_to_close_timeout=self._within(),
             retry_policy=SHIELD_RETRY,
             summary=answers.markdown_safe(f"parse: {', '.join(c.name for c in calls)}"),
         )
@@ -498,6 +489,7 @@ class AgentTurn:
                     agent=self._agent.name,
                 ),
                 start_to_close_timeout=SHIELD_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
                 retry_policy=SHIELD_RETRY,
                 summary=answers.markdown_safe(f"parse_output: {call.name}"),
             )
@@ -506,7 +498,9 @@ class AgentTurn:
             # Data, never instructions: whatever it says, writes from now on need consent.
             self._tainted = self._tainted or stop is not None
         except (ActivityError, ApplicationError, TimeoutError) as e:
-            # A failing tool is something for the model to read, not a failed turn.
+            # A failing tool is something for the model to read, not a failed turn,
+            # unless it was stopped because the turn's time was up.
+            self._if_out_of_time()
             text = _failure_text(e, call, vc)
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
         if call.name not in self._tools_used:
@@ -572,10 +566,12 @@ class AgentTurn:
                     tools_version=self._agent.tools_version,
                 ),
                 start_to_close_timeout=QUICK_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
                 retry_policy=tool_retry(vc.max_attempts),
                 summary=answers.markdown_safe(f"check: {call.render()}"),
             )
         except (ActivityError, ApplicationError, TimeoutError) as e:
+            self._if_out_of_time()
             cause = _cause(e)
             if isinstance(cause, ApplicationError) and cause.non_retryable:
                 observation = Observation(
@@ -601,7 +597,7 @@ class AgentTurn:
                     DispatchActivity.dispatch,
                     input,
                     start_to_close_timeout=min(vc.timeout, QUICK_TIMEOUT),
-                    schedule_to_close_timeout=QUICK_TIMEOUT,
+                    schedule_to_close_timeout=self._within(QUICK_TIMEOUT),
                     retry_policy=tool_retry(vc.max_attempts),
                     summary=summary,
                 )
@@ -613,6 +609,7 @@ class AgentTurn:
             DispatchActivity.dispatch,
             input,
             start_to_close_timeout=vc.timeout,
+            schedule_to_close_timeout=self._within(),
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=tool_retry(vc.max_attempts),
             summary=summary,
@@ -678,13 +675,38 @@ class AgentTurn:
 
     def _time_left(self) -> timedelta:
         """What is left of max_duration (waits for a person do not count)."""
-        return self._left - (workflow.now() - self._since)
+        if self._started is None:
+            return self._limits.max_duration
+        now = workflow.now()
+        paused = self._paused + (now - self._paused_since if self._paused_since else timedelta(0))
+        return self._limits.max_duration - (now - self._started - paused)
+
+    def _within(self, timeout: timedelta | None = None) -> timedelta | None:
+        """An activity's schedule-to-close timeout: `timeout`, or what is left of
+        max_duration if that is less. No time left: the turn ends here."""
+        if self._started is None:
+            return timeout
+        left = self._time_left()
+        if left <= timedelta(0):
+            raise self._out_of_time()
+        return left if timeout is None else min(timeout, left)
+
+    def _out_of_time(self) -> _TurnEnded:
+        answer = answers.time_limit(self._limits.max_duration, self._steps)
+        return _TurnEnded(Outcome.TIME_LIMIT, answer)
+
+    def _if_out_of_time(self) -> None:
+        """After an activity failed: if it failed because the time was up, the turn ends."""
+        if self._started is not None and self._time_left() <= timedelta(0):
+            raise self._out_of_time()
 
     async def _consent(
         self, turn: TurnInput, iteration: int, call: ToolCall, why: str
     ) -> Observation | None:
         """Wait, durably and holding no worker slot, for a person's decision on `call`.
         None when approved; otherwise the result the model reads instead."""
+        if not self._pending and self._started is not None:
+            self._paused_since = workflow.now()  # a person is deciding: the clock stops
         self._pending[call.id] = PendingApproval(call=call, why=why, since=workflow.now())
         self._record(
             iteration, StepKind.APPROVAL, f"{call.render()} awaits approval: {why}", calls=[call]
@@ -744,6 +766,9 @@ class AgentTurn:
     def _no_longer_pending(self, call: ToolCall) -> None:
         del self._pending[call.id]
         if not self._pending:
+            if self._paused_since is not None:
+                self._paused += workflow.now() - self._paused_since
+                self._paused_since = None
             self._set_status(search.RUNNING)
 
     def _set_status(self, status: str) -> None:
@@ -776,7 +801,9 @@ class AgentTurn:
                 search.OUTCOME.value_set(outcome.value),
                 search.TOOLS.value_set(self._tools_used),
             ]
-            if self._model:
+            if self._model and self._model != workflow.info().typed_search_attributes.get(
+                search.MODEL
+            ):
                 updates.append(search.MODEL.value_set(self._model))
             workflow.upsert_search_attributes(updates + self._agent_attributes())
         return TurnOutput(
@@ -787,6 +814,18 @@ class AgentTurn:
             agent=self._agent.name,
             fingerprint=self._agent.fingerprint,
         )
+
+
+async def _all(calls: list[Coroutine[Any, Any, Observation]]) -> list[Observation]:
+    """The round's calls, run together; if one ends the turn (its time is up), the
+    others are cancelled with their activities."""
+    tasks = [asyncio.create_task(c) for c in calls]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 def _outcome_unknown(e: ActivityError) -> bool:
