@@ -72,7 +72,7 @@ class ParseInput(BaseModel):
 
 class ParseOutput(BaseModel):
     valid: list[ValidCall]
-    rejected: list[Rejection]
+    rejected: list[Rejection] = Field(default_factory=list)
     verdicts: list[list[Verdict]] = Field(default_factory=list)
     """Per valid call, the tool-input shields' verdicts (none: no shields there)."""
 

@@ -17,9 +17,11 @@ from typing import Any, Literal, get_origin
 from pydantic import (
     BaseModel,
     Field,
+    SerializationInfo,
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 DEFAULT_CUSTOMER = "demo"
@@ -132,7 +134,7 @@ class Step(BaseModel):
     """One entry of the turn's story. The list only ever grows, so it doubles as
     the model's history and as what `client.py ask --follow` prints."""
 
-    iteration: int
+    iteration: int = 1
     kind: StepKind
     text: str
     """One human-readable line."""
@@ -141,6 +143,45 @@ class Step(BaseModel):
 
     def render(self) -> str:
         return f"[{self.iteration}] {self.kind.value:<11} {self.text}"
+
+    # Most lines only say what the step holds: an observation's is `tool: text`, a
+    # step of calls lists them as they read. A stored payload (context LEAN,
+    # `durable_agent/runtime/codec.py`) leaves such a line out, and a reader gets it
+    # back from what the step holds.
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        data = handler(self)
+        lean = isinstance(info.context, dict) and info.context.get(LEAN)
+        if lean and self.text == _line(self.observation, self.calls):
+            del data["text"]
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _line_of_its_content(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "text" not in data:
+            observation = data.get("observation")
+            calls = data.get("calls") or []
+            line = _line(
+                observation and Observation.model_validate(observation),
+                [ToolCall.model_validate(c) for c in calls],
+            )
+            return {**data, "text": line} if line is not None else data
+        return data
+
+
+LEAN = "lean"
+"""Serialization context key: the payload being written is stored (history, results),
+so what a reader can rebuild is left out."""
+
+
+def _line(observation: Observation | None, calls: list[ToolCall]) -> str | None:
+    """The line a step of this content reads as, when its line says no more."""
+    if observation is not None:
+        return f"{observation.tool}: {observation.text}"
+    if calls:
+        return ", ".join(c.render() for c in calls)
+    return None
 
 
 class Outcome(str, Enum):
@@ -164,7 +205,8 @@ class TurnLimits(BaseModel):
     max_duration: timedelta = Field(
         default=timedelta(seconds=120), gt=timedelta(0), le=timedelta(days=7)
     )
-    """Wall time of the whole turn, enforced by a durable workflow timer."""
+    """Wall time of the whole turn: every activity is given at most the time left
+    (its schedule-to-close timeout), so the one running when it is up stops then."""
     max_replans: int = Field(default=2, ge=0, le=10)
     """How often per iteration the model may fix its calls when every one of them
     failed validation (nothing could run); then the errors go to interpret."""

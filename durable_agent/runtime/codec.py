@@ -54,6 +54,8 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
+from durable_agent.types import LEAN
+
 ENCODING = b"binary/encrypted"
 KEY_ID_KEY = "encryption-key-id"
 NONCE_BYTES = 12
@@ -208,6 +210,9 @@ class EncryptionCodec(PayloadCodec):
         return [self.decrypt(p) for p in payloads]
 
 
+_LEAN = {LEAN: True}
+
+
 class LeanJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
     """Pydantic's JSON (the SDK's converter) without the fields that hold their
     default: `"error": null`, `"calls": []` and the like fill a turn's history once per
@@ -218,7 +223,7 @@ class LeanJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
     _serializer = SchemaSerializer(any_schema())
 
     def to_payload(self, value: Any) -> Payload | None:
-        data = self._serializer.to_json(value, exclude_defaults=True)
+        data = self._serializer.to_json(value, exclude_defaults=True, context=_LEAN)
         return Payload(metadata={"encoding": self.encoding.encode()}, data=data)
 
 
