@@ -322,6 +322,29 @@ class TurnOutput(BaseModel):
     fingerprint: str = ""
     """That agent's fingerprint (`Agent.fingerprint`): a changed agent shows."""
 
+    # The last step of an answered turn is its answer: stored (context LEAN), its
+    # line is the answer's own, written once.
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        data = handler(self)
+        lean = isinstance(info.context, dict) and info.context.get(LEAN)
+        if lean and self.steps and _is_answer(self.steps[-1], self.answer):
+            data["steps"][-1].pop("text", None)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _answer_step(cls, data: Any) -> Any:
+        steps = (data.get("steps") if isinstance(data, dict) else None) or []
+        last = steps[-1] if steps else None
+        if isinstance(last, dict) and "text" not in last and last.get("kind") == "answer":
+            return {**data, "steps": [*steps[:-1], {**last, "text": data.get("answer", "")}]}
+        return data
+
+
+def _is_answer(step: Step, answer: str) -> bool:
+    return step.kind is StepKind.ANSWER and step.text == answer and not step.calls
+
 
 class PendingApproval(BaseModel):
     """A call waiting for a person's decision."""
