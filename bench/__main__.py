@@ -45,7 +45,7 @@ from durable_agent.shields import SETTINGS as SHIELD_SETTINGS
 from durable_agent.stream import TokensEvent
 from durable_agent.types import TurnInput
 
-TARGETS = {"latency_ratio": 1.05, "throughput_ratio": 0.90, "recovery_s": 3.0}
+TARGETS = {"latency_ratio": 1.05, "throughput_ratio": 0.85, "recovery_s": 3.0}
 MAX_EVENTS_PER_ITERATION = 25
 MEMORY_TURNS = 1000
 MEMORY_SAMPLE_EVERY = 100
