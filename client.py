@@ -7,6 +7,8 @@ python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
 python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
 python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
+python client.py versions       # the worker deployment's versions, and what needs each
+python client.py move-conversations   # idle conversations onto the current version now
 python client.py demo           # the six sample questions, no setup needed
 python client.py web [--agent NAME] [--port 8080] [--customer ID]   # the web chat, on loopback
 
@@ -562,17 +564,26 @@ async def cmd_list(args: argparse.Namespace) -> None:
             )
 
 
-async def cmd_versions(args: argparse.Namespace) -> int:
+def deployment_of(args: argparse.Namespace) -> str:
     deployment = (args.deployment or os.environ.get("AGENT_DEPLOYMENT") or args.task_queue).strip()
     if not deployment or len(deployment) > 255 or not deployment.isprintable():
         raise CliError(f"--deployment {args.deployment!r}: give a worker deployment's name")
+    return deployment
+
+
+def no_deployment(deployment: str) -> str:
+    return (
+        f"no worker deployment {deployment!r}: workers are versions of one once "
+        "they start with AGENT_VERSIONING=on (the default)"
+    )
+
+
+async def cmd_versions(args: argparse.Namespace) -> int:
+    deployment = deployment_of(args)
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
         now = await deployments.routing(conn.client, deployment)
         if now is None:
-            print(
-                f"no worker deployment {deployment!r}: workers are versions of one once "
-                "they start with AGENT_VERSIONING=on (the default)"
-            )
+            print(no_deployment(deployment))
             return 1
         reports = await deployments.versions(
             conn.client, deployment, indexed=await search.available(conn.client)
@@ -580,10 +591,62 @@ async def cmd_versions(args: argparse.Namespace) -> int:
         ramp = f", ramping {now.ramping} at {now.ramping_percentage:g}%" if now.ramping else ""
         print(f"deployment {deployment}: current {now.current or '(none)'}{ramp}")
         for r in reports:
-            waiting = f" ({r.awaiting_approval} awaiting approval)" if r.awaiting_approval else ""
+            for line in version_lines(r):
+                print(line)
+        return 0
+
+
+def version_lines(r: deployments.VersionReport) -> list[str]:
+    """A version's line, and for one that took new work before, what still needs its
+    workers: turns finish on it; conversations move to the current version between
+    turns (those mid-turn once their turn ends, idle ones at their next message or
+    when `move-conversations` wakes them), each in one workflow task on it."""
+    waiting = f" ({r.awaiting_approval} awaiting approval)" if r.awaiting_approval else ""
+    chats = counted(r.conversations, "conversation")
+    if r.conversations and r.idle is not None:
+        chats += f" ({r.mid_turn} mid-turn, {r.idle} idle)"
+    turns = counted(r.turns, "turn")
+    lines = [f"  {r.build_id:<24} {r.status:<9} {turns} running{waiting}, {chats}"]
+    if r.takes_new_work:
+        return lines
+    if not r.needs_workers:
+        if r.status not in ("draining", "drained"):
+            return lines  # never current (a new version, say): nothing to say yet
+        return [*lines, f"    nothing needs the workers of {r.build_id}: stop them"]
+    parts = [f"{turns} finish on it"] if r.turns else []
+    idle = r.conversations if r.idle is None else r.idle
+    if r.mid_turn:
+        parts.append(f"{counted(r.mid_turn, 'conversation')} move when their turn ends")
+    if idle:
+        which = "idle conversation" if r.idle is not None else "conversation"
+        parts.append(
+            f"{counted(idle, which)} move at their next message "
+            "(or now: python client.py move-conversations)"
+        )
+    return [*lines, f"    {r.build_id} still needs its workers: {'; '.join(parts)}"]
+
+
+def counted(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
+async def cmd_move_conversations(args: argparse.Namespace) -> int:
+    deployment = deployment_of(args)
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        now = await deployments.routing(conn.client, deployment)
+        if now is None or not now.current:
             print(
-                f"  {r.build_id:<24} {r.status:<9} {r.turns} turns running{waiting}, "
-                f"{r.conversations} conversations"
+                no_deployment(deployment) if now is None else f"{deployment} has no current version"
+            )
+            return 1
+        woken = await deployments.move_conversations(conn.client, deployment)
+        if not woken:
+            print(f"no conversation runs on a version other than {now.current}")
+        for build, count in sorted(woken.items()):
+            print(
+                f"{counted(count, 'conversation')} on {build} asked to move to "
+                f"{now.current}: idle ones move now, the others when their turn ends (both "
+                f"need the workers of {build} for that step)"
             )
         return 0
 
@@ -791,6 +854,16 @@ def parser() -> argparse.ArgumentParser:
         "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
     )
     versions.set_defaults(run=cmd_versions)
+
+    move = sub.add_parser(
+        "move-conversations",
+        help="wake the conversations on old versions, so idle ones move to the current "
+        "version now (their old version's workers run that step)",
+    )
+    move.add_argument(
+        "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
+    )
+    move.set_defaults(run=cmd_move_conversations)
 
     demo = sub.add_parser("demo", help="run the six sample questions end to end")
     demo.add_argument("--model", default="", help="model spec (default: the worker's)")

@@ -1,25 +1,35 @@
-"""Worker versioning: every worker is a version of a worker deployment, and a turn
-finishes on the version it started on.
+"""Worker versioning: every worker is a version of a worker deployment; a turn
+finishes on the version it started on, and a conversation moves to a new version
+only between turns.
 
 A turn can wait a day for a person's consent. A worker deployed meanwhile with
 changed workflow code would replay that turn on the new code and fail it (a
-non-determinism error); Temporal's Worker Versioning pins each turn to the version
-(code and agents) that started it instead, and sends new work to the *current*
-version. So:
+non-determinism error); Temporal's Worker Versioning pins each workflow to the
+version (code and agents) that started it instead, and sends new work to the
+*current* version. So:
 
     AgentTurn      pinned: finishes, approvals and all, on the version it started on;
-                   its sub-agents' turns follow it
-    Conversation   auto-upgrade: its next step runs on the current version, so a
-                   message sent after a deploy gets a turn of the new code; its own
-                   code is small and must stay replay-compatible (`workflow.patched`;
-                   the replay test in CI catches a change that is not)
+                   its sub-agents' turns (child workflows) start on it too
+    Conversation   pinned, run by run: when the current version changes, it continues
+                   as new onto it at the next turn boundary (a turn ended; a message,
+                   the `end` or `upgrade` signal, or its idle timeout woke it), carrying
+                   its memory, its waiting messages and its stream. So a run never
+                   replays on code it did not start on, and a message sent after a
+                   deploy gets a turn of the new code
+
+What still needs an old version's workers, then: its running turns, to their end
+(those awaiting approval can take a day); its conversations with a turn in flight,
+until that turn ends (then they move by themselves); and its idle conversations, for
+one workflow task (their next message, or `move_conversations` now) in which they
+move. `versions` counts each.
 
 A version is `<deployment>:<build id>`. The deployment defaults to the task queue,
 the build id to a hash of the code (the core, workflows and activities) and of the
 agents' fingerprints, so changing either makes a new version. Rolling out
-(`docs/deploy.md`): start the new version's workers; make it current
-(`temporal worker deployment set-current-version`, or ramp a percentage); watch the
-old one drain (`client.py versions`); stop its workers when nothing runs on it.
+(`docs/deploy.md`): start the new version's workers; make it current (`temporal
+worker deployment set-current-version`, or ramp a percentage); move the idle
+conversations; watch the old one drain (`client.py versions`); stop its workers when
+nothing needs them.
 
 `promote` says what a starting worker does with the deployment's current version:
 `auto` (the default) makes itself current when the deployment has none (a first
@@ -49,7 +59,7 @@ from temporalio.api.workflowservice.v1 import (
     SetWorkerDeploymentCurrentVersionRequest,
 )
 from temporalio.client import Client
-from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.common import SearchAttributeKey, VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
@@ -195,8 +205,27 @@ class VersionReport:
     status: str
     """current, ramping, draining, drained, inactive"""
     turns: int
+    """Running turns pinned to it: they finish here."""
     awaiting_approval: int
     conversations: int
+    """Running conversations on it: they move to the current version between turns."""
+    mid_turn: int | None = None
+    """Of those, the ones with a turn in flight (None: unknown, the agent's search
+    attributes are not registered)."""
+
+    @property
+    def takes_new_work(self) -> bool:
+        return self.status in ("current", "ramping")
+
+    @property
+    def idle(self) -> int | None:
+        """Conversations between turns: they move at their next message (or `upgrade`)."""
+        return None if self.mid_turn is None else self.conversations - self.mid_turn
+
+    @property
+    def needs_workers(self) -> bool:
+        """Something still runs a workflow task here: its workers must stay."""
+        return self.takes_new_work or bool(self.turns or self.conversations)
 
 
 _STATUS = {
@@ -209,10 +238,16 @@ _STATUS = {
 }
 
 
+def _running_on(deployment: str, build: str) -> str:
+    return (
+        f"TemporalWorkerDeploymentVersion = '{deployment}:{build}' AND ExecutionStatus = 'Running'"
+    )
+
+
 async def versions(client: Client, deployment: str, indexed: bool) -> list[VersionReport]:
     """Each version of the deployment, newest first, with what still runs on it: turns
-    (and how many wait for consent; `indexed`: the agent's search attributes exist)
-    and conversations."""
+    (and how many wait for consent) and conversations (and how many have a turn in
+    flight); `indexed`: the agent's search attributes exist, so those two are known."""
     described = await client.workflow_service.describe_worker_deployment(
         DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
     )
@@ -221,26 +256,21 @@ async def versions(client: Client, deployment: str, indexed: bool) -> list[Versi
         key=lambda v: v.create_time.ToDatetime(),
         reverse=True,
     )
+
+    async def count(query: str) -> int:
+        return (await client.count_workflows(query)).count
+
     reports = []
     for summary in summaries:
         build = summary.deployment_version.build_id
-        on = (
-            f"TemporalWorkerDeploymentVersion = '{deployment}:{build}' "
-            "AND ExecutionStatus = 'Running'"
-        )
-
-        async def count(query: str) -> int:
-            return (await client.count_workflows(query)).count
-
-        turns = await count(f"{on} AND WorkflowType = 'AgentTurn'")
-        waiting = (
-            await count(
-                f"{on} AND WorkflowType = 'AgentTurn' AND AgentStatus = 'awaiting_approval'"
-            )
-            if indexed
-            else 0
-        )
-        chats = await count(f"{on} AND WorkflowType = 'Conversation'")
+        turns_on = f"{_running_on(deployment, build)} AND WorkflowType = 'AgentTurn'"
+        turns = await count(turns_on)
+        chats = await count(f"{_running_on(deployment, build)} AND WorkflowType = 'Conversation'")
+        waiting, mid_turn = 0, None
+        if indexed:
+            waiting = await count(f"{turns_on} AND AgentStatus = 'awaiting_approval'")
+            # A conversation runs one turn at a time, a child pinned to its version.
+            mid_turn = min(chats, await count(f"{turns_on} AND AgentConversation IS NOT NULL"))
         reports.append(
             VersionReport(
                 build_id=build,
@@ -248,6 +278,39 @@ async def versions(client: Client, deployment: str, indexed: bool) -> list[Versi
                 turns=turns,
                 awaiting_approval=waiting,
                 conversations=chats,
+                mid_turn=mid_turn,
             )
         )
     return reports
+
+
+async def move_conversations(client: Client, deployment: str) -> dict[str, int]:
+    """Wake every running conversation on a version of `deployment` that is not its
+    current one (the `upgrade` signal): an idle one moves to the current version now,
+    in one workflow task on its old version's workers; one with a turn in flight
+    moves when that turn ends, as it would anyway. How many, by build id."""
+    now = await routing(client, deployment)
+    if now is None or not now.current:
+        return {}
+    described = await client.workflow_service.describe_worker_deployment(
+        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+    )
+    woken: dict[str, int] = {}
+    for summary in described.worker_deployment_info.version_summaries:
+        build = summary.deployment_version.build_id
+        if build == now.current:
+            continue
+        query = f"{_running_on(deployment, build)} AND WorkflowType = 'Conversation'"
+        async for wf in client.list_workflows(query):
+            try:
+                await client.get_workflow_handle(wf.id, run_id=wf.run_id).signal("upgrade")
+            except RPCError as e:
+                if e.status != RPCStatusCode.NOT_FOUND:  # it ended meanwhile
+                    raise
+                continue
+            woken[build] = woken.get(build, 0) + 1
+    return woken
+
+
+VERSION = SearchAttributeKey.for_keyword("TemporalWorkerDeploymentVersion")
+"""Set by the server on a versioned workflow: the version its workflow tasks run on."""
