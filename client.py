@@ -34,6 +34,7 @@ from datetime import datetime, timedelta, timezone
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import telemetry
@@ -74,6 +75,7 @@ from durable_agent.types import (
     check_customer_id,
 )
 from workflows import AgentTurn, Conversation
+from workflows import search as keys
 
 __all__ = ["main", "start_turn"]
 
@@ -509,8 +511,10 @@ async def cmd_pending(args: argparse.Namespace) -> None:
             return
         now = datetime.now(timezone.utc)
         for w in waiting:
+            build = w.version.rpartition(":")[2]
             print(
                 f"{w.workflow_id}  {w.approval.call.id}  {w.approval.call.render()}  {w.age(now)}"
+                + (f"  {build}" if build else "")
             )
 
 
@@ -678,6 +682,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 # No worker to ask: what the history holds, and what is missing.
                 for line in await history_view(handle):
                     print(line)
+                print_running(desc.typed_search_attributes)
                 print(
                     "note: no worker answered, so this is the history only; the live steps "
                     "need a running worker (`python worker.py`)",
@@ -690,6 +695,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                     p.call.id == c.id for p in progress.pending for c in step.calls
                 ):
                     print(decide_hint(desc.id, step))
+            print_running(desc.typed_search_attributes)
             return 0
         if desc.status != WorkflowExecutionStatus.COMPLETED:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
@@ -700,6 +706,17 @@ async def cmd_show(args: argparse.Namespace) -> int:
 
 
 SHOW_QUERY_S = 5.0
+
+
+def print_running(attributes: TypedSearchAttributes) -> None:
+    """A running turn's agent, fingerprint and worker version, as the server has them:
+    the version from its first step; the agent once the turn has said (when it first
+    waits for approval, else when it ends)."""
+    agent, fingerprint = attributes.get(keys.AGENT), attributes.get(keys.FINGERPRINT)
+    if agent and fingerprint:
+        print(f"agent: {agent} (fingerprint {fingerprint})")
+    if version := attributes.get(deployments.VERSION):
+        print(f"version: {version}")
 
 
 async def cmd_demo(args: argparse.Namespace) -> None:

@@ -317,6 +317,13 @@ async def test_a_deploy_with_versions_breaks_no_turn_and_no_conversation(
             f"conversations move when their turn ends; {IDLE} idle conversations move at "
             "their next message (or now: python client.py move-conversations)",
         ]
+        # A turn waiting for consent shows where it runs, and what answers it.
+        shown = cli("show", turn_ids[0]).splitlines()
+        assert f"version: {queue}:v1" in shown
+        assert any(re.fullmatch(r"agent: shop \(fingerprint [0-9a-f]{12}\)", x) for x in shown)
+        waiting_lines = [x for x in cli("pending").splitlines() if x.startswith(turn_ids[0])]
+        assert len(waiting_lines) == 1 and waiting_lines[0].endswith("  v1")
+
         # Half the idle conversations: the next message moves each to version 2 first.
         moved_by_message = await asyncio.gather(
             *(next_message(client, chat, "When will it arrive?") for chat in idle[: IDLE // 2])

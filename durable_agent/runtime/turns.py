@@ -345,6 +345,8 @@ class Waiting:
 
     workflow_id: str
     approval: PendingApproval
+    version: str = ""
+    """The worker version the turn runs on, `DEPLOYMENT:BUILD_ID` (empty: unversioned)."""
 
     def age(self, now: datetime) -> str:
         seconds = max(0, int((now - self.approval.since).total_seconds()))
@@ -373,7 +375,7 @@ async def pending(client: Client, customer_id: str | None = None) -> list[Waitin
         except (AgentClientError, RPCError):
             continue  # finished meanwhile
         for p in progress.pending:
-            found.append(Waiting(wf.id, p))
+            found.append(Waiting(wf.id, p, wf.typed_search_attributes.get(VERSION) or ""))
     return sorted(found, key=lambda w: w.approval.since)
 
 
