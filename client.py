@@ -9,6 +9,7 @@ python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-a
 python client.py show WORKFLOW_ID
 python client.py versions       # the worker deployment's versions, and what needs each
 python client.py move-conversations   # idle conversations onto the current version now
+python client.py server         # a Temporal server alone (for rollouts; Ctrl-C stops it)
 python client.py demo           # the six sample questions, no setup needed
 python client.py web [--agent NAME] [--port 8080] [--customer ID]   # the web chat, on loopback
 
@@ -31,6 +32,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -43,7 +45,17 @@ from durable_agent.chat import ConversationInput
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.pricing import usage_line
 from durable_agent.runtime import deployments, search
-from durable_agent.runtime.server import Connection, ServerUnavailable, connect
+from durable_agent.runtime.server import (
+    LOCAL_HOST,
+    LOCAL_PORT,
+    LOCAL_UI_PORT,
+    STATE_DIR,
+    Connection,
+    EmbeddedServer,
+    ServerUnavailable,
+    connect,
+    is_listening,
+)
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.runtime.turns import (
     AgentClientError,
@@ -655,6 +667,23 @@ async def cmd_move_conversations(args: argparse.Namespace) -> int:
         return 0
 
 
+async def cmd_server(args: argparse.Namespace) -> int:
+    """A Temporal dev server with this project's flags, in the foreground (`exec`)."""
+    if is_listening(LOCAL_HOST, args.port):
+        raise CliError(
+            f"something already listens on {LOCAL_HOST}:{args.port} (a server that "
+            "`python worker.py` started, perhaps: stop that worker first), or give --port"
+        )
+    server = EmbeddedServer(Path(args.db_file), port=args.port, ui_port=args.ui_port)
+    print(
+        f"Temporal server on {server.address}, Web UI http://localhost:{args.ui_port}, "
+        f"data in {args.db_file}; Ctrl-C stops it",
+        flush=True,
+    )
+    telemetry.flush()
+    server.exec()
+
+
 async def cmd_show(args: argparse.Namespace) -> int:
     turn_id = workflow_id(args.workflow_id)
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
@@ -881,6 +910,20 @@ def parser() -> argparse.ArgumentParser:
         "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
     )
     move.set_defaults(run=cmd_move_conversations)
+
+    server = sub.add_parser(
+        "server",
+        help="run a Temporal dev server alone, with this project's settings and search "
+        "attributes, until Ctrl-C (workers then connect to it and do not own it)",
+    )
+    server.add_argument("--port", type=int, default=LOCAL_PORT, help="default: %(default)s")
+    server.add_argument("--ui-port", type=int, default=LOCAL_UI_PORT, help="default: %(default)s")
+    server.add_argument(
+        "--db-file",
+        default=str(STATE_DIR / "temporal.db"),
+        help="its SQLite file (default: %(default)s, the one `python worker.py` uses)",
+    )
+    server.set_defaults(run=cmd_server)
 
     demo = sub.add_parser("demo", help="run the six sample questions end to end")
     demo.add_argument("--model", default="", help="model spec (default: the worker's)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ConversationInput, MessageAccepted
 from durable_agent.runtime import deployments
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
-from durable_agent.runtime.server import temporal_cli
+from durable_agent.runtime.server import free_port, is_listening, temporal_cli
 from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
 from durable_agent.types import (
     Exchange,
@@ -468,6 +469,74 @@ def test_a_version_is_named_by_code_and_agents() -> None:
     assert deployments.build_id(["a", "b"]) == deployments.build_id(["b", "a"])
     assert deployments.build_id(["a"]) != deployments.build_id(["a", "b"])
     assert re.fullmatch(r"b-[0-9a-f]{12}", deployments.build_id([]))
+
+
+def test_the_server_command_runs_a_server_no_worker_owns(tmp_path: Path) -> None:
+    """`client.py server`: the embedded server's flags and search attributes, in the
+    foreground; a worker connected to it stops without stopping it (a rollout stops
+    the old version's workers)."""
+    port, ui_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    env |= {
+        "AGENT_SERVER_PORT": str(port),
+        "AGENT_STATE_DIR": str(tmp_path),
+        "OTEL_TRACES_EXPORTER": "none",
+    }
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "client.py",
+            "server",
+            "--port",
+            str(port),
+            "--ui-port",
+            str(ui_port),
+            "--db-file",
+            str(tmp_path / "t.db"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not is_listening("127.0.0.1", port):
+            assert server.poll() is None and time.monotonic() < deadline, (
+                server.stdout and server.stdout.read()
+            )
+            time.sleep(0.2)
+        worker = Process([sys.executable, "worker.py"], env, "worker ready")
+        worker.stop()
+        assert worker.proc.returncode == 0 and server.poll() is None
+        attributes = subprocess.run(
+            [
+                temporal_cli(),
+                "operator",
+                "search-attribute",
+                "list",
+                "--address",
+                f"127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "AgentCustomer" in attributes and "AgentFingerprint" in attributes
+        second = subprocess.run(
+            [sys.executable, "client.py", "server", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1 and "already listens" in second.stderr
+    finally:
+        server.send_signal(signal.SIGINT)
+        assert server.wait(30) == 0 or server.returncode in (-signal.SIGINT, 130)
 
 
 @pytest.mark.parametrize(
