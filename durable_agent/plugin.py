@@ -40,7 +40,7 @@ from durable_agent.model import ModelCatalog
 from durable_agent.runtime import metrics
 from durable_agent.runtime.chaos import ChaosInterceptor, Faults
 from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
-from durable_agent.runtime.deployments import build_id, deployment_config, promote
+from durable_agent.runtime.deployments import build_id, deployment_config, promote, sources_of
 from durable_agent.serving import Agents
 from durable_agent.settings import Settings
 from workflows import AgentTurn, Conversation, UnversionedConversation
@@ -70,6 +70,9 @@ class AgentPlugin(SimplePlugin):
         self.given = list(agents)
         self.version: WorkerDeploymentVersion | None = None
         """This worker's version, once `configure_worker` knows its task queue."""
+        self.code = ""
+        """What this worker runs, named as a default build id is (`build_id`): the
+        core, the agents' tool modules and the agents' fingerprints."""
         self.promoted = asyncio.Event()
         """Set once the deployment has a current version that serves (this one, or a
         live one `Settings.promote` leaves alone)."""
@@ -126,10 +129,12 @@ class AgentPlugin(SimplePlugin):
         self._client = config["client"]
         self._task_queue = config["task_queue"]
         if self.settings.versioning and config.get("deployment_config") is None:
-            fingerprints = [s.fingerprint for s in self.agents.served.values()]
+            served = self.agents.served.values()
+            tools = [t.fn for s in served for t in s.tools.tools.values()]
+            self.code = build_id([s.fingerprint for s in served], sources_of(tools))
             self.version = WorkerDeploymentVersion(
                 deployment_name=self.settings.deployment or config["task_queue"],
-                build_id=self.settings.build_id or build_id(fingerprints),
+                build_id=self.settings.build_id or self.code,
             )
             config["deployment_config"] = deployment_config(self.version)
         converter = config["client"].data_converter

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -469,6 +470,50 @@ def test_a_version_is_named_by_code_and_agents() -> None:
     assert deployments.build_id(["a", "b"]) == deployments.build_id(["b", "a"])
     assert deployments.build_id(["a"]) != deployments.build_id(["a", "b"])
     assert re.fullmatch(r"b-[0-9a-f]{12}", deployments.build_id([]))
+
+
+def copy_of_the_code(tmp_path: Path, *packages: str) -> Path:
+    root = tmp_path / "code"
+    for package in (*deployments.CORE, *packages):
+        shutil.copytree(
+            ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return root
+
+
+def test_a_change_of_workflow_code_alone_is_a_new_version(tmp_path: Path) -> None:
+    root = copy_of_the_code(tmp_path)
+    fingerprints = ["f00d"]
+    same = deployments.build_id(fingerprints, root=root)
+    assert same == deployments.build_id(fingerprints)  # by content, not by place
+    loop = root / "workflows" / "conversation.py"
+    loop.write_text(loop.read_text() + "\n# a changed loop\n")
+    assert deployments.build_id(fingerprints, root=root) != same
+
+
+def test_a_change_of_tool_code_alone_is_a_new_version(tmp_path: Path) -> None:
+    """The agent unchanged (same fingerprint), the store its tools read changed: a turn
+    approved after such a deploy would run other tool code, so it is a new version."""
+    from shop.tools import TOOLS
+
+    functions = [t.fn for t in TOOLS.tools.values()]
+    sources = deployments.sources_of(functions)
+    assert [s.split(":")[0] for s in sources] == ["shop"]
+    before = deployments.build_id([], sources)
+    assert deployments.build_id([]) != before
+    assert deployments.sources_of(functions) == sources
+    store = ROOT / "shop" / "store.py"
+    original = store.read_bytes()
+    try:
+        store.write_bytes(original + b"\n# a changed store\n")
+        assert deployments.build_id([], deployments.sources_of(functions)) != before
+    finally:
+        store.write_bytes(original)
+    # An installed package is named by its distribution's version, not hashed.
+    import pydantic
+
+    (installed,) = deployments.sources_of([pydantic.BaseModel.model_validate])
+    assert installed == f"pydantic:pydantic=={pydantic.VERSION}"
 
 
 def test_the_server_command_runs_a_server_no_worker_owns(tmp_path: Path) -> None:

@@ -24,12 +24,12 @@ one workflow task (their next message, or `move_conversations` now) in which the
 move. `versions` counts each.
 
 A version is `<deployment>:<build id>`. The deployment defaults to the task queue,
-the build id to a hash of the code (the core, workflows and activities) and of the
-agents' fingerprints, so changing either makes a new version. Rolling out
-(`docs/deploy.md`): start the new version's workers; make it current (`temporal
-worker deployment set-current-version`, or ramp a percentage); move the idle
-conversations; watch the old one drain (`client.py versions`); stop its workers when
-nothing needs them.
+the build id to a hash of the code (the core, workflows and activities, and the
+modules of the served agents' tools) and of the agents' fingerprints, so changing
+any of them makes a new version. Rolling out (`docs/deploy.md`): start the new
+version's workers; make it current (`temporal worker deployment set-current-version`,
+or ramp a percentage); move the idle conversations; watch the old one drain
+(`client.py versions`); stop its workers when nothing needs them.
 
 `promote` says what a starting worker does with the deployment's current version:
 `auto` (the default) makes itself current when the deployment has none (a first
@@ -45,11 +45,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.metadata
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType, WorkerDeploymentVersionStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -66,21 +69,58 @@ from temporalio.worker import WorkerDeploymentConfig
 log = logging.getLogger("durable_agent.deployments")
 
 UNVERSIONED = "__unversioned__"
-_CODE = ("durable_agent", "workflows", "activities")
+ROOT = Path(__file__).resolve().parent.parent.parent
+CORE = ("durable_agent", "workflows", "activities")
+"""The packages every worker runs: the workflows and what they import."""
 
 
-def build_id(fingerprints: Sequence[str]) -> str:
-    """`b-` and 12 hex digits of a hash of the workflow-facing code and the agents'
-    fingerprints: the same for the same code and agents, on any machine."""
+def build_id(fingerprints: Sequence[str], sources: Iterable[str] = (), root: Path = ROOT) -> str:
+    """`b-` and 12 hex digits of a hash of the workflow-facing code (the `CORE`
+    packages under `root`), of `sources` (`sources_of`: the agents' own code) and
+    of the agents' fingerprints: the same for the same code and agents, on any
+    machine; a change to any of them is a new version."""
     digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent.parent
-    for package in _CODE:
+    for package in CORE:
         for path in sorted((root / package).rglob("*.py")):
             digest.update(path.relative_to(root).as_posix().encode())
             digest.update(path.read_bytes())
+    for source in sorted(set(sources)):
+        digest.update(source.encode())
     for fingerprint in sorted(fingerprints):
         digest.update(fingerprint.encode())
     return f"b-{digest.hexdigest()[:12]}"
+
+
+_INSTALLED = {"site-packages", "dist-packages"}
+
+
+def sources_of(functions: Iterable[Callable[..., Any]]) -> list[str]:
+    """What names the code behind `functions` (tools), outside the core: for each
+    one's top-level package, a hash of its Python files, or, for one installed from
+    a distribution, the distribution's name and version. So a changed tool (or the
+    store it reads) is a new version, as a changed loop is: a turn approved
+    tomorrow runs the tool code that was there when it was proposed."""
+    tops = {getattr(fn, "__module__", None) or "" for fn in functions}
+    distributions = importlib.metadata.packages_distributions()
+    named = []
+    for top in sorted({m.split(".")[0] for m in tops if m} - set(CORE)):
+        module = sys.modules.get(top)
+        file = getattr(module, "__file__", None)
+        if not file:
+            continue  # built in, or a namespace package with nothing to hash
+        path = Path(file).resolve()
+        dists = distributions.get(top)
+        if dists and _INSTALLED & set(path.parts):
+            versions = sorted(f"{d}=={importlib.metadata.version(d)}" for d in set(dists))
+            named.append(f"{top}:{','.join(versions)}")
+            continue
+        files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+        digest = hashlib.sha256()
+        for f in files:
+            digest.update(f.relative_to(path.parent).as_posix().encode())
+            digest.update(f.read_bytes())
+        named.append(f"{top}:{digest.hexdigest()}")
+    return named
 
 
 def deployment_config(version: WorkerDeploymentVersion) -> WorkerDeploymentConfig:
