@@ -40,7 +40,14 @@ from durable_agent.model import ModelCatalog
 from durable_agent.runtime import metrics
 from durable_agent.runtime.chaos import ChaosInterceptor, Faults
 from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
-from durable_agent.runtime.deployments import build_id, deployment_config, promote, sources_of
+from durable_agent.runtime.deployments import (
+    build_id,
+    claim,
+    deployment_config,
+    promote,
+    record_code,
+    sources_of,
+)
 from durable_agent.serving import Agents
 from durable_agent.settings import Settings
 from workflows import AgentTurn, Conversation, UnversionedConversation
@@ -113,6 +120,7 @@ class AgentPlugin(SimplePlugin):
     async def _promote(self) -> None:
         try:
             if self.version is not None and self._client is not None:
+                await record_code(self._client, self.version, self.code)
                 await promote(
                     self._client,
                     self.version,
@@ -165,6 +173,9 @@ class AgentWorker(Worker):
         self.plugin = plugin
 
     async def __aenter__(self) -> AgentWorker:
+        if self.plugin.version is not None:
+            # Before the first poll: a build id reused for other code is refused.
+            await claim(self.client, self.plugin.version, self.plugin.code)
         await super().__aenter__()
         if self.plugin.settings.versioning:
             try:

@@ -29,11 +29,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
@@ -44,6 +46,7 @@ from durable_agent.runtime import deployments
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import free_port, is_listening, temporal_cli
 from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
+from durable_agent.settings import Settings
 from durable_agent.types import (
     Exchange,
     Outcome,
@@ -51,7 +54,9 @@ from durable_agent.types import (
     TurnOutput,
 )
 from shop import ShopStore, seed
+from tests.conftest import Harness
 from tests.drill_worker import ChangedConversation
+from worker import build_worker
 from workflows import AgentTurn, Conversation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -514,6 +519,36 @@ def test_a_change_of_tool_code_alone_is_a_new_version(tmp_path: Path) -> None:
 
     (installed,) = deployments.sources_of([pydantic.BaseModel.model_validate])
     assert installed == f"pydantic:pydantic=={pydantic.VERSION}"
+
+
+async def test_a_build_id_reused_for_other_code_is_refused(
+    env: WorkflowEnvironment, harness: Harness
+) -> None:
+    """`AGENT_BUILD_ID=r1` kept (in a `.env`, say) for a release whose agent changed:
+    the new worker would take turns pinned to r1 and replay them on its code."""
+    queue = f"reuse-{uuid.uuid4().hex[:8]}"
+
+    def worker(instructions: str):  # type: ignore[no-untyped-def]
+        settings = replace(Settings.from_env(), versioning=True, build_id="r1", promote="always")
+        agent = replace(harness.agent(), instructions=instructions)
+        return build_worker(env.client, queue, agents=[agent], settings=settings)
+
+    async with worker("You answer about orders.") as first:
+        code = first.plugin.code
+        await until(lambda: recorded(env.client, queue, code), "the version's code recorded")
+    async with worker("You answer about orders.") as again:  # the same release, restarted
+        assert again.plugin.code == code
+    with pytest.raises(deployments.VersionConflict, match="Give this release a build id"):
+        async with worker("You answer about orders, briefly."):
+            pass
+
+
+async def recorded(client: Client, queue: str, code: str) -> bool:
+    try:
+        await deployments.claim(client, WorkerDeploymentVersion(queue, "r1"), code + "x")
+    except deployments.VersionConflict:
+        return True
+    return False
 
 
 def test_the_server_command_runs_a_server_no_worker_owns(tmp_path: Path) -> None:

@@ -39,6 +39,10 @@ are gone: a restart with new code), and otherwise leaves it to the operator;
 does this); `never` leaves it to the operator. A turn started while the current
 version has no workers waits in the queue and runs on the version made current
 next: a workflow is pinned only once its first task has run.
+
+A build id given by hand (`AGENT_BUILD_ID`) must name one release: a worker whose
+code differs from the code already recorded for that version refuses to start
+(`VersionConflict`), since turns pinned to it would replay on the wrong code.
 """
 
 from __future__ import annotations
@@ -54,15 +58,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.deployment.v1 import WorkerDeploymentVersion as VersionMessage
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType, WorkerDeploymentVersionStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
     DescribeWorkerDeploymentRequest,
+    DescribeWorkerDeploymentVersionRequest,
     SetWorkerDeploymentCurrentVersionRequest,
+    UpdateWorkerDeploymentVersionMetadataRequest,
 )
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, VersioningBehavior, WorkerDeploymentVersion
+from temporalio.converter import default as default_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
@@ -354,3 +362,63 @@ async def move_conversations(client: Client, deployment: str) -> dict[str, int]:
 
 VERSION = SearchAttributeKey.for_keyword("TemporalWorkerDeploymentVersion")
 """Set by the server on a versioned workflow: the version its workflow tasks run on."""
+
+
+class VersionConflict(Exception):
+    """A worker was given a build id that is already a version of other code."""
+
+
+CODE_KEY = "durable-agent.code"
+"""The version's metadata entry naming its code (`build_id` of code and agents)."""
+
+
+async def claim(client: Client, version: WorkerDeploymentVersion, code: str) -> None:
+    """Refuse, before polling, to serve `version` with code other than the code it
+    was first served with (a build id reused by hand, e.g. from a `.env` file, for a
+    new release); once serving, record `code` on a version that has none. A server
+    that refuses the metadata calls (permissions) is let be, with a warning."""
+    wanted = VersionMessage(deployment_name=version.deployment_name, build_id=version.build_id)
+    try:
+        described = await client.workflow_service.describe_worker_deployment_version(
+            DescribeWorkerDeploymentVersionRequest(
+                namespace=client.namespace, deployment_version=wanted
+            )
+        )
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:
+            log.warning("version %s: cannot read its metadata (%s)", version, e.message)
+        return
+    entries = described.worker_deployment_version_info.metadata.entries
+    if CODE_KEY in entries:
+        recorded = default_converter().payload_converter.from_payload(entries[CODE_KEY], str)
+        if recorded != code:
+            raise VersionConflict(
+                f"build id {version.build_id!r} is already version "
+                f"{version.deployment_name}:{version.build_id} of other code ({recorded}; "
+                f"this worker's is {code}): turns pinned to it would replay on this code. "
+                "Give this release a build id of its own (AGENT_BUILD_ID), or leave "
+                "AGENT_BUILD_ID unset to name it by its code"
+            )
+
+
+async def record_code(client: Client, version: WorkerDeploymentVersion, code: str) -> None:
+    """Write `code` in the version's metadata (see `claim`), retrying while the server
+    has not yet created the version (a worker's first poll creates it)."""
+    payload = default_converter().payload_converter.to_payload(code)
+    request = UpdateWorkerDeploymentVersionMetadataRequest(
+        namespace=client.namespace,
+        deployment_version=VersionMessage(
+            deployment_name=version.deployment_name, build_id=version.build_id
+        ),
+        upsert_entries={CODE_KEY: payload},
+        identity=f"durable-agent worker {version.build_id}",
+    )
+    for attempt in range(40):
+        try:
+            await client.workflow_service.update_worker_deployment_version_metadata(request)
+            return
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                log.warning("version %s: cannot record its code (%s)", version, e.message)
+                return
+            await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))
