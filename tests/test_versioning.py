@@ -42,19 +42,25 @@ from temporalio.workflow import NondeterminismError
 
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ConversationInput, MessageAccepted
+from durable_agent.model import ModelCatalog, ModelRequest, Reply
+from durable_agent.offline import OfflineModel
 from durable_agent.runtime import deployments
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import free_port, is_listening, temporal_cli
 from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
+from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
 from durable_agent.types import (
     Exchange,
     Outcome,
+    StepKind,
+    ToolCall,
     TurnInput,
+    TurnLimits,
     TurnOutput,
 )
-from shop import ShopStore, seed
-from tests.conftest import Harness
+from shop import TOOLS_WITH_POLICY_EXPERT, ShopStore, seed
+from tests.conftest import Harness, last_result
 from tests.drill_worker import ChangedConversation
 from worker import build_worker
 from workflows import AgentTurn, Conversation
@@ -469,6 +475,87 @@ async def test_the_same_deploy_without_versions_fails_the_waiting_turns(
         assert [returns_of(tmp_path / "shop.db", o) for o in orders] == [0] * len(orders)
         for t in [*turn_ids, chat.id]:
             await client.get_workflow_handle(t).terminate("drill over")
+
+
+def expert_after_consent() -> ScriptedModel:
+    """The parent first asks to start a return (it waits for consent), then asks the
+    policy expert, a sub-agent; the expert looks the policy up; both answer with
+    what they were told."""
+    write = ToolCall(
+        id="c1", name="start_return", arguments={"order_id": "123456", "reason": "broken"}
+    )
+    ask = ToolCall(id="c2", name="policy_expert", arguments={"question": "Do you ship to Canada?"})
+
+    def expert(request: ModelRequest) -> bool:
+        return [t.name for t in request.tools] == ["search_policies"]
+
+    def plan(request: ModelRequest) -> Reply:
+        if expert(request):
+            return Reply(
+                calls=[
+                    ToolCall(id="e1", name="search_policies", arguments={"query": request.question})
+                ]
+            )
+        return Reply(calls=[write])
+
+    def interpret(request: ModelRequest) -> Reply:
+        if expert(request) or "Canada" in last_result(request):
+            return Reply(text=last_result(request))
+        return Reply(calls=[ask])
+
+    return ScriptedModel(plans=[plan], decisions=[interpret])
+
+
+async def test_a_sub_agents_turn_runs_on_its_parents_version(harness: Harness) -> None:
+    """A parent pinned to version 1 starts its sub-agent's turn after version 2 has
+    been made current: the child runs on version 1, beside its parent."""
+    client = harness.client
+    queue = f"sub-{uuid.uuid4().hex[:8]}"
+    model = expert_after_consent()
+    agent = harness.agent(TOOLS_WITH_POLICY_EXPERT)
+
+    def worker(build: str, promote: str):  # type: ignore[no-untyped-def]
+        settings = replace(Settings.from_env(), versioning=True, build_id=build, promote=promote)
+        return build_worker(
+            client,
+            queue,
+            agents=[agent],
+            models=ModelCatalog({"scripted": lambda _: model, "offline": lambda _: OfflineModel()}),
+            settings=settings,
+        )
+
+    async with worker("p1", "always"):
+        asked = TurnInput(
+            question="Return 123456; and can I get it in Toronto?",
+            model="scripted",
+            limits=TurnLimits(max_steps=4),
+        )
+        parent = await start_turn(client, asked, queue)
+        await until(lambda: has_pending(parent), "the parent waits for consent")
+        async with worker("p2", "never"):
+            await deployments.make_current(client, WorkerDeploymentVersion(queue, "p2"))
+            await decide(client, parent.id, None, approved=True, by="test")
+            result: TurnOutput = await parent.result()
+            (call,) = [
+                s for s in result.steps if s.kind is StepKind.TOOL_CALL and "expert" in s.text
+            ]
+            child = client.get_workflow_handle(call.text.rsplit("→ ", 1)[1])
+            await child.result()
+            # New work goes to version 2 meanwhile: a turn asked now runs there. (Not
+            # started eagerly: that hands its first task to a worker of this process,
+            # whichever version it is.)
+            fresh = await client.start_workflow(
+                AgentTurn.run, TurnInput(question=SHIPPED), id=f"{queue}-fresh", task_queue=queue
+            )
+            await fresh.result()
+    assert result.outcome is Outcome.ANSWERED and "Canada" in result.answer
+    assert await story(parent) == ({"p1"}, [])
+    assert await story(child) == ({"p1"}, [])
+    assert await story(fresh) == ({"p2"}, [])
+
+
+async def has_pending(handle: WorkflowHandle) -> bool:
+    return bool((await progress_of(handle)).pending)
 
 
 def test_a_version_is_named_by_code_and_agents() -> None:
