@@ -358,7 +358,33 @@ def test_server_config_and_scripts_parse(services: dict[str, Any]) -> None:
         assert out.returncode == 0, out.stderr
 
 
-# -- the Dockerfile -------------------------------------------------------------------
+def test_the_server_tells_a_pinned_conversation_of_a_new_version(
+    services: dict[str, Any],
+) -> None:
+    """Conversations are pinned and move to a new current version between turns when
+    the server says it changed (`TargetWorkerDeploymentVersionChanged`): Temporal
+    1.30.2 and later, with the switch on."""
+    tag = services["temporal"]["image"].split(":")[1]
+    assert tuple(int(n) for n in tag.split(".")[:3]) >= (1, 30, 2), tag
+    mounted = {v["target"]: Path(v["source"]) for v in services["temporal"]["volumes"]}
+    path = services["temporal"]["environment"]["DYNAMIC_CONFIG_FILE_PATH"]
+    dynamic = yaml.safe_load(mounted[f"/etc/temporal/{path}"].read_text())
+    assert dynamic["system.enableSendTargetVersionChanged"][0]["value"] is True
+    assert dynamic["system.enableDeploymentVersions"][0]["value"] is True
+
+
+def test_each_release_has_an_image_of_its_own(services: dict[str, Any]) -> None:
+    """Building the next release (AGENT_IMAGE_TAG=r2) leaves the image the running
+    workers came from alone; the worker and the codec server share the image."""
+    assert services["worker"]["image"] == "durable-agent:local"
+    out = run_compose("config", "--format", "json", AGENT_IMAGE_TAG="r2")
+    assert out.returncode == 0, out.stderr
+    resolved = json.loads(out.stdout)["services"]
+    assert resolved["worker"]["image"] == "durable-agent:r2"
+    codec = run_compose(
+        "--profile", "encryption", "config", "--format", "json", AGENT_IMAGE_TAG="r2"
+    )
+    assert json.loads(codec.stdout)["services"]["codec-server"]["image"] == "durable-agent:r2"
 
 
 def dockerfile() -> list[tuple[str, str]]:
