@@ -11,8 +11,8 @@ version (code and agents) that started it instead, and sends new work to the
     AgentTurn      pinned: finishes, approvals and all, on the version it started on;
                    its sub-agents' turns (child workflows) start on it too
     Conversation   pinned, run by run: when the current version changes, it continues
-                   as new onto it at the next turn boundary (a turn ended; a message,
-                   the `end` or `upgrade` signal, or its idle timeout woke it), carrying
+                   as new onto it at the next turn boundary (a turn ended, or a
+                   message or the `upgrade` signal woke it while idle), carrying
                    its memory, its waiting messages and its stream. So a run never
                    replays on code it did not start on, and a message sent after a
                    deploy gets a turn of the new code
