@@ -7,6 +7,9 @@ python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
 python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
 python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
+python client.py versions       # the worker deployment's versions, and what needs each
+python client.py move-conversations   # idle conversations onto the current version now
+python client.py server         # a Temporal server alone (for rollouts; Ctrl-C stops it)
 python client.py demo           # the six sample questions, no setup needed
 python client.py web [--agent NAME] [--port 8080] [--customer ID]   # the web chat, on loopback
 
@@ -29,9 +32,11 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import telemetry
@@ -40,7 +45,17 @@ from durable_agent.chat import ConversationInput
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.pricing import usage_line
 from durable_agent.runtime import deployments, search
-from durable_agent.runtime.server import Connection, ServerUnavailable, connect
+from durable_agent.runtime.server import (
+    LOCAL_HOST,
+    LOCAL_PORT,
+    LOCAL_UI_PORT,
+    STATE_DIR,
+    Connection,
+    EmbeddedServer,
+    ServerUnavailable,
+    connect,
+    is_listening,
+)
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.runtime.turns import (
     AgentClientError,
@@ -72,6 +87,7 @@ from durable_agent.types import (
     check_customer_id,
 )
 from workflows import AgentTurn, Conversation
+from workflows import search as keys
 
 __all__ = ["main", "start_turn"]
 
@@ -507,8 +523,10 @@ async def cmd_pending(args: argparse.Namespace) -> None:
             return
         now = datetime.now(timezone.utc)
         for w in waiting:
+            build = w.version.rpartition(":")[2]
             print(
                 f"{w.workflow_id}  {w.approval.call.id}  {w.approval.call.render()}  {w.age(now)}"
+                + (f"  {build}" if build else "")
             )
 
 
@@ -562,17 +580,26 @@ async def cmd_list(args: argparse.Namespace) -> None:
             )
 
 
-async def cmd_versions(args: argparse.Namespace) -> int:
+def deployment_of(args: argparse.Namespace) -> str:
     deployment = (args.deployment or os.environ.get("AGENT_DEPLOYMENT") or args.task_queue).strip()
     if not deployment or len(deployment) > 255 or not deployment.isprintable():
         raise CliError(f"--deployment {args.deployment!r}: give a worker deployment's name")
+    return deployment
+
+
+def no_deployment(deployment: str) -> str:
+    return (
+        f"no worker deployment {deployment!r}: workers are versions of one once "
+        "they start with AGENT_VERSIONING=on (the default)"
+    )
+
+
+async def cmd_versions(args: argparse.Namespace) -> int:
+    deployment = deployment_of(args)
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
         now = await deployments.routing(conn.client, deployment)
         if now is None:
-            print(
-                f"no worker deployment {deployment!r}: workers are versions of one once "
-                "they start with AGENT_VERSIONING=on (the default)"
-            )
+            print(no_deployment(deployment))
             return 1
         reports = await deployments.versions(
             conn.client, deployment, indexed=await search.available(conn.client)
@@ -580,12 +607,81 @@ async def cmd_versions(args: argparse.Namespace) -> int:
         ramp = f", ramping {now.ramping} at {now.ramping_percentage:g}%" if now.ramping else ""
         print(f"deployment {deployment}: current {now.current or '(none)'}{ramp}")
         for r in reports:
-            waiting = f" ({r.awaiting_approval} awaiting approval)" if r.awaiting_approval else ""
+            for line in version_lines(r):
+                print(line)
+        return 0
+
+
+def version_lines(r: deployments.VersionReport) -> list[str]:
+    """A version's line, and for one that took new work before, what still needs its
+    workers: turns finish on it; conversations move to the current version between
+    turns (those mid-turn once their turn ends, idle ones at their next message or
+    when `move-conversations` wakes them), each in one workflow task on it."""
+    waiting = f" ({r.awaiting_approval} awaiting approval)" if r.awaiting_approval else ""
+    chats = counted(r.conversations, "conversation")
+    if r.conversations and r.idle is not None:
+        chats += f" ({r.mid_turn} mid-turn, {r.idle} idle)"
+    turns = counted(r.turns, "turn")
+    lines = [f"  {r.build_id:<24} {r.status:<9} {turns} running{waiting}, {chats}"]
+    if r.takes_new_work:
+        return lines
+    if not r.needs_workers:
+        if r.status not in ("draining", "drained"):
+            return lines  # never current (a new version, say): nothing to say yet
+        return [*lines, f"    nothing needs the workers of {r.build_id}: stop them"]
+    parts = [f"{turns} finish on it"] if r.turns else []
+    idle = r.conversations if r.idle is None else r.idle
+    if r.mid_turn:
+        parts.append(f"{counted(r.mid_turn, 'conversation')} move when their turn ends")
+    if idle:
+        which = "idle conversation" if r.idle is not None else "conversation"
+        parts.append(
+            f"{counted(idle, which)} move at their next message "
+            "(or now: python client.py move-conversations)"
+        )
+    return [*lines, f"    {r.build_id} still needs its workers: {'; '.join(parts)}"]
+
+
+def counted(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
+async def cmd_move_conversations(args: argparse.Namespace) -> int:
+    deployment = deployment_of(args)
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        now = await deployments.routing(conn.client, deployment)
+        if now is None or not now.current:
             print(
-                f"  {r.build_id:<24} {r.status:<9} {r.turns} turns running{waiting}, "
-                f"{r.conversations} conversations"
+                no_deployment(deployment) if now is None else f"{deployment} has no current version"
+            )
+            return 1
+        woken = await deployments.move_conversations(conn.client, deployment)
+        if not woken:
+            print(f"no conversation runs on a version other than {now.current}")
+        for build, count in sorted(woken.items()):
+            print(
+                f"{counted(count, 'conversation')} on {build} asked to move to "
+                f"{now.current}: idle ones move now, the others when their turn ends (both "
+                f"need the workers of {build} for that step)"
             )
         return 0
+
+
+async def cmd_server(args: argparse.Namespace) -> int:
+    """A Temporal dev server with this project's flags, in the foreground (`exec`)."""
+    if is_listening(LOCAL_HOST, args.port):
+        raise CliError(
+            f"something already listens on {LOCAL_HOST}:{args.port} (a server that "
+            "`python worker.py` started, perhaps: stop that worker first), or give --port"
+        )
+    server = EmbeddedServer(Path(args.db_file), port=args.port, ui_port=args.ui_port)
+    print(
+        f"Temporal server on {server.address}, Web UI http://localhost:{args.ui_port}, "
+        f"data in {args.db_file}; Ctrl-C stops it",
+        flush=True,
+    )
+    telemetry.flush()
+    server.exec()
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
@@ -615,6 +711,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 # No worker to ask: what the history holds, and what is missing.
                 for line in await history_view(handle):
                     print(line)
+                print_running(desc.typed_search_attributes)
                 print(
                     "note: no worker answered, so this is the history only; the live steps "
                     "need a running worker (`python worker.py`)",
@@ -627,6 +724,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                     p.call.id == c.id for p in progress.pending for c in step.calls
                 ):
                     print(decide_hint(desc.id, step))
+            print_running(desc.typed_search_attributes)
             return 0
         if desc.status != WorkflowExecutionStatus.COMPLETED:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
@@ -637,6 +735,17 @@ async def cmd_show(args: argparse.Namespace) -> int:
 
 
 SHOW_QUERY_S = 5.0
+
+
+def print_running(attributes: TypedSearchAttributes) -> None:
+    """A running turn's agent, fingerprint and worker version, as the server has them:
+    the version from its first step; the agent once the turn has said (when it first
+    waits for approval, else when it ends)."""
+    agent, fingerprint = attributes.get(keys.AGENT), attributes.get(keys.FINGERPRINT)
+    if agent and fingerprint:
+        print(f"agent: {agent} (fingerprint {fingerprint})")
+    if version := attributes.get(deployments.VERSION):
+        print(f"version: {version}")
 
 
 async def cmd_demo(args: argparse.Namespace) -> None:
@@ -791,6 +900,30 @@ def parser() -> argparse.ArgumentParser:
         "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
     )
     versions.set_defaults(run=cmd_versions)
+
+    move = sub.add_parser(
+        "move-conversations",
+        help="wake the conversations on old versions, so idle ones move to the current "
+        "version now (their old version's workers run that step)",
+    )
+    move.add_argument(
+        "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
+    )
+    move.set_defaults(run=cmd_move_conversations)
+
+    server = sub.add_parser(
+        "server",
+        help="run a Temporal dev server alone, with this project's settings and search "
+        "attributes, until Ctrl-C (workers then connect to it and do not own it)",
+    )
+    server.add_argument("--port", type=int, default=LOCAL_PORT, help="default: %(default)s")
+    server.add_argument("--ui-port", type=int, default=LOCAL_UI_PORT, help="default: %(default)s")
+    server.add_argument(
+        "--db-file",
+        default=str(STATE_DIR / "temporal.db"),
+        help="its SQLite file (default: %(default)s, the one `python worker.py` uses)",
+    )
+    server.set_defaults(run=cmd_server)
 
     demo = sub.add_parser("demo", help="run the six sample questions end to end")
     demo.add_argument("--model", default="", help="model spec (default: the worker's)")

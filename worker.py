@@ -35,6 +35,7 @@ from durable_agent.plugin import AgentPlugin, AgentWorker
 from durable_agent.plugin import build_worker as build_agent_worker
 from durable_agent.runtime import logs, metrics, search
 from durable_agent.runtime.chaos import Faults
+from durable_agent.runtime.deployments import VersionConflict
 from durable_agent.runtime.server import ServerUnavailable, connect
 from durable_agent.serving import ServedAgent, load
 from durable_agent.settings import Settings
@@ -206,7 +207,13 @@ def main() -> None:
         servers = mcp.load_config(args.mcp_config) if args.mcp_config else []
         observed = metrics.MetricsSettings.from_env(args.metrics_port)
         asyncio.run(run(agents, checked.settings, observed, servers))
-    except (ServerUnavailable, ShieldConfigError, AgentDefinitionError, ValueError) as e:
+    except (
+        ServerUnavailable,
+        ShieldConfigError,
+        AgentDefinitionError,
+        VersionConflict,
+        ValueError,
+    ) as e:
         raise SystemExit(f"error: {e}") from None
     finally:
         telemetry.flush()

@@ -34,6 +34,13 @@ class Memory(BaseModel):
         return kept
 
 
+class WaitingMessage(BaseModel):
+    """A message `send` accepted whose turn has not started yet."""
+
+    text: str
+    turn_id: str
+
+
 class ConversationInput(BaseModel):
     customer_id: str = DEFAULT_CUSTOMER
     agent: str = ""
@@ -64,6 +71,12 @@ class ConversationInput(BaseModel):
     stream_state: WorkflowStreamState | None = None
     """Carried over continue-as-new: the conversation's stream (its recent events and
     offsets), so a reader follows it across runs without a gap."""
+    waiting: list[WaitingMessage] = Field(default_factory=list)
+    """Carried over continue-as-new: messages accepted and not yet answered, in order;
+    the new run starts their turns, under the ids they were given."""
+    ended: bool = False
+    """Carried over continue-as-new: the customer is done; the waiting messages are
+    answered, then the conversation ends."""
 
 
 class ChatMessage(BaseModel):
@@ -82,6 +95,10 @@ class MessageAccepted(BaseModel):
 
     turn_id: str
     turn: int
+    started: bool = True
+    """False: the conversation moved to new code first (continue-as-new onto the
+    deployment's current version), and the turn is the new run's first act: it exists
+    a moment later, under `turn_id` (`durable_agent.runtime.turns.send` waits for it)."""
 
 
 class ConversationState(BaseModel):

@@ -50,7 +50,14 @@ from durable_agent.model import ModelCatalog
 from durable_agent.runtime import metrics
 from durable_agent.runtime.chaos import ChaosInterceptor, Faults
 from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
-from durable_agent.runtime.deployments import build_id, deployment_config, promote
+from durable_agent.runtime.deployments import (
+    build_id,
+    claim,
+    deployment_config,
+    promote,
+    record_code,
+    sources_of,
+)
 from durable_agent.serving import Agents
 from durable_agent.settings import Settings
 from workflows import AgentTurn, Conversation, UnversionedConversation
@@ -80,6 +87,9 @@ class AgentPlugin(SimplePlugin):
         self.given = list(agents)
         self.version: WorkerDeploymentVersion | None = None
         """This worker's version, once `configure_worker` knows its task queue."""
+        self.code = ""
+        """What this worker runs, named as a default build id is (`build_id`): the
+        core, the agents' tool modules and the agents' fingerprints."""
         self.promoted = asyncio.Event()
         """Set once the deployment has a current version that serves (this one, or a
         live one `Settings.promote` leaves alone)."""
@@ -123,6 +133,7 @@ class AgentPlugin(SimplePlugin):
     async def _promote(self) -> None:
         try:
             if self.version is not None and self._client is not None:
+                await record_code(self._client, self.version, self.code)
                 await promote(
                     self._client,
                     self.version,
@@ -139,10 +150,12 @@ class AgentPlugin(SimplePlugin):
         self._client = config["client"]
         self._task_queue = config["task_queue"]
         if self.settings.versioning and config.get("deployment_config") is None:
-            fingerprints = [s.fingerprint for s in self.agents.served.values()]
+            served = self.agents.served.values()
+            tools = [t.fn for s in served for t in s.tools.tools.values()]
+            self.code = build_id([s.fingerprint for s in served], sources_of(tools))
             self.version = WorkerDeploymentVersion(
                 deployment_name=self.settings.deployment or config["task_queue"],
-                build_id=self.settings.build_id or build_id(fingerprints),
+                build_id=self.settings.build_id or self.code,
             )
             config["deployment_config"] = deployment_config(self.version)
         converter = config["client"].data_converter
@@ -213,6 +226,9 @@ class AgentWorker(Worker):
         self.plugin = plugin
 
     async def __aenter__(self) -> AgentWorker:
+        if self.plugin.version is not None:
+            # Before the first poll: a build id reused for other code is refused.
+            await claim(self.client, self.plugin.version, self.plugin.code)
         await super().__aenter__()
         if self.plugin.settings.versioning:
             try:

@@ -12,7 +12,8 @@
     AGENT_SHIELDS_INPUT / _TOOL_INPUT / _TOOL_OUTPUT / _OUTPUT, AGENT_SHIELDS_FAIL_OPEN
     AGENT_VERSIONING        on (default) | off: workers as versions of a deployment
     AGENT_DEPLOYMENT        the worker deployment (default: the task queue)
-    AGENT_BUILD_ID          this worker's version (default: a hash of code and agents)
+    AGENT_BUILD_ID          this worker's version (default: a hash of the code, the agents'
+                            tools' code and the agents); one per release
     AGENT_PROMOTE           auto (default) | always | never: make this version current
                             (`durable_agent.runtime.deployments`)
     AGENT_WORKFLOW_SANDBOX  off (default) | on: run the turn and conversation workflows
@@ -52,7 +53,8 @@ class Settings:
     deployment: str = ""
     """The worker deployment's name; empty: the task queue's."""
     build_id: str = ""
-    """This worker's version; empty: a hash of the code and the agents' fingerprints."""
+    """This worker's version; empty: a hash of the code, the agents' tools' code and the
+    agents' fingerprints (`deployments.build_id`)."""
     promote: str = "auto"
     """`auto`: make this version current when the deployment has none; `always`; `never`."""
     workflow_sandbox: bool = False

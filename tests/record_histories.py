@@ -2,10 +2,13 @@
 
     python -m tests.record_histories
 
-Run it when a change to the workflow is *meant* to change its commands, and
-commit the new files together with a versioning plan (`workflow.patched`) for
-turns already running. Until then, the stored histories prove that the
-workflow code still makes the same decisions from the same history.
+Run it when a change to the workflows is *meant* to change their commands, and
+commit the new files with it. Turns and conversations already running are pinned
+to the worker version they started on (docs/deploy.md), so such a change needs no
+`workflow.patched`; at a release, move the current files to
+`histories/<the release>/` first, so the next release is checked against them.
+Until then, the stored histories prove that the workflow code still makes the same
+decisions from the same history.
 """
 
 from __future__ import annotations

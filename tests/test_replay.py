@@ -7,10 +7,12 @@ conversation, a streamed turn, a sub-agent's turn and its parent. They must
 replay (a worker that picks up a turn after a crash replays it), and a change
 that is not patched is shown to fail them.
 
-Conversations move to new code between turns, so every stored conversation, of
-any earlier build, must replay here. Turns are pinned to the version (code and
-agents) they started on (`durable_agent/runtime/deployments.py`, the drill in
-`tests/test_versioning.py`), so the turn's code changes freely; the turns of
+Turns and conversations are pinned to the version (code and agents) they
+started on, run by run (`durable_agent/runtime/deployments.py`, the drill in
+`tests/test_versioning.py`): a conversation moves to new code only by continuing
+as new between turns, so the code of both changes freely. Conversations of the
+builds before that ran auto-upgrade, and replay once on the code that pins them,
+so every stored conversation of an earlier build must replay here. The turns of
 earlier builds are kept to show which of them could not continue here:
 
 - `histories/v0.1/`: 0.1 screened no question before `plan`; none continues here.
@@ -63,8 +65,10 @@ MARKED_TURNS = [p for p in MARKED if p.stem != "conversation"]
 TIMED_TURNS = [p for p in TIMED if p.stem != "conversation"]
 
 
-async def replay(path: Path, turn: type = AgentTurn) -> BaseException | None:
-    replayer = Replayer(workflows=[turn, Conversation], data_converter=LEAN_DATA_CONVERTER)
+async def replay(
+    path: Path, turn: type = AgentTurn, chat: type = Conversation
+) -> BaseException | None:
+    replayer = Replayer(workflows=[turn, chat], data_converter=LEAN_DATA_CONVERTER)
     id_file = path.with_suffix(".id")
     workflow_id = id_file.read_text().strip() if id_file.exists() else f"replay-{path.stem}"
     history = WorkflowHistory.from_json(workflow_id, path.read_text())
@@ -96,6 +100,14 @@ async def test_the_gate_catches_a_change_that_is_not_patched(name: str) -> None:
     history = HERE / f"{name}.json"
     assert await replay(history) is None
     assert isinstance(await replay(history, ChangedTurn), NondeterminismError)
+
+
+async def test_the_gate_catches_a_change_of_the_conversation() -> None:
+    from tests.drill_worker import ChangedConversation
+
+    history = HERE / "conversation.json"
+    assert await replay(history) is None
+    assert isinstance(await replay(history, chat=ChangedConversation), NondeterminismError)
 
 
 @pytest.mark.parametrize("path", V01, ids=lambda p: p.stem)

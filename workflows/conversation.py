@@ -3,28 +3,32 @@
     send (update)     a message → its own AgentTurn child workflow (`<chat id>-<n>`),
                       given the conversation's memory; answered in order, one at a time
     end (signal)      the customer is done
+    upgrade (signal)  move to the deployment's current version now, if it changed
     state (query)     the memory, the turn in flight, how many turns so far
     idle_timeout      no message for this long ends the conversation
     continue-as-new   when Temporal suggests it (or after max_turns_per_run turns),
                       carrying the memory, so a long chat's history stays bounded
-    versions          auto-upgrade: each step runs on the current worker version, so
-                      a message sent after a deploy is answered by a turn of the new
-                      code (each turn is pinned to the version it started on); this
-                      code must stay replay-compatible across versions (the replay
-                      test guards it): `durable_agent/runtime/deployments.py`
+    versions          pinned, like its turns: a run never replays on code it did not
+                      start on. When the deployment's current version changes, the
+                      conversation continues as new onto it at the next turn boundary
+                      (after a turn ends, or when a message or `upgrade` wakes it
+                      while idle), carrying the memory, the waiting messages and the
+                      stream: `durable_agent/runtime/deployments.py`
 
 Each turn keeps its own history, five activity kinds and approvals; the
 conversation only remembers questions and answers, bounded in count and size,
 and hands them to the next turn as prior conversation. Messages are answered in
 the order they came, one at a time: a message sent while another is being
-answered waits its turn (its `send` returns when its turn starts), so a client
-that sends as soon as it has seen an answer never races the conversation. At
-most `MAX_WAITING` messages wait; more are refused by the update's validator,
-which leaves no trace in the history.
+answered waits its turn (its `send` returns when its turn starts, or, when the
+conversation moves to new code first, when it is handed to the new run, whose
+first act is to start it), so a client that sends as soon as it has seen an answer
+never races the conversation. At most `MAX_WAITING` messages wait; more are
+refused by the update's validator, which leaves no trace in the history.
 """
 
 import asyncio
 from dataclasses import replace
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
@@ -39,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationOutput,
         ConversationState,
         MessageAccepted,
+        WaitingMessage,
     )
     from durable_agent.stream import CHAT_TOPIC, ChatEnded, TurnAnswered, TurnStarted
     from durable_agent.types import Exchange, Outcome, TurnInput, TurnOutput
@@ -52,7 +57,7 @@ STREAM_KEEP = 200
 dropped: a reader that far behind starts again from the oldest kept)."""
 
 
-@workflow.defn(name="Conversation", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
+@workflow.defn(name="Conversation", versioning_behavior=VersioningBehavior.PINNED)
 class Conversation:
     @workflow.init
     def __init__(self, input: ConversationInput) -> None:
@@ -61,11 +66,13 @@ class Conversation:
         self._input = input
         self._exchanges: list[Exchange] = list(input.exchanges)
         self._turns = input.turns
-        self._inbox: list[tuple[str, str]] = []
+        self._inbox: list[tuple[str, str]] = [(m.text, m.turn_id) for m in input.waiting]
         """(question, turn id) accepted by `send`, not yet started, in order."""
         self._started: set[str] = set()
         self._current: str | None = None
-        self._ended = False
+        self._ended = input.ended
+        self._moving = False
+        """Continuing as new: messages accepted from now on are handed to the next run."""
         # Which turn answers which message, for readers (`durable_agent/stream.py`).
         self._stream = WorkflowStream(input.stream_state)
         self._events = self._stream.topic(CHAT_TOPIC)
@@ -76,43 +83,53 @@ class Conversation:
         while True:
             try:
                 await workflow.wait_condition(
-                    lambda: bool(self._inbox) or self._ended,
+                    lambda: bool(self._inbox) or self._ended or _new_version(),
                     timeout=input.idle_timeout,
                     timeout_summary="idle_timeout",
                 )
             except asyncio.TimeoutError:
                 return await self._close("idle")
+            if _new_version() and (self._inbox or not self._ended):
+                # A turn boundary (a turn ended, or a message, a signal woke it while
+                # idle): the next turn starts on the current version's code.
+                await self._continue_as_new()
             if not self._inbox:
                 return await self._close("customer")
             question, turn_id = self._inbox.pop(0)
             await self._answer(question, turn_id)
             answered += 1
-            suggested = workflow.info().is_continue_as_new_suggested()
-            if (answered >= input.max_turns_per_run or suggested) and await self._quiet():
-                state = self._stream.get_state()
-                dropped = max(0, len(state.log) - STREAM_KEEP)
-                state = replace(
-                    state, log=state.log[dropped:], base_offset=state.base_offset + dropped
-                )
-                workflow.continue_as_new(
-                    input.model_copy(
-                        update={
-                            "exchanges": self._exchanges,
-                            "turns": self._turns,
-                            "stream_state": state,
-                        }
-                    )
-                )
+            if not (self._inbox or self._ended) and (
+                answered >= input.max_turns_per_run
+                or workflow.info().is_continue_as_new_suggested()
+            ):
+                # A bounded history; when no message waits (as it always has been).
+                await self._continue_as_new()
 
-    async def _quiet(self) -> bool:
-        """Let readers' polls go and wait for the handlers in flight; True when no
-        message waits either, so the run may continue as new. A message that came
-        meanwhile is answered first (readers retry their polls until then)."""
-        if self._inbox:
-            return False
+    async def _continue_as_new(self) -> NoReturn:
+        """A new run, on the deployment's current version, with the memory, the
+        messages still waiting (their `send` returns now: the new run starts their
+        turns first) and the stream's recent events. Readers' polls are let go and
+        retried on the new run; every handler finishes first."""
+        self._moving = True
         self._stream.detach_pollers()
-        await workflow.wait_condition(lambda: workflow.all_handlers_finished() or bool(self._inbox))
-        return not self._inbox
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        state = self._stream.get_state()
+        dropped = max(0, len(state.log) - STREAM_KEEP)
+        state = replace(state, log=state.log[dropped:], base_offset=state.base_offset + dropped)
+        workflow.continue_as_new(
+            self._input.model_copy(
+                update={
+                    "exchanges": self._exchanges,
+                    "turns": self._turns,
+                    "stream_state": state,
+                    "waiting": [WaitingMessage(text=q, turn_id=t) for q, t in self._inbox],
+                    "ended": self._ended,
+                }
+            ),
+            # A pinned run would stay on its version; the next run starts on the
+            # current one (the same one when nothing changed).
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
+        )
 
     async def _answer(self, question: str, turn_id: str) -> None:
         turn = TurnInput(
@@ -167,12 +184,13 @@ class Conversation:
 
     @workflow.update
     async def send(self, message: ChatMessage) -> MessageAccepted:
-        """Accept a message; returns once the turn that answers it has started."""
+        """Accept a message; returns once the turn that answers it has started, or
+        once it is handed to the next run (`MessageAccepted.started` False)."""
         self._turns += 1
-        turn_id = f"{workflow.info().workflow_id}-{self._turns}"
+        turn, turn_id = self._turns, f"{workflow.info().workflow_id}-{self._turns}"
         self._inbox.append((message.text, turn_id))
-        await workflow.wait_condition(lambda: turn_id in self._started)
-        return MessageAccepted(turn_id=turn_id, turn=self._turns)
+        await workflow.wait_condition(lambda: turn_id in self._started or self._moving)
+        return MessageAccepted(turn_id=turn_id, turn=turn, started=turn_id in self._started)
 
     @send.validator
     def _check_message(self, message: ChatMessage) -> None:
@@ -190,6 +208,12 @@ class Conversation:
         accepted have their answers."""
         self._ended = True
 
+    @workflow.signal
+    def upgrade(self) -> None:
+        """Wakes the conversation, so that an idle one whose deployment has a new
+        current version moves to it now rather than at its next message (its old
+        version's workers are needed for that one step). Nothing else happens."""
+
     @workflow.query
     def state(self) -> ConversationState:
         return ConversationState(
@@ -199,6 +223,12 @@ class Conversation:
             current_turn_id=self._current,
             ended=self._ended,
         )
+
+
+def _new_version() -> bool:
+    """The deployment's current version is no longer the one this run is pinned to
+    (as of this workflow task: it is in the history, so replay sees the same)."""
+    return workflow.info().is_target_worker_deployment_version_changed()
 
 
 @workflow.defn(name="Conversation")

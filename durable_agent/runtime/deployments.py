@@ -1,25 +1,35 @@
-"""Worker versioning: every worker is a version of a worker deployment, and a turn
-finishes on the version it started on.
+"""Worker versioning: every worker is a version of a worker deployment; a turn
+finishes on the version it started on, and a conversation moves to a new version
+only between turns.
 
 A turn can wait a day for a person's consent. A worker deployed meanwhile with
 changed workflow code would replay that turn on the new code and fail it (a
-non-determinism error); Temporal's Worker Versioning pins each turn to the version
-(code and agents) that started it instead, and sends new work to the *current*
-version. So:
+non-determinism error); Temporal's Worker Versioning pins each workflow to the
+version (code and agents) that started it instead, and sends new work to the
+*current* version. So:
 
     AgentTurn      pinned: finishes, approvals and all, on the version it started on;
-                   its sub-agents' turns follow it
-    Conversation   auto-upgrade: its next step runs on the current version, so a
-                   message sent after a deploy gets a turn of the new code; its own
-                   code is small and must stay replay-compatible (`workflow.patched`;
-                   the replay test in CI catches a change that is not)
+                   its sub-agents' turns (child workflows) start on it too
+    Conversation   pinned, run by run: when the current version changes, it continues
+                   as new onto it at the next turn boundary (a turn ended, or a
+                   message or the `upgrade` signal woke it while idle), carrying
+                   its memory, its waiting messages and its stream. So a run never
+                   replays on code it did not start on, and a message sent after a
+                   deploy gets a turn of the new code
+
+What still needs an old version's workers, then: its running turns, to their end
+(those awaiting approval can take a day); its conversations with a turn in flight,
+until that turn ends (then they move by themselves); and its idle conversations, for
+one workflow task (their next message, or `move_conversations` now) in which they
+move. `versions` counts each.
 
 A version is `<deployment>:<build id>`. The deployment defaults to the task queue,
-the build id to a hash of the code (the core, workflows and activities) and of the
-agents' fingerprints, so changing either makes a new version. Rolling out
-(`docs/deploy.md`): start the new version's workers; make it current
-(`temporal worker deployment set-current-version`, or ramp a percentage); watch the
-old one drain (`client.py versions`); stop its workers when nothing runs on it.
+the build id to a hash of the code (the core, workflows and activities, and the
+modules of the served agents' tools) and of the agents' fingerprints, so changing
+any of them makes a new version. Rolling out (`docs/deploy.md`): start the new
+version's workers; make it current (`temporal worker deployment set-current-version`,
+or ramp a percentage); move the idle conversations; watch the old one drain
+(`client.py versions`); stop its workers when nothing needs them.
 
 `promote` says what a starting worker does with the deployment's current version:
 `auto` (the default) makes itself current when the deployment has none (a first
@@ -29,48 +39,96 @@ are gone: a restart with new code), and otherwise leaves it to the operator;
 does this); `never` leaves it to the operator. A turn started while the current
 version has no workers waits in the queue and runs on the version made current
 next: a workflow is pinned only once its first task has run.
+
+A build id given by hand (`AGENT_BUILD_ID`) must name one release: a worker whose
+code differs from the code already recorded for that version refuses to start
+(`VersionConflict`), since turns pinned to it would replay on the wrong code.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.metadata
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from temporalio.api.deployment.v1 import WorkerDeploymentVersion as VersionMessage
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType, WorkerDeploymentVersionStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
     DescribeWorkerDeploymentRequest,
+    DescribeWorkerDeploymentVersionRequest,
     SetWorkerDeploymentCurrentVersionRequest,
+    UpdateWorkerDeploymentVersionMetadataRequest,
 )
 from temporalio.client import Client
-from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.common import SearchAttributeKey, VersioningBehavior, WorkerDeploymentVersion
+from temporalio.converter import default as default_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
 log = logging.getLogger("durable_agent.deployments")
 
 UNVERSIONED = "__unversioned__"
-_CODE = ("durable_agent", "workflows", "activities")
+ROOT = Path(__file__).resolve().parent.parent.parent
+CORE = ("durable_agent", "workflows", "activities")
+"""The packages every worker runs: the workflows and what they import."""
 
 
-def build_id(fingerprints: Sequence[str]) -> str:
-    """`b-` and 12 hex digits of a hash of the workflow-facing code and the agents'
-    fingerprints: the same for the same code and agents, on any machine."""
+def build_id(fingerprints: Sequence[str], sources: Iterable[str] = (), root: Path = ROOT) -> str:
+    """`b-` and 12 hex digits of a hash of the workflow-facing code (the `CORE`
+    packages under `root`), of `sources` (`sources_of`: the agents' own code) and
+    of the agents' fingerprints: the same for the same code and agents, on any
+    machine; a change to any of them is a new version."""
     digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent.parent
-    for package in _CODE:
+    for package in CORE:
         for path in sorted((root / package).rglob("*.py")):
             digest.update(path.relative_to(root).as_posix().encode())
             digest.update(path.read_bytes())
+    for source in sorted(set(sources)):
+        digest.update(source.encode())
     for fingerprint in sorted(fingerprints):
         digest.update(fingerprint.encode())
     return f"b-{digest.hexdigest()[:12]}"
+
+
+_INSTALLED = {"site-packages", "dist-packages"}
+
+
+def sources_of(functions: Iterable[Callable[..., Any]]) -> list[str]:
+    """What names the code behind `functions` (tools), outside the core: for each
+    one's top-level package, a hash of its Python files, or, for one installed from
+    a distribution, the distribution's name and version. So a changed tool (or the
+    store it reads) is a new version, as a changed loop is: a turn approved
+    tomorrow runs the tool code that was there when it was proposed."""
+    tops = {getattr(fn, "__module__", None) or "" for fn in functions}
+    distributions = importlib.metadata.packages_distributions()
+    named = []
+    for top in sorted({m.split(".")[0] for m in tops if m} - set(CORE)):
+        module = sys.modules.get(top)
+        file = getattr(module, "__file__", None)
+        if not file:
+            continue  # built in, or a namespace package with nothing to hash
+        path = Path(file).resolve()
+        dists = distributions.get(top)
+        if dists and _INSTALLED & set(path.parts):
+            versions = sorted(f"{d}=={importlib.metadata.version(d)}" for d in set(dists))
+            named.append(f"{top}:{','.join(versions)}")
+            continue
+        files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+        digest = hashlib.sha256()
+        for f in files:
+            digest.update(f.relative_to(path.parent).as_posix().encode())
+            digest.update(f.read_bytes())
+        named.append(f"{top}:{digest.hexdigest()}")
+    return named
 
 
 def deployment_config(version: WorkerDeploymentVersion) -> WorkerDeploymentConfig:
@@ -195,8 +253,27 @@ class VersionReport:
     status: str
     """current, ramping, draining, drained, inactive"""
     turns: int
+    """Running turns pinned to it: they finish here."""
     awaiting_approval: int
     conversations: int
+    """Running conversations on it: they move to the current version between turns."""
+    mid_turn: int | None = None
+    """Of those, the ones with a turn in flight (None: unknown, the agent's search
+    attributes are not registered)."""
+
+    @property
+    def takes_new_work(self) -> bool:
+        return self.status in ("current", "ramping")
+
+    @property
+    def idle(self) -> int | None:
+        """Conversations between turns: they move at their next message (or `upgrade`)."""
+        return None if self.mid_turn is None else self.conversations - self.mid_turn
+
+    @property
+    def needs_workers(self) -> bool:
+        """Something still runs a workflow task here: its workers must stay."""
+        return self.takes_new_work or bool(self.turns or self.conversations)
 
 
 _STATUS = {
@@ -209,10 +286,16 @@ _STATUS = {
 }
 
 
+def _running_on(deployment: str, build: str) -> str:
+    return (
+        f"TemporalWorkerDeploymentVersion = '{deployment}:{build}' AND ExecutionStatus = 'Running'"
+    )
+
+
 async def versions(client: Client, deployment: str, indexed: bool) -> list[VersionReport]:
     """Each version of the deployment, newest first, with what still runs on it: turns
-    (and how many wait for consent; `indexed`: the agent's search attributes exist)
-    and conversations."""
+    (and how many wait for consent) and conversations (and how many have a turn in
+    flight); `indexed`: the agent's search attributes exist, so those two are known."""
     described = await client.workflow_service.describe_worker_deployment(
         DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
     )
@@ -221,26 +304,21 @@ async def versions(client: Client, deployment: str, indexed: bool) -> list[Versi
         key=lambda v: v.create_time.ToDatetime(),
         reverse=True,
     )
+
+    async def count(query: str) -> int:
+        return (await client.count_workflows(query)).count
+
     reports = []
     for summary in summaries:
         build = summary.deployment_version.build_id
-        on = (
-            f"TemporalWorkerDeploymentVersion = '{deployment}:{build}' "
-            "AND ExecutionStatus = 'Running'"
-        )
-
-        async def count(query: str) -> int:
-            return (await client.count_workflows(query)).count
-
-        turns = await count(f"{on} AND WorkflowType = 'AgentTurn'")
-        waiting = (
-            await count(
-                f"{on} AND WorkflowType = 'AgentTurn' AND AgentStatus = 'awaiting_approval'"
-            )
-            if indexed
-            else 0
-        )
-        chats = await count(f"{on} AND WorkflowType = 'Conversation'")
+        turns_on = f"{_running_on(deployment, build)} AND WorkflowType = 'AgentTurn'"
+        turns = await count(turns_on)
+        chats = await count(f"{_running_on(deployment, build)} AND WorkflowType = 'Conversation'")
+        waiting, mid_turn = 0, None
+        if indexed:
+            waiting = await count(f"{turns_on} AND AgentStatus = 'awaiting_approval'")
+            # A conversation runs one turn at a time, a child pinned to its version.
+            mid_turn = min(chats, await count(f"{turns_on} AND AgentConversation IS NOT NULL"))
         reports.append(
             VersionReport(
                 build_id=build,
@@ -248,6 +326,99 @@ async def versions(client: Client, deployment: str, indexed: bool) -> list[Versi
                 turns=turns,
                 awaiting_approval=waiting,
                 conversations=chats,
+                mid_turn=mid_turn,
             )
         )
     return reports
+
+
+async def move_conversations(client: Client, deployment: str) -> dict[str, int]:
+    """Wake every running conversation on a version of `deployment` that is not its
+    current one (the `upgrade` signal): an idle one moves to the current version now,
+    in one workflow task on its old version's workers; one with a turn in flight
+    moves when that turn ends, as it would anyway. How many, by build id."""
+    now = await routing(client, deployment)
+    if now is None or not now.current:
+        return {}
+    described = await client.workflow_service.describe_worker_deployment(
+        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+    )
+    woken: dict[str, int] = {}
+    for summary in described.worker_deployment_info.version_summaries:
+        build = summary.deployment_version.build_id
+        if build == now.current:
+            continue
+        query = f"{_running_on(deployment, build)} AND WorkflowType = 'Conversation'"
+        async for wf in client.list_workflows(query):
+            try:
+                await client.get_workflow_handle(wf.id, run_id=wf.run_id).signal("upgrade")
+            except RPCError as e:
+                if e.status != RPCStatusCode.NOT_FOUND:  # it ended meanwhile
+                    raise
+                continue
+            woken[build] = woken.get(build, 0) + 1
+    return woken
+
+
+VERSION = SearchAttributeKey.for_keyword("TemporalWorkerDeploymentVersion")
+"""Set by the server on a versioned workflow: the version its workflow tasks run on."""
+
+
+class VersionConflict(Exception):
+    """A worker was given a build id that is already a version of other code."""
+
+
+CODE_KEY = "durable-agent.code"
+"""The version's metadata entry naming its code (`build_id` of code and agents)."""
+
+
+async def claim(client: Client, version: WorkerDeploymentVersion, code: str) -> None:
+    """Refuse, before polling, to serve `version` with code other than the code it
+    was first served with (a build id reused by hand, e.g. from a `.env` file, for a
+    new release); once serving, record `code` on a version that has none. A server
+    that refuses the metadata calls (permissions) is let be, with a warning."""
+    wanted = VersionMessage(deployment_name=version.deployment_name, build_id=version.build_id)
+    try:
+        described = await client.workflow_service.describe_worker_deployment_version(
+            DescribeWorkerDeploymentVersionRequest(
+                namespace=client.namespace, deployment_version=wanted
+            )
+        )
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:
+            log.warning("version %s: cannot read its metadata (%s)", version, e.message)
+        return
+    entries = described.worker_deployment_version_info.metadata.entries
+    if CODE_KEY in entries:
+        recorded = default_converter().payload_converter.from_payload(entries[CODE_KEY], str)
+        if recorded != code:
+            raise VersionConflict(
+                f"build id {version.build_id!r} is already version "
+                f"{version.deployment_name}:{version.build_id} of other code ({recorded}; "
+                f"this worker's is {code}): turns pinned to it would replay on this code. "
+                "Give this release a build id of its own (AGENT_BUILD_ID), or leave "
+                "AGENT_BUILD_ID unset to name it by its code"
+            )
+
+
+async def record_code(client: Client, version: WorkerDeploymentVersion, code: str) -> None:
+    """Write `code` in the version's metadata (see `claim`), retrying while the server
+    has not yet created the version (a worker's first poll creates it)."""
+    payload = default_converter().payload_converter.to_payload(code)
+    request = UpdateWorkerDeploymentVersionMetadataRequest(
+        namespace=client.namespace,
+        deployment_version=VersionMessage(
+            deployment_name=version.deployment_name, build_id=version.build_id
+        ),
+        upsert_entries={CODE_KEY: payload},
+        identity=f"durable-agent worker {version.build_id}",
+    )
+    for attempt in range(40):
+        try:
+            await client.workflow_service.update_worker_deployment_version_metadata(request)
+            return
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                log.warning("version %s: cannot record its code (%s)", version, e.message)
+                return
+            await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))

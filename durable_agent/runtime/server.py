@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
@@ -120,6 +120,12 @@ def _stop_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+def _server_env() -> dict[str, str]:
+    """OTEL_* configure this project's processes; the server would read them as its
+    own, and refuses to start with OTEL_TRACES_EXPORTER=console."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+
+
 @dataclass
 class EmbeddedServer:
     """A `temporal server start-dev` child process, stopped with `stop()`."""
@@ -133,34 +139,44 @@ class EmbeddedServer:
     def address(self) -> str:
         return f"{LOCAL_HOST}:{self.port}"
 
+    def command(self) -> list[str]:
+        """`temporal server start-dev` with this project's flags: the dev-server tuning,
+        the agent's search attributes and, with encryption on, the codec endpoint."""
+        return [
+            temporal_cli(),
+            "server",
+            "start-dev",
+            "--ip",
+            LOCAL_HOST,
+            "--port",
+            str(self.port),
+            "--ui-port",
+            str(self.ui_port),
+            "--db-filename",
+            str(self.db_file),
+            "--log-level",
+            "warn",
+            *DEV_SERVER_TUNING,
+            *dev_server_args(),
+            *ui_codec_args(),
+        ]
+
+    def exec(self) -> NoReturn:
+        """Become the server (`client.py server`): it runs in the foreground, owned by
+        no worker, until Ctrl-C or SIGTERM."""
+        self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        command = self.command()
+        os.execve(command[0], command, _server_env())
+
     def start(self, timeout: float = 30.0) -> EmbeddedServer:
         self.db_file.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.db_file.with_suffix(".log"), "ab")  # noqa: SIM115 - lives with the child
         self.process = subprocess.Popen(
-            [
-                temporal_cli(),
-                "server",
-                "start-dev",
-                "--ip",
-                LOCAL_HOST,
-                "--port",
-                str(self.port),
-                "--ui-port",
-                str(self.ui_port),
-                "--db-filename",
-                str(self.db_file),
-                "--log-level",
-                "warn",
-                *DEV_SERVER_TUNING,
-                *dev_server_args(),
-                *ui_codec_args(),
-            ],
+            self.command(),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            # OTEL_* configure this project's processes; the server would read them as its
-            # own, and refuses to start with OTEL_TRACES_EXPORTER=console.
-            env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+            env=_server_env(),
             # Its own process group: Ctrl-C in the terminal reaches the worker,
             # which then stops the server after a graceful shutdown.
             start_new_session=True,

@@ -32,13 +32,14 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.answers import markdown_plain, markdown_safe
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
+from durable_agent.runtime import deployments
 from durable_agent.runtime import search as registered
 from durable_agent.runtime.settings import TASK_QUEUE, WORKER_HEARTBEAT
 from durable_agent.runtime.streams import turn_events
@@ -153,6 +154,7 @@ async def start_chat(
         )
 
     accepted = await _update(send, message_id)
+    await _turn_started(client, accepted)
     return await start.workflow_handle(), accepted
 
 
@@ -162,16 +164,34 @@ async def send(conversation: WorkflowHandle, text: str, message_id: str = "") ->
     message: the server runs an update id once per run of the conversation."""
     try:
         message = _message(text)
-        return await _update(
+        accepted = await _update(
             lambda update_id: conversation.execute_update(Conversation.send, message, id=update_id),
             message_id,
         )
+        await _turn_started(conversation._client, accepted)  # the handle's own client
+        return accepted
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise AgentClientError(
                 f"conversation {conversation.id} has ended (or never existed); start a new one"
             ) from None
         raise
+
+
+async def _turn_started(client: Client, accepted: MessageAccepted) -> None:
+    """Until the turn answering an accepted message exists. It does at once, unless
+    the conversation moved to new code first: then the new run starts it, a moment
+    later (`MessageAccepted.started`)."""
+    delay = 0.05
+    while not accepted.started:
+        try:
+            await client.get_workflow_handle(accepted.turn_id).describe()
+            return
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 def _message(text: str) -> ChatMessage:
@@ -325,6 +345,8 @@ class Waiting:
 
     workflow_id: str
     approval: PendingApproval
+    version: str = ""
+    """The worker version the turn runs on, `DEPLOYMENT:BUILD_ID` (empty: unversioned)."""
 
     def age(self, now: datetime) -> str:
         seconds = max(0, int((now - self.approval.since).total_seconds()))
@@ -353,7 +375,7 @@ async def pending(client: Client, customer_id: str | None = None) -> list[Waitin
         except (AgentClientError, RPCError):
             continue  # finished meanwhile
         for p in progress.pending:
-            found.append(Waiting(wf.id, p))
+            found.append(Waiting(wf.id, p, wf.typed_search_attributes.get(VERSION) or ""))
     return sorted(found, key=lambda w: w.approval.since)
 
 
@@ -418,8 +440,7 @@ class TurnRow:
     """The worker version it runs (ran) on, `DEPLOYMENT:BUILD_ID` (empty: unversioned)."""
 
 
-VERSION = SearchAttributeKey.for_keyword("TemporalWorkerDeploymentVersion")
-"""Set by the server on a versioned workflow: the version its workflow tasks run on."""
+VERSION = deployments.VERSION
 
 
 async def version_of(handle: WorkflowHandle) -> str:
