@@ -46,7 +46,7 @@ def whole_number(
             or (low is not None and int(value) < low)
             or (high is not None and int(value) > high)
         ):
-            raise argparse.ArgumentTypeError(f"give {what}{span}, not {text!r}")
+            raise argparse.ArgumentTypeError(f"give {what}{span}, not {_shown(text)}")
         return int(value)
 
     return parse
@@ -66,7 +66,42 @@ def number_of(unit: str) -> Callable[[str], float]:
         except ValueError:
             value = math.nan
         if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"give a number of {unit}, not {text!r}")
+            raise argparse.ArgumentTypeError(f"give a number of {unit}, not {_shown(text)}")
         return value
 
     return parse
+
+
+MAX_NAME_CHARS = 1000
+"""Temporal's limit on a task queue's name (and a workflow id's)."""
+
+
+def task_queue_name(text: str) -> str:
+    """An argparse type: a task queue's name, as Temporal takes it."""
+    name = text.strip()
+    if not name or len(name) > MAX_NAME_CHARS or not name.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"give a task queue's name (1 to {MAX_NAME_CHARS} printable characters), "
+            f"not {_shown(text)}"
+        )
+    return name
+
+
+MAX_MODEL_CHARS = 200
+
+
+def model_spec(text: str) -> str:
+    """An argparse type: a model spec (`provider:model`, or empty for the agent's), which
+    the worker resolves; here only its shape is checked (it is also a search attribute,
+    whose values Temporal caps)."""
+    spec = text.strip()
+    if len(spec) > MAX_MODEL_CHARS or any(c.isspace() or not c.isprintable() for c in spec):
+        raise argparse.ArgumentTypeError(
+            f"give a model spec like openai:gpt-4o (at most {MAX_MODEL_CHARS} characters, "
+            f"no spaces), not {_shown(text)}"
+        )
+    return spec
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "…")
