@@ -505,8 +505,11 @@ def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]
         text=True,
     )
     assert proc.stdout is not None and "worker ready" in proc.stdout.readline()
-    live = run(["client.py", "ask", "hi", "--no-wait"], shared_server)
-    assert "no live worker" not in live.stderr
+    # Live once the server has seen it poll (ready is printed as its pollers start).
+    poll(
+        lambda: run(["client.py", "ask", "hi", "--no-wait"], shared_server),
+        lambda o: o.returncode == 0 and "no live worker" not in o.stderr,
+    )
     # Killed once it has sent a heartbeat: from then on its silence says it is gone.
     # (Before, only its polls speak for it, for as long as a long poll lasts.)
     deadline = time.monotonic() + 30
