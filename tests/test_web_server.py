@@ -91,6 +91,10 @@ async def test_bodies_too_large_or_too_deep_are_refused_before_they_are_used(
         response = await http.post(f"{url}/api/chats", content=chunks(), headers=headers)
         assert response.status_code == 413
 
+        long_headers = {f"X-Filler-{n}": "x" * 1000 for n in range(20)}  # over 16 KiB
+        response = await http.post(f"{url}/api/chats", content="{}", headers=long_headers)
+        assert response.status_code == 431
+
         deep = "[" * 20_000 + "]" * 20_000
         response = await http.post(f"{url}/api/chats", content=deep, headers=headers)
         assert response.status_code == 400 and "nested too deeply" in response.json()["error"]

@@ -1,13 +1,14 @@
 """Serving the web chat with uvicorn, on a socket bound before anything is printed.
 
 uvicorn closes a connection idle between requests (`timeout_keep_alive`), limits
-the size of a request's headers (h11's incomplete-event size) and refuses requests
-beyond `limit_concurrency`; it gives no deadline to a request that is still arriving,
-and keeps every connection it accepts. `ChatProtocol` adds both: a request must
-arrive whole, headers and body, within REQUEST_TIMEOUT_S of the connection being
-ready for it (else 408, closed), and a connection beyond MAX_CONNECTIONS gets a 503
-at once. (Content-Length beside Transfer-Encoding is refused by the app:
-`app.RequestFraming`.)
+a request's headers while they arrive in pieces (h11's incomplete-event size) and
+refuses requests beyond `limit_concurrency`; it gives no deadline to a request that
+is still arriving, keeps every connection it accepts, and h11 lets a head that
+arrives in one read grow to 256 KiB. `ChatProtocol` adds these: a request must arrive whole, headers
+and body, within REQUEST_TIMEOUT_S of the connection being ready for it (else 408,
+closed), a connection beyond MAX_CONNECTIONS gets a 503 at once, and a head over
+MAX_HEAD_BYTES a 431 however it arrives. (Content-Length beside Transfer-Encoding
+is refused by the app: `app.RequestFraming`.)
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ class ChatProtocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._deadline is None:
             self._arm()  # the next request on a kept-alive connection begins
+        if self._head_too_long(data):
+            self._disarm()
+            _answer_and_close(
+                self.transport, 431, f"the request line and headers are over {MAX_HEAD_BYTES} bytes"
+            )
+            return
         super().data_received(data)
         if self._arrived():
             self._disarm()
@@ -74,6 +81,16 @@ class ChatProtocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def _head_too_long(self, data: bytes) -> bool:
+        """h11 limits a head that arrives in pieces (`h11_max_incomplete_event_size`),
+        not one that arrives in a single read (up to 256 KiB): both are held to
+        MAX_HEAD_BYTES here."""
+        if self.conn.their_state is not h11.IDLE:
+            return False
+        head = self.conn.trailing_data[0] + data[: MAX_HEAD_BYTES + 4]
+        end = head.find(b"\r\n\r\n")
+        return end > MAX_HEAD_BYTES or (end == -1 and len(head) > MAX_HEAD_BYTES)
 
     def _arrived(self) -> bool:
         """The request has arrived whole, or none has begun (idle: keep-alive's turn)."""
@@ -107,7 +124,9 @@ class ChatProtocol(H11Protocol):
 def _answer_and_close(transport: asyncio.BaseTransport, status: int, message: str) -> None:
     """A JSON error written straight to the socket, for a connection about to close."""
     body = json.dumps({"error": message}).encode()
-    reason = {408: "Request Timeout", 503: "Service Unavailable"}[status]
+    reason = {408: "Request Timeout", 431: "Request Header Fields Too Large"}.get(
+        status, "Service Unavailable"
+    )
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
