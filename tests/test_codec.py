@@ -315,6 +315,15 @@ def test_codec_server_refuses_many_payloads_before_it_parses_them(
     tiny = {"payloads": [{}] * 200_000}  # 0.6 MB, millions of objects were it parsed
     status, _, body = call(codec_server, "POST", "/decode", tiny)
     assert status == 413 and "too many payloads" in body["error"]
+    plain = as_json(json_payload("x"))
+    for crowded in (
+        [plain | {"metadata": {str(n): "" for n in range(33)}}],  # one payload's entries
+        [plain | {"metadata": {str(n): "" for n in range(30)}}] * 140,  # a request's
+        [plain | {"metadata": {"k" * 257: ""}}],
+        [plain | {"metadata": {"encoding": "A" * 8193}}],
+    ):
+        status, _, body = call(codec_server, "POST", "/decode", {"payloads": crowded})
+        assert status == 413, body
     many = {"payloads": [as_json(json_payload("x"))] * 500}
     status, _, body = call(codec_server, "POST", "/encode", many)
     assert status == 200 and len(body["payloads"]) == 500
