@@ -36,9 +36,10 @@ REQUEST_TIMEOUT_S = 15.0
 whole (headers and body): whatever the pace of the bytes, then it is closed."""
 KEEP_ALIVE_S = 5
 """A connection idle between requests is closed after this long."""
-MAX_CONNECTIONS = 64
-"""Connections at once (a browser opens up to six per host; each tab's event stream
-holds one); more get a 503 at once."""
+MAX_CONNECTIONS = 256
+"""Connections at once; more get a 503 at once. A browser opens up to six to a host
+while a page loads, and each tab's event stream holds one: a hundred reloads, then
+fifty tabs of browsers of their own (tests/test_web.py), reached 99 at once."""
 MAX_HEAD_BYTES = 16 * 1024
 """The request line and headers together."""
 HOSTS_SETTING = "AGENT_WEB_HOSTS"
