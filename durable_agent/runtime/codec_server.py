@@ -113,8 +113,8 @@ DEFAULT_ORIGINS = (
 ALLOWED_HEADERS = "Content-Type, X-Namespace, Authorization"
 
 
-class Busy(Exception):
-    """The server serves as many connections or bytes as it may at once."""
+class _Busy(Exception):
+    """The server is reading or decoding as many bytes of bodies as it may at once."""
 
 
 class _Refused(Exception):
@@ -186,11 +186,11 @@ class CodecServer(ThreadingHTTPServer):
 
     @contextlib.contextmanager
     def reserved(self, size: int) -> Iterator[None]:
-        """`size` bytes of the in-flight budget while the block runs; `Busy` if the
+        """`size` bytes of the in-flight budget while the block runs; `_Busy` if the
         budget has not that much left."""
         with self._bytes_lock:
             if size > self._bytes_left:
-                raise Busy
+                raise _Busy
             self._bytes_left -= size
         try:
             yield
@@ -344,7 +344,7 @@ class CodecHandler(BaseHTTPRequestHandler):
                 text = json.dumps({"payloads": result})
                 del result
                 self._send(HTTPStatus.OK, text.encode())
-        except Busy:
+        except _Busy:
             self.close_connection = True
             self._error(HTTPStatus.SERVICE_UNAVAILABLE, BUSY_MESSAGE, extra={"Retry-After": "1"})
         except _Refused as e:
