@@ -41,10 +41,19 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import telemetry
 from durable_agent.agents import AGENT_NAME_PATTERN, Agent
+from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.pricing import usage_line
 from durable_agent.runtime import deployments, search
+from durable_agent.runtime.cli import (
+    OneLineParser,
+    model_spec,
+    number_of,
+    port_number,
+    task_queue_name,
+    whole_number,
+)
 from durable_agent.runtime.server import (
     LOCAL_HOST,
     LOCAL_PORT,
@@ -275,6 +284,8 @@ def limits(args: argparse.Namespace) -> TurnLimits | None:
         raise input_error(e) from None
 
 
+MAX_LISTED = 10_000
+"""`list --limit`: turns listed at most."""
 MAX_WORKFLOW_ID = 1000
 """Temporal's own limit on a workflow id's length."""
 
@@ -536,6 +547,15 @@ async def cmd_decide(args: argparse.Namespace) -> int:
     call_id = args.call_id.strip() if args.call_id is not None else None
     if call_id is not None and not (call_id.isprintable() and 0 < len(call_id) <= 200):
         raise CliError("CALL_ID: give the id `pending` shows (e.g. call_1), or leave it out")
+    reason = getattr(args, "reason", "") or ""
+    if not " ".join(args.by.split()):
+        raise CliError("--by: give who decides, for the record")
+    try:  # as the turn will check it, before anything is sent
+        ApprovalDecision(call_id=call_id or "-", approved=approved, by=args.by, reason=reason)
+    except ValidationError as e:
+        raise CliError(
+            "; ".join(f"--{err['loc'][0]}: {err['msg']}" for err in e.errors())
+        ) from None
     async with session(args.task_queue, self_contained=False) as conn:
         result = await decide(
             conn.client,
@@ -543,7 +563,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
             call_id,
             approved=approved,
             by=args.by,
-            reason=getattr(args, "reason", "") or "",
+            reason=reason,
         )
         print(f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})")
         if not args.wait:
@@ -787,7 +807,7 @@ def add_idle_timeout(p: argparse.ArgumentParser) -> None:
     default = ConversationInput.model_fields["idle_timeout"].default
     p.add_argument(
         "--idle-timeout",
-        type=float,
+        type=number_of("minutes"),
         metavar="MINUTES",
         default=default.total_seconds() / 60,
         help="minutes a conversation waits for the next message before it ends "
@@ -804,24 +824,29 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
         "--customer", default=DEFAULT_CUSTOMER, help="customer id (default: %(default)s)"
     )
     p.add_argument(
-        "--model", default="", help="model spec, e.g. openai:gpt-4o (default: the agent's)"
+        "--model",
+        default="",
+        type=model_spec,
+        help="model spec, e.g. openai:gpt-4o (default: the agent's)",
     )
     # Limits: none given, the agent's apply; any given, exactly these (the rest default).
     p.add_argument(
         "--max-steps",
-        type=int,
+        type=whole_number(),
         help=f"rounds of tool calls per turn (default: the agent's, else {defaults.max_steps})",
     )
     p.add_argument(
         "--max-duration",
-        type=float,
+        type=number_of("seconds"),
         help="seconds of work per turn, not counting waits for approval (default: the "
         f"agent's, else {defaults.max_duration.total_seconds():g})",
     )
-    p.add_argument("--max-tokens", type=int, help="token budget of a turn (default: none)")
+    p.add_argument(
+        "--max-tokens", type=whole_number(), help="token budget of a turn (default: none)"
+    )
     p.add_argument(
         "--approval-timeout",
-        type=float,
+        type=number_of("seconds"),
         help="seconds a call waits for approval before it is dropped (default: the "
         f"agent's, else {defaults.approval_timeout.total_seconds():g})",
     )
@@ -833,11 +858,13 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="client.py",
         description="Ask the durable support agent (one Temporal workflow per turn).",
     )
-    p.add_argument("--task-queue", default=TASK_QUEUE, help="default: %(default)s")
+    p.add_argument(
+        "--task-queue", default=TASK_QUEUE, type=task_queue_name, help="default: %(default)s"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     ask = sub.add_parser("ask", help="ask one question")
@@ -883,7 +910,12 @@ def parser() -> argparse.ArgumentParser:
     lst.add_argument(
         "--awaiting-approval", action="store_true", help="only turns waiting for a decision"
     )
-    lst.add_argument("--limit", type=int, default=20, help="at most this many (default: 20)")
+    lst.add_argument(
+        "--limit",
+        type=whole_number(1, MAX_LISTED),
+        default=20,
+        help="at most this many (default: %(default)s)",
+    )
     lst.set_defaults(run=cmd_list)
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")
@@ -916,8 +948,8 @@ def parser() -> argparse.ArgumentParser:
         help="run a Temporal dev server alone, with this project's settings and search "
         "attributes, until Ctrl-C (workers then connect to it and do not own it)",
     )
-    server.add_argument("--port", type=int, default=LOCAL_PORT, help="default: %(default)s")
-    server.add_argument("--ui-port", type=int, default=LOCAL_UI_PORT, help="default: %(default)s")
+    for flag, default in (("--port", LOCAL_PORT), ("--ui-port", LOCAL_UI_PORT)):
+        server.add_argument(flag, type=port_number, default=default, help="default: %(default)s")
     server.add_argument(
         "--db-file",
         default=str(STATE_DIR / "temporal.db"),
@@ -926,13 +958,15 @@ def parser() -> argparse.ArgumentParser:
     server.set_defaults(run=cmd_server)
 
     demo = sub.add_parser("demo", help="run the six sample questions end to end")
-    demo.add_argument("--model", default="", help="model spec (default: the worker's)")
+    demo.add_argument(
+        "--model", default="", type=model_spec, help="model spec (default: the worker's)"
+    )
     demo.set_defaults(run=cmd_demo)
 
     web = sub.add_parser("web", help="a web chat with the agent, served on this machine")
     add_turn_options(web)
     add_idle_timeout(web)
-    web.add_argument("--port", type=int, default=8080, help="default: %(default)s")
+    web.add_argument("--port", type=port_number, default=8080, help="default: %(default)s")
     web.add_argument(
         "--host",
         default="127.0.0.1",

@@ -16,7 +16,6 @@ sent, and the server stops after the worker if this process started it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -35,6 +34,7 @@ from durable_agent.plugin import AgentPlugin, AgentWorker
 from durable_agent.plugin import build_worker as build_agent_worker
 from durable_agent.runtime import logs, metrics, search
 from durable_agent.runtime.chaos import Faults
+from durable_agent.runtime.cli import OneLineParser, task_queue_name
 from durable_agent.runtime.deployments import VersionConflict
 from durable_agent.runtime.server import ServerUnavailable, connect
 from durable_agent.serving import ServedAgent, load
@@ -147,7 +147,7 @@ async def serve(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         description=__doc__.split("\n")[1].strip(),
         epilog=(
             "settings (environment): TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / "
@@ -173,6 +173,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--task-queue",
+        type=task_queue_name,
         help="task queue to serve; clients must use the same (default: from "
         "AGENT_TASK_QUEUE, else agent-turns)",
     )

@@ -12,24 +12,25 @@ instruction-like text are a first net; this one does not depend on wording.
     traced(call, schema, said=[question, *earlier questions], sources=[...])
         -> ["order_id='654321' (from a result of order_status)", ...]
 
-How a value counts as the customer's: a single word (an id, a number) appears in
-their words as it is (case aside); text of several words has every token with a
-digit there, and at least three quarters of its words. Booleans, values the schema
-enumerates and a field's default are choices, not data: not checked.
+How a value counts as the customer's: its words and numbers, in order, are a run of
+whole tokens of one message the customer wrote (case, Unicode forms and punctuation
+aside). A number is a whole number: `234567` is not in "1234567890", nor `23456` in
+"order 123456", and `12.50` or `1,250` is one number. So an id, a date or an amount
+the customer typed passes, a fragment of one does not, and text the model reworded
+or put together from several places is not the customer's: it asks. Booleans, values
+the schema enumerates and a field's default are choices, not data: not checked.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 from durable_agent.types import ToolCall
-
-FREE_TEXT_SHARE = 0.75
-"""Free text: the share of its words the customer must have written."""
 
 
 class Source(BaseModel):
@@ -44,7 +45,7 @@ def traced(
     call: ToolCall, schema: dict[str, Any], said: Sequence[str], sources: Sequence[Source]
 ) -> list[str]:
     """The call's arguments the customer did not write, each with where it came from."""
-    words = _Said(" ".join(said))
+    words = _Said(said)
     properties: dict[str, Any] = schema.get("properties", {})
     found = []
     for name, value in call.arguments.items():
@@ -57,21 +58,28 @@ def traced(
 
 
 class _Said:
-    def __init__(self, text: str) -> None:
-        self.text = _norm(text)
-        self.tokens = set(_tokens(text))
+    """What someone wrote, message by message, as tokens: a value is theirs when it is
+    a run of whole tokens of one message."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = [_norm(t) for t in texts]
+        self.messages = [_tokens(t) for t in texts]
+        self.tokens = {t for m in self.messages for t in m}
 
     def wrote(self, value: str) -> bool:
-        normalised = _norm(value)
-        if not normalised:
-            return True
-        if " " not in normalised:
-            return normalised in self.text  # an id, a number, a word: as it is
-        tokens = _tokens(value)
-        if any(any(c.isdigit() for c in t) and t not in self.tokens for t in tokens):
-            return False
-        wordy = [t for t in tokens if not any(c.isdigit() for c in t)]
-        return not wordy or sum(t in self.tokens for t in wordy) / len(wordy) >= FREE_TEXT_SHARE
+        wanted = _tokens(value)
+        if not wanted:  # punctuation, or nothing: no data, unless it is all there is
+            text = _norm(value)
+            return not text or any(text in t for t in self.texts)
+        if len(wanted) == 1:
+            return wanted[0] in self.tokens
+        return any(_has_run(message, wanted) for message in self.messages)
+
+
+def _has_run(tokens: list[str], run: list[str]) -> bool:
+    """`run` appears in `tokens` as consecutive whole tokens."""
+    first, n = run[0], len(run)
+    return any(tokens[i] == first and tokens[i : i + n] == run for i in range(len(tokens) - n + 1))
 
 
 def _values(value: Any, prop: dict[str, Any]) -> Iterator[str]:
@@ -95,17 +103,24 @@ def _values(value: Any, prop: dict[str, Any]) -> Iterator[str]:
 
 def _origin(value: str, sources: Sequence[Source]) -> str:
     for source in sources:
-        if _Said(source.text).wrote(value):
+        if _Said([source.text]).wrote(value):
             return f"from {source.what}"
     return "in nothing the customer wrote"
 
 
 def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+_TOKEN = re.compile(
+    # Letters and digits; a number's decimal point and thousands separators stay in it
+    # ("12.50", "1,250"), so no part of a number counts as a number the customer wrote.
+    r"(?:[^\W_]|(?<=\d)\.(?=\d)|(?<=\d),(?=\d{3}(?!\d)))+"
+)
 
 
 def _tokens(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
+    return _TOKEN.findall(_norm(text))
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -238,15 +238,25 @@ def customer_token(
 def verify_customer_token(token: str, secret: str, now: float | None = None) -> str:
     """The customer a `customer_token` names, if it is signed with `secret` and not
     expired; else SetupError."""
-    parts = token.split(":")
-    if len(parts) != 3 or not parts[1].isdigit():
-        raise SetupError(f"the {TOKEN} attribute is not a customer token")
-    customer, expires, signature = parts[0], int(parts[1]), parts[2]
-    if not hmac.compare_digest(signature, _signature(customer, expires, secret)):
+    shape = _TOKEN_SHAPE.fullmatch(token)
+    if shape is None:
+        raise SetupError(
+            f"the {TOKEN} attribute is not a customer token (CUSTOMER:EXPIRY:SIGNATURE, as "
+            "frontends.lex.customer_token makes it)"
+        )
+    customer, expires, signature = shape[1], int(shape[2]), shape[3]
+    # Bytes: compare_digest refuses str with characters beyond ASCII.
+    expected = _signature(customer, expires, secret).encode()
+    if not hmac.compare_digest(signature.encode("utf-8", "surrogatepass"), expected):
         raise SetupError(f"the {TOKEN} attribute's signature does not match {SECRET_ENV}")
     if expires < (time.time() if now is None else now):
         raise SetupError(f"the {TOKEN} attribute expired: the application signs a new one")
     return customer
+
+
+_TOKEN_SHAPE = re.compile(r"([^:]{1,200}):([0-9]{1,12}):([^:]{0,200})")
+"""A customer token's parts: the expiry in plain digits (`int` takes `²` and other
+scripts' digits, and refuses thousands of them), nothing of any length."""
 
 
 def _signature(customer: str, expires: int, secret: str) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import re
 import signal
@@ -25,6 +26,7 @@ from shop import ShopStore
 from tests.conftest import SEED_CASES
 
 ROOT = Path(__file__).resolve().parent.parent
+CODEC_SERVER = "durable_agent.runtime.codec_server"
 
 
 @pytest.fixture
@@ -209,6 +211,26 @@ def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
         (["list", "--agent", "x y"], "error: --agent 'x y': give an agent's name"),
         (["pending", "--customer", "bad id!"], "error: --customer: customer id must be"),
         (["list", "--customer", "x/y"], "error: --customer: customer id must be"),
+        (["ask", "hi", "--max-steps", "inf"], "error: --max-steps: give a whole number, not"),
+        (["ask", "hi", "--max-steps", "2.5"], "error: --max-steps: give a whole number, not"),
+        (["ask", "hi", "--max-tokens", "1e3"], "error: --max-tokens: give a whole number, not"),
+        (["ask", "hi", "--max-duration", "soon"], "error: --max-duration: give a number of"),
+        (["ask", "hi", "--model", "x" * 300], "error: --model: give a model spec"),
+        (["ask", "hi", "--model", "open ai"], "error: --model: give a model spec"),
+        (["chat", "--idle-timeout", "1e999"], "error: --idle-timeout: give a number of minutes"),
+        (["list", "--limit", "-1"], "error: --limit: give a whole number from 1 to"),
+        (["list", "--limit", "0"], "error: --limit: give a whole number from 1 to"),
+        (["list", "--limit", "ten"], "error: --limit: give a whole number from 1 to"),
+        (["list", "--outcome", "nope"], "error: --outcome: invalid choice: 'nope'"),
+        (["web", "--port", "99999"], "error: --port: give a port from 0 to 65535"),
+        (["web", "--port", "-1"], "error: --port: give a port from 0 to 65535"),
+        (["--task-queue", "", "list"], "error: --task-queue: give a task queue's name"),
+        (["--task-queue", "q" * 1001, "list"], "error: --task-queue: give a task queue's name"),
+        (["reject", "turn-x", "--by", " "], "error: --by: give who decides"),
+        (["reject", "turn-x", "--reason", "x" * 501], "error: --reason: String should have at"),
+        ([], "error: the following arguments are required: command"),
+        (["ask"], "error: the following arguments are required: question"),
+        (["ask", "hi", "--bogus"], "error: unrecognized arguments: --bogus"),
         (["ask", "Has order 123456 shipped?"], "error: no Temporal server on localhost"),
         (["show", "turn-demo-nope"], "error: no Temporal server on localhost"),
     ],
@@ -220,6 +242,29 @@ def test_bad_input_gets_one_clear_line(
     assert out.returncode == 1
     assert out.stderr.strip().startswith(message), out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["worker.py", "--task-queue", " "], "error: --task-queue: give a task queue's name"),
+        (["worker.py", "--log-level", "loud"], "error: --log-level: invalid choice: 'loud'"),
+        (["worker.py", "--metrics-port", "99999"], "error: metrics port '99999' is not a port"),
+        (["worker.py", "--bogus"], "error: unrecognized arguments: --bogus"),
+        (["-m", CODEC_SERVER, "--port", "99999"], "error: --port: give a port from 0 to 65535"),
+        (["-m", CODEC_SERVER, "--port", "-1"], "error: --port: give a port from 0 to 65535"),
+        (["-m", CODEC_SERVER, "--origin", "evil"], "error: --origin: give an origin like"),
+        (["-m", CODEC_SERVER, "--host", "0.0.0.0"], "error: --host 0.0.0.0 is not loopback"),
+    ],
+)
+def test_the_worker_and_the_codec_server_answer_bad_flags_in_one_line(
+    cli_env: dict[str, str], args: list[str], message: str
+) -> None:
+    env = cli_env | {"AGENT_ENCRYPTION_KEY": "k1:" + base64.b64encode(bytes(32)).decode()}
+    out = run(args, env, timeout=30)
+    assert out.returncode == 1
+    assert out.stderr.strip().startswith(message), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def lines_of(out: subprocess.CompletedProcess) -> list[str]:
@@ -466,8 +511,11 @@ def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]
         text=True,
     )
     assert proc.stdout is not None and "worker ready" in proc.stdout.readline()
-    live = run(["client.py", "ask", "hi", "--no-wait"], shared_server)
-    assert "no live worker" not in live.stderr
+    # Live once the server has seen it poll (ready is printed as its pollers start).
+    poll(
+        lambda: run(["client.py", "ask", "hi", "--no-wait"], shared_server),
+        lambda o: o.returncode == 0 and "no live worker" not in o.stderr,
+    )
     # Killed once it has sent a heartbeat: from then on its silence says it is gone.
     # (Before, only its polls speak for it, for as long as a long poll lasts.)
     deadline = time.monotonic() + 30

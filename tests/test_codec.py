@@ -10,6 +10,7 @@ import contextlib
 import http.client
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -44,7 +45,7 @@ from durable_agent.runtime.codec import (
     fingerprint,
     key_ring_from_env,
 )
-from durable_agent.runtime.codec_server import CodecServer, build_server
+from durable_agent.runtime.codec_server import MAX_CONNECTIONS, CodecServer, build_server
 from durable_agent.runtime.server import (
     EmbeddedServer,
     ServerUnavailable,
@@ -314,37 +315,241 @@ def test_codec_server_refuses_many_payloads_before_it_parses_them(
     tiny = {"payloads": [{}] * 200_000}  # 0.6 MB, millions of objects were it parsed
     status, _, body = call(codec_server, "POST", "/decode", tiny)
     assert status == 413 and "too many payloads" in body["error"]
+    plain = as_json(json_payload("x"))
+    for crowded in (
+        [plain | {"metadata": {str(n): "" for n in range(33)}}],  # one payload's entries
+        [plain | {"metadata": {str(n): "" for n in range(30)}}] * 140,  # a request's
+        [plain | {"metadata": {"k" * 257: ""}}],
+        [plain | {"metadata": {"encoding": "A" * 8193}}],
+    ):
+        status, _, body = call(codec_server, "POST", "/decode", {"payloads": crowded})
+        assert status == 413, body
     many = {"payloads": [as_json(json_payload("x"))] * 500}
     status, _, body = call(codec_server, "POST", "/encode", many)
     assert status == 200 and len(body["payloads"]) == 500
 
 
-def test_codec_server_closes_a_stalled_connection(
-    codec_server: CodecServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from durable_agent.runtime import codec_server as module
+def read_until_closed(sock: socket.socket, deadline_s: float) -> bytes:
+    """What the server sends until it closes the connection; fails if it is still open
+    after `deadline_s`."""
+    started = time.monotonic()
+    sock.settimeout(deadline_s)
+    got = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(4096):
+            got += chunk
+    assert time.monotonic() - started < deadline_s, "still open"
+    return got
 
-    monkeypatch.setattr(module.CodecHandler, "timeout", 0.5)
+
+HEAD = (
+    b"POST /decode HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 1000\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        pytest.param(b"", id="nothing"),
+        pytest.param(HEAD[:30], id="half-the-headers"),
+        pytest.param(HEAD + b"{", id="one-byte-of-the-body"),
+    ],
+)
+def test_codec_server_gives_a_request_a_deadline_whatever_its_pace(sent: bytes) -> None:
+    """A request must arrive whole within the server's request timeout, counted from
+    the moment the connection is ready for it: a peer that sends nothing, stops, or
+    sends a byte now and then (each well within the timeout) is closed then."""
+    server = build_server(KeyRing.parse(new_key()), port=0, request_timeout=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.server_address[:2]
+    try:
+        with socket.create_connection((str(host), port), timeout=10) as sock:
+            started = time.monotonic()
+            sock.sendall(sent)
+            closed = False
+            while not closed and time.monotonic() - started < 6:
+                time.sleep(0.3)
+                try:
+                    sock.sendall(b" ")
+                    readable, _, _ = select.select([sock], [], [], 0)
+                    closed = bool(readable)
+                except OSError:
+                    closed = True
+            answer = read_until_closed(sock, 10)
+            assert time.monotonic() - started < 4, "the trickle kept the connection open"
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:80]
+        status, _, _ = call(server, "GET", "/health")
+        assert status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_codec_server_refuses_chunked_doubled_lengths_and_long_headers(
+    codec_server: CodecServer,
+) -> None:
     host, port = codec_server.server_address[:2]
-    with socket.create_connection((str(host), port), timeout=10) as sock:
-        sock.sendall(b"POST /decode HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
-        started = time.monotonic()
-        while sock.recv(4096):  # an answer, then the close; or the close at once
-            pass
-        assert time.monotonic() - started < 5
-    status, _, _ = call(codec_server, "GET", "/health")
-    assert status == 200
+    for extra, status in (
+        (b"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n", b"400"),
+        (b"Transfer-Encoding: chunked\r\n", b"400"),
+        (b"Content-Length: 2\r\nContent-Length: 3\r\n", b"411"),
+        (b"".join(b"X-Filler-%d: %s\r\n" % (n, b"x" * 1000) for n in range(40)), b"431"),
+    ):
+        with socket.create_connection((str(host), port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /decode HTTP/1.1\r\nHost: localhost\r\n"
+                b"Content-Type: application/json\r\n" + extra + b"\r\n{}"
+            )
+            answer = read_until_closed(sock, 5)
+        assert answer.split(b" ")[1] == status, (extra[:60], answer[:80])
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1"])
+def test_codec_server_answers_only_to_its_host_names_on_every_loopback_address(
+    host: str,
+) -> None:
+    server = build_server(KeyRing.parse(new_key()), host=host, port=0, origins=[UI_ORIGIN])
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        for name in ("localhost", f"localhost:{port}", host if ":" not in host else f"[{host}]"):
+            status, _, _ = call(server, "GET", "/health", headers={"Host": name})
+            assert status == 200, name
+        sealed = as_json(EncryptionCodec(server.codec.ring).encrypt(json_payload("hi")))
+        for rebound in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}"):
+            for method, path, body in (
+                ("GET", "/health", None),
+                ("POST", "/decode", {"payloads": [sealed]}),
+            ):
+                status, headers, answer = call(
+                    server, method, path, body, {"Host": rebound, "Origin": UI_ORIGIN}
+                )
+                assert status == 400 and "host name" in answer["error"], (rebound, method)
+                assert "Access-Control-Allow-Origin" not in headers
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
-def test_codec_server_beyond_loopback_needs_a_token(host: str) -> None:
+def test_codec_server_beyond_loopback_needs_host_names_and_a_token(host: str) -> None:
     ring = KeyRing.parse(new_key())
-    with pytest.raises(EncryptionConfigError, match="AGENT_CODEC_TOKEN"):
-        build_server(ring, host=host, port=0)
-    server = build_server(ring, host=host, port=0, token="t")
+    refusals: list[tuple[dict[str, Any], list[str]]] = [
+        ({}, ["AGENT_CODEC_HOSTS", "AGENT_CODEC_TOKEN"]),
+        ({"token": "t"}, ["AGENT_CODEC_HOSTS"]),
+        ({"hosts": ["codec.example"]}, ["AGENT_CODEC_TOKEN"]),
+        ({"open_network": True}, ["AGENT_CODEC_HOSTS"]),
+    ]
+    for settings, missing in refusals:
+        with pytest.raises(EncryptionConfigError) as refused:
+            build_server(ring, host=host, port=0, **settings)
+        assert all(name in str(refused.value) for name in missing), refused.value
+    server = build_server(ring, host=host, port=0, token="t", hosts=["codec.example"])
     server.server_close()
-    server = build_server(ring, host=host, port=0, open_network=True)
+    server = build_server(ring, host=host, port=0, hosts=["localhost"], open_network=True)
     server.server_close()
+
+
+def test_codec_server_turns_away_connections_beyond_its_limit() -> None:
+    """Each connection has a thread: beyond the limit one gets a 503 saying to try
+    again, at once; when the others go, it is served again."""
+    server = build_server(KeyRing.parse(new_key()), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.server_address[:2]
+    idle = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            idle.append(socket.create_connection((str(host), port), timeout=10))
+        deadline = time.monotonic() + 20
+        while True:  # the server takes the idle connections one by one
+            status, headers, body = call(server, "GET", "/health")
+            if status == 503:
+                break
+            assert time.monotonic() < deadline, "never turned away"
+            time.sleep(0.05)
+        assert "busy" in body["error"] and headers["Retry-After"] == "1"
+        for sock in idle:
+            sock.close()
+        deadline = time.monotonic() + 20
+        while call(server, "GET", "/health")[0] != 200:
+            assert time.monotonic() < deadline, "still busy after the others left"
+            time.sleep(0.05)
+    finally:
+        for sock in idle:
+            sock.close()
+        server.shutdown()
+        server.server_close()
+
+
+def peak_and_now_mb(pid: int) -> tuple[float, float]:
+    """A process's peak resident memory and its resident memory now, in MB (Linux)."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return int(fields["VmHWM"].split()[0]) / 1024, int(fields["VmRSS"].split()[0]) / 1024
+
+
+MEMORY_BOUND_MB = 150
+"""What a codec server may grow by under the heaviest requests, many at once (a body
+of 690,000 metadata entries alone took 320 MB before it was bounded)."""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_codec_server_memory_stays_bounded_whatever_the_requests() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "durable_agent.runtime.codec_server", "--port", str(port)],
+        cwd=ROOT,
+        env=env | {"AGENT_ENCRYPTION_KEY": "k1:" + new_key()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+    def post(path: str, body: bytes) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
+    try:
+        assert proc.stdout is not None and "codec server on" in proc.stdout.readline()
+        plain = json.dumps({"payloads": [as_json(json_payload("x"))]}).encode()
+        assert post("/encode", plain) == 200  # everything it imports is in
+        _, before = peak_and_now_mb(proc.pid)
+
+        entries = ",".join(f'"{i}":""' for i in range(690_000))
+        metadata = f'{{"payloads":[{{"metadata":{{{entries}}}}}]}}'.encode()  # 8.2 MB
+        tiny = ('{"payloads":[' + ",".join(["{}"] * 2_700_000) + "]}").encode()  # 8.1 MB
+        deep = b"[" * 8_000_000
+        blob = Payload(metadata={"encoding": b"binary/plain"}, data=os.urandom(5_900_000))
+        large = json.dumps({"payloads": [as_json(blob)]}).encode()  # 7.9 MB, allowed
+        heavy = [("/decode", metadata), ("/decode", tiny), ("/decode", deep), ("/encode", large)]
+        assert [post(path, body) for path, body in heavy] == [413, 413, 413, 200]
+
+        statuses: list[int] = []
+        threads = [
+            threading.Thread(target=lambda p=path, b=body: statuses.append(post(p, b)))
+            for path, body in heavy * 4
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert len(statuses) == len(threads) and set(statuses) <= {200, 413, 503}, statuses
+
+        peak, _ = peak_and_now_mb(proc.pid)
+        assert peak - before < MEMORY_BOUND_MB, f"grew {peak - before:.0f} MB"
+        assert post("/decode", plain) == 200  # still well
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def test_codec_server_listens_on_ipv6_loopback() -> None:
@@ -367,7 +572,12 @@ def test_codec_server_with_a_token_needs_it_except_for_preflight() -> None:
         ui = {"Origin": UI_ORIGIN}
         status, headers, _ = call(server, "OPTIONS", "/decode", headers=ui)
         assert status == 204
-        for auth in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"}):
+        for auth in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": "s3cret-token"},
+            {"Authorization": "Bearer s3cret-t\u00f6ken"},  # not ASCII: still just wrong
+        ):
             status, headers, body = call(server, "POST", "/decode", {"payloads": []}, ui | auth)
             assert status == 401, auth
             assert headers["Access-Control-Allow-Origin"] == UI_ORIGIN  # the UI shows why

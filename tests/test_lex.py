@@ -363,6 +363,30 @@ SECRET = "a-secret-the-application-and-the-function-share"
             id="unsigned",
         ),
         pytest.param(
+            {lex.SECRET_ENV: SECRET},
+            {"customerToken": "alice:\u00b2:x"},
+            "the customerToken attribute is not a customer token",
+            id="expiry-not-ascii-digits",
+        ),
+        pytest.param(
+            {lex.SECRET_ENV: SECRET},
+            {"customerToken": "alice:" + "9" * 5000 + ":x"},
+            "the customerToken attribute is not a customer token",
+            id="expiry-of-5000-digits",
+        ),
+        pytest.param(
+            {lex.SECRET_ENV: SECRET},
+            {"customerToken": "alice:9999999999:\u00e9t\u00e9"},
+            "signature does not match",
+            id="signature-not-ascii",
+        ),
+        pytest.param(
+            {lex.SECRET_ENV: SECRET},
+            {"customerToken": "alice:9999999999:x:y"},
+            "the customerToken attribute is not a customer token",
+            id="four-parts",
+        ),
+        pytest.param(
             {lex.CUSTOMER_ENV: "demo; drop table"},
             {},
             "customer id 'demo; drop table': customer id must be 1-64 characters",
@@ -389,6 +413,7 @@ async def test_no_customer_comes_from_what_the_caller_controls(
     response = await handler(event, fulfilled=False)
     assert text(response) == lex.TROUBLE
     assert logged in caplog.text
+    assert "unexpected failure" not in caplog.text and "Traceback" not in caplog.text
 
 
 def test_a_customer_token_names_its_customer_until_it_expires() -> None:

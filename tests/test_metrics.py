@@ -5,14 +5,16 @@ conventions' dotted names."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -165,37 +167,67 @@ def total(series: Series, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in series.items() if n == name and wanted <= ls)
 
 
+def scrape(port: int) -> Series:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return parse_prometheus(r.read().decode())
+
+
+def until_holds(check: Callable[[], None], timeout: float = 30) -> None:
+    """Run `check` until it passes: a worker records some series after the client has
+    the turn's result (Temporal's own when its workflow task completes), so each read
+    is only what the worker has recorded so far. Past `timeout`, its failure stands."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check()
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
 async def test_the_workers_endpoint_holds_temporals_and_the_agents_metrics(
     env: WorkflowEnvironment, worker_env: dict[str, str]
 ) -> None:
     port = free_port()
     with run_worker(worker_env, "--metrics-port", str(port)):
         result = await one_turn(env, worker_env["AGENT_TASK_QUEUE"])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            series = parse_prometheus(r.read().decode())
+        usage = result.usage
 
-    names = {name for name, _ in series}
-    # Temporal's own, as its SDK names them.
-    for name in ("temporal_workflow_completed", "temporal_activity_execution_latency_count"):
-        assert name in names, sorted(n for n in names if n.startswith("temporal_"))
-    assert total(series, "temporal_workflow_completed", workflow_type="AgentTurn") == 1
-    # The agent's, equal to what the turn reports.
-    usage = result.usage
-    tokens = "gen_ai_client_token_usage_sum"
-    assert total(series, tokens, gen_ai_token_type="input") == usage.input_tokens
-    assert total(series, tokens, gen_ai_token_type="output") == usage.output_tokens
-    assert total(series, tokens, gen_ai_provider_name="offline") == usage.total_tokens
-    assert total(series, "gen_ai_client_operation_duration_count") == usage.model_calls
-    assert total(series, "agent_turns", agent_outcome="answered") == 1
-    assert total(series, "agent_turns") == 1
-    assert total(series, "agent_turn_model_calls_sum") == usage.model_calls
-    assert total(series, "agent_turn_steps_sum") == 1
-    assert (
-        total(series, "agent_tool_calls", gen_ai_tool_name="order_status", agent_tool_result="ok")
-        == 1
-    )
-    assert total(series, "agent_turn_cost_usd_count") == 1  # the offline model's $0 is known
-    assert total(series, "agent_turn_cost_usd_sum") == usage.cost_usd == 0
+        def every_series_is_there() -> None:
+            series = scrape(port)
+            names = {name for name, _ in series}
+            # Temporal's own, as its SDK names them.
+            for name in (
+                "temporal_workflow_completed",
+                "temporal_activity_execution_latency_count",
+            ):
+                assert name in names, sorted(n for n in names if n.startswith("temporal_"))
+            assert total(series, "temporal_workflow_completed", workflow_type="AgentTurn") == 1
+            # The agent's, equal to what the turn reports.
+            tokens = "gen_ai_client_token_usage_sum"
+            assert total(series, tokens, gen_ai_token_type="input") == usage.input_tokens
+            assert total(series, tokens, gen_ai_token_type="output") == usage.output_tokens
+            assert total(series, tokens, gen_ai_provider_name="offline") == usage.total_tokens
+            assert total(series, "gen_ai_client_operation_duration_count") == usage.model_calls
+            assert total(series, "agent_turns", agent_outcome="answered") == 1
+            assert total(series, "agent_turns") == 1
+            assert total(series, "agent_turn_model_calls_sum") == usage.model_calls
+            assert total(series, "agent_turn_steps_sum") == 1
+            assert (
+                total(
+                    series,
+                    "agent_tool_calls",
+                    gen_ai_tool_name="order_status",
+                    agent_tool_result="ok",
+                )
+                == 1
+            )
+            assert total(series, "agent_turn_cost_usd_count") == 1  # the offline model's $0
+            assert total(series, "agent_turn_cost_usd_sum") == usage.cost_usd == 0
+
+        await asyncio.to_thread(until_holds, every_series_is_there)
 
 
 async def test_otlp_gets_the_same_set_under_the_conventions_names(
@@ -210,27 +242,33 @@ async def test_otlp_gets_the_same_set_under_the_conventions_names(
         }
         with run_worker(otlp_env):
             result = await one_turn(env, worker_env["AGENT_TASK_QUEUE"])
-            otlp.wait_for(
-                lambda: "agent.turns" in otlp.metric_points(), what_for="the turn's metrics"
-            )
-        points = otlp.metric_points()
+
+            def every_series_is_there() -> None:
+                points = otlp.metric_points()
+                assert "temporal_workflow_completed" in points, sorted(points)
+                assert "gen_ai_client_token_usage" not in points  # dots, as conventions spell
+
+                def latest_sum(name: str, **labels: str) -> float:
+                    # Cumulative: each export repeats the totals, so the last per series counts.
+                    last: dict[frozenset[tuple[str, str]], float] = {}
+                    for attrs, point in points.get(name, []):
+                        key = frozenset((k, str(v)) for k, v in attrs.items())
+                        if set(labels.items()) <= key:
+                            histogram = point.DESCRIPTOR.name == "HistogramDataPoint"
+                            last[key] = (
+                                point.sum
+                                if histogram
+                                else getattr(point, point.WhichOneof("value"))
+                            )
+                    return sum(last.values())
+
+                tokens = "gen_ai.client.token.usage"
+                usage = result.usage
+                assert latest_sum(tokens, **{"gen_ai.token.type": "input"}) == usage.input_tokens
+                assert latest_sum(tokens, **{"gen_ai.token.type": "output"}) == usage.output_tokens
+                assert latest_sum("agent.turns", **{"agent.outcome": "answered"}) == 1
+
+            await asyncio.to_thread(until_holds, every_series_is_there)
         resource = otlp.metrics[-1].resource_metrics[0].resource
 
-    assert "temporal_workflow_completed" in points
     assert attributes(resource.attributes)["service.name"] == "agent-worker"
-    assert "gen_ai_client_token_usage" not in points  # dots, as the conventions spell them
-
-    def latest_sum(name: str, **labels: str) -> float:
-        # Cumulative: each export repeats the totals, so the last one per series counts.
-        last: dict[frozenset[tuple[str, str]], float] = {}
-        for attrs, point in points[name]:
-            key = frozenset((k, str(v)) for k, v in attrs.items())
-            if set(labels.items()) <= key:
-                histogram = point.DESCRIPTOR.name == "HistogramDataPoint"
-                last[key] = point.sum if histogram else getattr(point, point.WhichOneof("value"))
-        return sum(last.values())
-
-    tokens = "gen_ai.client.token.usage"
-    assert latest_sum(tokens, **{"gen_ai.token.type": "input"}) == result.usage.input_tokens
-    assert latest_sum(tokens, **{"gen_ai.token.type": "output"}) == result.usage.output_tokens
-    assert latest_sum("agent.turns", **{"agent.outcome": "answered"}) == 1

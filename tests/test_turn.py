@@ -100,22 +100,42 @@ async def test_valid_calls_run_beside_a_rejected_one(harness: Harness) -> None:
     assert [(r.call_id, r.ok) for r in results] == [("c1", True), ("c2", False)]
 
 
-async def test_call_ids_are_unique_whatever_the_model_sends(harness: Harness) -> None:
-    """A reused id beside an id-less call, and an id an earlier round used: each call
-    gets an id of its own, and the turn answers."""
-    reads = [
-        order_call("123456"),
-        ToolCall(id="", name="order_status", arguments={"order_id": "234567"}),
-    ]
-    reads.append(ToolCall(id="c1", name="order_status", arguments={"order_id": "345678"}))
-    again = ToolCall(id="c1", name="order_status", arguments={"order_id": "123456"})
-    model = ScriptedModel(
-        plans=[Reply(calls=reads)], decisions=[Reply(text="One more.", calls=[again]), ANSWER]
-    )
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        pytest.param(
+            [order_call("123456", "call_2"), order_call("234567", "")],
+            [],
+            id="an-id-less-call-beside-the-id-it-would-be-given",
+        ),
+        pytest.param(
+            [order_call("123456", "call_2")],
+            [order_call("234567", "")],
+            id="an-id-less-call-after-a-round-that-used-its-id",
+        ),
+        pytest.param(
+            [order_call("123456", "c1"), order_call("234567", "c1")],
+            [order_call("345678", "c1")],
+            id="one-id-in-both-rounds",
+        ),
+        pytest.param(
+            [order_call("123456", ""), order_call("234567", "")],
+            [order_call("345678", "call_1"), order_call("123456", "")],
+            id="ids-left-out-then-one-given-that-was-made-up",
+        ),
+    ],
+)
+async def test_call_ids_are_unique_whatever_the_model_sends(
+    harness: Harness, first: list[ToolCall], then: list[ToolCall]
+) -> None:
+    """Ids the model reuses, leaves out, or takes from an earlier round (its own or one
+    made up for it): every call of the turn gets an id of its own, and the turn answers."""
+    decisions = [Reply(text="One more.", calls=then), ANSWER] if then else [ANSWER]
+    model = ScriptedModel(plans=[Reply(calls=first)], decisions=decisions)
     result = await harness.ask("Status of orders 123456, 234567 and 345678?", model=model)
-    assert result.outcome is Outcome.ANSWERED
+    assert result.outcome is Outcome.ANSWERED, result.answer
     ids = [c.id for s in result.steps if s.kind is StepKind.TOOL_CALL for c in s.calls]
-    assert len(ids) == 4 and len(set(ids)) == 4 and all(ids)
+    assert len(ids) == len(first) + len(then) and len(set(ids)) == len(ids) and all(ids), ids
 
 
 async def test_missing_argument_is_rejected_with_the_field_name(harness: Harness) -> None:

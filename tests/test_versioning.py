@@ -398,10 +398,18 @@ async def test_a_deploy_with_versions_breaks_no_turn_and_no_conversation(
 
         # Each turn says which version it ran on: `show` and `list`.
         assert f"version: {queue}:v1" in cli("show", turn_ids[0]).splitlines()
-        rows = [line.split() for line in cli("list", "--limit", "200").splitlines()]
-        build = {row[0]: row[6] for row in rows}  # id, started (2), status, outcome, agent, build
+        build: dict[str, str] = {}
+        later_ids = [a.turn_id for a in later]
+
+        async def listed() -> bool:  # the list is the server's visibility store: it lags
+            rows = [line.split() for line in cli("list", "--limit", "200").splitlines()]
+            build.clear()  # columns: id, started (two), status, outcome, agent, build, …
+            build.update((row[0], row[6]) for row in rows if len(row) > 6)
+            return all(build.get(t, "-") != "-" for t in [*turn_ids, *chat_turns, *later_ids])
+
+        await until(listed, "every turn listed with its version")
         assert {build[t] for t in turn_ids + chat_turns} == {"v1"}
-        assert {build[a.turn_id] for a in later} == {"v2"}
+        assert {build[t] for t in later_ids} == {"v2"}
         v1.stop()
         for chat in idle + mid_turn:
             await chat.signal("end")

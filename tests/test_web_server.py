@@ -6,9 +6,13 @@ names it answers to (it has no login)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
@@ -22,13 +26,13 @@ from frontends.web.server import serve
 
 
 @asynccontextmanager
-async def chat_server(env: WorkflowEnvironment, host: str) -> AsyncIterator[str]:
-    """The chat on `host` and a free port; its base URL."""
+async def chat_server(env: WorkflowEnvironment, host: str, **limits: Any) -> AsyncIterator[str]:
+    """The chat on `host` and a free port (with `limits`: request_timeout,
+    max_connections); its base URL."""
     port = free_port()
     conn = Connection(client=env.client, ui_url="http://localhost:8233")
-    serving = asyncio.create_task(
-        serve(conn, ConversationInput(customer_id="demo"), host=host, port=port, task_queue="q")
-    )
+    chat = ConversationInput(customer_id="demo")
+    serving = asyncio.create_task(serve(conn, chat, host=host, port=port, task_queue="q", **limits))
     shown = f"[{host}]" if ":" in host else host
     probe = "127.0.0.1" if host == "0.0.0.0" else host
     while not is_listening(probe, port):
@@ -87,6 +91,10 @@ async def test_bodies_too_large_or_too_deep_are_refused_before_they_are_used(
         response = await http.post(f"{url}/api/chats", content=chunks(), headers=headers)
         assert response.status_code == 413
 
+        long_headers = {f"X-Filler-{n}": "x" * 1000 for n in range(20)}  # over 16 KiB
+        response = await http.post(f"{url}/api/chats", content="{}", headers=long_headers)
+        assert response.status_code == 431
+
         deep = "[" * 20_000 + "]" * 20_000
         response = await http.post(f"{url}/api/chats", content=deep, headers=headers)
         assert response.status_code == 400 and "nested too deeply" in response.json()["error"]
@@ -107,3 +115,107 @@ async def test_bodies_too_large_or_too_deep_are_refused_before_they_are_used(
             assert response.status_code == 400, bad
 
         assert (await http.get(f"{url}/api/session")).status_code == 200  # still well
+
+
+def connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    return socket.create_connection((host.strip("[]"), int(port)), timeout=10)
+
+
+async def until_closed(sock: socket.socket, within: float) -> bytes:
+    """What the server sends until it closes the connection; fails if it is still
+    open after `within` seconds."""
+
+    def read() -> bytes:
+        sock.settimeout(within)
+        got = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(4096):
+                got += chunk
+        return got
+
+    started = time.monotonic()
+    try:
+        got = await asyncio.to_thread(read)
+    except TimeoutError:
+        raise AssertionError(f"still open after {within:g} s") from None
+    assert time.monotonic() - started < within, "still open"
+    return got
+
+
+HEAD = (
+    b"POST /api/chats HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 100\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("sent", "trickle"),
+    [
+        pytest.param(b"", b"", id="nothing"),
+        pytest.param(HEAD[:30], b"a", id="half-the-headers"),
+        pytest.param(HEAD + b"{", b" ", id="one-byte-of-the-body"),
+    ],
+)
+async def test_a_request_has_a_deadline_whatever_its_pace(
+    env: WorkflowEnvironment, sent: bytes, trickle: bytes
+) -> None:
+    """A request must arrive whole within the deadline, counted from the moment the
+    connection is ready for it: a peer that sends nothing, stops halfway, or sends a
+    byte now and then (each well within the deadline) is answered 408 and closed."""
+    async with chat_server(env, "127.0.0.1", request_timeout=1.0) as url:
+        with connect(url) as sock:
+            started = time.monotonic()
+            sock.sendall(sent)
+            reading = asyncio.ensure_future(until_closed(sock, 10))
+            while trickle and not reading.done() and time.monotonic() - started < 6:
+                await asyncio.sleep(0.3)
+                with contextlib.suppress(OSError):  # closed by the server meanwhile
+                    sock.sendall(trickle)
+            answer = await reading
+            assert time.monotonic() - started < 4, "the trickle kept the connection open"
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+        assert b"did not arrive whole within 1 s" in answer
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(f"{url}/api/session")).status_code == 200  # still well
+
+
+async def test_a_body_length_told_twice_is_refused(env: WorkflowEnvironment) -> None:
+    async with chat_server(env, "127.0.0.1") as url:
+        for lengths in (
+            b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+            b"Content-Length: 5\r\nContent-Length: 6\r\n",
+        ):
+            with connect(url) as sock:
+                sock.sendall(
+                    b"POST /api/chats HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    b"Content-Type: application/json\r\n" + lengths + b"\r\n{}"
+                )
+                answer = await until_closed(sock, 5)
+            assert answer.startswith(b"HTTP/1.1 400 "), (lengths, answer[:80])
+
+
+async def test_connections_beyond_the_limit_are_turned_away(env: WorkflowEnvironment) -> None:
+    async with chat_server(env, "127.0.0.1", max_connections=4) as url:
+        idle = [connect(url) for _ in range(4)]
+        try:
+            deadline = time.monotonic() + 20
+            while True:  # the server takes the idle connections as its loop gets to them
+                with connect(url) as sock:
+                    sock.sendall(
+                        b"GET /api/session HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                    )
+                    answer = await until_closed(sock, 10)
+                if answer.startswith(b"HTTP/1.1 503 "):
+                    break
+                assert time.monotonic() < deadline, "never turned away"
+                await asyncio.sleep(0.05)
+            assert b"too many connections" in answer
+        finally:
+            for sock in idle:
+                sock.close()
+        async with httpx.AsyncClient() as http:
+            deadline = time.monotonic() + 20
+            while (await http.get(f"{url}/api/session")).status_code != 200:
+                assert time.monotonic() < deadline, "still turned away after the others left"
+                await asyncio.sleep(0.05)

@@ -22,9 +22,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
@@ -92,6 +94,33 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "::1", "localhost")
+
+
+def answered_hosts(host: str, named: Sequence[str]) -> list[str]:
+    """The host names a server bound to `host` answers to (the `Host` header; `*`:
+    any): those `named`, else on loopback the loopback names and the address itself.
+    Beyond loopback with none named: none, and the server must not start, since a
+    name rebound to its address (DNS rebinding) would reach it."""
+    if named:
+        return list(named)
+    if is_loopback(host):
+        return sorted({*LOOPBACK_NAMES, host.strip("[]").lower()})
+    return []
+
+
+def host_allowed(header: str, allowed: Collection[str]) -> bool:
+    """Whether a request's `Host` header (`name`, `name:port`, `[::1]:port`) names one
+    of `allowed` (`*`: any)."""
+    if "*" in allowed:
+        return True
+    try:
+        name = urlsplit(f"//{header}").hostname or ""
+    except ValueError:
+        return False
+    return name.lower() in {h.strip("[]").lower() for h in allowed}
 
 
 def is_listening(host: str, port: int, timeout: float = 0.3) -> bool:

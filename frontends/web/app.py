@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -44,7 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
-from durable_agent.runtime.server import Connection
+from durable_agent.runtime.server import LOOPBACK_NAMES, Connection, host_allowed
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.runtime.turns import AgentClientError, decide, send, start_chat
 from durable_agent.types import check_question
@@ -60,7 +60,7 @@ RETRY_MS = 1000
 """How soon EventSource reconnects when a stream ends unexpectedly (a restart)."""
 PROBLEM_RETRY_MS = 5000
 """How soon after a `problem` event."""
-LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+LOOPBACK_HOSTS = LOOPBACK_NAMES
 MAX_BODY_BYTES = 64 * 1024
 """A message or a decision; a longer body is refused (413) before it is read whole."""
 
@@ -153,7 +153,10 @@ def create_app(
             Route("/api/turns/{turn_id}/decisions", _guarded(decision), methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
-        middleware=[Middleware(HostCheck, allowed_hosts=allowed_hosts)],
+        middleware=[
+            Middleware(RequestFraming),
+            Middleware(HostCheck, allowed_hosts=allowed_hosts),
+        ],
     )
     app.state.closing = closing  # set by the server as it shuts down: streams end
     return app
@@ -182,6 +185,8 @@ def _guarded(handler: Handler) -> Handler:
             return await handler(request)
         except Problem as e:
             return _error(e.status, str(e))
+        except ClientDisconnect:  # gone before its body arrived (the server's deadline)
+            return _error(400, "the request ended before its body did")
         except AgentClientError as e:  # the validator's or the client's own words
             return _error(409, str(e))
         except RPCError as e:
@@ -225,30 +230,41 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
+class RequestFraming:
+    """A request whose body length is told twice (Content-Length and Transfer-Encoding)
+    is refused (400) and its connection closed: a proxy in front might read the body
+    by the one and this server by the other (request smuggling)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            names = {k for k, _ in scope["headers"]}
+            if b"content-length" in names and b"transfer-encoding" in names:
+                response = _error(400, "send a body with Content-Length or chunked, not both")
+                response.headers["Connection"] = "close"
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class HostCheck:
     """Only requests to `allowed_hosts` (`*`: any) are served: a name rebound to this
     address reaches nothing (DNS rebinding). IPv6 literals (`[::1]:8080`) included."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str]) -> None:
         self.app = app
-        self.any = "*" in allowed_hosts
-        self.allowed = {h.strip("[]").lower() for h in allowed_hosts}
+        self.allowed = tuple(allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and not self.any:
+        if scope["type"] in ("http", "websocket"):
             host = next((v for k, v in scope["headers"] if k == b"host"), b"")
-            if _hostname(host.decode("latin-1")) not in self.allowed:
+            if not host_allowed(host.decode("latin-1"), self.allowed):
                 response = _error(400, "this server does not answer to that host name")
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def _hostname(header: str) -> str:
-    try:
-        return (urlsplit(f"//{header}").hostname or "").lower()
-    except ValueError:
-        return ""
 
 
 def _field(body: dict[str, Any], name: str, kind: type) -> Any:
