@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from temporalio import workflow
 from temporalio.client import Client
@@ -40,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
     from langgraph.prebuilt import ToolNode, tools_condition
     from langgraph.runtime import Runtime
     from temporalio.langgraph import LangGraphPlugin, graph
-    from typing_extensions import TypedDict
 
     from bench.peers import PeerTurnInput, PeerTurnOutput, script, shop
 
@@ -50,7 +49,7 @@ INSTRUCTIONS = "Answer the customer's question about their order or return."
 TOOL_TIMEOUT = timedelta(seconds=5)
 """As the agent's shop tools declare."""
 MODEL_TIMEOUT = timedelta(seconds=60)
-"""As the other peers' model calls."""
+"""As the OpenAI Agents peer's model calls."""
 
 
 class Context(TypedDict):
