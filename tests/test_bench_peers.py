@@ -22,15 +22,16 @@ from bench.peers.compare import AgentSystem, FloorSystem, compare
 def test_peers_without_the_extra_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for module in ("pydantic_ai", "agents", "temporalio.openai_agents"):
-        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    for peer in peers.PEERS:
+        for module in peer.imports:
+            monkeypatch.setitem(sys.modules, module, None)  # as if not installed
     with pytest.raises(SystemExit) as exit:
         main(["--peers"])
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert 'pip install -e ".[peers]"' in err
-    assert "pydantic_ai" in err
+    assert "pydantic_ai" in err and "temporalio.langgraph" in err
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -51,6 +52,27 @@ def _extra_installed() -> bool:
     except peers.PeersNotInstalled:
         return False
     return True
+
+
+@pytest.mark.skipif(not _extra_installed(), reason='needs pip install -e ".[peers]"')
+async def test_the_langgraph_nodes_read_messages_sent_through_the_data_converter() -> None:
+    """A node's state reaches its activity as JSON, its messages as plain dicts; the
+    nodes turn them back into LangChain's, so ToolNode finds the model's calls."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from temporalio.converter import default
+
+    from bench.peers import langgraph
+
+    model = langgraph.ScriptedChatModel(task="two tools at once")
+    reply = await model.ainvoke([HumanMessage("?")])
+    converter = default().payload_converter
+    [sent] = converter.from_payloads(converter.to_payloads([{"messages": [reply]}]))
+    assert isinstance(sent["messages"][0], dict)
+
+    [message] = langgraph._messages(sent)
+    assert isinstance(message, AIMessage)
+    assert [c["name"] for c in message.tool_calls] == ["order_status", "return_status"]
+    assert message.tool_calls == reply.tool_calls
 
 
 @pytest.mark.skipif(not _extra_installed(), reason='needs pip install -e ".[peers]"')

@@ -50,6 +50,13 @@ PEERS = (
         distributions=("openai-agents", "temporalio-openai-agents"),
         imports=("agents", "temporalio.openai_agents"),
     ),
+    Peer(
+        name="langgraph",
+        workflow="LangGraphTurn",
+        model_activity="shop_support.agent",
+        distributions=("langgraph", "langchain-core", "temporalio-langgraph"),
+        imports=("langgraph", "langchain_core", "temporalio.langgraph"),
+    ),
 )
 
 
