@@ -12,16 +12,20 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.api.workflowservice.v1 import ListWorkersRequest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
+from durable_agent.plugin import AgentPlugin
 from durable_agent.runtime.server import free_port
+from durable_agent.runtime.turns import workers
 from shop import ShopStore
-from tests.conftest import SEED_CASES
+from tests.conftest import SEED_CASES, Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -440,13 +444,18 @@ def test_worker_help_describes_every_option(cli_env: dict[str, str]) -> None:
 
 
 async def heartbeats(server: dict[str, str]) -> int:
-    """How many workers of the server's task queue have sent a heartbeat."""
+    """How many workers of the server's task queue have beaten twice (so a client
+    knows their interval)."""
     client = await Client.connect(server["TEMPORAL_ADDRESS"])
     listed = await client.workflow_service.list_workers(
         ListWorkersRequest(namespace=client.namespace, page_size=200)
     )
     queue = server["AGENT_TASK_QUEUE"]
-    return sum(w.worker_heartbeat.task_queue == queue for w in listed.workers_info)
+    return sum(
+        w.worker_heartbeat.task_queue == queue
+        and w.worker_heartbeat.elapsed_since_last_heartbeat.ToTimedelta() > timedelta(0)
+        for w in listed.workers_info
+    )
 
 
 def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]) -> None:
@@ -462,11 +471,11 @@ def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]
     assert proc.stdout is not None and "worker ready" in proc.stdout.readline()
     live = run(["client.py", "ask", "hi", "--no-wait"], shared_server)
     assert "no live worker" not in live.stderr
-    # Killed once it has sent a heartbeat: from then on its silence says it is gone.
+    # Killed once it has beaten twice: from then on its silence says it is gone.
     # (Before, only its polls speak for it, for as long as a long poll lasts.)
     deadline = time.monotonic() + 30
     while not asyncio.run(heartbeats(shared_server)):
-        assert time.monotonic() < deadline, "the worker sent no heartbeat"
+        assert time.monotonic() < deadline, "the worker sent no second heartbeat"
         time.sleep(0.5)
     proc.kill()
     proc.wait()
@@ -476,3 +485,30 @@ def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]
         timeout=40,
     )
     assert "the last one was seen" in stale.stderr
+
+
+@pytest.mark.slow
+async def test_a_worker_built_by_hand_is_live_for_as_long_as_it_polls(
+    harness: Harness, shared_server: dict[str, str]
+) -> None:
+    """A plain `Worker` with the plugin, as docs/your-own-agent.md builds one: its runtime
+    beats once a minute (the SDK's default), so liveness is its polling, past its first
+    beat and past the renewal of its long polls."""
+    queue = shared_server["AGENT_TASK_QUEUE"]
+    client = await Client.connect(
+        shared_server["TEMPORAL_ADDRESS"], plugins=[AgentPlugin(harness.agent())]
+    )
+    async with Worker(client, task_queue=queue):
+        started = time.monotonic()
+        while not (await workers(client, queue)).live:  # its first poll
+            assert time.monotonic() - started < 30, "the worker never polled"
+            await asyncio.sleep(0.2)
+        while time.monotonic() - started < 80:  # its first beat comes at 60 s
+            serving = await workers(client, queue)
+            assert serving.live == 1, f"judged gone {time.monotonic() - started:.0f} s in"
+            await asyncio.sleep(2)
+        asked = await asyncio.to_thread(
+            run, ["client.py", "ask", "Has order 123456 shipped?"], shared_server
+        )
+    assert asked.returncode == 0, asked.stderr
+    assert "no live worker" not in asked.stderr and "shipped" in asked.stdout

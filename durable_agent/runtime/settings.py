@@ -12,5 +12,6 @@ DEFAULT_MODEL = os.environ.get("AGENT_MODEL", "offline")
 """The worker's model spec for turns that name none."""
 
 WORKER_HEARTBEAT = timedelta(seconds=5)
-"""How often a worker tells the server it is alive (ListWorkers); clients assume the
-same interval, so a killed worker stops counting as live within seconds."""
+"""How often `worker.py`'s workers tell the server they are alive (ListWorkers): once a
+client has seen two beats, a killed worker stops counting as live within seconds, not
+after its last long poll (`runtime.turns.workers`)."""
