@@ -4,6 +4,7 @@ own folder, its write waiting for consent and running once across a SIGKILL."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -19,6 +20,11 @@ from urllib.request import Request, urlopen
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
+
+from durable_agent import Agent
+from durable_agent.runtime.turns import start_turn
+from durable_agent.types import Outcome, TurnInput
+from tests.conftest import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -201,3 +207,43 @@ def test_the_help_desk_example_waits_for_consent_and_writes_once_across_a_sigkil
     with sqlite3.connect(tmp_path / "helpdesk.db") as db:
         opened = db.execute("SELECT count(*) FROM tickets WHERE opened_by_key IS NOT NULL")
         assert opened.fetchone() == (1,)
+
+
+@pytest.fixture
+def help_desk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
+    """The help desk's agent, imported from its folder as its worker does, over a
+    fresh copy of its data."""
+    monkeypatch.setenv("HELPDESK_DB", str(tmp_path / "helpdesk.db"))
+    monkeypatch.syspath_prepend(str(HELPDESK))
+    try:
+        yield importlib.import_module("helpdesk").agent
+    finally:
+        for name in ("helpdesk", "desk"):
+            sys.modules.pop(name, None)
+
+
+HELP_DESK_TALK = [
+    ("Hello", "Hello! I can help with: "),
+    ("Hi there!", "Hello! I can help with: "),
+    ("Good morning", "Hello! I can help with: "),
+    ("Thanks!", "You're welcome! If there is anything else, I can help with: "),
+    ("Thank you very much", "You're welcome! If there is anything else, I can help with: "),
+    ("Bye", "Goodbye!"),
+    ("Can you reset my password?", "Sorry, I can't reset that for you here."),
+    ("Is email working?", "Status: operational"),
+]
+
+
+async def test_the_help_desk_answers_greetings_thanks_and_what_it_cannot_do(
+    harness: Harness, help_desk: Agent
+) -> None:
+    """Its tools' descriptions name its services in parentheses: what it offers in a
+    greeting is said without them, and no answer is taken for one naming a service
+    the question did not."""
+    async with harness.worker(agents=[help_desk]) as task_queue:
+        for question, says in HELP_DESK_TALK:
+            handle = await start_turn(harness.client, TurnInput(question=question), task_queue)
+            result = await handle.result()
+            assert result.outcome is Outcome.ANSWERED, (question, result.answer)
+            assert result.answer.startswith(says) or says in result.answer, (question, result)
+            assert "(" not in result.answer, (question, result.answer)
