@@ -103,10 +103,16 @@ class CliError(Exception):
 
 
 EXIT_NOT_ANSWERED = 3
-"""A turn that ended without a real answer (its model failed or was refused, or it hit
-a cap): the answer says why; scripts can tell it from a good one."""
+"""A turn that ended without a real answer (its model failed, no worker serves its agent,
+or it hit a cap): the answer says why; scripts can tell it from a good one."""
 
-UNANSWERED = (Outcome.MODEL_ERROR, Outcome.STEP_LIMIT, Outcome.TIME_LIMIT, Outcome.TOKEN_LIMIT)
+UNANSWERED = (
+    Outcome.MODEL_ERROR,
+    Outcome.UNKNOWN_AGENT,
+    Outcome.STEP_LIMIT,
+    Outcome.TIME_LIMIT,
+    Outcome.TOKEN_LIMIT,
+)
 
 
 @dataclass(frozen=True)
@@ -281,7 +287,9 @@ async def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOut
     print(f"\nanswer ({result.outcome.value}): {result.answer}")
     print(usage_line(result.usage))
     if result.agent:
-        print(f"agent: {result.agent} (fingerprint {result.fingerprint})")
+        # No fingerprint: no worker serves an agent of that name.
+        known = f"fingerprint {result.fingerprint}" if result.fingerprint else "not served here"
+        print(f"agent: {result.agent} ({known})")
     if version := await version_of(handle):
         print(f"version: {version}")
     url = conn.workflow_url(handle.id, handle.result_run_id)

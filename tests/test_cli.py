@@ -426,6 +426,7 @@ def test_setup_mistakes_are_named_and_exit_non_zero(
         assert worker.stdout is not None and "worker ready" in worker.stdout.readline()
         no_key = run(["client.py", "ask", "Has order 123456 shipped?"], env)
         unknown = run(["client.py", "ask", "hi", "--model", "gpt4:turbo"], env)
+        nobody = run(["client.py", "ask", "hi", "--agent", "nosuch"], env)
     finally:
         worker.terminate()
         worker.wait(timeout=30)
@@ -434,6 +435,10 @@ def test_setup_mistakes_are_named_and_exit_non_zero(
     assert "unavailable" not in no_key.stdout
     assert unknown.returncode == 3
     assert "unknown model 'gpt4:turbo': use one of bedrock, offline, openai" in unknown.stdout
+    assert nobody.returncode == 3, nobody.stdout + nobody.stderr
+    assert "answer (unknown_agent): Sorry, I cannot answer: no agent 'nosuch'" in nobody.stdout
+    assert "(this worker serves: shop)" in nobody.stdout
+    assert "\nagent: nosuch (not served here)\n" in nobody.stdout
 
 
 def test_worker_help_describes_every_option(cli_env: dict[str, str]) -> None:
