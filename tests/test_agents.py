@@ -115,6 +115,10 @@ def test_what_cannot_be_served_is_said_at_once() -> None:
         Agents([replace(bookstore, approvals=waived)])
     with pytest.raises(AgentDefinitionError, match="no agent to serve"):
         Agents([])
+    with pytest.raises(AgentDefinitionError, match=r"\(a function\) is not an Agent \(give the"):
+        Agents([lambda: bookstore])  # type: ignore[list-item]
+    with pytest.raises(AgentDefinitionError, match="function print is not a tool: decorate it"):
+        Agents([replace(bookstore, tools=[print])])  # type: ignore[list-item]
 
 
 def test_a_sub_agent_is_served_with_the_agent_that_uses_it() -> None:
@@ -154,7 +158,7 @@ def write_module(folder: Path, name: str, body: str) -> None:
 
 BOOKSTORE_MODULE = """
     from pydantic import BaseModel, Field
-    from durable_agent import Agent, ToolContext, tool
+    from durable_agent import Agent, ApprovalPolicy, ToolContext, tool
 
     PRICES = {"9780141187761": "$9.99"}
 
@@ -180,6 +184,21 @@ BOOKSTORE_MODULE = """
     not_an_agent = 42
     twice = Agent(name="bookstore")
     same_tool_twice = Agent(name="dupes", tools=[book_price, book_price])
+
+    def shelf_count(args, ctx):
+        return 3
+
+    undecorated = Agent(name="undecorated", tools=[book_price, shelf_count])
+    builtin = Agent(name="builtin", tools=[print])
+    own_waiver = Agent(
+        name="waiver", tools=[book_price], approvals=ApprovalPolicy(waived=frozenset({"nosuch"}))
+    )
+
+    def makes_five():
+        return 5
+
+    def fails():
+        raise RuntimeError("the shelf is locked")
 """
 
 
@@ -190,6 +209,15 @@ def elsewhere(tmp_path: Path) -> Path:
     folder.mkdir()
     write_module(folder, "books", BOOKSTORE_MODULE)
     write_module(folder, "broken", "import no_such_dependency_anywhere\n")
+    write_module(
+        folder,
+        "guarded",
+        """
+        from durable_agent import Agent, ShieldSettings
+
+        agent = Agent(name="guarded", shields=ShieldSettings(input=("nosuch",)))
+        """,
+    )
     return folder
 
 
@@ -211,9 +239,25 @@ def test_load_finds_a_module_in_the_current_folder(
         ("books", "give MODULE:ATTRIBUTE"),
         ("nowhere:agent", "no module named 'nowhere' in the current directory"),
         ("books:nothing", "module books has no attribute 'nothing'"),
-        ("books:not_an_agent", "books.not_an_agent is a int, not an Agent"),
+        ("books:", "give MODULE:ATTRIBUTE"),
+        (":agent", "give MODULE:ATTRIBUTE"),
+        ("no such:agent", "no module named 'no such'"),
+        ("books:not_an_agent", "books.not_an_agent is 42 (an int), not an Agent"),
+        ("books:makes_five", "books.makes_five() returned 5 (an int), not an Agent"),
+        ("books:fails", "calling fails() failed: RuntimeError: the shelf is locked"),
         ("broken:agent", "importing broken failed"),
         ("books:same_tool_twice", "agent 'dupes': tool 'book_price' is registered twice"),
+        (
+            "books:undecorated",
+            "agent 'undecorated': function shelf_count is not a tool: decorate it with @tool",
+        ),
+        ("books:builtin", "agent 'builtin': function print is not a tool: decorate it with @tool"),
+        (
+            "books:own_waiver",
+            "agent 'waiver': its approval policy (Agent(approvals=ApprovalPolicy(...))) names "
+            "unknown tools: nosuch (its tools: book_price)",
+        ),
+        ("guarded:agent", "ShieldSettings(input=...): unknown shield 'nosuch'; use offline,"),
     ],
 )
 def test_every_bad_agent_stops_the_worker_with_one_line(
@@ -228,7 +272,7 @@ def test_every_bad_agent_stops_the_worker_with_one_line(
     )
     assert done.returncode != 0
     lines = (done.stdout + done.stderr).strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --agent"), lines
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert says in lines[0]
 
 
