@@ -58,15 +58,33 @@ def run(args: list[str], env: dict[str, str], timeout: float = 120) -> subproces
     )
 
 
-def test_demo_runs_the_six_cases_with_nothing_running(cli_env: dict[str, str]) -> None:
-    out = run(["client.py", "demo"], cli_env)
+def test_demo_runs_the_six_cases_with_nothing_running(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The installed command, in a folder of one's own: what it keeps (the embedded
+    server's file, the shop's data) is in that folder's .durable-agent/."""
+    here = tmp_path / "project"
+    here.mkdir()
+    env = {k: v for k, v in cli_env.items() if k not in ("AGENT_STATE_DIR", "AGENT_SHOP_DB")}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "durable-agent"), "demo"],
+        cwd=here,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in (here / ".durable-agent").glob("*.db")) == [
+        "shop.db",
+        "temporal.db",
+    ]
     for question, expected in SEED_CASES:
         assert f"Q: {question}\nA: " in out.stdout
         answer = out.stdout.split(f"Q: {question}\nA: ")[1].split("\n")[0]
         assert expected in answer
     assert f"http://localhost:{cli_env['AGENT_UI_PORT']}/namespaces/default/workflows" in out.stdout
-    assert Path(cli_env["AGENT_STATE_DIR"], "temporal.db").exists()
 
 
 @pytest.fixture
