@@ -41,7 +41,7 @@ from durable_agent.errors import AgentDefinitionError
 from durable_agent.pricing import usage_line
 from durable_agent.runtime import deployments, search
 from durable_agent.runtime.server import Connection, ServerUnavailable, connect
-from durable_agent.runtime.settings import TASK_QUEUE
+from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.turns import (
     AgentClientError,
     WorkerNeeded,
@@ -177,8 +177,8 @@ async def session(
                 raise CliError(
                     f"no live worker serves task queue {task_queue!r}, and agent "
                     f"{chosen.name!r} is not one this process knows: start "
-                    f"`python worker.py --agent MODULE:ATTRIBUTE`, or give "
-                    "--agent MODULE:ATTRIBUTE"
+                    f"`{worker_command()} --agent MODULE:ATTRIBUTE{queue_flag(task_queue)}`, "
+                    "or give --agent MODULE:ATTRIBUTE"
                 )
             async with build_worker(conn.client, task_queue, agents=[chosen.definition]):
                 yield conn
@@ -198,8 +198,13 @@ def no_worker(task_queue: str, serving: Workers) -> str:
     )
     return (
         f"no live worker serves task queue {task_queue!r} ({seen}); the turn waits until "
-        "you start `python worker.py` (or use --embedded)"
+        f"you start `{worker_command()}{queue_flag(task_queue)}` (or use --embedded)"
     )
+
+
+def queue_flag(task_queue: str) -> str:
+    """` --task-queue X` when a command needs it to reach `task_queue`."""
+    return "" if task_queue == TASK_QUEUE else f" --task-queue {task_queue}"
 
 
 def ago(when: datetime) -> str:
@@ -301,8 +306,8 @@ def decide_hint(workflow_id: str, step: Step) -> str:
     call = step.calls[0] if step.calls else None
     call_id = f" {call.id}" if call else ""
     return (
-        f"  decide with: python client.py approve {workflow_id}{call_id}"
-        f"   (or: python client.py reject {workflow_id}{call_id} --reason '...')"
+        f"  decide with: {client_command()} approve {workflow_id}{call_id}"
+        f"   (or: {client_command()} reject {workflow_id}{call_id} --reason '...')"
     )
 
 
@@ -348,7 +353,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
         except asyncio.CancelledError:
             print(
                 "\nstopped waiting; the turn goes on. "
-                f"See it with: python client.py show {handle.id}",
+                f"See it with: {client_command()} show {handle.id}",
                 file=sys.stderr,
             )
             raise
@@ -625,7 +630,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                     print(line)
                 print(
                     "note: no worker answered, so this is the history only; the live steps "
-                    "need a running worker (`python worker.py`)",
+                    f"need a running worker (`{worker_command()}`)",
                     file=sys.stderr,
                 )
                 return 0
@@ -658,7 +663,9 @@ async def cmd_demo(args: argparse.Namespace) -> None:
         if conn.ui_url:
             print(f"See every turn in the Web UI: {conn.workflows_url}")
             if conn.server:
-                print("(the embedded server stops with this command; `python worker.py` keeps one)")
+                print(
+                    f"(the embedded server stops with this command; `{worker_command()}` keeps one)"
+                )
 
 
 async def cmd_web(args: argparse.Namespace) -> None:
@@ -733,8 +740,8 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="client.py",
-        description="Ask the durable support agent (one Temporal workflow per turn).",
+        prog=client_command(),
+        description="Ask agents; every question is a durable Temporal workflow (a turn).",
     )
     p.add_argument("--task-queue", default=TASK_QUEUE, help="default: %(default)s")
     sub = p.add_subparsers(dest="command", required=True)

@@ -36,6 +36,7 @@ from durable_agent.plugin import build_worker as build_agent_worker
 from durable_agent.runtime import logs, metrics, search
 from durable_agent.runtime.chaos import Faults
 from durable_agent.runtime.server import ServerUnavailable, connect
+from durable_agent.runtime.settings import worker_command
 from durable_agent.serving import ServedAgent, load
 from durable_agent.settings import Settings
 from durable_agent.shields import ShieldConfigError
@@ -147,6 +148,7 @@ async def serve(
 
 def main() -> None:
     parser = argparse.ArgumentParser(
+        prog=worker_command(),
         description=__doc__.split("\n")[1].strip(),
         epilog=(
             "settings (environment): TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / "

@@ -25,6 +25,8 @@ retried with backoff.
 
 from __future__ import annotations
 
+from durable_agent.runtime.settings import client_command, worker_command
+
 
 class AgentError(Exception):
     """Base class of the agent's own errors."""
@@ -38,7 +40,7 @@ class UnknownAgent(AgentError):
     def __init__(self, name: str, known: list[str]) -> None:
         super().__init__(
             f"no agent {name!r} is served here (this worker serves: {', '.join(known)}); "
-            f"start a worker for it with `python worker.py --agent MODULE:ATTRIBUTE`"
+            f"start a worker for it with `{worker_command()} --agent MODULE:ATTRIBUTE`"
         )
 
 
@@ -68,7 +70,7 @@ class UnknownModel(ModelError):
     def __init__(self, spec: str, known: list[str]) -> None:
         super().__init__(
             f"unknown model {spec!r}: use one of {', '.join(sorted(known))} "
-            "(set it per turn with `client.py ask --model SPEC`)"
+            f"(set it per turn with `{client_command()} ask --model SPEC`)"
         )
 
 

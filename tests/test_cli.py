@@ -466,6 +466,38 @@ def test_worker_help_describes_every_option(cli_env: dict[str, str]) -> None:
     assert "AGENT_MODEL" in out.stdout
 
 
+def test_the_commands_name_themselves_as_they_were_run(shared_server: dict[str, str]) -> None:
+    """Installed, they are `durable-agent` and `durable-agent-worker`; from the clone,
+    `python client.py` and `python worker.py`: their usage and their hints say so."""
+    installed = Path(sys.executable).parent
+    env = {k: v for k, v in shared_server.items() if k != "AGENT_TASK_QUEUE"}
+    queue = shared_server["AGENT_TASK_QUEUE"]
+    for command, worker in (
+        ([str(installed / "durable-agent")], "durable-agent-worker"),
+        ([sys.executable, "client.py"], "python worker.py"),
+    ):
+        name = "durable-agent" if worker.startswith("durable") else "python client.py"
+        helped = subprocess.run(
+            [*command, "--help"], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert helped.stdout.startswith(f"usage: {name} "), helped.stdout
+        assert "support" not in helped.stdout
+        asked = subprocess.run(
+            [*command, "--task-queue", queue, "ask", "Has order 123456 shipped?", "--no-wait"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert asked.returncode == 0, asked.stderr
+        assert f"until you start `{worker} --task-queue {queue}`" in asked.stderr
+    helped = subprocess.run(
+        [str(installed / "durable-agent-worker"), "--help"], capture_output=True, text=True
+    )
+    assert helped.stdout.startswith("usage: durable-agent-worker "), helped.stdout
+
+
 async def heartbeats(server: dict[str, str]) -> int:
     """How many workers of the server's task queue have beaten twice (so a client
     knows their interval)."""

@@ -32,6 +32,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
 from durable_agent.runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
+from durable_agent.runtime.settings import worker_command
 from durable_agent.settings import state_dir
 from durable_agent.telemetry import tracing_plugins
 from workflows.search import dev_server_args
@@ -242,7 +243,7 @@ async def connect(*, start_embedded: bool = False, runtime: Runtime | None = Non
             if not start_embedded:
                 raise ServerUnavailable(
                     f"no Temporal server on localhost:{LOCAL_PORT}: start one with "
-                    "`python worker.py` (it embeds a server) or set TEMPORAL_ADDRESS"
+                    f"`{worker_command()}` (it embeds a server) or set TEMPORAL_ADDRESS"
                 )
             server = EmbeddedServer(state_dir() / "temporal.db").start()
         settings["target_host"] = f"{LOCAL_HOST}:{LOCAL_PORT}"

@@ -40,7 +40,7 @@ from durable_agent.answers import markdown_plain, markdown_safe
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
 from durable_agent.runtime import search as registered
-from durable_agent.runtime.settings import TASK_QUEUE
+from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.streams import turn_events
 from durable_agent.stream import TurnEvent
 from durable_agent.types import PendingApproval, TurnInput, TurnProgress
@@ -194,7 +194,7 @@ async def follow(client: Client, turn_id: str, from_offset: int = 0) -> AsyncIte
         if e.status == RPCStatusCode.UNAVAILABLE:
             raise AgentClientError(
                 f"lost the Temporal server ({e.message}); turn {turn_id} is kept there: "
-                f"see it with `python client.py show {turn_id}` once the server is back"
+                f"see it with `{client_command()} show {turn_id}` once the server is back"
             ) from None
         raise
 
@@ -529,7 +529,7 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
                     continue
                 raise AgentClientError(
                     "no worker serves this task queue right now: start one "
-                    "(python worker.py), then try again"
+                    f"({worker_command()}), then try again"
                 ) from None
             raise
     raise AssertionError("unreachable")
