@@ -127,7 +127,9 @@ class Chosen:
 
 def choose_agent(value: str) -> Chosen:
     """`--agent`: a served name, or MODULE:ATTRIBUTE (the definition, loaded here).
-    A name is looked up among the definitions AGENT_AGENTS names (and the demo's)."""
+    A name is looked up among the definitions AGENT_AGENTS names (and the demo's). None
+    given: the worker's first, whichever it is (a worker this command starts serves the
+    ones AGENT_AGENTS names, else the demo's)."""
     value = value.strip()
     if ":" in value:
         try:
@@ -140,15 +142,20 @@ def choose_agent(value: str) -> Chosen:
             f"--agent {value!r}: give an agent's name (letters, digits, '_', '.', '-') or "
             "its definition as MODULE:ATTRIBUTE"
         )
-    from worker import agents_of
-
     try:
-        known = agents_of(Settings.from_env().agents, "AGENT_AGENTS")
+        known = default_agents()
     except AgentDefinitionError as e:
         raise CliError(str(e)) from None
     if not value:
-        return Chosen("", known[0])
+        return Chosen("", None)
     return Chosen(value, next((a for a in known if a.name == value), None))
+
+
+def default_agents() -> list[Agent]:
+    """What a worker started with no --agent serves: AGENT_AGENTS, else the demo's."""
+    from worker import agents_of
+
+    return agents_of(Settings.from_env().agents, "AGENT_AGENTS")
 
 
 @contextlib.asynccontextmanager
@@ -173,14 +180,17 @@ async def session(
             from worker import build_worker
 
             chosen = agent or choose_agent("")
-            if chosen.definition is None:
+            if chosen.name and chosen.definition is None:
                 raise CliError(
                     f"no live worker serves task queue {task_queue!r}, and agent "
                     f"{chosen.name!r} is not one this process knows: start "
                     f"`{worker_command()} --agent MODULE:ATTRIBUTE{queue_flag(task_queue)}`, "
                     "or give --agent MODULE:ATTRIBUTE"
                 )
-            async with build_worker(conn.client, task_queue, agents=[chosen.definition]):
+            # The agent it names, and nothing else; none named: the worker's defaults.
+            served = [chosen.definition] if chosen.definition else default_agents()
+            async with build_worker(conn.client, task_queue, agents=served):
+                conn.served = served
                 yield conn
         else:
             if not serving.live:
@@ -675,13 +685,15 @@ async def cmd_web(args: argparse.Namespace) -> None:
     chat = chat_input(args, chosen)
     # Self-contained like `demo`: on a fresh machine the page works with nothing else running.
     async with session(args.task_queue, self_contained=True, agent=chosen) as conn:
+        # The words of the agent that answers: the one named, or this command's own
+        # worker's first; else the page asks the task queue's current version.
         await serve(
             conn,
             chat,
             host=args.host,
             port=args.port,
             task_queue=args.task_queue,
-            agent=chosen.definition,
+            agent=chosen.definition or (conn.served[0] if conn.served else None),
         )
 
 

@@ -33,14 +33,19 @@ from temporalio.worker import Interceptor, Worker, WorkerConfig
 
 from activities import turn_activities
 from durable_agent import telemetry
-from durable_agent.agents import Agent
+from durable_agent.agents import Agent, AgentCard
 from durable_agent.backends import default_models
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.model import ModelCatalog
 from durable_agent.runtime import metrics
 from durable_agent.runtime.chaos import ChaosInterceptor, Faults
 from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
-from durable_agent.runtime.deployments import build_id, deployment_config, promote
+from durable_agent.runtime.deployments import (
+    build_id,
+    deployment_config,
+    promote,
+    publish_agents,
+)
 from durable_agent.serving import Agents
 from durable_agent.settings import Settings
 from workflows import AgentTurn, Conversation, UnversionedConversation
@@ -108,19 +113,37 @@ class AgentPlugin(SimplePlugin):
                 settling.cancel()
 
     async def _promote(self) -> None:
+        if self.version is None or self._client is None:
+            self.promoted.set()
+            return
         try:
-            if self.version is not None and self._client is not None:
-                await promote(
-                    self._client,
-                    self.version,
-                    self.settings.promote,
-                    self._task_queue,
-                    settled=self.promoted,
-                )
+            # Its agents first: once it is current, front ends read them there.
+            await publish_agents(self._client, self.version, self.cards)
+        except Exception:
+            log.exception("could not record the agents of version %s", self.version)
+        try:
+            await promote(
+                self._client,
+                self.version,
+                self.settings.promote,
+                self._task_queue,
+                settled=self.promoted,
+                agents=[a.name for a in self.given],
+            )
         except Exception:
             log.exception("could not make version %s current", self.version)
         finally:
             self.promoted.set()
+
+    @property
+    def cards(self) -> list[AgentCard]:
+        """The cards of the agents it serves by their own names (sub-agents too), the
+        one that answers turns that name none first."""
+        return [
+            s.agent.card(s.fingerprint)
+            for s in self.agents.served.values()
+            if s.name == s.agent.name
+        ]
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         self._client = config["client"]

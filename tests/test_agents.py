@@ -426,6 +426,49 @@ async def test_a_persons_own_module_answers_through_a_worker_and_client_of_their
     )
 
 
+def test_a_worker_says_when_its_queue_sends_new_turns_to_a_version_of_other_agents(
+    env: WorkflowEnvironment, elsewhere: Path
+) -> None:
+    """A second agent's worker started on a queue whose current version is another
+    live one (the bookstore's): its turns would go there and end unknown_agent, so it
+    says so as it starts, and what to do."""
+    write_module(
+        elsewhere, "desk", 'from durable_agent import Agent\n\nagent = Agent(name="desk")\n'
+    )
+    environ = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": f"shared-{uuid.uuid4().hex[:6]}",
+    }
+    started = []
+    try:
+        for spec in ("books:agent", "desk:agent"):
+            worker = subprocess.Popen(
+                [sys.executable, str(ROOT / "worker.py"), "--agent", spec],
+                cwd=elsewhere,
+                env=environ,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            started.append(worker)
+            assert worker.stdout is not None
+            said = []
+            while not said or not said[-1].startswith("worker ready"):
+                said.append(worker.stdout.readline())
+                assert said[-1], said
+    finally:
+        for worker in started:
+            worker.terminate()
+            worker.wait(timeout=30)
+    (warning,) = [line for line in said if "durable_agent.deployments" in line]
+    assert " WARNING durable_agent.deployments: version b-" in warning
+    assert "is current on task queue 'shared-" in warning
+    assert "serves bookstore, not desk: turns for desk go there and end unknown_agent" in warning
+    assert "Give this worker a task queue of its own (--task-queue)" in warning
+    assert "set-current-version --deployment-name shared-" in warning
+
+
 async def test_two_agents_on_one_worker_never_see_each_others_instructions_or_tools(
     harness: Harness,
 ) -> None:

@@ -196,6 +196,16 @@ def test_the_your_own_agent_page_works_as_written(
             lambda out: "answer (answered)" in out,
         )
         assert "Price: $9.99" in shown
+
+        # With no --agent, beside the bookstore's worker: the bookstore's words still.
+        web = Process([str(BIN / "durable-agent"), "web", "--port", "0"], folder, server_env)
+        try:
+            url = re.search(r"http://\S+/", web.line())
+            assert url, "the web chat printed no address"
+            with urlopen(url.group(0) + "api/session", timeout=30) as response:
+                assert json.load(response)["agent"]["title"] == "The Bookstore"
+        finally:
+            web.stop()
     finally:
         worker.stop()
 

@@ -23,9 +23,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
@@ -36,6 +37,9 @@ from durable_agent.runtime.settings import worker_command
 from durable_agent.settings import state_dir
 from durable_agent.telemetry import tracing_plugins
 from workflows.search import dev_server_args
+
+if TYPE_CHECKING:
+    from durable_agent.agents import Agent
 
 LOCAL_HOST = "127.0.0.1"
 LOCAL_PORT = int(os.environ.get("AGENT_SERVER_PORT", "7233"))
@@ -198,6 +202,9 @@ class Connection:
     ui_url: str | None
     """Base URL of the Web UI, when known."""
     server: EmbeddedServer | None = None
+    served: Sequence[Agent] = ()
+    """The agents a worker of this process serves on the connection, when the command
+    started one of its own (the first answers turns that name none)."""
 
     @property
     def workflows_url(self) -> str | None:
