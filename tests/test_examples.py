@@ -251,6 +251,57 @@ def test_the_help_desk_example_waits_for_consent_and_writes_once_across_a_sigkil
         assert opened.fetchone() == (1,)
 
 
+def test_the_help_desks_write_runs_once_when_its_worker_is_killed_while_writing(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    """Approved, the ticket is written, and the worker is SIGKILLed before Temporal hears
+    of it: the worker started again runs the call again, which finds the ticket its key
+    opened and opens no second one."""
+    env = {**server_env, "HELPDESK_DB": str(tmp_path / "helpdesk.db")}
+    marker = tmp_path / "killed"
+    worker_args = [
+        sys.executable,
+        str(ROOT / "tests" / "helpdesk_crashing_worker.py"),
+        str(marker),
+        "--agent",
+        "helpdesk:agent",
+    ]
+    client = [sys.executable, str(ROOT / "client.py")]
+    worker = Process(worker_args, HELPDESK, env)
+    try:
+        assert worker.line().startswith("worker ready")
+        asked = run(
+            [
+                *client,
+                "ask",
+                "--agent",
+                "helpdesk",
+                "--no-wait",
+                "Open a ticket: the printer is on fire.",
+            ],
+            HELPDESK,
+            env,
+        )
+        turn_id = asked.strip()
+        until(lambda: run([*client, "pending"], HELPDESK, env), lambda out: turn_id in out)
+        assert "approved: open_ticket" in run([*client, "approve", turn_id], HELPDESK, env)
+        assert worker.proc.wait(timeout=60) == -signal.SIGKILL  # right after the write
+        assert marker.exists()
+        worker = Process(worker_args, HELPDESK, env)
+        assert worker.line().startswith("worker ready")
+        shown = until(
+            lambda: run([*client, "show", turn_id], HELPDESK, env),
+            lambda out: "answer (" in out,
+            timeout=120,
+        )
+    finally:
+        worker.stop()
+    assert "answer (answered)" in shown and "Ticket id: INC-1004" in shown
+    with sqlite3.connect(tmp_path / "helpdesk.db") as db:
+        opened = db.execute("SELECT opened_by_key FROM tickets WHERE opened_by_key IS NOT NULL")
+        assert [key for (key,) in opened.fetchall()] == [marker.read_text()]
+
+
 @pytest.fixture
 def help_desk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
     """The help desk's agent, imported from its folder as its worker does, over a
