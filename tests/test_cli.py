@@ -412,6 +412,36 @@ def test_show_without_a_worker_shows_the_history(shared_server: dict[str, str]) 
     assert "Traceback" not in shown.stderr
 
 
+@pytest.mark.slow
+def test_ask_waits_for_a_worker_started_later(shared_server: dict[str, str]) -> None:
+    """The turn waits for a worker, and so does `ask`: reads of its stream that no worker
+    answers in time are asked again, not a traceback."""
+    asking = subprocess.Popen(
+        [sys.executable, "client.py", "ask", "Has order 123456 shipped?"],
+        cwd=ROOT,
+        env=shared_server,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert asking.stderr is not None
+    while "no worker has picked up" not in (line := asking.stderr.readline()):
+        assert line, "ask ended early"
+    # Longer than one read of its stream waits for a worker (the server's limit, 30 s).
+    time.sleep(35)
+    worker = subprocess.Popen(
+        [sys.executable, "worker.py"], cwd=ROOT, env=shared_server, stdout=subprocess.DEVNULL
+    )
+    try:
+        out, err = asking.communicate(timeout=120)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert asking.returncode == 0, err
+    assert "Traceback" not in err
+    assert "answer (answered): Yes — order 123456 shipped" in out
+
+
 def test_ctrl_c_on_ask_says_the_turn_goes_on(shared_server: dict[str, str]) -> None:
     asking = subprocess.Popen(
         [sys.executable, "client.py", "ask", "Has order 123456 shipped?"],
