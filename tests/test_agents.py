@@ -426,6 +426,35 @@ async def test_a_persons_own_module_answers_through_a_worker_and_client_of_their
     )
 
 
+def test_a_command_that_starts_its_own_worker_serves_the_agent_it_names(
+    env: WorkflowEnvironment, elsewhere: Path
+) -> None:
+    """`ask --embedded --agent MODULE:ATTRIBUTE` on a queue nobody serves: the worker it
+    starts serves that agent (not the demo's), and it answers."""
+    environ = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": f"own-{uuid.uuid4().hex[:6]}",
+    }
+    asked = subprocess.run(
+        [
+            str(BIN / "durable-agent"),
+            "ask",
+            "--embedded",
+            "--agent",
+            "books:agent",
+            "How much is the book 9780141187761?",
+        ],
+        cwd=elsewhere,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert "$9.99" in asked.stdout and "\nagent: bookstore (fingerprint " in asked.stdout
+
+
 def test_a_worker_says_when_its_queue_sends_new_turns_to_a_version_of_other_agents(
     env: WorkflowEnvironment, elsewhere: Path
 ) -> None:
