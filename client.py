@@ -58,14 +58,13 @@ from durable_agent.runtime.server import (
     LOCAL_HOST,
     LOCAL_PORT,
     LOCAL_UI_PORT,
-    STATE_DIR,
     Connection,
     EmbeddedServer,
     ServerUnavailable,
     connect,
     is_listening,
 )
-from durable_agent.runtime.settings import TASK_QUEUE
+from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.turns import (
     AgentClientError,
     WorkerNeeded,
@@ -83,7 +82,7 @@ from durable_agent.runtime.turns import (
     workers,
 )
 from durable_agent.serving import load
-from durable_agent.settings import Settings
+from durable_agent.settings import Settings, state_dir
 from durable_agent.stream import DoneEvent, Drafts, StepEvent, TokensEvent
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
@@ -128,10 +127,16 @@ class CliError(Exception):
 
 
 EXIT_NOT_ANSWERED = 3
-"""A turn that ended without a real answer (its model failed or was refused, or it hit
-a cap): the answer says why; scripts can tell it from a good one."""
+"""A turn that ended without a real answer (its model failed, no worker serves its agent,
+or it hit a cap): the answer says why; scripts can tell it from a good one."""
 
-UNANSWERED = (Outcome.MODEL_ERROR, Outcome.STEP_LIMIT, Outcome.TIME_LIMIT, Outcome.TOKEN_LIMIT)
+UNANSWERED = (
+    Outcome.MODEL_ERROR,
+    Outcome.UNKNOWN_AGENT,
+    Outcome.STEP_LIMIT,
+    Outcome.TIME_LIMIT,
+    Outcome.TOKEN_LIMIT,
+)
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,9 @@ class Chosen:
 
 def choose_agent(value: str) -> Chosen:
     """`--agent`: a served name, or MODULE:ATTRIBUTE (the definition, loaded here).
-    A name is looked up among the definitions AGENT_AGENTS names (and the demo's)."""
+    A name is looked up among the definitions AGENT_AGENTS names (and the demo's). None
+    given: the worker's first, whichever it is (a worker this command starts serves the
+    ones AGENT_AGENTS names, else the demo's)."""
     value = value.strip()
     if ":" in value:
         try:
@@ -159,15 +166,20 @@ def choose_agent(value: str) -> Chosen:
             f"--agent {value!r}: give an agent's name (letters, digits, '_', '.', '-') or "
             "its definition as MODULE:ATTRIBUTE"
         )
-    from worker import agents_of
-
     try:
-        known = agents_of(Settings.from_env().agents, "AGENT_AGENTS")
+        known = default_agents()
     except AgentDefinitionError as e:
         raise CliError(str(e)) from None
     if not value:
-        return Chosen("", known[0])
+        return Chosen("", None)
     return Chosen(value, next((a for a in known if a.name == value), None))
+
+
+def default_agents() -> list[Agent]:
+    """What a worker started with no --agent serves: AGENT_AGENTS, else the demo's."""
+    from worker import agents_of
+
+    return agents_of(Settings.from_env().agents, "AGENT_AGENTS")
 
 
 @contextlib.asynccontextmanager
@@ -192,14 +204,17 @@ async def session(
             from worker import build_worker
 
             chosen = agent or choose_agent("")
-            if chosen.definition is None:
+            if chosen.name and chosen.definition is None:
                 raise CliError(
                     f"no live worker serves task queue {task_queue!r}, and agent "
                     f"{chosen.name!r} is not one this process knows: start "
-                    f"`python worker.py --agent MODULE:ATTRIBUTE`, or give "
-                    "--agent MODULE:ATTRIBUTE"
+                    f"`{worker_command()} --agent MODULE:ATTRIBUTE{queue_flag(task_queue)}`, "
+                    "or give --agent MODULE:ATTRIBUTE"
                 )
-            async with build_worker(conn.client, task_queue, agents=[chosen.definition]):
+            # The agent it names, and nothing else; none named: the worker's defaults.
+            served = [chosen.definition] if chosen.definition else default_agents()
+            async with build_worker(conn.client, task_queue, agents=served):
+                conn.served = served
                 yield conn
         else:
             if not serving.live:
@@ -217,8 +232,13 @@ def no_worker(task_queue: str, serving: Workers) -> str:
     )
     return (
         f"no live worker serves task queue {task_queue!r} ({seen}); the turn waits until "
-        "you start `python worker.py` (or use --embedded)"
+        f"you start `{worker_command()}{queue_flag(task_queue)}` (or use --embedded)"
     )
+
+
+def queue_flag(task_queue: str) -> str:
+    """` --task-queue X` when a command needs it to reach `task_queue`."""
+    return "" if task_queue == TASK_QUEUE else f" --task-queue {task_queue}"
 
 
 def ago(when: datetime) -> str:
@@ -308,7 +328,9 @@ async def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOut
     print(f"\nanswer ({result.outcome.value}): {result.answer}")
     print(usage_line(result.usage))
     if result.agent:
-        print(f"agent: {result.agent} (fingerprint {result.fingerprint})")
+        # No fingerprint: no worker serves an agent of that name.
+        known = f"fingerprint {result.fingerprint}" if result.fingerprint else "not served here"
+        print(f"agent: {result.agent} ({known})")
     if version := await version_of(handle):
         print(f"version: {version}")
     url = conn.workflow_url(handle.id, handle.result_run_id)
@@ -320,8 +342,8 @@ def decide_hint(workflow_id: str, step: Step) -> str:
     call = step.calls[0] if step.calls else None
     call_id = f" {call.id}" if call else ""
     return (
-        f"  decide with: python client.py approve {workflow_id}{call_id}"
-        f"   (or: python client.py reject {workflow_id}{call_id} --reason '...')"
+        f"  decide with: {client_command()} approve {workflow_id}{call_id}"
+        f"   (or: {client_command()} reject {workflow_id}{call_id} --reason '...')"
     )
 
 
@@ -367,7 +389,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
         except asyncio.CancelledError:
             print(
                 "\nstopped waiting; the turn goes on. "
-                f"See it with: python client.py show {handle.id}",
+                f"See it with: {client_command()} show {handle.id}",
                 file=sys.stderr,
             )
             raise
@@ -657,7 +679,7 @@ def version_lines(r: deployments.VersionReport) -> list[str]:
         which = "idle conversation" if r.idle is not None else "conversation"
         parts.append(
             f"{counted(idle, which)} move at their next message "
-            "(or now: python client.py move-conversations)"
+            f"(or now: {client_command()} move-conversations)"
         )
     return [*lines, f"    {r.build_id} still needs its workers: {'; '.join(parts)}"]
 
@@ -692,7 +714,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
     if is_listening(LOCAL_HOST, args.port):
         raise CliError(
             f"something already listens on {LOCAL_HOST}:{args.port} (a server that "
-            "`python worker.py` started, perhaps: stop that worker first), or give --port"
+            f"`{worker_command()}` started, perhaps: stop that worker first), or give --port"
         )
     server = EmbeddedServer(Path(args.db_file), port=args.port, ui_port=args.ui_port)
     print(
@@ -734,7 +756,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 print_running(desc.typed_search_attributes)
                 print(
                     "note: no worker answered, so this is the history only; the live steps "
-                    "need a running worker (`python worker.py`)",
+                    f"need a running worker (`{worker_command()}`)",
                     file=sys.stderr,
                 )
                 return 0
@@ -779,7 +801,9 @@ async def cmd_demo(args: argparse.Namespace) -> None:
         if conn.ui_url:
             print(f"See every turn in the Web UI: {conn.workflows_url}")
             if conn.server:
-                print("(the embedded server stops with this command; `python worker.py` keeps one)")
+                print(
+                    f"(the embedded server stops with this command; `{worker_command()}` keeps one)"
+                )
 
 
 async def cmd_web(args: argparse.Namespace) -> None:
@@ -789,13 +813,15 @@ async def cmd_web(args: argparse.Namespace) -> None:
     chat = chat_input(args, chosen)
     # Self-contained like `demo`: on a fresh machine the page works with nothing else running.
     async with session(args.task_queue, self_contained=True, agent=chosen) as conn:
+        # The words of the agent that answers: the one named, or this command's own
+        # worker's first; else the page asks the task queue's current version.
         await serve(
             conn,
             chat,
             host=args.host,
             port=args.port,
             task_queue=args.task_queue,
-            agent=chosen.definition,
+            agent=chosen.definition or (conn.served[0] if conn.served else None),
         )
 
 
@@ -859,8 +885,8 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
-        prog="client.py",
-        description="Ask the durable support agent (one Temporal workflow per turn).",
+        prog=client_command(),
+        description="Ask agents; every question is a durable Temporal workflow (a turn).",
     )
     p.add_argument(
         "--task-queue", default=TASK_QUEUE, type=task_queue_name, help="default: %(default)s"
@@ -952,8 +978,8 @@ def parser() -> argparse.ArgumentParser:
         server.add_argument(flag, type=port_number, default=default, help="default: %(default)s")
     server.add_argument(
         "--db-file",
-        default=str(STATE_DIR / "temporal.db"),
-        help="its SQLite file (default: %(default)s, the one `python worker.py` uses)",
+        default=str(state_dir() / "temporal.db"),
+        help="its SQLite file (default: %(default)s, the one the worker's own server uses)",
     )
     server.set_defaults(run=cmd_server)
 

@@ -37,6 +37,7 @@ from durable_agent.runtime.chaos import Faults
 from durable_agent.runtime.cli import OneLineParser, task_queue_name
 from durable_agent.runtime.deployments import VersionConflict
 from durable_agent.runtime.server import ServerUnavailable, connect
+from durable_agent.runtime.settings import worker_command
 from durable_agent.serving import ServedAgent, load
 from durable_agent.settings import Settings
 from durable_agent.shields import ShieldConfigError
@@ -148,6 +149,7 @@ async def serve(
 
 def main() -> None:
     parser = OneLineParser(
+        prog=worker_command(),
         description=__doc__.split("\n")[1].strip(),
         epilog=(
             "settings (environment): TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / "

@@ -67,6 +67,27 @@ class Refusals(BaseModel):
     """An answer an output shield refused."""
 
 
+class AgentCard(BaseModel):
+    """What front ends show of an agent: its name, title, what it helps with and
+    questions to start from. A worker publishes its agents' cards with its version
+    (`runtime.deployments`), so a front end that has not the definition still speaks
+    of the agent that answers on its task queue."""
+
+    name: str
+    title: str = ""
+    description: str = ""
+    examples: list[str] = []
+    fingerprint: str = ""
+
+    @classmethod
+    def unknown(cls, name: str = "") -> AgentCard:
+        """An agent known by its name at most: a neutral card."""
+        return cls(name=name, title=name or "Assistant")
+
+
+MAX_CARD_EXAMPLES = 4
+
+
 @dataclass(frozen=True, eq=False)
 class Agent:
     """One agent: every field but `name` has a default. See the module docstring."""
@@ -145,6 +166,16 @@ class Agent:
             return self.refusals.question
         helps = f" I can help with {self.description.rstrip('.')}." if self.description else ""
         return "Sorry, I can't help with that request." + helps
+
+    def card(self, fingerprint: str = "") -> AgentCard:
+        """Its card (`fingerprint`: as its worker serves it; default: its own)."""
+        return AgentCard(
+            name=self.name,
+            title=self.shown_name,
+            description=self.description,
+            examples=list(self.examples)[:MAX_CARD_EXAMPLES],
+            fingerprint=fingerprint or self.fingerprint(),
+        )
 
     def as_tool(self, name: str = "", description: str = "") -> Tool:
         """This agent as another agent's tool: each call is a turn of this agent (a child

@@ -30,6 +30,10 @@ def _names(value: str) -> frozenset[str]:
     return frozenset(n.strip() for n in value.split(",") if n.strip())
 
 
+WORKER_SETTINGS = "the worker's approval settings (AGENT_APPROVAL_REQUIRED / _WAIVED)"
+AGENT_POLICY = "its approval policy (Agent(approvals=ApprovalPolicy(...)))"
+
+
 @dataclass(frozen=True)
 class ApprovalPolicy:
     """The worker's word on approvals, over what each tool declares."""
@@ -45,14 +49,15 @@ class ApprovalPolicy:
             waived=_names(env.get("AGENT_APPROVAL_WAIVED", "")),
         )
 
-    def check(self, known: Iterable[str]) -> None:
-        """Refuse settings that name tools the worker does not have (a typo would
-        silently leave a write unguarded, or guard nothing)."""
+    def check(self, known: Iterable[str], source: str = WORKER_SETTINGS) -> None:
+        """Refuse a policy that names tools the agent does not have (a typo would
+        silently leave a write unguarded, or guard nothing); `source` says whose
+        policy it is."""
         unknown = sorted((self.required | self.waived) - set(known) - {ALL})
         if unknown:
             raise ValueError(
-                f"AGENT_APPROVAL_REQUIRED / AGENT_APPROVAL_WAIVED name unknown tools: "
-                f"{', '.join(unknown)} (the worker's tools: {', '.join(sorted(known))})"
+                f"{source} names unknown tools: {', '.join(unknown)} "
+                f"(its tools: {', '.join(sorted(known)) or 'none'})"
             )
 
     def needs_approval(self, tool: str, declared: bool) -> bool:

@@ -9,6 +9,7 @@ retried with backoff.
     AgentError                     permanent unless said otherwise
     ├── UnknownAgent               a turn names an agent this worker does not serve
     ├── AgentDefinitionError       an agent cannot be served as defined (stops the worker)
+    │   └── HiddenModule           a person's module has the name of one of this project's
     ├── ModelError                 the model backend failed
     │   ├── UnknownModel           no backend for that model spec
     │   ├── InvalidModelOutput     the model's reply cannot be used
@@ -24,6 +25,8 @@ retried with backoff.
 
 from __future__ import annotations
 
+from durable_agent.runtime.settings import client_command, worker_command
+
 
 class AgentError(Exception):
     """Base class of the agent's own errors."""
@@ -37,13 +40,24 @@ class UnknownAgent(AgentError):
     def __init__(self, name: str, known: list[str]) -> None:
         super().__init__(
             f"no agent {name!r} is served here (this worker serves: {', '.join(known)}); "
-            f"start a worker for it with `python worker.py --agent MODULE:ATTRIBUTE`"
+            f"start a worker for it with `{worker_command()} --agent MODULE:ATTRIBUTE`"
         )
 
 
 class AgentDefinitionError(AgentError):
     """An agent cannot be served as defined (a bad `--agent`, a tool name used twice,
     two agents with one name); the message says what to fix."""
+
+
+class HiddenModule(AgentDefinitionError):
+    """A module in the person's folder (or on PYTHONPATH) has the name of one of this
+    project's top-level modules, and would be imported in its place."""
+
+    def __init__(self, path: str, name: str) -> None:
+        super().__init__(
+            f"{path} has the name of durable-agent's own module {name!r} and would be "
+            "imported in its place: rename it"
+        )
 
 
 class ModelError(AgentError):
@@ -56,7 +70,7 @@ class UnknownModel(ModelError):
     def __init__(self, spec: str, known: list[str]) -> None:
         super().__init__(
             f"unknown model {spec!r}: use one of {', '.join(sorted(known))} "
-            "(set it per turn with `client.py ask --model SPEC`)"
+            f"(set it per turn with `{client_command()} ask --model SPEC`)"
         )
 
 

@@ -359,9 +359,11 @@ class _ToolProfile:
 
 
 def _capability(spec: ToolSpec) -> str:
-    """What a tool does, from the opening of its description."""
-    text = re.split(r"[:,.]", " ".join(spec.description.split()), maxsplit=1)[0]
-    text = re.sub(r"\s*\([^)]*\)", "", text).strip()
+    """What a tool does, from the opening of its description. Asides in parentheses go
+    first: "Whether a service (email, vpn) is up" is "whether a service is up", and an
+    aside cut open at its comma would offer its words as if they were the customer's."""
+    text = re.sub(r"\s*\([^)]*\)", "", " ".join(spec.description.split()))
+    text = re.split(r"[:,.(]", text, maxsplit=1)[0].strip()
     return text[:1].lower() + text[1:]
 
 

@@ -29,6 +29,7 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
+from temporalio.service import RPCError
 from temporalio.worker import (
     Interceptor,
     UnsandboxedWorkflowRunner,
@@ -43,7 +44,7 @@ from temporalio.workflow import _Definition
 
 from activities import turn_activities
 from durable_agent import telemetry
-from durable_agent.agents import Agent
+from durable_agent.agents import Agent, AgentCard
 from durable_agent.backends import default_models
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.model import ModelCatalog
@@ -55,7 +56,7 @@ from durable_agent.runtime.deployments import (
     claim,
     deployment_config,
     promote,
-    record_code,
+    publish,
     sources_of,
 )
 from durable_agent.serving import Agents
@@ -131,20 +132,39 @@ class AgentPlugin(SimplePlugin):
                 settling.cancel()
 
     async def _promote(self) -> None:
+        if self.version is None or self._client is None:
+            self.promoted.set()
+            return
         try:
-            if self.version is not None and self._client is not None:
-                await record_code(self._client, self.version, self.code)
-                await promote(
-                    self._client,
-                    self.version,
-                    self.settings.promote,
-                    self._task_queue,
-                    settled=self.promoted,
-                )
+            # Its code and agents first: once it is current, front ends read them there.
+            await publish(self._client, self.version, self.code, self.cards)
+        except RPCError as e:  # a server that refuses metadata calls (permissions)
+            log.warning("version %s: cannot record its code and agents (%s)", self.version, e)
+        except Exception:
+            log.exception("could not record the code and agents of version %s", self.version)
+        try:
+            await promote(
+                self._client,
+                self.version,
+                self.settings.promote,
+                self._task_queue,
+                settled=self.promoted,
+                agents=[a.name for a in self.given],
+            )
         except Exception:
             log.exception("could not make version %s current", self.version)
         finally:
             self.promoted.set()
+
+    @property
+    def cards(self) -> list[AgentCard]:
+        """The cards of the agents it serves by their own names (sub-agents too), the
+        one that answers turns that name none first."""
+        return [
+            s.agent.card(s.fingerprint)
+            for s in self.agents.served.values()
+            if s.name == s.agent.name
+        ]
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         self._client = config["client"]

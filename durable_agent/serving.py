@@ -16,23 +16,25 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import logging
 import os
 import sys
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from durable_agent.agents import Agent
-from durable_agent.approval import ApprovalPolicy
+from durable_agent.approval import AGENT_POLICY, WORKER_SETTINGS, ApprovalPolicy
 from durable_agent.argfill import id_noun, required_params
-from durable_agent.errors import AgentDefinitionError, UnknownAgent
+from durable_agent.errors import AgentDefinitionError, HiddenModule, UnknownAgent
 from durable_agent.model import ModelCatalog
 from durable_agent.settings import Settings
 from durable_agent.shields import Ids, ShieldConfigError, ShieldSet
 from durable_agent.subagents import view_name
-from durable_agent.tools import ToolRegistry
+from durable_agent.tools import NotATool, ToolRegistry
 from durable_agent.types import TurnLimits
 
 log = logging.getLogger("durable_agent.serving")
@@ -81,7 +83,9 @@ class ServedAgent:
         self.instructions = instructions or agent.system_prompt
         self.approvals: ApprovalPolicy = agent.approvals or settings.approvals
         try:
-            self.approvals.check(self.tools.tools)
+            self.approvals.check(
+                self.tools.tools, AGENT_POLICY if agent.approvals else WORKER_SETTINGS
+            )
         except ValueError as e:
             raise AgentDefinitionError(f"agent {self.name!r}: {e}") from None
         self.ids = ids_of(self.tools)
@@ -266,10 +270,23 @@ def subagents_of(agents: Sequence[Agent]) -> list[Agent]:
 
 
 def _registry(agent: Agent) -> ToolRegistry:
+    if not isinstance(agent, Agent):
+        fix = "give the Agent it returns" if callable(agent) else "from durable_agent import Agent"
+        raise AgentDefinitionError(f"{_described(agent)} is not an Agent ({fix})")
     try:
         return agent.registry
+    except NotATool as e:
+        raise AgentDefinitionError(f"agent {agent.name!r}: {e}") from None
     except ValueError as e:
         raise AgentDefinitionError(f"agent {agent.name!r}: {e}; rename one of them") from None
+
+
+def _described(value: object) -> str:
+    """`5 (an int)`, `<function make at 0x…> (a function)`: a value and its kind."""
+    kind = type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    shown = repr(value)
+    return f"{shown[:57] + '...' if len(shown) > 60 else shown} ({article} {kind})"
 
 
 def _view_fingerprint(instructions: str, tools: ToolRegistry) -> str:
@@ -277,11 +294,48 @@ def _view_fingerprint(instructions: str, tools: ToolRegistry) -> str:
     return probe.fingerprint()
 
 
+OWN_MODULES = (
+    "durable_agent",
+    "worker",
+    "client",
+    "shop",
+    "workflows",
+    "activities",
+    "bench",
+    "evals",
+    "frontends",
+)
+"""The top-level modules this project installs (pyproject.toml's packages and
+py-modules): a person's module of one of these names would be imported in their place."""
+
+_INSTALLED = Path(__file__).resolve().parent.parent
+"""Where the project's top-level modules are: the clone, or site-packages."""
+
+
+def check_own_modules(path: Sequence[str]) -> None:
+    """`HiddenModule` when a module of the project's was imported from elsewhere, or
+    an import on `path` would find another first (a person's `shop.py` or `worker.py`
+    in their folder). Having imported ours first is not enough: Temporal's sandbox
+    imports the workflows afresh, and a person's own module would be hidden in turn."""
+    for name in OWN_MODULES:
+        ours = {_INSTALLED / f"{name}.py", _INSTALLED / name / "__init__.py"}
+        spec = importlib.machinery.PathFinder.find_spec(name, list(path))
+        found = [
+            getattr(sys.modules.get(name), "__file__", None),
+            spec.origin if spec is not None and spec.has_location else None,
+        ]
+        for origin in found:
+            if origin is not None and Path(origin).resolve() not in ours:
+                raise HiddenModule(origin, name)
+
+
 def load(specs: Sequence[str], *, flag: str = "--agent") -> list[Agent]:
     """The agents named `module:attribute` (an `Agent`, or a function that returns one),
     importable from the current directory and PYTHONPATH. Every problem is one
-    `AgentDefinitionError` line that names the spec and what to fix."""
+    `AgentDefinitionError` line that names the spec and what to fix; a module of the
+    person's that has the name of one of the project's is `HiddenModule`."""
     cwd = os.getcwd()
+    check_own_modules([cwd, *sys.path])
     if cwd not in sys.path:
         # As `python -m` and ASGI servers do: a person's module lives in their folder.
         sys.path.insert(0, cwd)
@@ -313,6 +367,7 @@ def _load_one(spec: str, flag: str) -> Agent:
         raise AgentDefinitionError(
             f"{flag} {spec}: module {module_name} has no attribute {attribute!r}"
         ) from None
+    named = f"{module_name}.{attribute}"
     if callable(found) and not isinstance(found, Agent):
         try:
             found = found()
@@ -320,10 +375,15 @@ def _load_one(spec: str, flag: str) -> Agent:
             raise AgentDefinitionError(
                 f"{flag} {spec}: calling {attribute}() failed: {type(e).__name__}: {e}"
             ) from None
+        if not isinstance(found, Agent):
+            raise AgentDefinitionError(
+                f"{flag} {spec}: {named}() returned {_described(found)}, not an Agent "
+                "(from durable_agent import Agent)"
+            )
     if not isinstance(found, Agent):
         raise AgentDefinitionError(
-            f"{flag} {spec}: {module_name}.{attribute} is a {type(found).__name__}, not an "
-            "Agent (from durable_agent import Agent), nor a function returning one"
+            f"{flag} {spec}: {named} is {_described(found)}, not an Agent "
+            "(from durable_agent import Agent), nor a function returning one"
         )
     try:
         _registry(found)

@@ -18,6 +18,8 @@
                             (`durable_agent.runtime.deployments`)
     AGENT_WORKFLOW_SANDBOX  off (default) | on: run the turn and conversation workflows
                             inside the SDK's sandbox (`durable_agent.plugin`)
+    AGENT_STATE_DIR         what the commands keep on disk (`state_dir()`; default
+                            .durable-agent/ in the current folder)
 
 An agent's own `model`, `approvals` and `shields` take precedence over these.
 """
@@ -27,12 +29,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.shields import ShieldSettings
 
 PROMOTE = ("auto", "always", "never")
 """What a starting worker does about its deployment's current version."""
+
+STATE_DIR = ".durable-agent"
+"""The folder, in the current one, where the commands keep what they write to disk."""
 
 DEFAULT_TASK_QUEUE = "agent-turns"
 DEFAULT_MODEL = "offline"
@@ -93,3 +99,11 @@ def _switch(name: str, raw: str) -> bool:
     if value in ("0", "off", "false", "no"):
         return False
     raise ValueError(f"{name}={raw!r}: use on or off")
+
+
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the commands keep their files: the embedded server's SQLite file and log,
+    the demo shop's data, the evals' records. AGENT_STATE_DIR, else `.durable-agent/` in
+    the current folder (your project's, as `.git/` is), never inside the install."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("AGENT_STATE_DIR", "").strip() or STATE_DIR).absolute()

@@ -229,6 +229,19 @@ def tool(
     return wrap(fn) if fn is not None else wrap
 
 
+class NotATool(TypeError):
+    """Something in an agent's tools that is not a `Tool`: a function without `@tool`,
+    most likely."""
+
+    def __init__(self, value: object) -> None:
+        name = getattr(value, "__name__", None)
+        what = f"function {name}" if callable(value) and name else repr(value)[:60]
+        super().__init__(
+            f"{what} is not a tool: decorate it with @tool (from durable_agent import tool), "
+            "or give a Lambda tool or an agent as a tool (Agent.as_tool())"
+        )
+
+
 class ToolRegistry:
     """The tools one agent may call, by name."""
 
@@ -239,6 +252,8 @@ class ToolRegistry:
             self.add(t)
 
     def add(self, t: Tool) -> None:
+        if not isinstance(t, Tool):
+            raise NotATool(t)
         if t.name in self.tools:
             raise ValueError(f"tool {t.name!r} is registered twice")
         self.tools[t.name] = t

@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 async def _tau2(args: argparse.Namespace) -> int:
     from durable_agent.errors import NotAllowed
     from durable_agent.runtime.server import ServerUnavailable, connect
+    from durable_agent.settings import state_dir
     from evals import tau2
     from evals.chaos import ChaosError, kill_every
     from evals.run import plain_run, run_id, run_tasks, totals, write_reports
@@ -134,7 +135,7 @@ async def _tau2(args: argparse.Namespace) -> int:
         return 2
     if real:
         return await _tau2_real(args, tasks)
-    state = Path(os.environ.get("AGENT_STATE_DIR", ".durable-agent")) / "evals"
+    state = state_dir() / "evals"
     ids = [t.id for t in tasks]
     run = run_id(args.domain, "oracle", ids, args.chaos)
     floor = args.report / f"plain-{run_id(args.domain, 'oracle', ids)}.json"
@@ -191,11 +192,12 @@ async def _tau2(args: argparse.Namespace) -> int:
 async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
     """A real model's run: conversations with the benchmark's customer, pass^k."""
     from durable_agent.runtime.server import ServerUnavailable, connect
+    from durable_agent.settings import state_dir
     from evals.conversations import RealRun, real_totals, run_conversations
     from evals.run import write_reports
 
     run = RealRun(args.domain, args.model, args.user_model or args.model, args.trials)
-    state = Path(os.environ.get("AGENT_STATE_DIR", ".durable-agent")) / "evals"
+    state = state_dir() / "evals"
     try:
         conn = await connect(start_embedded=True)
     except ServerUnavailable as e:
@@ -235,6 +237,7 @@ async def _questions(args: argparse.Namespace) -> int:
 
     from durable_agent.backends import default_models
     from durable_agent.runtime.server import ServerUnavailable, connect
+    from durable_agent.settings import state_dir
     from evals.questions import TABLES, rows, run_questions, summary
 
     kinds = default_models().kinds
@@ -246,7 +249,7 @@ async def _questions(args: argparse.Namespace) -> int:
     except ServerUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    state = Path(os.environ.get("AGENT_STATE_DIR", ".durable-agent")) / "evals"
+    state = state_dir() / "evals"
     try:
         reports = await run_questions(
             conn.client, TABLES[args.table], model=args.model, state_dir=state

@@ -25,14 +25,14 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from durable_agent.errors import NotAllowed, NotFound
+from durable_agent.settings import state_dir
 from shop import seed
-
-DEFAULT_DB = Path(__file__).resolve().parent.parent / ".durable-agent" / "shop.db"
 
 
 def default_db_path() -> Path:
-    """`AGENT_SHOP_DB`, else `.durable-agent/shop.db` in the project folder."""
-    return Path(os.environ.get("AGENT_SHOP_DB", DEFAULT_DB))
+    """`AGENT_SHOP_DB`, else `shop.db` in the state folder (`.durable-agent/` in the
+    current folder, or AGENT_STATE_DIR)."""
+    return Path(os.environ.get("AGENT_SHOP_DB", "").strip() or state_dir() / "shop.db")
 
 
 # --- the contract ---------------------------------------------------------------------

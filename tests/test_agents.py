@@ -25,7 +25,7 @@ from durable_agent.agents import default_instructions
 from durable_agent.errors import AgentDefinitionError, InvalidCall
 from durable_agent.model import ModelCatalog
 from durable_agent.runtime.turns import start_turn
-from durable_agent.serving import Agents, load
+from durable_agent.serving import OWN_MODULES, Agents, load
 from durable_agent.tools import ToolRegistry, schema_tool
 from durable_agent.types import Outcome, ToolCall, TurnInput
 from tests.conftest import Harness
@@ -115,6 +115,10 @@ def test_what_cannot_be_served_is_said_at_once() -> None:
         Agents([replace(bookstore, approvals=waived)])
     with pytest.raises(AgentDefinitionError, match="no agent to serve"):
         Agents([])
+    with pytest.raises(AgentDefinitionError, match=r"\(a function\) is not an Agent \(give the"):
+        Agents([lambda: bookstore])  # type: ignore[list-item]
+    with pytest.raises(AgentDefinitionError, match="function print is not a tool: decorate it"):
+        Agents([replace(bookstore, tools=[print])])  # type: ignore[list-item]
 
 
 def test_a_sub_agent_is_served_with_the_agent_that_uses_it() -> None:
@@ -154,7 +158,7 @@ def write_module(folder: Path, name: str, body: str) -> None:
 
 BOOKSTORE_MODULE = """
     from pydantic import BaseModel, Field
-    from durable_agent import Agent, ToolContext, tool
+    from durable_agent import Agent, ApprovalPolicy, ToolContext, tool
 
     PRICES = {"9780141187761": "$9.99"}
 
@@ -180,6 +184,21 @@ BOOKSTORE_MODULE = """
     not_an_agent = 42
     twice = Agent(name="bookstore")
     same_tool_twice = Agent(name="dupes", tools=[book_price, book_price])
+
+    def shelf_count(args, ctx):
+        return 3
+
+    undecorated = Agent(name="undecorated", tools=[book_price, shelf_count])
+    builtin = Agent(name="builtin", tools=[print])
+    own_waiver = Agent(
+        name="waiver", tools=[book_price], approvals=ApprovalPolicy(waived=frozenset({"nosuch"}))
+    )
+
+    def makes_five():
+        return 5
+
+    def fails():
+        raise RuntimeError("the shelf is locked")
 """
 
 
@@ -190,6 +209,15 @@ def elsewhere(tmp_path: Path) -> Path:
     folder.mkdir()
     write_module(folder, "books", BOOKSTORE_MODULE)
     write_module(folder, "broken", "import no_such_dependency_anywhere\n")
+    write_module(
+        folder,
+        "guarded",
+        """
+        from durable_agent import Agent, ShieldSettings
+
+        agent = Agent(name="guarded", shields=ShieldSettings(input=("nosuch",)))
+        """,
+    )
     return folder
 
 
@@ -211,9 +239,25 @@ def test_load_finds_a_module_in_the_current_folder(
         ("books", "give MODULE:ATTRIBUTE"),
         ("nowhere:agent", "no module named 'nowhere' in the current directory"),
         ("books:nothing", "module books has no attribute 'nothing'"),
-        ("books:not_an_agent", "books.not_an_agent is a int, not an Agent"),
+        ("books:", "give MODULE:ATTRIBUTE"),
+        (":agent", "give MODULE:ATTRIBUTE"),
+        ("no such:agent", "no module named 'no such'"),
+        ("books:not_an_agent", "books.not_an_agent is 42 (an int), not an Agent"),
+        ("books:makes_five", "books.makes_five() returned 5 (an int), not an Agent"),
+        ("books:fails", "calling fails() failed: RuntimeError: the shelf is locked"),
         ("broken:agent", "importing broken failed"),
         ("books:same_tool_twice", "agent 'dupes': tool 'book_price' is registered twice"),
+        (
+            "books:undecorated",
+            "agent 'undecorated': function shelf_count is not a tool: decorate it with @tool",
+        ),
+        ("books:builtin", "agent 'builtin': function print is not a tool: decorate it with @tool"),
+        (
+            "books:own_waiver",
+            "agent 'waiver': its approval policy (Agent(approvals=ApprovalPolicy(...))) names "
+            "unknown tools: nosuch (its tools: book_price)",
+        ),
+        ("guarded:agent", "ShieldSettings(input=...): unknown shield 'nosuch'; use offline,"),
     ],
 )
 def test_every_bad_agent_stops_the_worker_with_one_line(
@@ -228,7 +272,7 @@ def test_every_bad_agent_stops_the_worker_with_one_line(
     )
     assert done.returncode != 0
     lines = (done.stdout + done.stderr).strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --agent"), lines
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert says in lines[0]
 
 
@@ -266,6 +310,53 @@ def test_agent_agents_does_what_agent_does(elsewhere: Path) -> None:
         done.stderr.strip()
         == "error: AGENT_AGENTS books:nothing: module books has no attribute 'nothing'"
     )
+
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.parametrize("mine", ["shop.py", "worker.py", "workflows.py", "frontends/__init__.py"])
+def test_a_module_of_ones_own_named_like_one_of_the_projects_is_named_in_one_line(
+    elsewhere: Path, mine: str
+) -> None:
+    """The installed commands run in a person's folder, whose modules come first on the
+    path: one named like the project's (its worker, its shop, its workflows, which
+    Temporal's sandbox imports afresh) is named, with what to do, before anything runs."""
+    (elsewhere / mine).parent.mkdir(exist_ok=True)
+    (elsewhere / mine).write_text("x = 1\n")
+    environ = {**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1", "AGENT_TASK_QUEUE": "nobody"}
+    commands = [
+        ["durable-agent-worker", "--agent", "books:agent"],
+        ["durable-agent", "ask", "--agent", "bookstore", "How much is 9780141187761?"],
+        ["durable-agent", "ask", "--embedded", "--agent", "books:agent", "Hello"],
+        ["durable-agent", "web", "--agent", "books:agent", "--port", "0"],
+    ]
+    for command in commands:
+        done = subprocess.run(
+            [str(BIN / command[0]), *command[1:]],
+            cwd=elsewhere,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1, (command, lines)
+        name = mine.split("/")[0].removesuffix(".py")
+        assert lines[0] == (
+            f"error: {elsewhere / mine} has the name of durable-agent's own module {name!r} "
+            "and would be imported in its place: rename it"
+        ), command
+
+
+def test_the_projects_own_modules_are_those_it_installs() -> None:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    top = {name.split(".")[0] for name in setup["packages"]} | set(setup["py-modules"])
+    assert set(OWN_MODULES) == top
 
 
 # -- served --------------------------------------------------------------------------
@@ -333,6 +424,78 @@ async def test_a_persons_own_module_answers_through_a_worker_and_client_of_their
     assert (
         "Sorry, this shop only talks about books." in declined.stdout or "Hello!" in declined.stdout
     )
+
+
+def test_a_command_that_starts_its_own_worker_serves_the_agent_it_names(
+    env: WorkflowEnvironment, elsewhere: Path
+) -> None:
+    """`ask --embedded --agent MODULE:ATTRIBUTE` on a queue nobody serves: the worker it
+    starts serves that agent (not the demo's), and it answers."""
+    environ = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": f"own-{uuid.uuid4().hex[:6]}",
+    }
+    asked = subprocess.run(
+        [
+            str(BIN / "durable-agent"),
+            "ask",
+            "--embedded",
+            "--agent",
+            "books:agent",
+            "How much is the book 9780141187761?",
+        ],
+        cwd=elsewhere,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert "$9.99" in asked.stdout and "\nagent: bookstore (fingerprint " in asked.stdout
+
+
+def test_a_worker_says_when_its_queue_sends_new_turns_to_a_version_of_other_agents(
+    env: WorkflowEnvironment, elsewhere: Path
+) -> None:
+    """A second agent's worker started on a queue whose current version is another
+    live one (the bookstore's): its turns would go there and end unknown_agent, so it
+    says so as it starts, and what to do."""
+    write_module(
+        elsewhere, "desk", 'from durable_agent import Agent\n\nagent = Agent(name="desk")\n'
+    )
+    environ = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": f"shared-{uuid.uuid4().hex[:6]}",
+    }
+    started = []
+    try:
+        for spec in ("books:agent", "desk:agent"):
+            worker = subprocess.Popen(
+                [sys.executable, str(ROOT / "worker.py"), "--agent", spec],
+                cwd=elsewhere,
+                env=environ,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            started.append(worker)
+            assert worker.stdout is not None
+            said = []
+            while not said or not said[-1].startswith("worker ready"):
+                said.append(worker.stdout.readline())
+                assert said[-1], said
+    finally:
+        for worker in started:
+            worker.terminate()
+            worker.wait(timeout=30)
+    (warning,) = [line for line in said if "durable_agent.deployments" in line]
+    assert " WARNING durable_agent.deployments: version b-" in warning
+    assert "is current on task queue 'shared-" in warning
+    assert "serves bookstore, not desk: turns for desk go there and end unknown_agent" in warning
+    assert "Give this worker a task queue of its own (--task-queue)" in warning
+    assert "set-current-version --deployment-name shared-" in warning
 
 
 async def test_two_agents_on_one_worker_never_see_each_others_instructions_or_tools(

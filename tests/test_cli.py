@@ -14,16 +14,20 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.api.workflowservice.v1 import ListWorkersRequest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
+from durable_agent.plugin import AgentPlugin
 from durable_agent.runtime.server import free_port
+from durable_agent.runtime.turns import workers
 from shop import ShopStore
-from tests.conftest import SEED_CASES
+from tests.conftest import SEED_CASES, Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 CODEC_SERVER = "durable_agent.runtime.codec_server"
@@ -57,15 +61,33 @@ def run(args: list[str], env: dict[str, str], timeout: float = 120) -> subproces
     )
 
 
-def test_demo_runs_the_six_cases_with_nothing_running(cli_env: dict[str, str]) -> None:
-    out = run(["client.py", "demo"], cli_env)
+def test_demo_runs_the_six_cases_with_nothing_running(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The installed command, in a folder of one's own: what it keeps (the embedded
+    server's file, the shop's data) is in that folder's .durable-agent/."""
+    here = tmp_path / "project"
+    here.mkdir()
+    env = {k: v for k, v in cli_env.items() if k not in ("AGENT_STATE_DIR", "AGENT_SHOP_DB")}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "durable-agent"), "demo"],
+        cwd=here,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in (here / ".durable-agent").glob("*.db")) == [
+        "shop.db",
+        "temporal.db",
+    ]
     for question, expected in SEED_CASES:
         assert f"Q: {question}\nA: " in out.stdout
         answer = out.stdout.split(f"Q: {question}\nA: ")[1].split("\n")[0]
         assert expected in answer
     assert f"http://localhost:{cli_env['AGENT_UI_PORT']}/namespaces/default/workflows" in out.stdout
-    assert Path(cli_env["AGENT_STATE_DIR"], "temporal.db").exists()
 
 
 @pytest.fixture
@@ -441,6 +463,36 @@ def test_show_without_a_worker_shows_the_history(shared_server: dict[str, str]) 
     assert "Traceback" not in shown.stderr
 
 
+@pytest.mark.slow
+def test_ask_waits_for_a_worker_started_later(shared_server: dict[str, str]) -> None:
+    """The turn waits for a worker, and so does `ask`: reads of its stream that no worker
+    answers in time are asked again, not a traceback."""
+    asking = subprocess.Popen(
+        [sys.executable, "client.py", "ask", "Has order 123456 shipped?"],
+        cwd=ROOT,
+        env=shared_server,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert asking.stderr is not None
+    while "no worker has picked up" not in (line := asking.stderr.readline()):
+        assert line, "ask ended early"
+    # Longer than one read of its stream waits for a worker (the server's limit, 30 s).
+    time.sleep(35)
+    worker = subprocess.Popen(
+        [sys.executable, "worker.py"], cwd=ROOT, env=shared_server, stdout=subprocess.DEVNULL
+    )
+    try:
+        out, err = asking.communicate(timeout=120)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert asking.returncode == 0, err
+    assert "Traceback" not in err
+    assert "answer (answered): Yes — order 123456 shipped" in out
+
+
 def test_ctrl_c_on_ask_says_the_turn_goes_on(shared_server: dict[str, str]) -> None:
     asking = subprocess.Popen(
         [sys.executable, "client.py", "ask", "Has order 123456 shipped?"],
@@ -473,6 +525,7 @@ def test_setup_mistakes_are_named_and_exit_non_zero(
         assert worker.stdout is not None and "worker ready" in worker.stdout.readline()
         no_key = run(["client.py", "ask", "Has order 123456 shipped?"], env)
         unknown = run(["client.py", "ask", "hi", "--model", "gpt4:turbo"], env)
+        nobody = run(["client.py", "ask", "hi", "--agent", "nosuch"], env)
     finally:
         worker.terminate()
         worker.wait(timeout=30)
@@ -481,6 +534,10 @@ def test_setup_mistakes_are_named_and_exit_non_zero(
     assert "unavailable" not in no_key.stdout
     assert unknown.returncode == 3
     assert "unknown model 'gpt4:turbo': use one of bedrock, offline, openai" in unknown.stdout
+    assert nobody.returncode == 3, nobody.stdout + nobody.stderr
+    assert "answer (unknown_agent): Sorry, I cannot answer: no agent 'nosuch'" in nobody.stdout
+    assert "(this worker serves: shop)" in nobody.stdout
+    assert "\nagent: nosuch (not served here)\n" in nobody.stdout
 
 
 def test_worker_help_describes_every_option(cli_env: dict[str, str]) -> None:
@@ -490,14 +547,51 @@ def test_worker_help_describes_every_option(cli_env: dict[str, str]) -> None:
     assert "AGENT_MODEL" in out.stdout
 
 
+def test_the_commands_name_themselves_as_they_were_run(shared_server: dict[str, str]) -> None:
+    """Installed, they are `durable-agent` and `durable-agent-worker`; from the clone,
+    `python client.py` and `python worker.py`: their usage and their hints say so."""
+    installed = Path(sys.executable).parent
+    env = {k: v for k, v in shared_server.items() if k != "AGENT_TASK_QUEUE"}
+    queue = shared_server["AGENT_TASK_QUEUE"]
+    for command, worker in (
+        ([str(installed / "durable-agent")], "durable-agent-worker"),
+        ([sys.executable, "client.py"], "python worker.py"),
+    ):
+        name = "durable-agent" if worker.startswith("durable") else "python client.py"
+        helped = subprocess.run(
+            [*command, "--help"], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert helped.stdout.startswith(f"usage: {name} "), helped.stdout
+        assert "support" not in helped.stdout
+        asked = subprocess.run(
+            [*command, "--task-queue", queue, "ask", "Has order 123456 shipped?", "--no-wait"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert asked.returncode == 0, asked.stderr
+        assert f"until you start `{worker} --task-queue {queue}`" in asked.stderr
+    helped = subprocess.run(
+        [str(installed / "durable-agent-worker"), "--help"], capture_output=True, text=True
+    )
+    assert helped.stdout.startswith("usage: durable-agent-worker "), helped.stdout
+
+
 async def heartbeats(server: dict[str, str]) -> int:
-    """How many workers of the server's task queue have sent a heartbeat."""
+    """How many workers of the server's task queue have beaten twice (so a client
+    knows their interval)."""
     client = await Client.connect(server["TEMPORAL_ADDRESS"])
     listed = await client.workflow_service.list_workers(
         ListWorkersRequest(namespace=client.namespace, page_size=200)
     )
     queue = server["AGENT_TASK_QUEUE"]
-    return sum(w.worker_heartbeat.task_queue == queue for w in listed.workers_info)
+    return sum(
+        w.worker_heartbeat.task_queue == queue
+        and w.worker_heartbeat.elapsed_since_last_heartbeat.ToTimedelta() > timedelta(0)
+        for w in listed.workers_info
+    )
 
 
 def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]) -> None:
@@ -516,11 +610,11 @@ def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]
         lambda: run(["client.py", "ask", "hi", "--no-wait"], shared_server),
         lambda o: o.returncode == 0 and "no live worker" not in o.stderr,
     )
-    # Killed once it has sent a heartbeat: from then on its silence says it is gone.
+    # Killed once it has beaten twice: from then on its silence says it is gone.
     # (Before, only its polls speak for it, for as long as a long poll lasts.)
     deadline = time.monotonic() + 30
     while not asyncio.run(heartbeats(shared_server)):
-        assert time.monotonic() < deadline, "the worker sent no heartbeat"
+        assert time.monotonic() < deadline, "the worker sent no second heartbeat"
         time.sleep(0.5)
     proc.kill()
     proc.wait()
@@ -530,3 +624,30 @@ def test_ask_tells_a_killed_worker_from_a_live_one(shared_server: dict[str, str]
         timeout=40,
     )
     assert "the last one was seen" in stale.stderr
+
+
+@pytest.mark.slow
+async def test_a_worker_built_by_hand_is_live_for_as_long_as_it_polls(
+    harness: Harness, shared_server: dict[str, str]
+) -> None:
+    """A plain `Worker` with the plugin, as docs/your-own-agent.md builds one: its runtime
+    beats once a minute (the SDK's default), so liveness is its polling, past its first
+    beat and past the renewal of its long polls."""
+    queue = shared_server["AGENT_TASK_QUEUE"]
+    client = await Client.connect(
+        shared_server["TEMPORAL_ADDRESS"], plugins=[AgentPlugin(harness.agent())]
+    )
+    async with Worker(client, task_queue=queue):
+        started = time.monotonic()
+        while not (await workers(client, queue)).live:  # its first poll
+            assert time.monotonic() - started < 30, "the worker never polled"
+            await asyncio.sleep(0.2)
+        while time.monotonic() - started < 80:  # its first beat comes at 60 s
+            serving = await workers(client, queue)
+            assert serving.live == 1, f"judged gone {time.monotonic() - started:.0f} s in"
+            await asyncio.sleep(2)
+        asked = await asyncio.to_thread(
+            run, ["client.py", "ask", "Has order 123456 shipped?"], shared_server
+        )
+    assert asked.returncode == 0, asked.stderr
+    assert "no live worker" not in asked.stderr and "shipped" in asked.stdout

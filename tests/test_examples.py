@@ -4,6 +4,7 @@ own folder, its write waiting for consent and running once across a SIGKILL."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -19,6 +20,11 @@ from urllib.request import Request, urlopen
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
+
+from durable_agent import Agent
+from durable_agent.runtime.turns import start_turn
+from durable_agent.types import Outcome, TurnInput
+from tests.conftest import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -65,6 +71,36 @@ class Process:
             self.proc.wait(timeout=60)
 
 
+def sample(page: str, first: str) -> list[str]:
+    """The lines of the page's sample output (a block with no language) that begins
+    with `first`."""
+    blocks: list[tuple[str, list[str]]] = []
+    fence: str | None = None
+    for line in page.splitlines():
+        if line.startswith("```"):
+            fence = line[3:] if fence is None else None
+            if fence is not None:
+                blocks.append((fence, []))
+        elif fence is not None:
+            blocks[-1][1].append(line)
+    (block,) = [b for lang, b in blocks if not lang and b and b[0].startswith(first)]
+    return block
+
+
+def as_on_the_page(lines: list[str], queue: str) -> list[str]:
+    """Printed lines as the page shows them: its default task queue, and `…` for what
+    differs each time (hashes, ids, token counts, the server's port)."""
+    shown = []
+    for line in lines:
+        line = line.replace(queue, "agent-turns")
+        line = re.sub(r"\b(b|turn-demo)-[0-9a-f]{8,}", r"\1-…", line)
+        line = re.sub(r"fingerprint [0-9a-f]{12}", "fingerprint …", line)
+        line = re.sub(r"/turn-demo-…/[0-9a-f-]{36}/history", "/turn-demo-…/history", line)
+        line = re.sub(r"model call\(s\), .* cost", "model call(s), … cost", line)
+        shown.append(line)
+    return shown
+
+
 @pytest.fixture
 def server_env(env: WorkflowEnvironment) -> Iterator[dict[str, str]]:
     yield {
@@ -86,10 +122,12 @@ def test_the_your_own_agent_page_works_as_written(
     worker = Process(
         [str(BIN / "durable-agent-worker"), "--agent", "bookstore:agent"], folder, server_env
     )
+    queue = server_env["AGENT_TASK_QUEUE"]
     try:
-        assert worker.line().startswith("worker ready on task queue")
-        agent_line = worker.line()
-        assert agent_line in page  # the page shows what the worker prints
+        # The page shows what the worker prints (on its own server, default queue).
+        started = [worker.line() for _ in sample(page, "worker ready")]
+        started[0] = re.sub(r"\(\S+\)", "(embedded server)", started[0])
+        assert as_on_the_page(started, queue) == sample(page, "worker ready"), started
         asked = run(
             [
                 str(BIN / "durable-agent"),
@@ -101,8 +139,8 @@ def test_the_your_own_agent_page_works_as_written(
             folder,
             server_env,
         )
-        answer = next(line for line in asked.splitlines() if line.startswith("answer"))
-        assert answer in page, answer
+        printed = [line for line in asked.splitlines() if line]
+        assert as_on_the_page(printed, queue) == sample(page, "answer ("), printed
 
         # A write waits for a person, and runs once approved.
         started = run(
@@ -158,6 +196,16 @@ def test_the_your_own_agent_page_works_as_written(
             lambda out: "answer (answered)" in out,
         )
         assert "Price: $9.99" in shown
+
+        # With no --agent, beside the bookstore's worker: the bookstore's words still.
+        web = Process([str(BIN / "durable-agent"), "web", "--port", "0"], folder, server_env)
+        try:
+            url = re.search(r"http://\S+/", web.line())
+            assert url, "the web chat printed no address"
+            with urlopen(url.group(0) + "api/session", timeout=30) as response:
+                assert json.load(response)["agent"]["title"] == "The Bookstore"
+        finally:
+            web.stop()
     finally:
         worker.stop()
 
@@ -201,3 +249,94 @@ def test_the_help_desk_example_waits_for_consent_and_writes_once_across_a_sigkil
     with sqlite3.connect(tmp_path / "helpdesk.db") as db:
         opened = db.execute("SELECT count(*) FROM tickets WHERE opened_by_key IS NOT NULL")
         assert opened.fetchone() == (1,)
+
+
+def test_the_help_desks_write_runs_once_when_its_worker_is_killed_while_writing(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    """Approved, the ticket is written, and the worker is SIGKILLed before Temporal hears
+    of it: the worker started again runs the call again, which finds the ticket its key
+    opened and opens no second one."""
+    env = {**server_env, "HELPDESK_DB": str(tmp_path / "helpdesk.db")}
+    marker = tmp_path / "killed"
+    worker_args = [
+        sys.executable,
+        str(ROOT / "tests" / "helpdesk_crashing_worker.py"),
+        str(marker),
+        "--agent",
+        "helpdesk:agent",
+    ]
+    client = [sys.executable, str(ROOT / "client.py")]
+    worker = Process(worker_args, HELPDESK, env)
+    try:
+        assert worker.line().startswith("worker ready")
+        asked = run(
+            [
+                *client,
+                "ask",
+                "--agent",
+                "helpdesk",
+                "--no-wait",
+                "Open a ticket: the printer is on fire.",
+            ],
+            HELPDESK,
+            env,
+        )
+        turn_id = asked.strip()
+        until(lambda: run([*client, "pending"], HELPDESK, env), lambda out: turn_id in out)
+        assert "approved: open_ticket" in run([*client, "approve", turn_id], HELPDESK, env)
+        assert worker.proc.wait(timeout=60) == -signal.SIGKILL  # right after the write
+        assert marker.exists()
+        worker = Process(worker_args, HELPDESK, env)
+        assert worker.line().startswith("worker ready")
+        shown = until(
+            lambda: run([*client, "show", turn_id], HELPDESK, env),
+            lambda out: "answer (" in out,
+            timeout=120,
+        )
+    finally:
+        worker.stop()
+    assert "answer (answered)" in shown and "Ticket id: INC-1004" in shown
+    with sqlite3.connect(tmp_path / "helpdesk.db") as db:
+        opened = db.execute("SELECT opened_by_key FROM tickets WHERE opened_by_key IS NOT NULL")
+        assert [key for (key,) in opened.fetchall()] == [marker.read_text()]
+
+
+@pytest.fixture
+def help_desk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
+    """The help desk's agent, imported from its folder as its worker does, over a
+    fresh copy of its data."""
+    monkeypatch.setenv("HELPDESK_DB", str(tmp_path / "helpdesk.db"))
+    monkeypatch.syspath_prepend(str(HELPDESK))
+    try:
+        yield importlib.import_module("helpdesk").agent
+    finally:
+        for name in ("helpdesk", "desk"):
+            sys.modules.pop(name, None)
+
+
+HELP_DESK_TALK = [
+    ("Hello", "Hello! I can help with: "),
+    ("Hi there!", "Hello! I can help with: "),
+    ("Good morning", "Hello! I can help with: "),
+    ("Thanks!", "You're welcome! If there is anything else, I can help with: "),
+    ("Thank you very much", "You're welcome! If there is anything else, I can help with: "),
+    ("Bye", "Goodbye!"),
+    ("Can you reset my password?", "Sorry, I can't reset that for you here."),
+    ("Is email working?", "Status: operational"),
+]
+
+
+async def test_the_help_desk_answers_greetings_thanks_and_what_it_cannot_do(
+    harness: Harness, help_desk: Agent
+) -> None:
+    """Its tools' descriptions name its services in parentheses: what it offers in a
+    greeting is said without them, and no answer is taken for one naming a service
+    the question did not."""
+    async with harness.worker(agents=[help_desk]) as task_queue:
+        for question, says in HELP_DESK_TALK:
+            handle = await start_turn(harness.client, TurnInput(question=question), task_queue)
+            result = await handle.result()
+            assert result.outcome is Outcome.ANSWERED, (question, result.answer)
+            assert result.answer.startswith(says) or says in result.answer, (question, result)
+            assert "(" not in result.answer, (question, result.answer)

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, Field
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent import Agent, ToolContext, tool
 from durable_agent.chat import ConversationState
 from durable_agent.runtime.turns import decide
 from durable_agent.tools import ToolRegistry
@@ -31,7 +33,7 @@ from frontends._lexv2 import close
 from shop import TOOLS
 from shop.tools import order_status
 from tests.conftest import Harness
-from workflows import AgentTurn, Conversation
+from workflows import AgentTurn, Conversation, search
 
 EVENTS = Path(__file__).parent / "lex_events"
 SESSION = "581432718822519"
@@ -444,6 +446,34 @@ def test_the_budget_stops_short_of_the_lambda_timeout() -> None:
     assert lex._deadline(100.0, 20.0, LambdaContext(remaining_ms=30_000)) == 120.0
     assert lex._deadline(100.0, 20.0, LambdaContext(remaining_ms=10_000)) == 108.0
     assert lex._deadline(100.0, 20.0, None) == 120.0
+
+
+class Isbn(BaseModel):
+    isbn: str = Field(pattern=r"^\d{13}$", description="the book's ISBN (13 digits)")
+
+
+@tool(quick=True)
+def book_price(args: Isbn, ctx: ToolContext[None]) -> str:
+    """Price of one book, by its ISBN."""
+    return f"Book {args.isbn} costs $9.99."
+
+
+async def test_the_bot_answers_as_the_agent_it_names(
+    harness: Harness, handler: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AGENT_LEX_AGENT: the bot's conversations are another agent's than the worker's
+    first, and its tools answer."""
+    bookstore = Agent(name="bookstore", tools=[book_price])
+    async with harness.worker(agents=[harness.agent(), bookstore]) as task_queue:
+        monkeypatch.setenv("AGENT_TASK_QUEUE", task_queue)
+        monkeypatch.setenv(lex.AGENT_ENV, "bookstore")
+        event = load("shipped.json")
+        event["inputTranscript"] = "How much is the book 9780141187761?"
+        answered = await handler(event)
+        conversation = attrs(answered)["agentConversation"]
+        started = await harness.client.get_workflow_handle(conversation).describe()
+    assert "9780141187761" in text(answered) and "$9.99" in text(answered)
+    assert started.typed_search_attributes.get(search.AGENT) == "bookstore"
 
 
 def test_the_bot_names_the_agent_that_answers() -> None:

@@ -26,11 +26,13 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel, Field
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 
 from client import start_turn
+from durable_agent import Agent, ToolContext, tool
 from durable_agent.chat import ConversationInput
 from durable_agent.errors import ModelUnavailable
 from durable_agent.model import Reply
@@ -42,7 +44,7 @@ from durable_agent.types import Outcome, ToolCall, TurnInput
 from shop import ShopStore
 from tests.conftest import Harness
 from tests.fakes.otlp import OtlpReceiver, Span
-from workflows import AgentTurn
+from workflows import AgentTurn, search
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "Has order 123456 shipped?"
@@ -122,6 +124,42 @@ async def test_one_trace_per_turn(
     assert dispatch.attributes is not None
     assert dispatch.attributes["temporal.activity.attempt"] == 1
     assert "error.type" not in dispatch.attributes
+
+
+class Isbn(BaseModel):
+    isbn: str = Field(pattern=r"^\d{13}$", description="the book's ISBN (13 digits)")
+
+
+@tool(quick=True)
+def book_price(args: Isbn, ctx: ToolContext[None]) -> str:
+    """Price of one book, by its ISBN."""
+    return f"Book {args.isbn} costs $9.99."
+
+
+async def test_a_named_agents_turn_carries_its_name_and_fingerprint(
+    traced_client: Client, store: ShopStore, exporter: InMemorySpanExporter
+) -> None:
+    """A turn of the worker's second agent: its search attributes and its trace name
+    that agent, not the worker's first."""
+    bookstore = Agent(name="bookstore", tools=[book_price])
+    harness = Harness(traced_client, store)
+    async with harness.worker(agents=[harness.agent(), bookstore]) as task_queue:
+        turn = TurnInput(question="How much is the book 9780141187761?", agent="bookstore")
+        handle = await start_turn(traced_client, turn, task_queue)
+        result = await handle.result()
+        described = await handle.describe()
+
+    assert result.agent == "bookstore" and "$9.99" in result.answer
+    found = described.typed_search_attributes
+    assert found.get(search.AGENT) == "bookstore"
+    assert found.get(search.FINGERPRINT) == bookstore.fingerprint() == result.fingerprint
+    spans = exporter.get_finished_spans()
+    (agent,) = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert agent.name == "invoke_agent bookstore"
+    assert agent.attributes is not None and agent.attributes["gen_ai.agent.name"] == "bookstore"
+    (tool_span,) = [s for s in spans if s.name.startswith("execute_tool")]
+    assert tool_span.name == "execute_tool book_price"
+    assert "invoke_agent bookstore" in ancestors(tool_span, spans)
 
 
 async def test_a_retried_call_shows_each_attempt_and_why_it_failed(

@@ -1,7 +1,8 @@
 """The web chat's server refuses what it should not serve, on every address it
 listens on: other host names (DNS rebinding), bodies too large to read, JSON too
 deep to parse; and it will not listen beyond loopback unless told which host
-names it answers to (it has no login)."""
+names it answers to (it has no login). Its page speaks in the words of the agent
+that answers on its task queue, never another's."""
 
 from __future__ import annotations
 
@@ -10,19 +11,25 @@ import contextlib
 import json
 import socket
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent import Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.runtime.server import Connection, free_port, is_listening
 from durable_agent.runtime.turns import AgentClientError
-from frontends.web.app import MAX_BODY_BYTES
+from durable_agent.settings import Settings
+from frontends.web.app import MAX_BODY_BYTES, create_app
 from frontends.web.server import serve
+from tests.conftest import Harness
+from worker import build_worker
 
 
 @asynccontextmanager
@@ -219,3 +226,57 @@ async def test_connections_beyond_the_limit_are_turned_away(env: WorkflowEnviron
             while (await http.get(f"{url}/api/session")).status_code != 200:
                 assert time.monotonic() < deadline, "still turned away after the others left"
                 await asyncio.sleep(0.05)
+
+
+BOOKSTORE = Agent(
+    name="bookstore",
+    title="The Bookstore",
+    description="book prices and holds",
+    examples=["How much is the book 9780141187761?"],
+)
+
+
+async def shown_card(harness: Harness, task_queue: str, agent: str = "") -> dict:
+    """What the page is told about the agent, by a chat that names `agent` (or none)."""
+    app = create_app(
+        Connection(client=harness.client, ui_url=None),
+        ConversationInput(agent=agent),
+        task_queue=task_queue,
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        response = await http.get("/api/session")
+    assert response.status_code == 200, response.text
+    return dict(response.json()["agent"])
+
+
+async def test_the_page_speaks_in_the_words_of_the_agent_that_answers(harness: Harness) -> None:
+    """A chat started with no agent's definition (`web` with no --agent, beside a worker
+    of another agent) reads the agent from the current version of its task queue."""
+    versioned = replace(Settings.from_env(), versioning=True, promote="always")
+    task_queue = f"card-{uuid.uuid4().hex[:6]}"
+    async with build_worker(harness.client, task_queue, agents=[BOOKSTORE], settings=versioned):
+        first = await shown_card(harness, task_queue)
+        named = await shown_card(harness, task_queue, "bookstore")
+        other = await shown_card(harness, task_queue, "helpdesk")
+    assert (
+        first
+        == named
+        == {
+            "name": "bookstore",
+            "title": "The Bookstore",
+            "description": "book prices and holds",
+            "examples": ["How much is the book 9780141187761?"],
+        }
+    )
+    # An agent it does not serve: its name, and nobody else's words.
+    assert other == {"name": "helpdesk", "title": "helpdesk", "description": "", "examples": []}
+
+    # Workers without versions say nothing of their agents: a neutral page.
+    async with harness.worker(agents=[BOOKSTORE]) as unversioned:
+        assert await shown_card(harness, unversioned) == {
+            "name": "",
+            "title": "Assistant",
+            "description": "",
+            "examples": [],
+        }

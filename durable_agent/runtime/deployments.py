@@ -50,14 +50,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.metadata
+import json
 import logging
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import ValidationError
+from temporalio.api.common.v1 import Payload
 from temporalio.api.deployment.v1 import WorkerDeploymentVersion as VersionMessage
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType, WorkerDeploymentVersionStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -74,7 +77,11 @@ from temporalio.converter import default as default_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
+from durable_agent.agents import AgentCard
+
 log = logging.getLogger("durable_agent.deployments")
+
+T = TypeVar("T")
 
 UNVERSIONED = "__unversioned__"
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -202,18 +209,136 @@ async def live_build_ids(client: Client, task_queue: str) -> set[str]:
     }
 
 
+AGENTS_KEY = "durable-agent.agents"
+"""The entry of a version's metadata that lists the agents it serves (their cards)."""
+
+
+async def publish(
+    client: Client, version: WorkerDeploymentVersion, code: str, cards: Sequence[AgentCard]
+) -> None:
+    """Record on `version` the code it runs (see `claim`) and the agents it serves,
+    first the one that answers turns that name none: front ends show the words of the
+    agent that answers (`current_agents`), and a starting worker sees what the current
+    version serves. Cards are plain JSON, not through the client's codec: they are the
+    agents' public words, for any client to read. Retries while the server has not
+    yet heard of the version (its first poll creates it)."""
+    cards_json = json.dumps({"agents": [c.model_dump() for c in cards]}).encode()
+    request = UpdateWorkerDeploymentVersionMetadataRequest(
+        namespace=client.namespace,
+        deployment_version=_message(version),
+        upsert_entries={
+            CODE_KEY: default_converter().payload_converter.to_payload(code),
+            AGENTS_KEY: Payload(metadata={"encoding": b"json/plain"}, data=cards_json),
+        },
+        identity=f"durable-agent worker {version.build_id}",
+    )
+    await _once_known(
+        lambda: client.workflow_service.update_worker_deployment_version_metadata(request)
+    )
+
+
+async def agents_of(client: Client, deployment: str, build_id: str) -> list[AgentCard] | None:
+    """The agents version `build_id` of `deployment` serves, as it published them; None
+    when it published none (a worker of another kind, or not started yet)."""
+    entries = await _metadata(client, deployment, build_id)
+    if entries is None or AGENTS_KEY not in entries:
+        return None
+    try:
+        listed = json.loads(entries[AGENTS_KEY].data)["agents"]
+        return [AgentCard.model_validate(card) for card in listed]
+    except (ValueError, KeyError, TypeError, ValidationError):
+        return None
+
+
+async def _metadata(client: Client, deployment: str, build_id: str) -> Any | None:
+    """A version's metadata entries (a map of payloads); None when there is no such
+    version (yet)."""
+    try:
+        described = await client.workflow_service.describe_worker_deployment_version(
+            DescribeWorkerDeploymentVersionRequest(
+                namespace=client.namespace,
+                deployment_version=VersionMessage(deployment_name=deployment, build_id=build_id),
+            )
+        )
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return described.worker_deployment_version_info.metadata.entries
+
+
+async def current_agents(client: Client, deployment: str) -> list[AgentCard] | None:
+    """The agents the deployment's current version serves (where new turns go); None
+    when it has no current version, or that one published none."""
+    now = await routing(client, deployment)
+    if now is None or not now.current:
+        return None
+    return await agents_of(client, deployment, now.current)
+
+
+def _message(version: WorkerDeploymentVersion) -> VersionMessage:
+    return VersionMessage(deployment_name=version.deployment_name, build_id=version.build_id)
+
+
+async def _once_known(call: Callable[[], Awaitable[T]]) -> T:
+    """`call`, again while the server has not yet heard of a version (a worker's first
+    poll creates it)."""
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except RPCError as e:
+            if e.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+                raise
+            attempt += 1
+            if attempt > 40:
+                raise
+            await asyncio.sleep(min(0.25 * attempt, 2.0))
+
+
+async def _serves_elsewhere(
+    client: Client,
+    version: WorkerDeploymentVersion,
+    current: str,
+    task_queue: str,
+    agents: Sequence[str],
+) -> None:
+    """Say so, in one line, when the live current version does not serve some of
+    `agents`: their turns would go to it, and end `unknown_agent`."""
+    theirs = await agents_of(client, version.deployment_name, current)
+    if theirs is None:
+        return
+    missing = [a for a in agents if a not in {c.name for c in theirs}]
+    if missing:
+        log.warning(
+            "version %s is current on task queue %r and serves %s, not %s: turns for %s go "
+            "there and end unknown_agent. Give this worker a task queue of its own "
+            "(--task-queue), or make this version current (temporal worker deployment "
+            "set-current-version --deployment-name %s --build-id %s)",
+            current,
+            task_queue,
+            ", ".join(c.name for c in theirs) or "no agent",
+            ", ".join(missing),
+            ", ".join(missing),
+            version.deployment_name,
+            version.build_id,
+        )
+
+
 async def promote(
     client: Client,
     version: WorkerDeploymentVersion,
     how: str,
     task_queue: str,
     settled: asyncio.Event | None = None,
+    agents: Sequence[str] = (),
 ) -> bool:
     """Make `version` current per `how` (see the module docstring); True once it is.
     `auto` keeps watching while another version is current and alive, and takes over
-    when that one's workers are gone. Retries while the server has not yet heard of
-    this worker's deployment (its first poll creates it). `settled` is set once the
-    deployment has a current version that serves."""
+    when that one's workers are gone; if that one does not serve all of `agents` (this
+    version's), it says so. Retries while the server has not yet heard of this worker's
+    deployment (its first poll creates it). `settled` is set once the deployment has a
+    current version that serves."""
     if how == "never":
         return False
     attempt = 0
@@ -231,6 +356,7 @@ async def promote(
                             now.current,
                             version.build_id,
                         )
+                        await _serves_elsewhere(client, version, now.current, task_queue, agents)
                         settled.set()
                     await asyncio.sleep(WATCH_S)
                     continue
@@ -375,21 +501,14 @@ CODE_KEY = "durable-agent.code"
 async def claim(client: Client, version: WorkerDeploymentVersion, code: str) -> None:
     """Refuse, before polling, to serve `version` with code other than the code it
     was first served with (a build id reused by hand, e.g. from a `.env` file, for a
-    new release); once serving, record `code` on a version that has none. A server
+    new release); once serving, the worker records `code` on it (`publish`). A server
     that refuses the metadata calls (permissions) is let be, with a warning."""
-    wanted = VersionMessage(deployment_name=version.deployment_name, build_id=version.build_id)
     try:
-        described = await client.workflow_service.describe_worker_deployment_version(
-            DescribeWorkerDeploymentVersionRequest(
-                namespace=client.namespace, deployment_version=wanted
-            )
-        )
+        entries = await _metadata(client, version.deployment_name, version.build_id)
     except RPCError as e:
-        if e.status != RPCStatusCode.NOT_FOUND:
-            log.warning("version %s: cannot read its metadata (%s)", version, e.message)
+        log.warning("version %s: cannot read its metadata (%s)", version, e.message)
         return
-    entries = described.worker_deployment_version_info.metadata.entries
-    if CODE_KEY in entries:
+    if entries is not None and CODE_KEY in entries:
         recorded = default_converter().payload_converter.from_payload(entries[CODE_KEY], str)
         if recorded != code:
             raise VersionConflict(
@@ -399,26 +518,3 @@ async def claim(client: Client, version: WorkerDeploymentVersion, code: str) -> 
                 "Give this release a build id of its own (AGENT_BUILD_ID), or leave "
                 "AGENT_BUILD_ID unset to name it by its code"
             )
-
-
-async def record_code(client: Client, version: WorkerDeploymentVersion, code: str) -> None:
-    """Write `code` in the version's metadata (see `claim`), retrying while the server
-    has not yet created the version (a worker's first poll creates it)."""
-    payload = default_converter().payload_converter.to_payload(code)
-    request = UpdateWorkerDeploymentVersionMetadataRequest(
-        namespace=client.namespace,
-        deployment_version=VersionMessage(
-            deployment_name=version.deployment_name, build_id=version.build_id
-        ),
-        upsert_entries={CODE_KEY: payload},
-        identity=f"durable-agent worker {version.build_id}",
-    )
-    for attempt in range(40):
-        try:
-            await client.workflow_service.update_worker_deployment_version_metadata(request)
-            return
-        except RPCError as e:
-            if e.status != RPCStatusCode.NOT_FOUND:
-                log.warning("version %s: cannot record its code (%s)", version, e.message)
-                return
-            await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))

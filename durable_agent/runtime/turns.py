@@ -41,7 +41,7 @@ from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
 from durable_agent.runtime import deployments
 from durable_agent.runtime import search as registered
-from durable_agent.runtime.settings import TASK_QUEUE, WORKER_HEARTBEAT
+from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.streams import turn_events
 from durable_agent.stream import TurnEvent
 from durable_agent.types import PendingApproval, TurnInput, TurnProgress
@@ -214,7 +214,7 @@ async def follow(client: Client, turn_id: str, from_offset: int = 0) -> AsyncIte
         if e.status == RPCStatusCode.UNAVAILABLE:
             raise AgentClientError(
                 f"lost the Temporal server ({e.message}); turn {turn_id} is kept there: "
-                f"see it with `python client.py show {turn_id}` once the server is back"
+                f"see it with `{client_command()} show {turn_id}` once the server is back"
             ) from None
         raise
 
@@ -244,52 +244,64 @@ class WorkerNeeded(AgentClientError):
 
 @dataclass(frozen=True)
 class Workers:
-    """Who serves a task queue, by their heartbeats (pollers alone linger after a crash)."""
+    """Who serves a task queue: the workers that poll it, as Temporal judges it."""
 
     live: int
     last_seen: datetime | None
-    """The most recent heartbeat of any worker of the queue, live or not."""
+    """The latest sign (a poll or a heartbeat) of any worker of the queue, live or not."""
 
 
 POLL_WINDOW = timedelta(seconds=75)
-"""A worker that sends no heartbeats is live while it polls the queue, as Temporal judges
-it: an idle poller asks again when its long poll (about a minute) runs out."""
+"""A worker is live while it polls: an idle poller asks again when its long poll (about
+a minute) runs out, so one not seen for longer has gone."""
 
 
 async def workers(client: Client, task_queue: str) -> Workers:
-    """Live workers of `task_queue`. A worker with heartbeats is live while it beats on
-    time: one killed outright stops at once, though its pollers stay listed for a
-    minute or more. Any other worker (one built without heartbeats, or too new to have
-    beaten) is live while it polls (`POLL_WINDOW`). Servers without worker heartbeats:
-    any poller counts as live."""
+    """Live workers of `task_queue`: each that polled it within `POLL_WINDOW`, whatever its
+    heartbeats (a worker built by hand beats every minute, or never).
+
+    Heartbeats only tell a death sooner: a worker killed outright leaves its polls
+    listed for up to a minute, but once it has beaten twice its interval is known, and
+    a beat overdue (or one saying it shut down) means it is gone, unless the same
+    identity polled again since (a worker started again in one process)."""
     polled = await _pollers(client, task_queue)
+    now = datetime.now(timezone.utc)
+    seen = dict(polled)
+    gone_at: dict[str, datetime] = {}
+    beating: set[str] = set()
     try:
         resp = await client.workflow_service.list_workers(
             ListWorkersRequest(namespace=client.namespace, page_size=200)
         )
-    except RPCError:
-        return Workers(live=len(polled), last_seen=max(polled.values(), default=None))
-    now = datetime.now(timezone.utc)
-    window = POLL_WINDOW
-    live: set[str] = set()
-    seen = dict(polled)
-    beating: set[str] = set()
-    for info in resp.workers_info:
+    except RPCError:  # a server without worker heartbeats: the polls say it all
+        resp = None
+    for info in resp.workers_info if resp is not None else ():
         beat = info.worker_heartbeat
         if beat.task_queue != task_queue:
             continue
-        at = beat.heartbeat_time.ToDatetime(tzinfo=timezone.utc)
-        beating.add(beat.worker_identity)
-        seen[beat.worker_identity] = max(at, seen.get(beat.worker_identity, at))
-        # Before its second beat a worker's interval is unknown: assume ours.
-        interval = beat.elapsed_since_last_heartbeat.ToTimedelta() or WORKER_HEARTBEAT
-        if (
-            beat.status == WorkerStatus.WORKER_STATUS_RUNNING
-            and now - at <= 2 * interval + timedelta(seconds=5)
-        ):
-            live.add(beat.worker_identity)
-    live |= {who for who, at in polled.items() if who not in beating and now - at <= window}
-    return Workers(live=len(live), last_seen=max(seen.values(), default=None))
+        who, at = beat.worker_identity, beat.heartbeat_time.ToDatetime(tzinfo=timezone.utc)
+        seen[who] = max(at, seen.get(who, at))
+        interval = beat.elapsed_since_last_heartbeat.ToTimedelta()
+        if beat.status != WorkerStatus.WORKER_STATUS_RUNNING:
+            gone = at
+        elif interval and now - at > 2 * interval + HEARTBEAT_GRACE:
+            gone = at + 2 * interval + HEARTBEAT_GRACE
+        else:
+            # Beating on time, or too new for its interval to be known.
+            if interval:
+                beating.add(who)
+            continue
+        gone_at[who] = max(gone, gone_at.get(who, gone))
+    live = {
+        who
+        for who, at in polled.items()
+        if now - at <= POLL_WINDOW and (who not in gone_at or at > gone_at[who])
+    }
+    return Workers(live=len(live | beating), last_seen=max(seen.values(), default=None))
+
+
+HEARTBEAT_GRACE = timedelta(seconds=5)
+"""Slack for a heartbeat on a busy machine, beyond two of its intervals."""
 
 
 async def _pollers(client: Client, task_queue: str) -> dict[str, datetime]:
@@ -538,7 +550,7 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
                     continue
                 raise AgentClientError(
                     "no worker serves this task queue right now: start one "
-                    "(python worker.py), then try again"
+                    f"({worker_command()}), then try again"
                 ) from None
             raise
     raise AssertionError("unreachable")

@@ -30,7 +30,7 @@ AGENT_LLAMA_GUARD_MODEL, OPENAI_BASE_URL / OPENAI_API_KEY).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, Union
 
@@ -159,13 +159,12 @@ class ShieldSettings:
     fail_open: bool = False
 
     def __post_init__(self) -> None:
-        for position in POSITIONS:
-            for entry in self.at(position):
-                if isinstance(entry, str) and entry not in FACTORIES:
-                    raise ShieldConfigError(
-                        f"{SETTINGS[position]}: unknown shield {entry!r}; "
-                        f"use {', '.join(FACTORIES)} or none"
-                    )
+        if unknown := _unknown_shield(self.at):
+            position, name = unknown
+            raise ShieldConfigError(
+                f"ShieldSettings({position}=...): unknown shield {name!r}; use "
+                f"{', '.join(FACTORIES)}, or a shield object of your own"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ShieldSettings:
@@ -178,6 +177,11 @@ class ShieldSettings:
             )
             for p in POSITIONS
         }
+        if unknown := _unknown_shield(by_position.__getitem__):
+            position, name = unknown
+            raise ShieldConfigError(
+                f"{SETTINGS[position]}: unknown shield {name!r}; use {', '.join(FACTORIES)} or none"
+            )
         fail_open = env.get("AGENT_SHIELDS_FAIL_OPEN", "").strip() in ("1", "true")
         return cls(**by_position, fail_open=fail_open)
 
@@ -195,6 +199,17 @@ class ShieldSettings:
     def at(self, position: Position) -> tuple[ShieldEntry, ...]:
         entries: tuple[ShieldEntry, ...] = getattr(self, position)
         return entries
+
+
+def _unknown_shield(
+    at: Callable[[Position], Sequence[ShieldEntry]],
+) -> tuple[Position, str] | None:
+    """The first shield named (not given as an object) that no factory builds."""
+    for position in POSITIONS:
+        for entry in at(position):
+            if isinstance(entry, str) and entry not in FACTORIES:
+                return position, entry
+    return None
 
 
 class ShieldSet:

@@ -1,8 +1,8 @@
 """An IT help desk agent: ticket status, service status, and new tickets (with consent).
 
 cd examples/helpdesk
-python ../../worker.py --agent helpdesk:agent
-python ../../client.py ask --agent helpdesk "Is the VPN down?"
+python ../../worker.py --task-queue helpdesk --agent helpdesk:agent
+python ../../client.py --task-queue helpdesk ask --agent helpdesk "Is the VPN down?"
 """
 
 from __future__ import annotations

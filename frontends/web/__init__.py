@@ -42,9 +42,10 @@ async def serve(
 ) -> None:
     """Serve the chat on `host:port` (port 0: any free one) until Ctrl-C, SIGTERM or
     cancellation. Every page starts conversations like `chat` (customer, agent, model,
-    limits) and speaks in `agent`'s words (its title, description and examples; its
-    name alone when the definition is not known here). Prints the URL once it listens;
-    a port in use is an `AgentClientError`."""
+    limits) and speaks in the words of the agent that answers them (its title,
+    description and examples): `agent`'s, else those the task queue's current worker
+    version published, else its name alone. Prints the URL once it listens; a port in
+    use is an `AgentClientError`."""
     _needs_extra()
     from frontends.web.server import serve as run
 

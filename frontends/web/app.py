@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -39,11 +40,12 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent.agents import Agent
+from durable_agent.agents import Agent, AgentCard
 from durable_agent.chat import ConversationInput
+from durable_agent.runtime import deployments
 from durable_agent.runtime.server import LOOPBACK_NAMES, Connection, host_allowed
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.runtime.turns import AgentClientError, decide, send, start_chat
@@ -86,7 +88,8 @@ def create_app(
 ) -> Starlette:
     """The chat for `chat`'s customer (model and limits too; its turns always stream),
     talking to Temporal through `conn` on `task_queue`, for requests to
-    `allowed_hosts` (host names; `*`: any)."""
+    `allowed_hosts` (host names; `*`: any), in `agent`'s words (its card; None: the
+    card of the agent that answers on the task queue, read as each page opens)."""
     template = (chat or ConversationInput()).model_copy(update={"stream": True})
     client = conn.client
     # This customer's conversations (`runtime.turns.chat_id`) and their turns: the
@@ -99,10 +102,11 @@ def create_app(
             raise Problem(404, f"no conversation {value!r} for customer {template.customer_id}")
         return value
 
-    card = _card(template.agent, agent)
-
     async def session(request: Request) -> Response:
-        return JSONResponse({"customer_id": template.customer_id, "agent": card})
+        card = agent.card() if agent is not None else await _answering(client, template, task_queue)
+        return JSONResponse(
+            {"customer_id": template.customer_id, "agent": card.model_dump(exclude={"fingerprint"})}
+        )
 
     async def new_chat(request: Request) -> Response:
         text = _text(await _body(request))
@@ -162,16 +166,22 @@ def create_app(
     return app
 
 
-def _card(name: str, agent: Agent | None) -> dict[str, Any]:
-    """What the page says about the agent: its title, what it helps with, examples."""
-    if agent is None:
-        return {"name": name, "title": name or "Assistant", "description": "", "examples": []}
-    return {
-        "name": agent.name,
-        "title": agent.shown_name,
-        "description": agent.description,
-        "examples": list(agent.examples)[:4],
-    }
+async def _answering(client: Client, chat: ConversationInput, task_queue: str) -> AgentCard:
+    """The card of the agent that answers the chat's turns on `task_queue`, as the
+    current version of its deployment published it (AGENT_DEPLOYMENT, else the task
+    queue); a neutral one with the agent's name when that cannot be known (workers
+    without versions), never another agent's."""
+    deployment = os.environ.get("AGENT_DEPLOYMENT", "").strip() or task_queue
+    try:
+        cards = await deployments.current_agents(client, deployment)
+    except RPCError as e:
+        log.warning("could not read the agents of deployment %s: %s", deployment, e.message)
+        cards = None
+    if cards:
+        found = next((c for c in cards if c.name == chat.agent), None) if chat.agent else cards[0]
+        if found is not None:
+            return found
+    return AgentCard.unknown(chat.agent)
 
 
 def _guarded(handler: Handler) -> Handler:
