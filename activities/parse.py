@@ -27,10 +27,16 @@ from durable_agent.subagents import SubAgent, view_name
 from durable_agent.tools import Tool
 from durable_agent.types import ToolCall
 
+AS_ASKED = ToolCall(id="", name="")
+"""A valid call's `call` when it stands as the model made it (see `ValidCall.call`)."""
+
 
 class ValidCall(BaseModel):
-    call: ToolCall
-    """The call with its arguments as validated (normalised) by the tool's model."""
+    call: ToolCall = AS_ASKED
+    """The call with its arguments as validated (normalised) by the tool's model;
+    `AS_ASKED` when that is the round's `at`-th call as the model made it, which the
+    result then leaves out (the turn has it): `ParseOutput.restored` puts it back."""
+    at: int = 0
     timeout: timedelta
     max_attempts: int
     side_effects: bool = False
@@ -76,6 +82,15 @@ class ParseOutput(BaseModel):
     verdicts: list[list[Verdict]] = Field(default_factory=list)
     """Per valid call, the tool-input shields' verdicts (none: no shields there)."""
 
+    def restored(self, calls: list[ToolCall]) -> ParseOutput:
+        """With every valid call's `call` given, from `calls` (the round's, as the
+        model made them) where the result left it out."""
+        valid = [
+            vc.model_copy(update={"call": calls[vc.at]}) if vc.call == AS_ASKED else vc
+            for vc in self.valid
+        ]
+        return self.model_copy(update={"valid": valid})
+
 
 class ParseActivity:
     def __init__(self, agents: Agents) -> None:
@@ -85,8 +100,8 @@ class ParseActivity:
     async def parse(self, input: ParseInput) -> ParseOutput:
         served = self._agents.get(input.agent)
         tools = served.tools_at(input.tools_version)
-        valid, rejected = [], []
-        for call in input.calls:
+        valid, rejected, normalised_calls = [], [], []
+        for at, call in enumerate(input.calls):
             try:
                 args = tools.validate(call, tools.offered(input.tools))
             except InvalidCall as e:
@@ -100,9 +115,11 @@ class ParseActivity:
                 if tool.side_effects and input.said
                 else []
             )
+            normalised_calls.append(normalised)
             valid.append(
                 ValidCall(
-                    call=normalised,
+                    call=AS_ASKED if normalised == call else normalised,
+                    at=at,
                     timeout=tool.timeout,
                     max_attempts=tool.max_attempts,
                     side_effects=tool.side_effects,
@@ -116,12 +133,12 @@ class ParseActivity:
         requests = [
             ShieldRequest(
                 position="tool_input",
-                text=vc.call.render(),
-                call=vc.call,
+                text=call.render(),
+                call=call,
                 context=input.context,
                 customer_id=input.customer_id,
             )
-            for vc in valid
+            for call in normalised_calls
         ]
         verdicts = await screen(served, requests)
         return ParseOutput(valid=valid, rejected=rejected, verdicts=verdicts)

@@ -430,7 +430,7 @@ class AgentTurn:
     async def _parse_once(
         self, turn: TurnInput, calls: list[ToolCall], tools: list[str] | None
     ) -> ParseOutput:
-        return await workflow.execute_local_activity_method(
+        parsed = await workflow.execute_local_activity_method(
             ParseActivity.parse,
             ParseInput(
                 calls=calls,
@@ -447,6 +447,7 @@ class AgentTurn:
             retry_policy=SHIELD_RETRY,
             summary=answers.markdown_safe(f"parse: {', '.join(c.name for c in calls)}"),
         )
+        return parsed.restored(calls)
 
     def _reject(self, iteration: int, call: ToolCall, error: str) -> Observation:
         observation = Observation(call_id=call.id, tool=call.name, ok=False, text=error)

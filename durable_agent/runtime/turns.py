@@ -87,10 +87,7 @@ async def start_turn(
         task_queue=task_queue,
         **once,
         static_summary=markdown_safe(turn.question[:200]),
-        static_details=markdown_safe(
-            f"agent: {turn.agent or 'the worker’s first'} · customer: {turn.customer_id} · "
-            f"model: {turn.model or 'the agent’s default'}"
-        ),
+        static_details=markdown_safe(details(turn)),
         search_attributes=search.at_start(turn.customer_id, turn.model, agent=turn.agent)
         if indexed
         else None,
@@ -98,6 +95,15 @@ async def start_turn(
         # A worker in this process with a free slot (`ask --embedded`, `web`) gets the
         # first workflow task in the start's reply; any other start is unchanged.
         request_eager_start=True,
+    )
+
+
+def details(turn: TurnInput) -> str:
+    """The turn's details in the Web UI: who asked, and which agent and model answer
+    where the caller named them (the turn's AgentName and AgentModel say which did)."""
+    named = [f"agent: {turn.agent}"] if turn.agent else []
+    return " · ".join(
+        [*named, f"customer: {turn.customer_id}", f"model: {turn.model or 'the agent’s'}"]
     )
 
 
