@@ -954,9 +954,6 @@ def parser() -> argparse.ArgumentParser:
     versions = sub.add_parser(
         "versions", help="the worker deployment's versions and what still runs on each"
     )
-    versions.add_argument(
-        "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
-    )
     versions.set_defaults(run=cmd_versions)
 
     move = sub.add_parser(
@@ -964,10 +961,11 @@ def parser() -> argparse.ArgumentParser:
         help="wake the conversations on old versions, so idle ones move to the current "
         "version now (their old version's workers run that step)",
     )
-    move.add_argument(
-        "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
-    )
     move.set_defaults(run=cmd_move_conversations)
+    for command in (versions, move):
+        command.add_argument(
+            "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
+        )
 
     server = sub.add_parser(
         "server",

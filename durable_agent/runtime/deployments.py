@@ -341,36 +341,32 @@ async def promote(
     current version that serves."""
     if how == "never":
         return False
-    attempt = 0
-    while True:
-        try:
-            now = await routing(client, version.deployment_name)
-            if now is not None and now.current == version.build_id:
-                return True
-            if how == "auto" and now is not None and now.current:
-                if now.current in await live_build_ids(client, task_queue):
-                    if settled is not None and not settled.is_set():
-                        log.info(
-                            "version %s is current and has workers: this one (%s) takes "
-                            "new work once it is made current (docs/deploy.md)",
-                            now.current,
-                            version.build_id,
-                        )
-                        await _serves_elsewhere(client, version, now.current, task_queue, agents)
-                        settled.set()
-                    await asyncio.sleep(WATCH_S)
-                    continue
-                log.info("version %s has no workers left: taking over", now.current)
-            await make_current(client, version)
-            log.info("version %s is current", version.build_id)
+
+    async def step() -> bool:
+        """Current now (True), or another live version is current and stays (False)."""
+        now = await routing(client, version.deployment_name)
+        if now is not None and now.current == version.build_id:
             return True
-        except RPCError as e:
-            if e.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
-                raise
-            attempt += 1
-            if attempt > 40:
-                raise
-            await asyncio.sleep(min(0.25 * attempt, 2.0))
+        if how == "auto" and now is not None and now.current:
+            if now.current in await live_build_ids(client, task_queue):
+                if settled is not None and not settled.is_set():
+                    log.info(
+                        "version %s is current and has workers: this one (%s) takes "
+                        "new work once it is made current (docs/deploy.md)",
+                        now.current,
+                        version.build_id,
+                    )
+                    await _serves_elsewhere(client, version, now.current, task_queue, agents)
+                    settled.set()
+                return False
+            log.info("version %s has no workers left: taking over", now.current)
+        await make_current(client, version)
+        log.info("version %s is current", version.build_id)
+        return True
+
+    while not await _once_known(step):
+        await asyncio.sleep(WATCH_S)
+    return True
 
 
 @dataclass(frozen=True)
