@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.machinery
+import importlib.metadata
 import logging
 import os
 import sys
@@ -294,19 +295,19 @@ def _view_fingerprint(instructions: str, tools: ToolRegistry) -> str:
     return probe.fingerprint()
 
 
-OWN_MODULES = (
-    "durable_agent",
-    "worker",
-    "client",
-    "shop",
-    "workflows",
-    "activities",
-    "bench",
-    "evals",
-    "frontends",
-)
-"""The top-level modules this project installs (pyproject.toml's packages and
-py-modules): a person's module of one of these names would be imported in their place."""
+def _own_modules() -> tuple[str, ...]:
+    """The top-level modules this project installs, as its distribution records them
+    (pyproject.toml's packages and py-modules)."""
+    try:
+        listed = importlib.metadata.distribution("durable-agent").read_text("top_level.txt")
+    except importlib.metadata.PackageNotFoundError:  # imported from a clone not installed
+        listed = None
+    return tuple((listed or "durable_agent").split())
+
+
+OWN_MODULES = _own_modules()
+"""The top-level modules this project installs: a person's module of one of these
+names would be imported in their place."""
 
 _INSTALLED = Path(__file__).resolve().parent.parent
 """Where the project's top-level modules are: the clone, or site-packages."""
