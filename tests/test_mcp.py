@@ -578,3 +578,93 @@ async def test_the_offline_model_asks_a_server_with_values_shaped_like_its_examp
         assert result.outcome is Outcome.ANSWERED
         [seen] = observations(result)
         assert f'"timezone": "{zone}"' in seen and '"datetime"' in seen
+
+
+# -- the commands that start a worker of their own ------------------------------------
+
+
+def user_folder(tmp_path: Path, *servers: MCPServer) -> Path:
+    """A folder of a user's own, with `mypkg.agents:desk` naming `servers` (none: an
+    agent with no MCP server of its own)."""
+    folder = tmp_path / "mine"
+    (folder / "mypkg").mkdir(parents=True)
+    (folder / "mypkg" / "__init__.py").write_text("")
+    named = ", ".join(
+        f"MCPServer(name={s.name!r}, command={s.command!r}, args={s.args!r})" for s in servers
+    )
+    (folder / "mypkg" / "agents.py").write_text(
+        "from durable_agent import Agent\n"
+        "from durable_agent.mcp import MCPServer\n\n"
+        'desk = Agent(name="desk", instructions="You tell the time with the tools you have.",'
+        f" mcp_servers=[{named}])\n"
+    )
+    return folder
+
+
+def command_environ(env: WorkflowEnvironment, tmp_path: Path) -> dict[str, str]:
+    """The environment of a command run in a user's folder: the test server, the
+    offline model (the default), state in tmp_path."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    return base | {
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+        "AGENT_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@pytest.mark.parametrize("where", ["definition", "config"])
+def test_ask_embedded_serves_the_servers_of_the_agent_and_of_mcp_config(
+    env: WorkflowEnvironment, tmp_path: Path, where: str
+) -> None:
+    """`durable-agent ask --embedded` from a user's folder starts a worker of its own:
+    it connects the servers the agent's definition names, or those --mcp-config names,
+    and the offline model answers from the server's tool."""
+    folder = user_folder(tmp_path, TIME) if where == "definition" else user_folder(tmp_path)
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {"command": TIME.command}}}))
+    more = ["--mcp-config", str(config)] if where == "config" else []
+    asked = subprocess.run(
+        [str(BIN / "durable-agent"), "--task-queue", f"mcp-{uuid.uuid4().hex[:8]}", "ask"]
+        + ["--embedded", "--agent", "mypkg.agents:desk", *more]
+        + ["What is the current time in Asia/Tokyo?"],
+        cwd=folder,
+        env=command_environ(env, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert "Traceback" not in asked.stderr
+    answer = next(line for line in asked.stdout.splitlines() if line.startswith("answer"))
+    assert answer.startswith("answer (answered):") and '"timezone": "Asia/Tokyo"' in answer
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--mcp-config", "{config}"], "--mcp-config is read by the worker that --embedded"),
+        (["--embedded", "--mcp-config", "{config}.missing"], "No such file"),
+        (["--embedded", "--mcp-config", "{broken}"], "MCP server 'nope' (/nonexistent/mcp"),
+    ],
+    ids=["without-embedded", "no-file", "cannot-start"],
+)
+def test_ask_with_an_mcp_config_it_cannot_use_is_one_line(
+    env: WorkflowEnvironment, tmp_path: Path, args: list[str], says: str
+) -> None:
+    config, broken = tmp_path / "mcp.json", tmp_path / "broken.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {"command": TIME.command}}}))
+    broken.write_text(json.dumps({"mcpServers": {"nope": {"command": "/nonexistent/mcp"}}}))
+    filled = [a.format(config=config, broken=broken) for a in args]
+    asked = subprocess.run(
+        [str(BIN / "durable-agent"), "--task-queue", f"mcp-{uuid.uuid4().hex[:8]}", "ask"]
+        + ["--agent", "mypkg.agents:desk", *filled, "What time is it in Asia/Tokyo?"],
+        cwd=user_folder(tmp_path, TIME),
+        env=command_environ(env, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert asked.returncode == 1
+    lines = asked.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], asked.stderr
