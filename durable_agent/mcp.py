@@ -150,15 +150,34 @@ class MCPServer:
 def load_config(path: str | Path) -> list[MCPServer]:
     """The servers of an `mcpServers` file; MCPConfigError, in one line, if it is not one."""
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = json.loads(Path(path).read_text(), object_pairs_hook=_unique_keys)
     except OSError as e:
         raise MCPConfigError(f"--mcp-config {path}: {e.strerror or e}") from None
+    except _KeyTwice as e:
+        raise MCPConfigError(f"--mcp-config {path}: {e}") from None
     except ValueError as e:
         raise MCPConfigError(f"--mcp-config {path}: not JSON ({e})") from None
     servers = raw.get("mcpServers") if isinstance(raw, dict) else None
     if not isinstance(servers, dict):
         raise MCPConfigError(f'--mcp-config {path}: expected {{"mcpServers": {{"NAME": ...}}}}')
     return [MCPServer.from_entry(name, entry) for name, entry in servers.items()]
+
+
+class _KeyTwice(Exception):
+    """A JSON object of the config with one key twice (JSON keeps the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            # Which server, or which key of an entry: either way, one of them is lost.
+            raise _KeyTwice(
+                f"{key!r} appears twice in one object (JSON would keep only the last): "
+                "rename or remove one"
+            )
+        seen[key] = value
+    return seen
 
 
 class Connection:

@@ -125,6 +125,11 @@ def observations(result: Any) -> list[str]:
         ('{"mcpServers": {"t": {"command": "x", "args": "y"}}}', "args is a list of strings"),
         ('{"mcpServers": {"t": {"command": "x", "timeout": 0}}}', "timeout is seconds"),
         ('{"mcpServers": {"t": {"command": "x", "comand": "y"}}}', "unknown key 'comand'"),
+        (
+            '{"mcpServers": {"t": {"command": "x"}, "u": {"command": "y"}, "t": {"url": "http://h"}}}',
+            "'t' appears twice in one object",
+        ),
+        ('{"mcpServers": {"t": {"command": "x", "command": "y"}}}', "'command' appears twice"),
     ],
 )
 def test_a_bad_config_says_what_to_fix(tmp_path: Path, config: str, says: str) -> None:
@@ -168,6 +173,26 @@ def test_the_worker_stops_with_one_line_on_a_server_that_cannot_serve(
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+def test_a_server_named_twice_stops_the_worker_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+    time = json.dumps({"command": str(BIN / "mcp-server-time")})
+    path.write_text(f'{{"mcpServers": {{"time": {time}, "time": {time}}}}}')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    done = subprocess.run(
+        [sys.executable, "worker.py", "--mcp-config", str(path)],
+        cwd=ROOT,
+        env=env | {"AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        f"error: --mcp-config {path}: 'time' appears twice in one object (JSON would keep "
+        "only the last): rename or remove one"
+    ]
 
 
 async def test_an_optional_server_that_cannot_start_is_left_out() -> None:
