@@ -9,7 +9,9 @@ A server entry is the one other MCP clients read: `command`, `args`, `env` (and
 `cwd`) for a server the worker starts over stdio, or `url` and `headers` for one
 it reaches over Streamable HTTP; besides, `optional` (a server that cannot start
 is left out with a warning rather than stopping the worker), `timeout` (seconds per
-call, default 30) and `prefix` (the tools' name prefix, default the server's name).
+call, default 30), `attempts` (how often a read is tried, default 3; a write is
+never sent again by itself) and `prefix` (the tools' name prefix, default the
+server's name).
 
 What runs where: the worker connects to every server as it starts (a stdio server
 is a process of the worker, for as long as it runs), lists its tools and offers
@@ -59,8 +61,26 @@ log = logging.getLogger("durable_agent.mcp")
 SEPARATOR = "__"
 """Between a server's prefix and its tool's name: `time__get_current_time`."""
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_KNOWN_KEYS = {"command", "args", "env", "cwd", "url", "headers", "optional", "timeout", "prefix"}
+_KNOWN_KEYS = {
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "optional",
+    "timeout",
+    "attempts",
+    "prefix",
+}
 DEFAULT_TIMEOUT = timedelta(seconds=30)
+DEFAULT_ATTEMPTS = 3
+"""How often a read is tried (each attempt after a dead connection goes on a fresh one)."""
+MAX_ATTEMPTS = 20
+WRITE_ATTEMPTS = 3
+"""A write's activity attempts: only the first sends it; a later one (its worker died,
+it timed out) finds the outcome unknown and the turn asks (`_caller`). So `attempts`
+does not apply to writes, and a write needs more than one attempt for that question."""
 START_TIMEOUT_S = 30.0
 """How long a server gets to start and list its tools."""
 
@@ -83,6 +103,8 @@ class MCPServer:
     headers: Mapping[str, str] = field(default_factory=dict)
     optional: bool = False
     timeout: timedelta = DEFAULT_TIMEOUT
+    attempts: int = DEFAULT_ATTEMPTS
+    """How often a read is tried on transient trouble (a dead server, a timeout)."""
     prefix: str = ""
 
     def __post_init__(self) -> None:
@@ -97,6 +119,11 @@ class MCPServer:
             raise MCPConfigError(f"{where}: prefix is 1-64 letters, digits, _ or -")
         if not timedelta(0) < self.timeout <= timedelta(hours=1):
             raise MCPConfigError(f"{where}: timeout is seconds, more than 0, at most 3600")
+        if not 1 <= self.attempts <= MAX_ATTEMPTS:
+            raise MCPConfigError(
+                f"{where}: attempts is how often a read is tried, 1 to {MAX_ATTEMPTS} "
+                "(a write is sent once in any case)"
+            )
 
     @property
     def tool_prefix(self) -> str:
@@ -111,7 +138,7 @@ class MCPServer:
         if unknown:
             raise MCPConfigError(
                 f"{where}: unknown key {unknown[0]!r} (known: command, args, "
-                "env, cwd, url, headers, optional, timeout, prefix)"
+                "env, cwd, url, headers, optional, timeout, attempts, prefix)"
             )
 
         def strings(key: str) -> dict[str, str]:
@@ -131,6 +158,9 @@ class MCPServer:
         timeout = entry.get("timeout", DEFAULT_TIMEOUT.total_seconds())
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             raise MCPConfigError(f"{where}: timeout is a number of seconds")
+        attempts = entry.get("attempts", DEFAULT_ATTEMPTS)
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            raise MCPConfigError(f"{where}: attempts is a whole number (how often a read is tried)")
         if not isinstance(entry.get("optional", False), bool):
             raise MCPConfigError(f"{where}: optional is true or false")
         return cls(
@@ -143,6 +173,7 @@ class MCPServer:
             headers=strings("headers"),
             optional=entry.get("optional", False),
             timeout=timedelta(seconds=timeout) if timeout == timeout else timedelta(0),
+            attempts=attempts,
             prefix=entry.get("prefix", ""),
         )
 
@@ -419,8 +450,10 @@ async def _http(server: MCPServer) -> AsyncIterator[Any]:
 
 
 def _start_error(server: MCPServer, e: BaseException) -> MCPConfigError:
-    how = f"{server.command} {' '.join(server.args)}".strip() if server.command else server.url
-    return MCPConfigError(f"MCP server {server.name!r} ({how}) did not start: {_brief(e)}")
+    if server.command:
+        how = f"{server.command} {' '.join(server.args)}".strip()
+        return MCPConfigError(f"MCP server {server.name!r} ({how}) did not start: {_brief(e)}")
+    return MCPConfigError(f"MCP server {server.name!r} ({server.url}) did not answer: {_brief(e)}")
 
 
 def _brief(e: BaseException) -> str:
@@ -456,6 +489,7 @@ def tools_of(connection: Connection, listed: Sequence[Any]) -> list[Tool]:
                 side_effects=not read_only,
                 quick=read_only,
                 timeout=server.timeout + timedelta(seconds=5),
+                max_attempts=server.attempts if read_only else WRITE_ATTEMPTS,
             )
         )
     return made

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
@@ -125,6 +126,10 @@ def observations(result: Any) -> list[str]:
         ('{"mcpServers": {"t": {"command": "x", "args": "y"}}}', "args is a list of strings"),
         ('{"mcpServers": {"t": {"command": "x", "timeout": 0}}}', "timeout is seconds"),
         ('{"mcpServers": {"t": {"command": "x", "comand": "y"}}}', "unknown key 'comand'"),
+        ('{"mcpServers": {"t": {"command": "x", "attempts": 0}}}', "attempts is how often"),
+        ('{"mcpServers": {"t": {"command": "x", "attempts": 21}}}', "1 to 20"),
+        ('{"mcpServers": {"t": {"command": "x", "attempts": 2.5}}}', "attempts is a whole"),
+        ('{"mcpServers": {"t": {"command": "x", "attempts": true}}}', "attempts is a whole"),
         (
             '{"mcpServers": {"t": {"command": "x"}, "u": {"command": "y"}, "t": {"url": "http://h"}}}',
             "'t' appears twice in one object",
@@ -193,6 +198,15 @@ def test_a_server_named_twice_stops_the_worker_with_one_line(tmp_path: Path) -> 
         f"error: --mcp-config {path}: 'time' appears twice in one object (JSON would keep "
         "only the last): rename or remove one"
     ]
+
+
+def test_a_config_sets_each_servers_timeout_and_read_attempts(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+    entry = {"command": TIME.command, "timeout": 5, "attempts": 7}
+    path.write_text(json.dumps({"mcpServers": {"time": entry, "other": {"url": "http://h/mcp"}}}))
+    time, other = load_config(path)
+    assert (time.timeout.total_seconds(), time.attempts) == (5, 7)
+    assert (other.timeout.total_seconds(), other.attempts) == (30, 3)
 
 
 async def test_an_optional_server_that_cannot_start_is_left_out() -> None:
@@ -299,6 +313,194 @@ async def test_a_streamable_http_server_that_restarted_is_reconnected(harness: H
                 second = await (await start_turn(harness.client, turn, task_queue)).result()
     assert "still there" in first.answer
     assert second.outcome is Outcome.ANSWERED and "still there" in second.answer
+
+
+def calls_of(connection: Any) -> list[dict[str, Any]]:
+    """Each call the worker makes through `connection`, as it goes: its tool, and
+    whether it has returned (or failed) yet. Counting only: the call is the real one."""
+    made: list[dict[str, Any]] = []
+    real = connection.call
+
+    async def counted(name: str, arguments: dict[str, Any], *, write: bool) -> Any:
+        made.append({"tool": name, "done": False})
+        try:
+            return await real(name, arguments, write=write)
+        finally:
+            made[-1]["done"] = True
+
+    connection.call = counted
+    return made
+
+
+async def first_call(made: list[dict[str, Any]]) -> dict[str, Any]:
+    async with asyncio.timeout(120):
+        while not made:
+            await asyncio.sleep(0.02)
+    return made[0]
+
+
+@needs_npm
+@pytest.mark.parametrize("attempts", [1, 2])
+async def test_a_read_is_tried_as_often_as_its_server_says(harness: Harness, attempts: int) -> None:
+    """server-everything over Streamable HTTP, gone once the worker has connected: each
+    attempt of a read finds it down, and the turn reads the failure after the server's
+    `attempts`."""
+    echo = ToolCall(id="c1", name="everything__echo", arguments={"message": "hello"})
+    model = ScriptedModel(
+        plans=[Reply(calls=[echo])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    with ExitStack() as up:
+        url = up.enter_context(everything_over_http())
+        server = MCPServer(name="everything", url=url, attempts=attempts)
+        async with (
+            connected([agent_with(server)]) as agents,
+            harness.worker(model, agents=agents) as task_queue,
+        ):
+            made = calls_of(agents[0].registry.connections[0])  # type: ignore[attr-defined]
+            up.close()  # the server goes
+            turn = TurnInput(question="Echo hello", model="scripted")
+            result = await (await start_turn(harness.client, turn, task_queue)).result()
+    assert result.outcome is Outcome.ANSWERED
+    assert "MCP server 'everything'" in result.answer and "did not answer" in result.answer
+    assert [m["tool"] for m in made] == ["echo"] * attempts
+
+
+@needs_npm
+async def test_a_streamable_http_server_dying_mid_read_is_reconnected_and_the_read_retried(
+    harness: Harness,
+) -> None:
+    """The server is killed while a read runs (a four-second operation) and comes back
+    on its address: the read goes again on a fresh connection and the turn answers."""
+    port = free_port()
+    slow = ToolCall(
+        id="c1",
+        name="everything__trigger-long-running-operation",
+        arguments={"duration": 4, "steps": 4},
+    )
+    model = ScriptedModel(
+        plans=[Reply(calls=[slow])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    server = MCPServer(name="everything", url=f"http://127.0.0.1:{port}/mcp")
+    with ExitStack() as first_server:
+        proc = first_server.enter_context(everything_process(port))
+        async with (
+            connected([agent_with(server)]) as agents,
+            harness.worker(model, agents=agents) as task_queue,
+        ):
+            made = calls_of(agents[0].registry.connections[0])  # type: ignore[attr-defined]
+            turn = TurnInput(question="Run the long operation", model="scripted")
+            handle = await start_turn(harness.client, turn, task_queue)
+            call = await first_call(made)
+            await asyncio.sleep(0.5)
+            proc.kill()
+            assert not call["done"], "the read ended before its server was killed"
+            first_server.close()
+            with everything_process(port):
+                result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED
+    assert "Long running operation completed" in result.answer
+    assert len(made) >= 2
+
+
+@needs_npm
+async def test_a_streamable_http_server_dying_mid_write_leaves_the_outcome_unknown_and_asks(
+    harness: Harness,
+) -> None:
+    """A write (server-everything's gzip-file-as-resource, fetching a file from a slow
+    server of ours) is running when its MCP server is killed; the server comes back.
+    The write is not sent again by itself: the turn asks, saying it may have run
+    already; declined, the model reads that it was not sent again, and the file was
+    fetched once."""
+    port = free_port()
+    with slow_file() as (file_url, fetched), ExitStack() as first_server:
+        gzip = ToolCall(
+            id="c1",
+            name="everything__gzip-file-as-resource",
+            arguments={"name": "notes.gz", "data": file_url},
+        )
+        model = ScriptedModel(
+            plans=[Reply(calls=[gzip])], decisions=[lambda req: Reply(text=last_result(req))]
+        )
+        proc = first_server.enter_context(everything_process(port))
+        server = MCPServer(name="everything", url=f"http://127.0.0.1:{port}/mcp")
+        async with (
+            connected([agent_with(server)]) as agents,
+            harness.worker(model, agents=agents) as task_queue,
+        ):
+            turn = TurnInput(question="Compress my notes", model="scripted")
+            handle = await start_turn(harness.client, turn, task_queue)
+            first = await next_pending(handle)
+            assert "may have run" not in first.why
+            await decide(harness.client, handle.id, "c1", approved=True, by="test")
+            async with asyncio.timeout(120):  # the server is fetching the file
+                while not fetched:
+                    await asyncio.sleep(0.02)
+            proc.kill()
+            first_server.close()
+            with everything_process(port):
+                again = await next_pending(handle)
+                assert again.call.id == "c1" and "may have run already" in again.why
+                await decide(harness.client, handle.id, "c1", approved=False, by="test")
+                result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED
+    assert "not sent again" in result.answer
+    assert len(fetched) == 1
+
+
+@contextmanager
+def everything_process(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """server-everything over Streamable HTTP on `port`, once it listens; its process."""
+    proc = subprocess.Popen(
+        [str(NPM_BIN / "mcp-server-everything"), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(1200):
+            if is_listening("127.0.0.1", port):
+                break
+            assert proc.poll() is None, "server-everything exited"
+            time.sleep(0.05)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(10)
+
+
+@contextmanager
+def slow_file() -> Iterator[tuple[str, list[str]]]:
+    """A file served slowly (it answers once the block ends): its URL, and the paths
+    asked for, as they are asked."""
+    import http.server
+    import threading
+
+    fetched: list[str] = []
+    done = threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's own name
+            fetched.append(self.path)
+            done.wait(60)
+            body = b"notes\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/notes.txt", fetched
+    finally:
+        done.set()
+        server.shutdown()
+        server.server_close()
 
 
 @needs_npm
@@ -494,6 +696,49 @@ async def test_a_tool_list_that_changes_keeps_running_turns_on_theirs(
     assert offered == {"waiting": [memory_tools, memory_tools], "new": [time_tools]}
     assert "create_entities failed: Unknown tool: create_entities" in old.answer
     assert old.fingerprint != new.fingerprint
+
+
+@needs_npm
+async def test_a_server_that_says_its_list_changed_is_listed_again_before_the_next_turn(
+    harness: Harness,
+) -> None:
+    """server-everything (stdio) adds tools of its own once the client says it is
+    initialized, and says so (`notifications/tools/list_changed`), while the worker
+    lists its tools. The worker hears it: the next turn's first step lists the tools
+    again, once; a turn after it, with nothing heard since, lists nothing."""
+    server = MCPServer(
+        name="everything", command=str(NPM_BIN / "mcp-server-everything"), args=("stdio",)
+    )
+    echo = ToolCall(id="c1", name="everything__echo", arguments={"message": "hi"})
+    model = ScriptedModel(
+        plans=[Reply(calls=[echo])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    async with (
+        connected([agent_with(server)]) as agents,
+        harness.worker(model, agents=agents) as task_queue,
+    ):
+        [connection] = agents[0].registry.connections  # type: ignore[attr-defined]
+        async with asyncio.timeout(60):  # it has said so
+            while not connection.stale:
+                await asyncio.sleep(0.02)
+        listed = connection.listed
+        lists: list[int] = []
+        real = connection._list
+
+        async def counted() -> list[Any]:
+            lists.append(1)
+            return await real()
+
+        connection._list = counted
+        turn = TurnInput(question="Echo hi", model="scripted")
+        first = await (await start_turn(harness.client, turn, task_queue)).result()
+        after_first = len(lists)
+        second = await (await start_turn(harness.client, turn, task_queue)).result()
+    assert (after_first, len(lists)) == (1, 1)
+    assert not connection.stale
+    assert "simulate-research-query" in {t.name for t in listed}
+    assert "Echo: hi" in first.answer and "Echo: hi" in second.answer
+    assert first.fingerprint == second.fingerprint  # the same list: the same version
 
 
 def worker_environ(
