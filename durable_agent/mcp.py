@@ -24,8 +24,9 @@ Tools are pinned per turn: the list is read again between turns — at the start
 the next turn after the server said it changed (`notifications/tools/list_changed`)
 or after it was started again — and a turn is offered, validated against and
 dispatched with the list it started with (`LiveTools`; the turn records its
-version, the agent's fingerprint), so a list that changes mid-turn never changes a
-running turn.
+version, the agent's fingerprint, and what each server listed for it), so a list
+that changes mid-turn never changes a running turn, whichever worker runs its next
+step (`activities/_tools.py`).
 
 What the runtime promises for writes: a tool whose annotations do not say
 `readOnlyHint` (or say `destructiveHint`) is a write, and needs a person's consent
@@ -539,20 +540,60 @@ class LiveTools(ToolRegistry):
     server's list changed; the worker keeps the versions its running turns started
     with (`ServedAgent.tools_at`)."""
 
-    def __init__(self, agent: str, own: Sequence[Tool], connections: Sequence[Connection]) -> None:
+    def __init__(
+        self,
+        agent: str,
+        own: Sequence[Tool],
+        connections: Sequence[Connection],
+        listed: Sequence[Sequence[Any]] | None = None,
+    ) -> None:
         self.agent = agent
         self.own = list(own)
         self.connections = list(connections)
-        self.listed = [list(c.listed) for c in self.connections]
-        """What each server listed for this version."""
+        self.listed = (
+            [list(c.listed) for c in self.connections]
+            if listed is None
+            else [list(tools) for tools in listed]
+        )
+        """What each server listed for this version (default: as last listed)."""
         super().__init__()
-        for tool in [*self.own, *(t for c in self.connections for t in tools_of(c, c.listed))]:
+        pairs = zip(self.connections, self.listed, strict=True)
+        made = (t for connection, tools in pairs for t in tools_of(connection, tools))
+        for tool in [*self.own, *made]:
             if tool.name in self.tools:
                 raise MCPConfigError(
                     f"agent {agent!r}: two tools are named {tool.name!r} (an MCP "
                     "server's and another's): give one of the servers its own prefix"
                 )
             self.add(tool)
+
+    def recorded(self) -> dict[str, list[dict[str, Any]]]:
+        """What each server listed for this version, as a turn records it (by server
+        name: each tool's name, title, description, input schema and hints)."""
+        return {
+            c.server.name: [_recorded(tool) for tool in tools]
+            for c, tools in zip(self.connections, self.listed, strict=True)
+            if tools
+        }
+
+    def recall(self, recorded: Mapping[str, Sequence[Mapping[str, Any]]]) -> LiveTools | None:
+        """The version a turn recorded (`recorded()`), served by this worker's
+        connections; None if it names a server this worker does not have, or cannot
+        be served (a name taken twice)."""
+        from mcp.types import Tool as Listed
+
+        by_name = {c.server.name for c in self.connections}
+        if not set(recorded) <= by_name:
+            return None
+        try:
+            listed = [
+                [Listed.model_validate(t) for t in recorded.get(c.server.name, ())]
+                for c in self.connections
+            ]
+            return LiveTools(self.agent, self.own, self.connections, listed)
+        except (MCPConfigError, ValueError, TypeError) as e:
+            log.warning("agent %s: a recorded version cannot be served: %s", self.agent, e)
+            return None
 
     async def refresh(self) -> LiveTools | None:
         """The next version if a server's list changed since this one, else None. A new
@@ -567,6 +608,23 @@ class LiveTools(ToolRegistry):
         except MCPConfigError as e:
             log.warning("%s; the tools stay as they were", e)
             return None
+
+
+def _recorded(tool: Any) -> dict[str, Any]:
+    """A listed tool (`mcp.types.Tool`) as a turn records it: what its spec and its
+    kind (read or write) are made of, in the protocol's own field names."""
+    made: dict[str, Any] = {"name": tool.name, "inputSchema": tool.input_schema}
+    for key, value in (("title", tool.title), ("description", tool.description)):
+        if value:
+            made[key] = value
+    hints = tool.annotations
+    kept = {
+        "readOnlyHint": hints.read_only_hint if hints else None,
+        "destructiveHint": hints.destructive_hint if hints else None,
+    }
+    if any(v is not None for v in kept.values()):
+        made["annotations"] = {k: v for k, v in kept.items() if v is not None}
+    return made
 
 
 def _is_json_of(text: str, value: Any) -> bool:

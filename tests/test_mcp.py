@@ -699,6 +699,53 @@ async def test_a_tool_list_that_changes_keeps_running_turns_on_theirs(
 
 
 @needs_npm
+async def test_a_worker_that_never_saw_a_turns_tools_serves_it_with_those_it_recorded(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A turn waits for consent with the tools its worker listed (a memory server's);
+    that worker stops, the server is upgraded (its command now starts a time server),
+    and a worker started since, which never saw the turn's tools, takes the turn up:
+    it reads the specs the turn recorded, offers the model those, and sends the call
+    to its own server, which says what it thinks of it."""
+    command = tmp_path / "desk-server"
+    command.symlink_to(NPM_BIN / "mcp-server-memory")
+    server = MCPServer(
+        name="desk", command=str(command), env={"MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    )
+    entity = {"entities": [{"name": "x", "entityType": "t", "observations": []}]}
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="c1", name="desk__create_entities", arguments=entity)])],
+        decisions=[lambda request: Reply(text=last_result(request))],
+    )
+    task_queue = f"mcp-{uuid.uuid4().hex[:8]}"
+    settings = replace(Settings.from_env(), versioning=False)
+    catalog = ModelCatalog({"scripted": lambda _: model})
+
+    def worker(agents: list[Agent]) -> Any:
+        return build_worker(
+            harness.client, task_queue, agents=agents, models=catalog, settings=settings
+        )
+
+    async with connected([agent_with(server)]) as agents, worker(agents):
+        turn = TurnInput(question="Remember x.", model="scripted")
+        handle = await start_turn(harness.client, turn, task_queue)
+        await next_pending(handle)
+        [(_, started_with)] = model.requests
+    upgraded = tmp_path / "upgraded"
+    upgraded.symlink_to(BIN / "mcp-server-time")
+    upgraded.replace(command)
+    async with connected([agent_with(server)]) as agents, worker(agents):
+        assert "desk__create_entities" not in agents[0].registry.tools  # it lists time tools
+        await decide(harness.client, handle.id, "c1", approved=True, by="test")
+        result = await handle.result()
+    (_, plan), (_, interpret) = model.requests
+    assert "desk__create_entities" in tool_names(plan)
+    assert tool_names(interpret) == tool_names(plan)
+    assert [t.parameters for t in interpret.tools] == [t.parameters for t in plan.tools]
+    assert "create_entities failed: Unknown tool: create_entities" in result.answer
+
+
+@needs_npm
 async def test_a_server_that_says_its_list_changed_is_listed_again_before_the_next_turn(
     harness: Harness,
 ) -> None:
