@@ -34,6 +34,7 @@ import contextlib
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -50,8 +51,8 @@ from evals.customer import Customer, CustomerLog, Line
 from evals.report import Progress, table
 from evals.run import (
     EpisodeReport,
+    Scoring,
     _close_scorer,
-    _scorer,
     approved_as_customer,
     episode_id,
     run_id,
@@ -236,10 +237,52 @@ async def conversation_episode(
     gate: asyncio.Semaphore | None = None,
     since: float | None = None,
     progress: Progress | None = None,
+    scoring: Scoring | None = None,
 ) -> EpisodeReport:
     """One trial of a task: its conversation to its end, then its score (outside the
     time of its turns). A finished episode's report is the one kept. `progress`
     moves when the conversation ends."""
+    scoring = scoring or Scoring(1)
+    ended = scoring.turn()
+    try:
+        return await _conversation_episode(
+            client,
+            run,
+            task,
+            trial,
+            seed,
+            run_name,
+            store,
+            log,
+            agent,
+            ui_url,
+            gate,
+            since,
+            progress,
+            scoring,
+            ended,
+        )
+    finally:
+        ended()
+
+
+async def _conversation_episode(
+    client: Client,
+    run: RealRun,
+    task: Any,
+    trial: int,
+    seed: int,
+    run_name: str,
+    store: tau2.EpisodeStore,
+    log: CustomerLog,
+    agent: str,
+    ui_url: str,
+    gate: asyncio.Semaphore | None,
+    since: float | None,
+    progress: Progress | None,
+    scoring: Scoring,
+    over: Callable[[], None],
+) -> EpisodeReport:
     episode = episode_id(run_name, task.id, trial)
     kept = log.finished(episode)
     if kept is not None:
@@ -265,6 +308,7 @@ async def conversation_episode(
             max_steps=DEFAULT_MAX_STEPS,
         )
         ended = time.monotonic()
+    over()
     if progress is not None:
         progress.turn_done(
             f"task {task.id:>4} trial {trial}",
@@ -278,14 +322,8 @@ async def conversation_episode(
         store.keyed_calls(episode),
         dialogue.termination,
     )
-    scored = await asyncio.get_running_loop().run_in_executor(
-        _scorer(),
-        _score,
-        run.domain,
-        task.id,
-        str(store.path),
-        episode,
-        simulation.model_dump_json(),
+    scored = await scoring.run(
+        _score, run.domain, task.id, str(store.path), episode, simulation.model_dump_json()
     )
     events, size = await _longest_turn(client, dialogue.turn_ids)
     usage = [output.usage for output in dialogue.outputs]
@@ -367,6 +405,7 @@ async def run_conversations(
     gate = asyncio.Semaphore(concurrency)
     seeds = trial_seeds(run.trials)
     progress = Progress(len(tasks) * run.trials, out)
+    scoring = Scoring(len(tasks) * run.trials)
     since = time.monotonic()
 
     async def one(task: Any, trial: int) -> EpisodeReport:
@@ -384,6 +423,7 @@ async def run_conversations(
             gate=gate,
             since=since,
             progress=progress,
+            scoring=scoring,
         )
 
     models = default_models(default=run.model)

@@ -11,8 +11,8 @@ On a terminal the progress is one line, drawn again as it moves:
     [##########..........]  57/114 episodes' turns done; 50 scored, 50 passed; 31 s
 
 Elsewhere (a log, a pipe) it is one line per episode as its turns end, with the same
-counts. Scoring runs behind the turns (one low-priority process), so the progress
-moves with the turns, and each line says how far scoring has come.
+counts. Scoring runs behind the turns (`evals.run.Scoring`), so the progress moves
+with the turns, and each line says how far scoring has come.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -133,10 +134,16 @@ def oracle_models(domain: str, tasks: list[Any]) -> ModelCatalog:
 
 
 async def _turn(
-    client: Client, task: Any, run: str, task_queue: str, agent: str
+    client: Client,
+    task: Any,
+    run: str,
+    task_queue: str,
+    agent: str,
+    consent: Consent | None = None,
 ) -> tuple[TurnOutput, Any, bool]:
     """The task's turn, started unless an earlier run did, approved as the customer
-    would, to its end; and whether this call started it."""
+    would (by `consent`, else on its own), to its end; and whether this call started
+    it."""
     workflow_id = episode_id(run, task.id)
     turn = TurnInput(
         question=question_of(task),
@@ -150,8 +157,77 @@ async def _turn(
     except WorkflowAlreadyStartedError:  # by an earlier run: running, or finished
         started = False
     handle = client.get_workflow_handle_for(AgentTurn.run, workflow_id)
-    output = await approved_as_customer(client, handle)
+    if consent is not None and consent.watching:
+        output = TurnOutput.model_validate(await handle.result())
+    else:
+        output = await approved_as_customer(client, handle)
     return output, handle, started
+
+
+class Consent:
+    """Consent as the customer, for every turn of a task queue that waits for it: one
+    query of the server's visibility every `INTERVAL` finds the turns waiting,
+    whatever the concurrency (not one describe per running turn), and each call that
+    waits is approved by `APPROVER`, on the record. A namespace without the turns'
+    search attributes cannot be asked so: then each turn is watched on its own
+    (`approved_as_customer`; `watching` is False)."""
+
+    INTERVAL = 0.05
+    AGAIN = 0.2
+
+    def __init__(self, client: Client, task_queue: str) -> None:
+        self.client = client
+        self.query = (
+            f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running' AND "
+            f"{search.STATUS.name} = '{search.AWAITING_APPROVAL}'"
+        )
+        self.watching = False
+        self._poller: asyncio.Task[None] | None = None
+        self._asking: dict[str, asyncio.Task[None]] = {}
+        self._asked: dict[str, float] = {}
+        """Turn → when it was last asked: listed again within `AGAIN` of it, it is most
+        likely the server's visibility not having caught up with the decision yet."""
+
+    async def __aenter__(self) -> Consent:
+        try:
+            async for _ in self.client.list_workflows(self.query, limit=1):
+                break
+            self.watching = True
+        except RPCError as e:  # e.g. AgentStatus is not a search attribute here
+            log.info("consent: %s; each turn is watched on its own", e)
+        if self.watching:
+            self._poller = asyncio.create_task(self._poll())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        tasks = [t for t in (self._poller, *self._asking.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                async for found in self.client.list_workflows(self.query):
+                    recently = time.monotonic() - self._asked.get(found.id, -self.AGAIN)
+                    if found.id in self._asking or recently < self.AGAIN:
+                        continue
+                    self._asking[found.id] = asyncio.create_task(self._approve(found.id))
+            except RPCError as e:
+                log.info("consent: %s; asking again", e)
+            await asyncio.sleep(self.INTERVAL)
+
+    async def _approve(self, workflow_id: str) -> None:
+        try:
+            handle = self.client.get_workflow_handle_for(AgentTurn.run, workflow_id)
+            for waiting in (await progress_of(handle, timeout=30)).pending:
+                await decide(self.client, workflow_id, waiting.call.id, approved=True, by=APPROVER)
+            self._asked[workflow_id] = time.monotonic()
+        except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
+            # A workflow task that failed (it is retried), a busy worker: found again.
+            log.info("turn %s: %s; asking again", workflow_id, e)
+        finally:
+            self._asking.pop(workflow_id, None)
 
 
 class Records:
@@ -244,11 +320,55 @@ async def episode(
     since: float | None = None,
     records: Records | None = None,
     progress: Progress | None = None,
+    scoring: Scoring | None = None,
+    consent: Consent | None = None,
 ) -> EpisodeReport:
     """One task's episode: its turn (holding a place of `gate` while it runs), then
     its score, which is not part of the turn's time. `since`: the run's start. With
     `records`, an episode an earlier invocation finished is taken as it was, and the
-    turn's time is kept as it ends; `progress` moves when the turn ends."""
+    turn's time is kept as it ends; `progress` moves when the turn ends; `consent`
+    approves its calls (else it watches its turn on its own)."""
+    scoring = scoring or Scoring(1)
+    ended = scoring.turn()
+    try:
+        return await _episode(
+            client,
+            domain,
+            task,
+            run,
+            task_queue,
+            agent,
+            store,
+            ui_url,
+            gate,
+            since,
+            records,
+            progress,
+            scoring,
+            ended,
+            consent,
+        )
+    finally:
+        ended()
+
+
+async def _episode(
+    client: Client,
+    domain: str,
+    task: Any,
+    run: str,
+    task_queue: str,
+    agent: str,
+    store: tau2.EpisodeStore,
+    ui_url: str,
+    gate: asyncio.Semaphore | None,
+    since: float | None,
+    records: Records | None,
+    progress: Progress | None,
+    scoring: Scoring,
+    ended: Callable[[], None],
+    consent: Consent | None,
+) -> EpisodeReport:
     workflow_id = episode_id(run, task.id)
     kept = records.finished(workflow_id) if records is not None else None
     if kept is not None:
@@ -260,14 +380,15 @@ async def episode(
     since = since if since is not None else time.monotonic()
     async with gate or contextlib.nullcontext():
         started = time.monotonic()
-        output, handle, fresh = await _turn(client, task, run, task_queue, agent)
-        ended = time.monotonic()
+        output, handle, fresh = await _turn(client, task, run, task_queue, agent, consent)
+        stopped = time.monotonic()
+    ended()
     timed = records.timed(workflow_id) if records is not None else None
     if timed is None:
         # Started here: timed here. Started by an earlier invocation: the workflow's
         # own time, which includes the stop.
-        seconds = ended - started if fresh else await _workflow_seconds(handle)
-        timed = (round(seconds, 2), fresh, round(ended - since, 2))
+        seconds = stopped - started if fresh else await _workflow_seconds(handle)
+        timed = (round(seconds, 2), fresh, round(stopped - since, 2))
         if records is not None:
             records.time(workflow_id, *timed)
     seconds, whole, ended_s = timed
@@ -280,11 +401,7 @@ async def episode(
             f"turn {seconds:.1f} s{'' if whole else ' (resumed)'}, "
             f"{output.usage.model_calls} model calls, {events} events",
         )
-    # The benchmark's evaluator loads databases whole: in a process of its own, so the
-    # worker's workflow tasks in this one never wait for it.
-    scored = await asyncio.get_running_loop().run_in_executor(
-        _scorer(), _score, domain, task.id, str(store.path), workflow_id
-    )
+    scored = await scoring.run(_score, domain, task.id, str(store.path), workflow_id)
     writes_of = store_tools(store)
     expected = sum(writes_of.get(tool, False) for tool, _ in tau2.expected_actions(task))
     report = EpisodeReport(
@@ -315,24 +432,77 @@ async def episode(
     return report
 
 
-_SCORER: concurrent.futures.ProcessPoolExecutor | None = None
+class Scoring:
+    """Where episodes are scored, behind their turns (the benchmark's evaluator loads
+    databases whole: in processes of their own, so the worker's workflow tasks in
+    this one never wait for it). While turns run: one process at the lowest
+    priority, one episode at a time, so the turns never wait for scoring. Once the
+    last turn has ended, what still waits is scored by processes at normal priority
+    too, one per core: there is nothing left to make wait, and on a busy machine a
+    process at the lowest priority may hardly run at all."""
+
+    def __init__(self, turns: int) -> None:
+        self._turns = turns
+        self._one = asyncio.Semaphore(1)
+        self._hurry = asyncio.Event()
+        if turns <= 0:
+            self._hurry.set()
+
+    def turn(self) -> Callable[[], None]:
+        """What to call when one turn (or plain loop) is over, however it ended (once;
+        a second call does nothing)."""
+        over = False
+
+        def ended() -> None:
+            nonlocal over
+            if not over:
+                over = True
+                self._turns -= 1
+                if self._turns <= 0:
+                    self._hurry.set()
+
+        return ended
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        if not self._hurry.is_set():
+            slot = asyncio.ensure_future(self._one.acquire())
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            try:
+                await asyncio.wait({slot, hurry}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                hurry.cancel()
+                slot.cancel()  # no-op once it has the slot
+            if slot.done() and not slot.cancelled():
+                try:
+                    return await loop.run_in_executor(_scorer(low=True), fn, *args)
+                finally:
+                    self._one.release()
+        return await loop.run_in_executor(_scorer(low=False), fn, *args)
 
 
-def _scorer() -> concurrent.futures.ProcessPoolExecutor:
-    global _SCORER
-    if _SCORER is None:
+_SCORERS: dict[bool, concurrent.futures.ProcessPoolExecutor] = {}
+
+
+def _scorer(low: bool = True) -> concurrent.futures.ProcessPoolExecutor:
+    """The scoring processes: one at the lowest priority (`low`), or one per core."""
+    if low not in _SCORERS:
         # Spawned, not forked: this process runs Temporal's threads.
         spawn = multiprocessing.get_context("spawn")
-        _SCORER = concurrent.futures.ProcessPoolExecutor(
-            max_workers=1, mp_context=spawn, initializer=_exit_with, initargs=(os.getpid(),)
+        _SCORERS[low] = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1 if low else (os.cpu_count() or 2),
+            mp_context=spawn,
+            initializer=_exit_with,
+            initargs=(os.getpid(), low),
         )
-    return _SCORER
+    return _SCORERS[low]
 
 
-def _exit_with(parent: int) -> None:
-    """In the scoring process: end when the run's process is gone (even SIGKILLed).
-    It runs at the lowest priority: scoring waits for the turns, not they for it."""
-    os.nice(19)
+def _exit_with(parent: int, low: bool = True) -> None:
+    """In a scoring process: end when the run's process is gone (even SIGKILLed).
+    `low`: at the lowest priority, so that scoring waits for the turns, not they for it."""
+    if low:
+        os.nice(19)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -343,10 +513,9 @@ def _exit_with(parent: int) -> None:
 
 
 def _close_scorer() -> None:
-    global _SCORER
-    if _SCORER is not None:
-        _SCORER.shutdown(cancel_futures=True)
-        _SCORER = None
+    while _SCORERS:
+        _, pool = _SCORERS.popitem()
+        pool.shutdown(cancel_futures=True)
 
 
 def _score(domain: str, task_id: str, store_path: str, episode: str) -> dict[str, Any]:
@@ -392,6 +561,8 @@ async def run_tasks(
     task_queue = run
     gate = asyncio.Semaphore(concurrency)
     progress = Progress(len(tasks), out)
+    scoring = Scoring(len(tasks))
+    consent = Consent(client, task_queue)
     since = time.monotonic()
 
     async def one(task: Any) -> EpisodeReport:
@@ -408,11 +579,14 @@ async def run_tasks(
             since,
             records=records,
             progress=progress,
+            scoring=scoring,
+            consent=consent,
         )
 
     async def all_of_them() -> list[EpisodeReport]:
         try:
-            return list(await asyncio.gather(*(one(t) for t in tasks)))
+            async with consent:
+                return list(await asyncio.gather(*(one(t) for t in tasks)))
         finally:
             progress.close()
             _close_scorer()
@@ -504,8 +678,16 @@ async def plain_run(
 
     ended: list[float] = []
     took: dict[str, float] = {}
+    scoring = Scoring(len(tasks))
 
     async def one(task: Any) -> bool:
+        over = scoring.turn()
+        try:
+            return await loop(task, over)
+        finally:
+            over()
+
+    async def loop(task: Any, over: Callable[[], None]) -> bool:
         async with gate:
             began = time.monotonic()
             name = episode_id(run, task.id)
@@ -526,9 +708,8 @@ async def plain_run(
                     messages.append(ToolResult(call_id=call.id, tool=call.name, ok=True, text=text))
             ended.append(time.monotonic())
             took[task.id] = round(ended[-1] - began, 3)
-        scored = await asyncio.get_running_loop().run_in_executor(
-            _scorer(), _score, domain, task.id, str(path), name
-        )
+        over()
+        scored = await scoring.run(_score, domain, task.id, str(path), name)
         return bool(scored["reward"] == 1.0 and scored["store_matches_gold"])
 
     started = time.monotonic()

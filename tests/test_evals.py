@@ -126,6 +126,32 @@ def _all_episodes(path: Path) -> list[str]:
         return [row[0] for row in db.execute("SELECT episode FROM turn_times")]
 
 
+async def test_scoring_waits_behind_the_turns_then_hurries_once_they_are_over() -> None:
+    """While turns run, one episode at a time is scored, at the lowest priority; once
+    the last turn is over, those still waiting are scored at normal priority, at once
+    (the `os.nice(0)` a scoring process answers is its priority)."""
+    import time as clock
+
+    from evals.run import Scoring, _close_scorer
+
+    scoring = Scoring(2)
+    first, second = scoring.turn(), scoring.turn()
+    try:
+        assert await scoring.run(os.nice, 0) == 19
+        busy = asyncio.ensure_future(scoring.run(clock.sleep, 2))
+        waiting = [asyncio.ensure_future(scoring.run(os.nice, 0)) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        assert not any(w.done() for w in waiting)  # behind the one scored now
+        first()
+        first()  # once is enough
+        assert not scoring._hurry.is_set()
+        second()
+        assert await asyncio.gather(*waiting) == [0, 0]
+        await busy
+    finally:
+        _close_scorer()
+
+
 def test_progress_on_a_terminal_is_one_line_drawn_again() -> None:
     from evals.report import Progress
 
