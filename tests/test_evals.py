@@ -284,6 +284,40 @@ def test_a_run_killed_whole_goes_on_where_it_was(tmp_path: Path) -> None:
     assert all(e["seconds"] >= 0.05 for e in episodes.values()), episodes
 
 
+def test_a_chaos_runs_worker_processes_go_with_it(env: WorkflowEnvironment, tmp_path: Path) -> None:
+    """The process of a chaos run SIGKILLed: its worker processes do not serve on."""
+    script = (
+        "import asyncio, pathlib, sys\n"
+        "from evals.chaos import WorkerPool\n"
+        "async def main():\n"
+        "    store = pathlib.Path(sys.argv[1])\n"
+        "    async with WorkerPool('retail', ['0'], store, 'chaos-q') as pool:\n"
+        "        print(*(w.pid for w in pool._workers), flush=True)\n"
+        "        await asyncio.sleep(600)\n"
+        "asyncio.run(main())\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "run.db")],
+        cwd=ROOT,
+        env=_worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="600,600"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert run.stdout is not None
+    workers = [int(pid) for pid in run.stdout.readline().split()]
+    assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 60
+    try:
+        while any(_alive(pid) for pid in workers):
+            assert time.monotonic() < deadline, "a worker of the killed run serves on"
+            time.sleep(0.1)
+    finally:
+        for pid in filter(_alive, workers):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _child_of(parent: int, name: str) -> int:
     """The pid of `parent`'s child whose command line has `name`, once there is one."""
     deadline = time.monotonic() + 60
