@@ -173,7 +173,6 @@ class Consent:
     (`approved_as_customer`; `watching` is False)."""
 
     INTERVAL = 0.05
-    AGAIN = 0.2
 
     def __init__(self, client: Client, task_queue: str) -> None:
         self.client = client
@@ -184,9 +183,9 @@ class Consent:
         self.watching = False
         self._poller: asyncio.Task[None] | None = None
         self._asking: dict[str, asyncio.Task[None]] = {}
-        self._asked: dict[str, float] = {}
-        """Turn → when it was last asked: listed again within `AGAIN` of it, it is most
-        likely the server's visibility not having caught up with the decision yet."""
+        self._decided: dict[str, set[str]] = {}
+        """Turn → the calls approved: a turn listed again with nothing else waiting is
+        the server's visibility not having caught up with the decision yet."""
 
     async def __aenter__(self) -> Consent:
         try:
@@ -209,10 +208,8 @@ class Consent:
         while True:
             try:
                 async for found in self.client.list_workflows(self.query):
-                    recently = time.monotonic() - self._asked.get(found.id, -self.AGAIN)
-                    if found.id in self._asking or recently < self.AGAIN:
-                        continue
-                    self._asking[found.id] = asyncio.create_task(self._approve(found.id))
+                    if found.id not in self._asking:
+                        self._asking[found.id] = asyncio.create_task(self._approve(found.id))
             except RPCError as e:
                 log.info("consent: %s; asking again", e)
             await asyncio.sleep(self.INTERVAL)
@@ -220,9 +217,13 @@ class Consent:
     async def _approve(self, workflow_id: str) -> None:
         try:
             handle = self.client.get_workflow_handle_for(AgentTurn.run, workflow_id)
+            decided = self._decided.setdefault(workflow_id, set())
             for waiting in (await progress_of(handle, timeout=30)).pending:
-                await decide(self.client, workflow_id, waiting.call.id, approved=True, by=APPROVER)
-            self._asked[workflow_id] = time.monotonic()
+                if waiting.call.id not in decided:
+                    await decide(
+                        self.client, workflow_id, waiting.call.id, approved=True, by=APPROVER
+                    )
+                    decided.add(waiting.call.id)
         except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
             # A workflow task that failed (it is retried), a busy worker: found again.
             log.info("turn %s: %s; asking again", workflow_id, e)
