@@ -15,7 +15,9 @@ python client.py web [--agent NAME] [--port 8080] [--customer ID]   # the web ch
 
 `--agent` names the agent that answers (default: the worker's first), or gives its
 definition as MODULE:ATTRIBUTE: then a command that starts a worker of its own (`web`,
-`--embedded`) serves that agent, and the web chat speaks in its words.
+`demo`, `--embedded`) serves that agent, and the web chat speaks in its words. Such a
+worker connects the MCP servers the agent's definition names, and those of
+`--mcp-config FILE` (docs/mcp.md), as `python worker.py` does.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent import telemetry
+from durable_agent import mcp, telemetry
 from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
@@ -189,11 +191,15 @@ async def session(
     self_contained: bool,
     needs_worker: bool = True,
     agent: Chosen | None = None,
+    mcp_config: str = "",
 ) -> AsyncIterator[Connection]:
     """A connection; with `self_contained`, also an embedded server and an in-process
     worker for `agent` when no live one serves the queue, so the command works on a
-    fresh machine. Else a note when no live worker serves the queue and the command
-    `needs_worker`."""
+    fresh machine: it connects the MCP servers of the agent's definition and of
+    `mcp_config` first, as `worker.py` does. Else a note when no live worker serves
+    the queue and the command `needs_worker`."""
+    # A bad file is one line before anything connects.
+    servers = mcp_servers(mcp_config) if self_contained else []
     conn = await connect(start_embedded=self_contained)
     try:
         if not (self_contained or needs_worker):
@@ -201,8 +207,6 @@ async def session(
             return
         serving = await workers(conn.client, task_queue)
         if self_contained and not serving.live:
-            from worker import build_worker
-
             chosen = agent or choose_agent("")
             if chosen.name and chosen.definition is None:
                 raise CliError(
@@ -212,16 +216,58 @@ async def session(
                     "or give --agent MODULE:ATTRIBUTE"
                 )
             # The agent it names, and nothing else; none named: the worker's defaults.
-            served = [chosen.definition] if chosen.definition else default_agents()
-            async with build_worker(conn.client, task_queue, agents=served):
+            named = [chosen.definition] if chosen.definition else default_agents()
+            async with own_worker(conn.client, task_queue, named, servers) as served:
                 conn.served = served
                 yield conn
         else:
             if not serving.live:
                 print(f"note: {no_worker(task_queue, serving)}", file=sys.stderr)
+            elif mcp_config:
+                print(
+                    f"note: --mcp-config {mcp_config} is not used: a live worker serves task "
+                    f"queue {task_queue!r} with the MCP servers it was started with",
+                    file=sys.stderr,
+                )
             yield conn
     finally:
         conn.close()
+
+
+def mcp_config(args: argparse.Namespace) -> str:
+    """`--mcp-config`, which only a command that starts its own worker reads."""
+    if args.mcp_config and not args.embedded:
+        raise CliError(
+            "--mcp-config is read by the worker that --embedded starts: add --embedded, "
+            "or give it to the worker (`durable-agent-worker --mcp-config FILE`)"
+        )
+    return str(args.mcp_config or "")
+
+
+def mcp_servers(path: str) -> list[mcp.MCPServer]:
+    """The servers of `--mcp-config` (none: no file); a bad file is a CliError."""
+    try:
+        return mcp.load_config(path) if path else []
+    except mcp.MCPConfigError as e:
+        raise CliError(str(e)) from None
+
+
+@contextlib.asynccontextmanager
+async def own_worker(
+    client: Client, task_queue: str, agents: list[Agent], servers: list[mcp.MCPServer]
+) -> AsyncIterator[list[Agent]]:
+    """A worker of this process for `agents` (yielded as served), their MCP servers (and
+    `servers`) connected for as long as it runs. A server that cannot start, or a
+    definition that cannot be served, is a CliError before the command does anything."""
+    from worker import build_worker
+
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            served = await stack.enter_async_context(mcp.connected(agents, servers))
+            await stack.enter_async_context(build_worker(client, task_queue, agents=served))
+        except AgentDefinitionError as e:
+            raise CliError(str(e)) from None
+        yield served
 
 
 def no_worker(task_queue: str, serving: Workers) -> str:
@@ -361,7 +407,9 @@ async def cmd_ask(args: argparse.Namespace) -> int:
         )
     except ValidationError as e:
         raise input_error(e) from None
-    async with session(args.task_queue, self_contained=args.embedded, agent=chosen) as conn:
+    async with session(
+        args.task_queue, self_contained=args.embedded, agent=chosen, mcp_config=mcp_config(args)
+    ) as conn:
         handle = await start_turn(conn.client, turn, args.task_queue)
         if args.no_wait:
             print(handle.id)
@@ -433,7 +481,9 @@ async def cmd_chat(args: argparse.Namespace) -> None:
     chat = chat_input(args, chosen)
     interactive = sys.stdin.isatty()
     lines = Lines()
-    async with session(args.task_queue, self_contained=args.embedded, agent=chosen) as conn:
+    async with session(
+        args.task_queue, self_contained=args.embedded, agent=chosen, mcp_config=mcp_config(args)
+    ) as conn:
         conversation: WorkflowHandle | None = None
         while True:
             text = await lines.read("you> " if interactive else "")
@@ -791,7 +841,9 @@ def print_running(attributes: TypedSearchAttributes) -> None:
 
 
 async def cmd_demo(args: argparse.Namespace) -> None:
-    async with session(args.task_queue, self_contained=True, agent=choose_agent("")) as conn:
+    async with session(
+        args.task_queue, self_contained=True, agent=choose_agent(""), mcp_config=args.mcp_config
+    ) as conn:
         for question in DEMO_QUESTIONS:
             handle = await start_turn(
                 conn.client, TurnInput(question=question, model=args.model), args.task_queue
@@ -812,7 +864,9 @@ async def cmd_web(args: argparse.Namespace) -> None:
     chosen = choose_agent(args.agent)
     chat = chat_input(args, chosen)
     # Self-contained like `demo`: on a fresh machine the page works with nothing else running.
-    async with session(args.task_queue, self_contained=True, agent=chosen) as conn:
+    async with session(
+        args.task_queue, self_contained=True, agent=chosen, mcp_config=args.mcp_config
+    ) as conn:
         # The words of the agent that answers: the one named, or this command's own
         # worker's first; else the page asks the task queue's current version.
         await serve(
@@ -883,6 +937,17 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_mcp_config(p: argparse.ArgumentParser, when: str = "") -> None:
+    p.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        default="",
+        help=f"{when}MCP servers whose tools the worker this command starts also offers: "
+        '{"mcpServers": {"NAME": {"command": ..., "args": [...]} or {"url": ...}}} '
+        "(docs/mcp.md); the agent's own servers are connected in any case",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=client_command(),
@@ -900,10 +965,12 @@ def parser() -> argparse.ArgumentParser:
         "--no-wait", action="store_true", help="print the turn's workflow id and return at once"
     )
     add_turn_options(ask)
+    add_mcp_config(ask, "with --embedded: ")
     ask.set_defaults(run=cmd_ask)
 
     chat = sub.add_parser("chat", help="a conversation: one message per line, Ctrl-D ends it")
     add_turn_options(chat)
+    add_mcp_config(chat, "with --embedded: ")
     add_idle_timeout(chat)
     chat.set_defaults(run=cmd_chat)
 
@@ -985,10 +1052,12 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--model", default="", type=model_spec, help="model spec (default: the worker's)"
     )
+    add_mcp_config(demo)
     demo.set_defaults(run=cmd_demo)
 
     web = sub.add_parser("web", help="a web chat with the agent, served on this machine")
     add_turn_options(web)
+    add_mcp_config(web)
     add_idle_timeout(web)
     web.add_argument("--port", type=port_number, default=8080, help="default: %(default)s")
     web.add_argument(

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from activities._common import heartbeating, server_suggested_delay
+from activities._tools import turn_tools
 from durable_agent.conversation import Message, calls_so_far, check
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.pricing import Pricing, format_cost
@@ -57,7 +58,7 @@ class ModelCaller:
         check(input.messages)
         request = ModelRequest(
             messages=input.messages,
-            tools=served.tools_at(input.tools_version).specs_for(input.tools),
+            tools=(await turn_tools(served, input.tools_version)).specs_for(input.tools),
             instructions=input.instructions or served.instructions,
         )
         async with heartbeating(), streams.model_text(input.stream) as sink:

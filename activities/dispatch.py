@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities._common import heartbeating
+from activities._tools import turn_tools
 from durable_agent.errors import ToolError
 from durable_agent.render import render_result
 from durable_agent.runtime import metrics
@@ -64,7 +65,7 @@ class DispatchActivity:
 
     async def _run(self, input: DispatchInput, check: bool) -> DispatchOutput:
         served = self._agents.get(input.agent)
-        tools = served.tools_at(input.tools_version)
+        tools = await turn_tools(served, input.tools_version)
         tool = tools[input.call.name]
         args = tools.validate(input.call)
         ctx = ToolContext(input.customer_id, served.deps, input.idempotency_key)

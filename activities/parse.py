@@ -17,6 +17,7 @@ from datetime import timedelta
 from pydantic import BaseModel, Field
 from temporalio import activity
 
+from activities._tools import turn_tools
 from activities.shield import screen
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.errors import InvalidCall
@@ -99,7 +100,7 @@ class ParseActivity:
     @activity.defn(name="parse")
     async def parse(self, input: ParseInput) -> ParseOutput:
         served = self._agents.get(input.agent)
-        tools = served.tools_at(input.tools_version)
+        tools = await turn_tools(served, input.tools_version)
         valid, rejected, normalised_calls = [], [], []
         for at, call in enumerate(input.calls):
             try:

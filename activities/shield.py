@@ -81,6 +81,7 @@ def _info(served: ServedAgent) -> AgentInfo:
         limits=served.limits,
         unknown_outcomes=served.unknown_outcomes,
         tools_version=served.fingerprint if served.live else "",
+        offered=served.recorded_tools() if served.live else {},
     )
 
 

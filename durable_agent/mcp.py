@@ -9,7 +9,9 @@ A server entry is the one other MCP clients read: `command`, `args`, `env` (and
 `cwd`) for a server the worker starts over stdio, or `url` and `headers` for one
 it reaches over Streamable HTTP; besides, `optional` (a server that cannot start
 is left out with a warning rather than stopping the worker), `timeout` (seconds per
-call, default 30) and `prefix` (the tools' name prefix, default the server's name).
+call, default 30), `attempts` (how often a read is tried, default 3; a write is
+never sent again by itself) and `prefix` (the tools' name prefix, default the
+server's name).
 
 What runs where: the worker connects to every server as it starts (a stdio server
 is a process of the worker, for as long as it runs), lists its tools and offers
@@ -22,8 +24,9 @@ Tools are pinned per turn: the list is read again between turns — at the start
 the next turn after the server said it changed (`notifications/tools/list_changed`)
 or after it was started again — and a turn is offered, validated against and
 dispatched with the list it started with (`LiveTools`; the turn records its
-version, the agent's fingerprint), so a list that changes mid-turn never changes a
-running turn.
+version, the agent's fingerprint, and what each server listed for it), so a list
+that changes mid-turn never changes a running turn, whichever worker runs its next
+step (`activities/_tools.py`).
 
 What the runtime promises for writes: a tool whose annotations do not say
 `readOnlyHint` (or say `destructiveHint`) is a write, and needs a person's consent
@@ -59,8 +62,26 @@ log = logging.getLogger("durable_agent.mcp")
 SEPARATOR = "__"
 """Between a server's prefix and its tool's name: `time__get_current_time`."""
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_KNOWN_KEYS = {"command", "args", "env", "cwd", "url", "headers", "optional", "timeout", "prefix"}
+_KNOWN_KEYS = {
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "optional",
+    "timeout",
+    "attempts",
+    "prefix",
+}
 DEFAULT_TIMEOUT = timedelta(seconds=30)
+DEFAULT_ATTEMPTS = 3
+"""How often a read is tried (each attempt after a dead connection goes on a fresh one)."""
+MAX_ATTEMPTS = 20
+WRITE_ATTEMPTS = 3
+"""A write's activity attempts: only the first sends it; a later one (its worker died,
+it timed out) finds the outcome unknown and the turn asks (`_caller`). So `attempts`
+does not apply to writes, and a write needs more than one attempt for that question."""
 START_TIMEOUT_S = 30.0
 """How long a server gets to start and list its tools."""
 
@@ -83,6 +104,8 @@ class MCPServer:
     headers: Mapping[str, str] = field(default_factory=dict)
     optional: bool = False
     timeout: timedelta = DEFAULT_TIMEOUT
+    attempts: int = DEFAULT_ATTEMPTS
+    """How often a read is tried on transient trouble (a dead server, a timeout)."""
     prefix: str = ""
 
     def __post_init__(self) -> None:
@@ -97,6 +120,11 @@ class MCPServer:
             raise MCPConfigError(f"{where}: prefix is 1-64 letters, digits, _ or -")
         if not timedelta(0) < self.timeout <= timedelta(hours=1):
             raise MCPConfigError(f"{where}: timeout is seconds, more than 0, at most 3600")
+        if not 1 <= self.attempts <= MAX_ATTEMPTS:
+            raise MCPConfigError(
+                f"{where}: attempts is how often a read is tried, 1 to {MAX_ATTEMPTS} "
+                "(a write is sent once in any case)"
+            )
 
     @property
     def tool_prefix(self) -> str:
@@ -111,7 +139,7 @@ class MCPServer:
         if unknown:
             raise MCPConfigError(
                 f"{where}: unknown key {unknown[0]!r} (known: command, args, "
-                "env, cwd, url, headers, optional, timeout, prefix)"
+                "env, cwd, url, headers, optional, timeout, attempts, prefix)"
             )
 
         def strings(key: str) -> dict[str, str]:
@@ -131,6 +159,9 @@ class MCPServer:
         timeout = entry.get("timeout", DEFAULT_TIMEOUT.total_seconds())
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             raise MCPConfigError(f"{where}: timeout is a number of seconds")
+        attempts = entry.get("attempts", DEFAULT_ATTEMPTS)
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            raise MCPConfigError(f"{where}: attempts is a whole number (how often a read is tried)")
         if not isinstance(entry.get("optional", False), bool):
             raise MCPConfigError(f"{where}: optional is true or false")
         return cls(
@@ -143,6 +174,7 @@ class MCPServer:
             headers=strings("headers"),
             optional=entry.get("optional", False),
             timeout=timedelta(seconds=timeout) if timeout == timeout else timedelta(0),
+            attempts=attempts,
             prefix=entry.get("prefix", ""),
         )
 
@@ -150,15 +182,34 @@ class MCPServer:
 def load_config(path: str | Path) -> list[MCPServer]:
     """The servers of an `mcpServers` file; MCPConfigError, in one line, if it is not one."""
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = json.loads(Path(path).read_text(), object_pairs_hook=_unique_keys)
     except OSError as e:
         raise MCPConfigError(f"--mcp-config {path}: {e.strerror or e}") from None
+    except _KeyTwice as e:
+        raise MCPConfigError(f"--mcp-config {path}: {e}") from None
     except ValueError as e:
         raise MCPConfigError(f"--mcp-config {path}: not JSON ({e})") from None
     servers = raw.get("mcpServers") if isinstance(raw, dict) else None
     if not isinstance(servers, dict):
         raise MCPConfigError(f'--mcp-config {path}: expected {{"mcpServers": {{"NAME": ...}}}}')
     return [MCPServer.from_entry(name, entry) for name, entry in servers.items()]
+
+
+class _KeyTwice(Exception):
+    """A JSON object of the config with one key twice (JSON keeps the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            # Which server, or which key of an entry: either way, one of them is lost.
+            raise _KeyTwice(
+                f"{key!r} appears twice in one object (JSON would keep only the last): "
+                "rename or remove one"
+            )
+        seen[key] = value
+    return seen
 
 
 class Connection:
@@ -400,8 +451,10 @@ async def _http(server: MCPServer) -> AsyncIterator[Any]:
 
 
 def _start_error(server: MCPServer, e: BaseException) -> MCPConfigError:
-    how = f"{server.command} {' '.join(server.args)}".strip() if server.command else server.url
-    return MCPConfigError(f"MCP server {server.name!r} ({how}) did not start: {_brief(e)}")
+    if server.command:
+        how = f"{server.command} {' '.join(server.args)}".strip()
+        return MCPConfigError(f"MCP server {server.name!r} ({how}) did not start: {_brief(e)}")
+    return MCPConfigError(f"MCP server {server.name!r} ({server.url}) did not answer: {_brief(e)}")
 
 
 def _brief(e: BaseException) -> str:
@@ -437,6 +490,7 @@ def tools_of(connection: Connection, listed: Sequence[Any]) -> list[Tool]:
                 side_effects=not read_only,
                 quick=read_only,
                 timeout=server.timeout + timedelta(seconds=5),
+                max_attempts=server.attempts if read_only else WRITE_ATTEMPTS,
             )
         )
     return made
@@ -486,20 +540,60 @@ class LiveTools(ToolRegistry):
     server's list changed; the worker keeps the versions its running turns started
     with (`ServedAgent.tools_at`)."""
 
-    def __init__(self, agent: str, own: Sequence[Tool], connections: Sequence[Connection]) -> None:
+    def __init__(
+        self,
+        agent: str,
+        own: Sequence[Tool],
+        connections: Sequence[Connection],
+        listed: Sequence[Sequence[Any]] | None = None,
+    ) -> None:
         self.agent = agent
         self.own = list(own)
         self.connections = list(connections)
-        self.listed = [list(c.listed) for c in self.connections]
-        """What each server listed for this version."""
+        self.listed = (
+            [list(c.listed) for c in self.connections]
+            if listed is None
+            else [list(tools) for tools in listed]
+        )
+        """What each server listed for this version (default: as last listed)."""
         super().__init__()
-        for tool in [*self.own, *(t for c in self.connections for t in tools_of(c, c.listed))]:
+        pairs = zip(self.connections, self.listed, strict=True)
+        made = (t for connection, tools in pairs for t in tools_of(connection, tools))
+        for tool in [*self.own, *made]:
             if tool.name in self.tools:
                 raise MCPConfigError(
                     f"agent {agent!r}: two tools are named {tool.name!r} (an MCP "
                     "server's and another's): give one of the servers its own prefix"
                 )
             self.add(tool)
+
+    def recorded(self) -> dict[str, list[dict[str, Any]]]:
+        """What each server listed for this version, as a turn records it (by server
+        name: each tool's name, title, description, input schema and hints)."""
+        return {
+            c.server.name: [_recorded(tool) for tool in tools]
+            for c, tools in zip(self.connections, self.listed, strict=True)
+            if tools
+        }
+
+    def recall(self, recorded: Mapping[str, Sequence[Mapping[str, Any]]]) -> LiveTools | None:
+        """The version a turn recorded (`recorded()`), served by this worker's
+        connections; None if it names a server this worker does not have, or cannot
+        be served (a name taken twice)."""
+        from mcp.types import Tool as Listed
+
+        by_name = {c.server.name for c in self.connections}
+        if not set(recorded) <= by_name:
+            return None
+        try:
+            listed = [
+                [Listed.model_validate(t) for t in recorded.get(c.server.name, ())]
+                for c in self.connections
+            ]
+            return LiveTools(self.agent, self.own, self.connections, listed)
+        except (MCPConfigError, ValueError, TypeError) as e:
+            log.warning("agent %s: a recorded version cannot be served: %s", self.agent, e)
+            return None
 
     async def refresh(self) -> LiveTools | None:
         """The next version if a server's list changed since this one, else None. A new
@@ -514,6 +608,23 @@ class LiveTools(ToolRegistry):
         except MCPConfigError as e:
             log.warning("%s; the tools stay as they were", e)
             return None
+
+
+def _recorded(tool: Any) -> dict[str, Any]:
+    """A listed tool (`mcp.types.Tool`) as a turn records it: what its spec and its
+    kind (read or write) are made of, in the protocol's own field names."""
+    made: dict[str, Any] = {"name": tool.name, "inputSchema": tool.input_schema}
+    for key, value in (("title", tool.title), ("description", tool.description)):
+        if value:
+            made[key] = value
+    hints = tool.annotations
+    kept = {
+        "readOnlyHint": hints.read_only_hint if hints else None,
+        "destructiveHint": hints.destructive_hint if hints else None,
+    }
+    if any(v is not None for v in kept.values()):
+        made["annotations"] = {k: v for k, v in kept.items() if v is not None}
+    return made
 
 
 def _is_json_of(text: str, value: Any) -> bool:

@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,30 @@ class ServedAgent:
             "agent %s: its MCP servers' tools changed (version %s)", self.name, self.fingerprint
         )
 
+    def knows(self, version: str) -> bool:
+        """Whether this worker has the tools of version `version` at hand."""
+        return not version or version == self.fingerprint or version in self._versions
+
+    def recorded_tools(self) -> dict[str, list[dict[str, Any]]]:
+        """What a turn records of the tools it is offered (`AgentInfo.offered`): what
+        each MCP server listed. Empty: the agent's tools never change under a worker."""
+        recorded = getattr(self.tools, "recorded", None)
+        return recorded() if recorded is not None else {}
+
+    def recall(self, version: str, recorded: Mapping[str, Any]) -> ToolRegistry | None:
+        """The tools of a version this worker never saw, from what the turn recorded of
+        it (`AgentInfo.offered`), through this worker's own connections; kept with the
+        versions it saw. None if they cannot be made here, or are another version."""
+        recall = getattr(self.tools, "recall", None)
+        tools = recall(recorded) if recall is not None else None
+        if tools is None or _view_fingerprint(self.instructions, tools) != version:
+            return None
+        self._versions[version] = tools
+        while len(self._versions) > MAX_TOOL_VERSIONS:
+            self._versions.popitem(last=False)
+        log.info("agent %s: serving tools version %s as its turn recorded it", self.name, version)
+        return tools
+
     def tools_at(self, version: str) -> ToolRegistry:
         """The tools of version `version` (a turn's, from its first step; empty: now)."""
         if not version or version == self.fingerprint:
@@ -135,7 +159,8 @@ class ServedAgent:
         found = self._versions.get(version)
         if found is None:
             # A worker that started after the list changed, or one that has moved on
-            # many versions since: it serves what the servers offer now.
+            # many versions since, and could not make it from the turn's record
+            # (`activities/_tools.py`): it serves what the servers offer now.
             log.warning(
                 "agent %s: tools version %s is not known to this worker; serving %s",
                 self.name,

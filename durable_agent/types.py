@@ -229,6 +229,11 @@ class AgentInfo(BaseModel):
     """For an agent whose tools may change while its worker runs (an MCP server's): the
     version of its tools the turn started with, which every step of the turn uses (its
     fingerprint then). Empty: the agent's tools never change under a worker."""
+    offered: dict[str, list[dict[str, Any]]] = {}
+    """With `tools_version`: what each MCP server (by name) listed for that version, as
+    it listed it (each tool's name, description, input schema and read/write hints):
+    the specs the turn offers, on its record, so that a worker that never saw that
+    version (started since, or after a crash) serves the turn with them."""
     limits: TurnLimits | None = None
     """The agent's limits, for a turn that names none."""
     unknown_outcomes: Literal["ask", "model"] = "ask"

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from durable_agent.runtime.server import stop_with_parent
+
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +85,14 @@ class WorkerPool:
         assert self._log is not None
         with self._log.open("ab") as log:
             return subprocess.Popen(
-                self.command(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+                self.command(),
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # A run killed whole takes its workers with it (they would serve on,
+                # unseen, after the run is gone).
+                preexec_fn=stop_with_parent,
             )
 
     async def __aenter__(self) -> WorkerPool:

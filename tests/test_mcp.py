@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
@@ -125,6 +126,15 @@ def observations(result: Any) -> list[str]:
         ('{"mcpServers": {"t": {"command": "x", "args": "y"}}}', "args is a list of strings"),
         ('{"mcpServers": {"t": {"command": "x", "timeout": 0}}}', "timeout is seconds"),
         ('{"mcpServers": {"t": {"command": "x", "comand": "y"}}}', "unknown key 'comand'"),
+        ('{"mcpServers": {"t": {"command": "x", "attempts": 0}}}', "attempts is how often"),
+        ('{"mcpServers": {"t": {"command": "x", "attempts": 21}}}', "1 to 20"),
+        ('{"mcpServers": {"t": {"command": "x", "attempts": 2.5}}}', "attempts is a whole"),
+        ('{"mcpServers": {"t": {"command": "x", "attempts": true}}}', "attempts is a whole"),
+        (
+            '{"mcpServers": {"t": {"command": "x"}, "u": {"command": "y"}, "t": {"url": "http://h"}}}',
+            "'t' appears twice in one object",
+        ),
+        ('{"mcpServers": {"t": {"command": "x", "command": "y"}}}', "'command' appears twice"),
     ],
 )
 def test_a_bad_config_says_what_to_fix(tmp_path: Path, config: str, says: str) -> None:
@@ -168,6 +178,35 @@ def test_the_worker_stops_with_one_line_on_a_server_that_cannot_serve(
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+def test_a_server_named_twice_stops_the_worker_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+    time = json.dumps({"command": str(BIN / "mcp-server-time")})
+    path.write_text(f'{{"mcpServers": {{"time": {time}, "time": {time}}}}}')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    done = subprocess.run(
+        [sys.executable, "worker.py", "--mcp-config", str(path)],
+        cwd=ROOT,
+        env=env | {"AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        f"error: --mcp-config {path}: 'time' appears twice in one object (JSON would keep "
+        "only the last): rename or remove one"
+    ]
+
+
+def test_a_config_sets_each_servers_timeout_and_read_attempts(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+    entry = {"command": TIME.command, "timeout": 5, "attempts": 7}
+    path.write_text(json.dumps({"mcpServers": {"time": entry, "other": {"url": "http://h/mcp"}}}))
+    time, other = load_config(path)
+    assert (time.timeout.total_seconds(), time.attempts) == (5, 7)
+    assert (other.timeout.total_seconds(), other.attempts) == (30, 3)
 
 
 async def test_an_optional_server_that_cannot_start_is_left_out() -> None:
@@ -274,6 +313,194 @@ async def test_a_streamable_http_server_that_restarted_is_reconnected(harness: H
                 second = await (await start_turn(harness.client, turn, task_queue)).result()
     assert "still there" in first.answer
     assert second.outcome is Outcome.ANSWERED and "still there" in second.answer
+
+
+def calls_of(connection: Any) -> list[dict[str, Any]]:
+    """Each call the worker makes through `connection`, as it goes: its tool, and
+    whether it has returned (or failed) yet. Counting only: the call is the real one."""
+    made: list[dict[str, Any]] = []
+    real = connection.call
+
+    async def counted(name: str, arguments: dict[str, Any], *, write: bool) -> Any:
+        made.append({"tool": name, "done": False})
+        try:
+            return await real(name, arguments, write=write)
+        finally:
+            made[-1]["done"] = True
+
+    connection.call = counted
+    return made
+
+
+async def first_call(made: list[dict[str, Any]]) -> dict[str, Any]:
+    async with asyncio.timeout(120):
+        while not made:
+            await asyncio.sleep(0.02)
+    return made[0]
+
+
+@needs_npm
+@pytest.mark.parametrize("attempts", [1, 2])
+async def test_a_read_is_tried_as_often_as_its_server_says(harness: Harness, attempts: int) -> None:
+    """server-everything over Streamable HTTP, gone once the worker has connected: each
+    attempt of a read finds it down, and the turn reads the failure after the server's
+    `attempts`."""
+    echo = ToolCall(id="c1", name="everything__echo", arguments={"message": "hello"})
+    model = ScriptedModel(
+        plans=[Reply(calls=[echo])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    with ExitStack() as up:
+        url = up.enter_context(everything_over_http())
+        server = MCPServer(name="everything", url=url, attempts=attempts)
+        async with (
+            connected([agent_with(server)]) as agents,
+            harness.worker(model, agents=agents) as task_queue,
+        ):
+            made = calls_of(agents[0].registry.connections[0])  # type: ignore[attr-defined]
+            up.close()  # the server goes
+            turn = TurnInput(question="Echo hello", model="scripted")
+            result = await (await start_turn(harness.client, turn, task_queue)).result()
+    assert result.outcome is Outcome.ANSWERED
+    assert "MCP server 'everything'" in result.answer and "did not answer" in result.answer
+    assert [m["tool"] for m in made] == ["echo"] * attempts
+
+
+@needs_npm
+async def test_a_streamable_http_server_dying_mid_read_is_reconnected_and_the_read_retried(
+    harness: Harness,
+) -> None:
+    """The server is killed while a read runs (a four-second operation) and comes back
+    on its address: the read goes again on a fresh connection and the turn answers."""
+    port = free_port()
+    slow = ToolCall(
+        id="c1",
+        name="everything__trigger-long-running-operation",
+        arguments={"duration": 4, "steps": 4},
+    )
+    model = ScriptedModel(
+        plans=[Reply(calls=[slow])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    server = MCPServer(name="everything", url=f"http://127.0.0.1:{port}/mcp")
+    with ExitStack() as first_server:
+        proc = first_server.enter_context(everything_process(port))
+        async with (
+            connected([agent_with(server)]) as agents,
+            harness.worker(model, agents=agents) as task_queue,
+        ):
+            made = calls_of(agents[0].registry.connections[0])  # type: ignore[attr-defined]
+            turn = TurnInput(question="Run the long operation", model="scripted")
+            handle = await start_turn(harness.client, turn, task_queue)
+            call = await first_call(made)
+            await asyncio.sleep(0.5)
+            proc.kill()
+            assert not call["done"], "the read ended before its server was killed"
+            first_server.close()
+            with everything_process(port):
+                result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED
+    assert "Long running operation completed" in result.answer
+    assert len(made) >= 2
+
+
+@needs_npm
+async def test_a_streamable_http_server_dying_mid_write_leaves_the_outcome_unknown_and_asks(
+    harness: Harness,
+) -> None:
+    """A write (server-everything's gzip-file-as-resource, fetching a file from a slow
+    server of ours) is running when its MCP server is killed; the server comes back.
+    The write is not sent again by itself: the turn asks, saying it may have run
+    already; declined, the model reads that it was not sent again, and the file was
+    fetched once."""
+    port = free_port()
+    with slow_file() as (file_url, fetched), ExitStack() as first_server:
+        gzip = ToolCall(
+            id="c1",
+            name="everything__gzip-file-as-resource",
+            arguments={"name": "notes.gz", "data": file_url},
+        )
+        model = ScriptedModel(
+            plans=[Reply(calls=[gzip])], decisions=[lambda req: Reply(text=last_result(req))]
+        )
+        proc = first_server.enter_context(everything_process(port))
+        server = MCPServer(name="everything", url=f"http://127.0.0.1:{port}/mcp")
+        async with (
+            connected([agent_with(server)]) as agents,
+            harness.worker(model, agents=agents) as task_queue,
+        ):
+            turn = TurnInput(question="Compress my notes", model="scripted")
+            handle = await start_turn(harness.client, turn, task_queue)
+            first = await next_pending(handle)
+            assert "may have run" not in first.why
+            await decide(harness.client, handle.id, "c1", approved=True, by="test")
+            async with asyncio.timeout(120):  # the server is fetching the file
+                while not fetched:
+                    await asyncio.sleep(0.02)
+            proc.kill()
+            first_server.close()
+            with everything_process(port):
+                again = await next_pending(handle)
+                assert again.call.id == "c1" and "may have run already" in again.why
+                await decide(harness.client, handle.id, "c1", approved=False, by="test")
+                result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED
+    assert "not sent again" in result.answer
+    assert len(fetched) == 1
+
+
+@contextmanager
+def everything_process(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """server-everything over Streamable HTTP on `port`, once it listens; its process."""
+    proc = subprocess.Popen(
+        [str(NPM_BIN / "mcp-server-everything"), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(1200):
+            if is_listening("127.0.0.1", port):
+                break
+            assert proc.poll() is None, "server-everything exited"
+            time.sleep(0.05)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(10)
+
+
+@contextmanager
+def slow_file() -> Iterator[tuple[str, list[str]]]:
+    """A file served slowly (it answers once the block ends): its URL, and the paths
+    asked for, as they are asked."""
+    import http.server
+    import threading
+
+    fetched: list[str] = []
+    done = threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's own name
+            fetched.append(self.path)
+            done.wait(60)
+            body = b"notes\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/notes.txt", fetched
+    finally:
+        done.set()
+        server.shutdown()
+        server.server_close()
 
 
 @needs_npm
@@ -471,6 +698,96 @@ async def test_a_tool_list_that_changes_keeps_running_turns_on_theirs(
     assert old.fingerprint != new.fingerprint
 
 
+@needs_npm
+async def test_a_worker_that_never_saw_a_turns_tools_serves_it_with_those_it_recorded(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A turn waits for consent with the tools its worker listed (a memory server's);
+    that worker stops, the server is upgraded (its command now starts a time server),
+    and a worker started since, which never saw the turn's tools, takes the turn up:
+    it reads the specs the turn recorded, offers the model those, and sends the call
+    to its own server, which says what it thinks of it."""
+    command = tmp_path / "desk-server"
+    command.symlink_to(NPM_BIN / "mcp-server-memory")
+    server = MCPServer(
+        name="desk", command=str(command), env={"MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    )
+    entity = {"entities": [{"name": "x", "entityType": "t", "observations": []}]}
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="c1", name="desk__create_entities", arguments=entity)])],
+        decisions=[lambda request: Reply(text=last_result(request))],
+    )
+    task_queue = f"mcp-{uuid.uuid4().hex[:8]}"
+    settings = replace(Settings.from_env(), versioning=False)
+    catalog = ModelCatalog({"scripted": lambda _: model})
+
+    def worker(agents: list[Agent]) -> Any:
+        return build_worker(
+            harness.client, task_queue, agents=agents, models=catalog, settings=settings
+        )
+
+    async with connected([agent_with(server)]) as agents, worker(agents):
+        turn = TurnInput(question="Remember x.", model="scripted")
+        handle = await start_turn(harness.client, turn, task_queue)
+        await next_pending(handle)
+        [(_, started_with)] = model.requests
+    upgraded = tmp_path / "upgraded"
+    upgraded.symlink_to(BIN / "mcp-server-time")
+    upgraded.replace(command)
+    async with connected([agent_with(server)]) as agents, worker(agents):
+        assert "desk__create_entities" not in agents[0].registry.tools  # it lists time tools
+        await decide(harness.client, handle.id, "c1", approved=True, by="test")
+        result = await handle.result()
+    (_, plan), (_, interpret) = model.requests
+    assert "desk__create_entities" in tool_names(plan)
+    assert tool_names(interpret) == tool_names(plan)
+    assert [t.parameters for t in interpret.tools] == [t.parameters for t in plan.tools]
+    assert "create_entities failed: Unknown tool: create_entities" in result.answer
+
+
+@needs_npm
+async def test_a_server_that_says_its_list_changed_is_listed_again_before_the_next_turn(
+    harness: Harness,
+) -> None:
+    """server-everything (stdio) adds tools of its own once the client says it is
+    initialized, and says so (`notifications/tools/list_changed`), while the worker
+    lists its tools. The worker hears it: the next turn's first step lists the tools
+    again, once; a turn after it, with nothing heard since, lists nothing."""
+    server = MCPServer(
+        name="everything", command=str(NPM_BIN / "mcp-server-everything"), args=("stdio",)
+    )
+    echo = ToolCall(id="c1", name="everything__echo", arguments={"message": "hi"})
+    model = ScriptedModel(
+        plans=[Reply(calls=[echo])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+    async with (
+        connected([agent_with(server)]) as agents,
+        harness.worker(model, agents=agents) as task_queue,
+    ):
+        [connection] = agents[0].registry.connections  # type: ignore[attr-defined]
+        async with asyncio.timeout(60):  # it has said so
+            while not connection.stale:
+                await asyncio.sleep(0.02)
+        listed = connection.listed
+        lists: list[int] = []
+        real = connection._list
+
+        async def counted() -> list[Any]:
+            lists.append(1)
+            return await real()
+
+        connection._list = counted
+        turn = TurnInput(question="Echo hi", model="scripted")
+        first = await (await start_turn(harness.client, turn, task_queue)).result()
+        after_first = len(lists)
+        second = await (await start_turn(harness.client, turn, task_queue)).result()
+    assert (after_first, len(lists)) == (1, 1)
+    assert not connection.stale
+    assert "simulate-research-query" in {t.name for t in listed}
+    assert "Echo: hi" in first.answer and "Echo: hi" in second.answer
+    assert first.fingerprint == second.fingerprint  # the same list: the same version
+
+
 def worker_environ(
     env: WorkflowEnvironment, tmp_path: Path, fake: ChatCompletionsServer
 ) -> dict[str, str]:
@@ -578,3 +895,93 @@ async def test_the_offline_model_asks_a_server_with_values_shaped_like_its_examp
         assert result.outcome is Outcome.ANSWERED
         [seen] = observations(result)
         assert f'"timezone": "{zone}"' in seen and '"datetime"' in seen
+
+
+# -- the commands that start a worker of their own ------------------------------------
+
+
+def user_folder(tmp_path: Path, *servers: MCPServer) -> Path:
+    """A folder of a user's own, with `mypkg.agents:desk` naming `servers` (none: an
+    agent with no MCP server of its own)."""
+    folder = tmp_path / "mine"
+    (folder / "mypkg").mkdir(parents=True)
+    (folder / "mypkg" / "__init__.py").write_text("")
+    named = ", ".join(
+        f"MCPServer(name={s.name!r}, command={s.command!r}, args={s.args!r})" for s in servers
+    )
+    (folder / "mypkg" / "agents.py").write_text(
+        "from durable_agent import Agent\n"
+        "from durable_agent.mcp import MCPServer\n\n"
+        'desk = Agent(name="desk", instructions="You tell the time with the tools you have.",'
+        f" mcp_servers=[{named}])\n"
+    )
+    return folder
+
+
+def command_environ(env: WorkflowEnvironment, tmp_path: Path) -> dict[str, str]:
+    """The environment of a command run in a user's folder: the test server, the
+    offline model (the default), state in tmp_path."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    return base | {
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+        "AGENT_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@pytest.mark.parametrize("where", ["definition", "config"])
+def test_ask_embedded_serves_the_servers_of_the_agent_and_of_mcp_config(
+    env: WorkflowEnvironment, tmp_path: Path, where: str
+) -> None:
+    """`durable-agent ask --embedded` from a user's folder starts a worker of its own:
+    it connects the servers the agent's definition names, or those --mcp-config names,
+    and the offline model answers from the server's tool."""
+    folder = user_folder(tmp_path, TIME) if where == "definition" else user_folder(tmp_path)
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {"command": TIME.command}}}))
+    more = ["--mcp-config", str(config)] if where == "config" else []
+    asked = subprocess.run(
+        [str(BIN / "durable-agent"), "--task-queue", f"mcp-{uuid.uuid4().hex[:8]}", "ask"]
+        + ["--embedded", "--agent", "mypkg.agents:desk", *more]
+        + ["What is the current time in Asia/Tokyo?"],
+        cwd=folder,
+        env=command_environ(env, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert "Traceback" not in asked.stderr
+    answer = next(line for line in asked.stdout.splitlines() if line.startswith("answer"))
+    assert answer.startswith("answer (answered):") and '"timezone": "Asia/Tokyo"' in answer
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--mcp-config", "{config}"], "--mcp-config is read by the worker that --embedded"),
+        (["--embedded", "--mcp-config", "{config}.missing"], "No such file"),
+        (["--embedded", "--mcp-config", "{broken}"], "MCP server 'nope' (/nonexistent/mcp"),
+    ],
+    ids=["without-embedded", "no-file", "cannot-start"],
+)
+def test_ask_with_an_mcp_config_it_cannot_use_is_one_line(
+    env: WorkflowEnvironment, tmp_path: Path, args: list[str], says: str
+) -> None:
+    config, broken = tmp_path / "mcp.json", tmp_path / "broken.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {"command": TIME.command}}}))
+    broken.write_text(json.dumps({"mcpServers": {"nope": {"command": "/nonexistent/mcp"}}}))
+    filled = [a.format(config=config, broken=broken) for a in args]
+    asked = subprocess.run(
+        [str(BIN / "durable-agent"), "--task-queue", f"mcp-{uuid.uuid4().hex[:8]}", "ask"]
+        + ["--agent", "mypkg.agents:desk", *filled, "What time is it in Asia/Tokyo?"],
+        cwd=user_folder(tmp_path, TIME),
+        env=command_environ(env, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert asked.returncode == 1
+    lines = asked.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], asked.stderr

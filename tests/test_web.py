@@ -462,3 +462,36 @@ async def test_the_web_chat_answers_from_an_mcp_servers_tool(harness: Harness, p
         await expect(answer(page, 1)).to_contain_text("Europe/Paris")
         steps = await step_texts(page)
     assert any("time__get_current_time" in s for s in steps), steps
+
+
+async def test_the_web_command_serves_an_agent_whose_definition_names_an_mcp_server(
+    env: WorkflowEnvironment, page: Page, tmp_path: Path
+) -> None:
+    """`durable-agent web --agent mypkg.agents:desk` from a user's folder, the agent's
+    definition naming a real MCP server: the command's own worker connects it, and the
+    offline model answers the page's question from the server's tool."""
+    from tests.test_mcp import TIME, command_environ, user_folder
+
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "durable-agent"), "--task-queue"]
+    web = subprocess.Popen(
+        [*command, f"web-{uuid.uuid4().hex[:8]}", "web", "--agent", "mypkg.agents:desk"]
+        + ["--port", str(port)],
+        cwd=user_folder(tmp_path, TIME),
+        env=command_environ(env, tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert web.stdout is not None
+        said = await asyncio.to_thread(web.stdout.readline)
+        assert said.startswith("web chat for customer"), said + web.stdout.read()
+        await page.goto(f"http://127.0.0.1:{port}/")
+        await say(page, "What is the current time in Asia/Tokyo?")
+        await expect(answer(page, 1)).to_contain_text('"timezone": "Asia/Tokyo"', timeout=60_000)
+        steps = await step_texts(page)
+    finally:
+        web.terminate()
+        await asyncio.to_thread(web.wait, 30)
+    assert any("time__get_current_time" in s for s in steps), steps

@@ -139,10 +139,10 @@ def ui_codec_args() -> list[str]:
     return ["--ui-codec-endpoint", endpoint] if endpoint else []
 
 
-def _stop_with_parent() -> None:
-    """In the server's process, before exec: Linux sends it SIGTERM when the process
-    that started it dies, however it dies. (Elsewhere the owner's own shutdown,
-    SIGINT or SIGTERM, still stops it.)"""
+def stop_with_parent() -> None:
+    """In a child process (the embedded server, a worker process), before exec: Linux
+    sends it SIGTERM when the process that started it dies, however it dies.
+    (Elsewhere the owner's own shutdown, SIGINT or SIGTERM, still stops it.)"""
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
@@ -212,7 +212,7 @@ class EmbeddedServer:
             # which then stops the server after a graceful shutdown.
             start_new_session=True,
             # And it never outlives its owner, even one killed with SIGKILL.
-            preexec_fn=_stop_with_parent,
+            preexec_fn=stop_with_parent,
         )
         log.close()
         deadline = time.monotonic() + timeout
