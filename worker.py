@@ -107,7 +107,8 @@ async def run(
 async def serve(
     agents: Sequence[Agent], settings: Settings, observed: metrics.MetricsSettings
 ) -> None:
-    runtime = metrics.worker_runtime(observed, core_logger=logging.getLogger("temporalio.core"))
+    core_logger = logging.getLogger("temporalio.core")
+    runtime = metrics.worker_runtime(observed, core_logger=core_logger)
     conn = await connect(start_embedded=True, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -145,6 +146,9 @@ async def serve(
         await metrics.drain(observed)
     finally:
         conn.close()
+        # Core's threads outlive the worker until the interpreter ends; one forwarding a
+        # log line then would hold stderr's lock as the interpreter finalises it (abort).
+        core_logger.disabled = True
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -99,17 +100,32 @@ def damaged(order_id: str) -> str:
 
 
 class Process:
+    """A child whose output is read all along (kept in `seen`, so that a failure can
+    show it and a full pipe never blocks it), from start until `ready` is printed."""
+
     def __init__(self, args: list[str], env: dict[str, str], ready: str) -> None:
         self.proc = subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        assert self.proc.stdout is not None
-        seen = []
-        for line in self.proc.stdout:
-            seen.append(line)
-            if ready in line:
-                return
-        raise AssertionError(f"{args} exited with {self.proc.wait()}: {''.join(seen)[-2000:]}")
+        self.seen: list[str] = []
+        started = threading.Event()
+
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.seen.append(line)
+                if ready in line:
+                    started.set()
+            started.set()
+
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+        started.wait()
+        if not any(ready in line for line in self.seen):
+            raise AssertionError(f"{args} exited with {self.proc.wait()}: {self.output()}")
+
+    def output(self) -> str:
+        return "".join(self.seen)[-3000:]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -119,6 +135,7 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.reader.join(10)
 
 
 @contextmanager
@@ -684,7 +701,7 @@ def test_the_server_command_runs_a_server_no_worker_owns(tmp_path: Path) -> None
             time.sleep(0.2)
         worker = Process([sys.executable, "worker.py"], env, "worker ready")
         worker.stop()
-        assert worker.proc.returncode == 0 and server.poll() is None
+        assert worker.proc.returncode == 0 and server.poll() is None, worker.output()
         attributes = subprocess.run(
             [
                 temporal_cli(),
