@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -78,6 +80,9 @@ def environment(domain: str) -> Any:
                     f"no τ²-bench domain {domain!r}: choose one of {', '.join(domains())}"
                 )
             pristine = _PRISTINE[domain] = registry.get_env_constructor(domain)()
+            # It lives as long as the process: out of the collector's sight, each full
+            # collection skips its objects (and the modules loaded so far).
+            gc.freeze()
     return copy.deepcopy(pristine)
 
 
@@ -104,6 +109,9 @@ class EpisodeStore:
     domain's initial database and the calls that changed it, in order: rebuilt by
     replaying them, kept in memory while it is current."""
 
+    KEEP = 16
+    """Environments kept in memory: the episodes running at once, and some."""
+
     def __init__(self, path: Path, domain: str) -> None:
         self.path = Path(path)
         self.domain = domain
@@ -118,8 +126,8 @@ class EpisodeStore:
                 " tool TEXT, arguments TEXT, result TEXT, PRIMARY KEY (episode, seq))"
             )
         self._lock = threading.Lock()
-        self._live: dict[str, tuple[int, Any]] = {}
-        """episode → (writes applied, its environment)."""
+        self._live: OrderedDict[str, tuple[int, Any]] = OrderedDict()
+        """episode → (writes applied, its environment), the `KEEP` used last."""
 
     def _db(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
@@ -136,6 +144,11 @@ class EpisodeStore:
             for tool, arguments in rows:
                 _run(env, tool, json.loads(arguments))
             self._live[episode] = (len(rows), env)
+        self._live.move_to_end(episode)
+        while len(self._live) > self.KEEP:
+            # A domain's database is many objects: each kept longer than its episode
+            # runs makes every full garbage collection of the process slower.
+            self._live.popitem(last=False)
         return env
 
     def call(
