@@ -1073,27 +1073,48 @@ class Terminated(Exception):
     """SIGTERM: the command stops as on Ctrl-C, with exit code 143."""
 
 
+class Interrupted(Exception):
+    """Ctrl-C (SIGINT): exit code 130."""
+
+
+RECANCEL_S = 3.0
+"""A command still running this long after a signal cancelled it is cancelled again:
+a cancellation can be missed (asyncio.wait_for on Python 3.11)."""
+
+
 async def run_command(args: argparse.Namespace) -> int:
     """The command as the root span of its trace (a turn's trace starts where it was
-    asked); SIGTERM cancels it the way Ctrl-C does, so it ends, and exports, cleanly."""
+    asked). Ctrl-C and SIGTERM cancel it, so it ends, and exports, cleanly: the loop's
+    own handlers, which wake it whichever of the process's threads the signal reached."""
     task = asyncio.current_task()
-    terminated = False
+    loop = asyncio.get_running_loop()
+    got: list[signal.Signals] = []
 
-    def on_sigterm() -> None:
-        nonlocal terminated
-        terminated = True
-        if task is not None:
+    def cancel() -> None:
+        if task is not None and not task.done():
             task.cancel()
+            loop.call_later(RECANCEL_S, cancel)
+
+    def on_signal(sig: signal.Signals) -> None:
+        got.append(sig)
+        if len(got) == 1:
+            cancel()
 
     with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
-    with telemetry.command_span(f"client.py {args.command}"):
-        try:
-            return await args.run(args) or 0
-        except asyncio.CancelledError:
-            if terminated:
-                raise Terminated from None
-            raise
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        with telemetry.command_span(f"client.py {args.command}"):
+            try:
+                return await args.run(args) or 0
+            except asyncio.CancelledError:
+                if got and got[0] is signal.SIGTERM:
+                    raise Terminated from None
+                raise
+    except asyncio.CancelledError:
+        if got:
+            raise Interrupted from None
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1103,7 +1124,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, AgentClientError, ServerUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         return 130
     except Terminated:
         return 143
