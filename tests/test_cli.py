@@ -463,21 +463,27 @@ def test_show_without_a_worker_shows_the_history(shared_server: dict[str, str]) 
     assert "Traceback" not in shown.stderr
 
 
-@pytest.mark.slow
-def test_ask_waits_for_a_worker_started_later(shared_server: dict[str, str]) -> None:
-    """The turn waits for a worker, and so does `ask`: reads of its stream that no worker
-    answers in time are asked again, not a traceback."""
+def asking_until(env: dict[str, str], said: str) -> tuple[subprocess.Popen[str], str]:
+    """`ask "Has order 123456 shipped?"` running until its stderr says `said`; that line."""
     asking = subprocess.Popen(
         [sys.executable, "client.py", "ask", "Has order 123456 shipped?"],
         cwd=ROOT,
-        env=shared_server,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     assert asking.stderr is not None
-    while "no worker has picked up" not in (line := asking.stderr.readline()):
+    while said not in (line := asking.stderr.readline()):
         assert line, "ask ended early"
+    return asking, line
+
+
+@pytest.mark.slow
+def test_ask_waits_for_a_worker_started_later(shared_server: dict[str, str]) -> None:
+    """The turn waits for a worker, and so does `ask`: reads of its stream that no worker
+    answers in time are asked again, not a traceback."""
+    asking, _ = asking_until(shared_server, "no worker has picked up")
     # Longer than one read of its stream waits for a worker (the server's limit, 30 s).
     time.sleep(35)
     worker = subprocess.Popen(
@@ -494,17 +500,7 @@ def test_ask_waits_for_a_worker_started_later(shared_server: dict[str, str]) -> 
 
 
 def test_ctrl_c_on_ask_says_the_turn_goes_on(shared_server: dict[str, str]) -> None:
-    asking = subprocess.Popen(
-        [sys.executable, "client.py", "ask", "Has order 123456 shipped?"],
-        cwd=ROOT,
-        env=shared_server,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert asking.stderr is not None
-    while "started" not in (line := asking.stderr.readline()):
-        assert line, "ask ended early"
+    asking, line = asking_until(shared_server, "started")
     asking.send_signal(signal.SIGINT)
     _, err = asking.communicate(timeout=30)
     assert asking.returncode == 130
