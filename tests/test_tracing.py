@@ -327,9 +327,13 @@ async def test_a_worker_killed_mid_turn_leaves_one_trace_with_nothing_twice(
         while not marker.exists():
             assert time.monotonic() < deadline, "the first worker never reached interpret"
             await asyncio.sleep(0.05)
-        # Everything before interpret is done: let its spans leave, then kill.
+        # Everything before interpret is done: let its spans leave (interpret's start
+        # too, the parent of its run on the next worker), then kill.
         otlp.wait_for(
-            lambda: any(s.name == "RunActivity:parse_output" for s in otlp.spans()),
+            lambda: (
+                {"RunActivity:parse_output", "StartActivity:interpret"}
+                <= {s.name for s in otlp.spans()}
+            ),
             what_for="the first worker's spans",
         )
         doomed.kill()
