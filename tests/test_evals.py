@@ -26,6 +26,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("tau2", reason='τ²-bench is not installed: pip install -e ".[evals]"')
 
 from evals.run import run_tasks  # noqa: E402
+from tests.procs import children  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -322,16 +323,8 @@ def _child_of(parent: int, name: str) -> int:
     """The pid of `parent`'s child whose command line has `name`, once there is one."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                status = (entry / "status").read_text()
-                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if f"\nPPid:\t{parent}\n" in status and name in cmdline:
-                return int(entry.name)
+        if found := children(parent, name):
+            return found[0]
         time.sleep(0.05)
     raise AssertionError(f"no {name} process under {parent}")
 

@@ -34,6 +34,7 @@ from durable_agent.tools import ToolContext
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
 from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
+from tests.procs import children
 from worker import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,24 +70,8 @@ def entities(tmp_path: Path) -> list[dict[str, Any]]:
 def everything_over_http(port: int = 0) -> Iterator[str]:
     """server-everything's Streamable HTTP transport on `port` (0: a free one); its URL."""
     port = port or free_port()
-    proc = subprocess.Popen(
-        [str(NPM_BIN / "mcp-server-everything"), "streamableHttp"],
-        env={**os.environ, "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            if is_listening("127.0.0.1", port):
-                break
-            assert proc.poll() is None, "server-everything exited"
-            import time
-
-            time.sleep(0.05)
+    with everything_process(port):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def agent_with(*servers: MCPServer, **options: Any) -> Agent:
@@ -584,20 +569,7 @@ async def test_a_server_killed_mid_turn_is_started_again_for_its_call(harness: H
 
 
 def _children_named(name: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        ppid = next(
-            (int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0
-        )
-        if ppid == os.getpid() and name in cmdline:
-            found.append(int(entry.name))
+    found = children(os.getpid(), name)
     assert found, f"no {name} process of this test"
     return found
 
