@@ -50,6 +50,9 @@ MAX_EVENTS_PER_ITERATION = 25
 MEMORY_TURNS = 1000
 MEMORY_SAMPLE_EVERY = 100
 MEMORY_CONCURRENCY = 20
+THROUGHPUT_ROUNDS = 3
+"""Batches of agent and floor turns per concurrency; the figures are their medians (a
+batch now and then takes twice as long, whichever system runs it)."""
 
 
 class Bench:
@@ -91,16 +94,23 @@ class Bench:
         return out
 
     async def throughput(self, concurrency: int) -> dict[str, float]:
-        out = {}
-        for name, run in (("floor", self.floor), ("agent", self.agent)):
-            cpu0 = {k: cpu_s(pid) for k, pid in self.pids.items()}
-            t0 = time.perf_counter()
-            await asyncio.gather(*(run(1) for _ in range(concurrency)))
-            out[name] = concurrency / (time.perf_counter() - t0)
-            for k, pid in self.pids.items():
-                used = (cpu_s(pid) - cpu0[k]) * 1000 / concurrency
-                self.cpu_ms_per_turn[name][k] = round(used, 1)
-        return out
+        """Turns per second with `concurrency` at once, and CPU per turn: the medians
+        over `THROUGHPUT_ROUNDS` batches of each, agent and floor taking turns."""
+        rates: dict[str, list[float]] = {"floor": [], "agent": []}
+        cpu: dict[str, dict[str, list[float]]] = {n: {k: [] for k in self.pids} for n in rates}
+        for r in range(THROUGHPUT_ROUNDS):
+            order = [("floor", self.floor), ("agent", self.agent)][:: 1 if r % 2 else -1]
+            for name, run in order:
+                cpu0 = {k: cpu_s(pid) for k, pid in self.pids.items()}
+                t0 = time.perf_counter()
+                await asyncio.gather(*(run(1) for _ in range(concurrency)))
+                rates[name].append(concurrency / (time.perf_counter() - t0))
+                for k, pid in self.pids.items():
+                    cpu[name][k].append((cpu_s(pid) - cpu0[k]) * 1000 / concurrency)
+        for name, used in cpu.items():
+            medians = {k: round(statistics.median(v), 1) for k, v in used.items()}
+            self.cpu_ms_per_turn[name] = medians
+        return {name: statistics.median(v) for name, v in rates.items()}
 
     async def model_calls(self) -> dict[str, int]:
         """Model calls each task of `bench.models.TASKS` costs (what users pay for)."""

@@ -41,8 +41,9 @@ history events or bytes per turn than the peer."""
 AT_MOST = ("latency_ratio", "cpu_ratio", "history_events_ratio", "history_bytes_ratio")
 ONE_TOOL = "one tool"
 CONCURRENCIES = (50, 200)
-THROUGHPUT_ROUNDS = 2
-"""Each system runs this many batches per concurrency, between the others' batches."""
+THROUGHPUT_ROUNDS = 5
+"""Each system runs this many batches per concurrency, between the others' batches;
+its figures are their medians."""
 WARM_UP_ROUNDS = 5
 ANSWER = "Herbal Handsoap"
 """The item of order 123456: every system's one-tool answer must name it."""
@@ -197,9 +198,12 @@ class Comparison:
         self, concurrency: int, rounds: int
     ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         """Turns per second with `concurrency` turns at once, and the CPU a turn costs
-        its worker and the server, over `rounds` rounds."""
-        seconds: dict[str, float] = defaultdict(float)
-        cpu: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        its worker and the server: the median over `rounds` batches of each system.
+        The median, not the sum: now and then one batch on this kind of machine takes
+        twice as long whichever system runs it, and one such batch must not decide a
+        ratio."""
+        rates: dict[str, list[float]] = defaultdict(list)
+        cpu: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for r in range(rounds):
             order = self.systems[r % len(self.systems) :] + self.systems[: r % len(self.systems)]
             for s in order:
@@ -207,15 +211,14 @@ class Comparison:
                 cpu0 = {k: cpu_s(pid) for k, pid in pids.items()}
                 t0 = time.perf_counter()
                 await asyncio.gather(*(s.turn() for _ in range(concurrency)))
-                seconds[s.name] += time.perf_counter() - t0
+                rates[s.name].append(concurrency / (time.perf_counter() - t0))
                 for k, pid in pids.items():
-                    cpu[s.name][k] += cpu_s(pid) - cpu0[k]
-        n = concurrency * rounds
-        rates = {name: n / t for name, t in seconds.items()}
+                    cpu[s.name][k].append((cpu_s(pid) - cpu0[k]) * 1000 / concurrency)
         per_turn = {
-            name: {k: round(v * 1000 / n, 1) for k, v in used.items()} for name, used in cpu.items()
+            name: {k: round(statistics.median(v), 1) for k, v in used.items()}
+            for name, used in cpu.items()
         }
-        return rates, per_turn
+        return {name: statistics.median(v) for name, v in rates.items()}, per_turn
 
     async def history(self, workflow_id: str) -> dict[str, int]:
         history = await self.client.get_workflow_handle(workflow_id).fetch_history()
