@@ -1,4 +1,5 @@
-"""What remote activities do around their work: heartbeats, and a backend's Retry-After."""
+"""What activities do around their work: heartbeats, a backend's Retry-After, and
+which of their errors Temporal must not retry."""
 
 from __future__ import annotations
 
@@ -6,11 +7,34 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from durable_agent.errors import ModelUnavailable
+from durable_agent.errors import AgentError, ModelUnavailable
+
+
+class PermanentErrors(Interceptor):
+    """An `AgentError` that is not `retryable` (an unknown model, a reply that cannot be
+    used, a tool's "not found", and any such class an agent's own code defines) leaves
+    any activity as a non-retryable ApplicationError of the class's name, so Temporal
+    never retries it. Said where the error is raised, not in every retry policy: the
+    policies list no error types, and no activity's scheduled event carries them."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Permanent(next)
+
+
+class _Permanent(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        try:
+            return await super().execute_activity(input)
+        except AgentError as e:
+            if e.retryable:
+                raise
+            raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from e
 
 
 @contextmanager

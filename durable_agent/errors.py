@@ -1,9 +1,10 @@
 """Errors of the agent and its tools.
 
-Temporal retries an activity unless its error type is marked non-retryable, and
-it names the error type after the exception class. So the classes below are the
-retry policy's vocabulary: `workflows/policies.py` lists the permanent ones by
-`__name__`, everything else (timeouts, throttling, dropped connections) is
+Temporal retries an activity unless its error is marked non-retryable, and it
+names the error type after the exception class. An error below that is not
+`retryable` leaves an activity marked non-retryable (the worker's
+`activities._common.PermanentErrors`, which also covers the subclasses an agent's
+own code defines); everything else (timeouts, throttling, dropped connections) is
 retried with backoff.
 
     AgentError                     permanent unless said otherwise
@@ -127,15 +128,3 @@ class ToolUnavailable(ToolError):
     """The tool's backend is temporarily unavailable; Temporal retries the call."""
 
     retryable = True
-
-
-def permanent_error_types() -> list[str]:
-    """Names of the error classes Temporal must not retry."""
-    found: list[str] = []
-    todo: list[type[AgentError]] = [AgentError]
-    while todo:
-        cls = todo.pop()
-        if not cls.retryable:
-            found.append(cls.__name__)
-        todo.extend(cls.__subclasses__())
-    return sorted(found)

@@ -43,6 +43,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import _Definition
 
 from activities import turn_activities
+from activities._common import PermanentErrors
 from durable_agent import telemetry
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.backends import default_models
@@ -100,8 +101,13 @@ class AgentPlugin(SimplePlugin):
             agents, settings=self.settings, models=models or default_models(self.settings.model)
         )
         # Inside the tracing plugin's spans (the client's interceptors come first): each
-        # activity attempt's span gets its attempt and error, each turn its metrics.
-        interceptors: list[Interceptor] = [telemetry.ActivityAttempts(), metrics.TurnMetrics()]
+        # activity attempt's span gets its attempt and error, each turn its metrics; the
+        # agents' permanent errors (injected faults too) leave activities non-retryable.
+        interceptors: list[Interceptor] = [
+            PermanentErrors(),
+            telemetry.ActivityAttempts(),
+            metrics.TurnMetrics(),
+        ]
         faults = faults if faults is not None else Faults.from_env()
         if faults.active:
             interceptors.append(ChaosInterceptor(faults))

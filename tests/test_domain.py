@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 from durable_agent.answers import DECLINE
 from durable_agent.argfill import find_reason
 from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
-from durable_agent.errors import InvalidCall, NotFound, UnknownModel, permanent_error_types
+from durable_agent.errors import InvalidCall, NotFound, UnknownModel
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
 from durable_agent.render import render_result
 from durable_agent.tools import ToolContext, ToolRegistry, tool
@@ -223,12 +223,6 @@ def test_unknown_model_says_what_to_use() -> None:
     assert catalog.resolve("") is catalog.resolve("offline")  # the worker's default
     with pytest.raises(UnknownModel, match="unknown model 'gpt:x': use one of offline"):
         catalog.resolve("gpt:x")
-
-
-def test_permanent_errors_exclude_transient_ones() -> None:
-    names = permanent_error_types()
-    assert {"NotFound", "InvalidModelOutput", "UnknownModel", "InvalidCall"} <= set(names)
-    assert "ModelUnavailable" not in names and "ToolUnavailable" not in names
 
 
 @pytest.mark.parametrize("question", ["", "   \n"])

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import pytest
 from pydantic import BaseModel
 
-from durable_agent.errors import ModelUnavailable, ToolUnavailable
+from durable_agent.errors import InvalidModelOutput, ModelError, ModelUnavailable, ToolUnavailable
 from durable_agent.model import Reply
 from durable_agent.scripted import ScriptedModel
 from durable_agent.tools import ToolContext, ToolRegistry, tool
@@ -89,3 +90,27 @@ async def test_model_that_always_fails_gets_a_graceful_answer(skipping_harness: 
     assert "the language model is unavailable" in result.answer
     assert model.calls("plan") == 5  # MODEL_RETRY.maximum_attempts
     assert any("503 from the model endpoint" in s.text for s in result.steps)
+
+
+class QuotaExhausted(ModelError):
+    """An agent's own permanent error, defined after the worker's code was imported."""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [InvalidModelOutput("no calls and no text"), QuotaExhausted("monthly quota used up")],
+)
+async def test_permanent_model_errors_are_not_retried(harness: Harness, error: ModelError) -> None:
+    model = ScriptedModel(plans=[error])
+    result, handle = await harness.ask_with_handle("Has order 123456 shipped?", model=model)
+    assert result.outcome is Outcome.MODEL_ERROR
+    assert model.calls("plan") == 1
+    assert any(str(error) in s.text for s in result.steps)
+    # Said by the activity, not by a list of error types in each scheduled event.
+    history = await handle.fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled and not any(a.retry_policy.non_retryable_error_types for a in scheduled)

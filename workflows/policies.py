@@ -1,8 +1,10 @@
 """Every timeout and retry policy of a turn, named for what it protects.
 
-Permanent errors (unknown model, invalid model output, a tool's "not found")
-are never retried: their class names come from `agent.errors`. Everything else
-(timeouts, throttling, dropped connections) is retried with backoff.
+Permanent errors (unknown model, invalid model output, a tool's "not found": every
+`AgentError` that is not `retryable`) are never retried: the activity marks them
+non-retryable where they are raised (`activities._common.PermanentErrors`), so the
+policies name no error types. Everything else (timeouts, throttling, dropped
+connections) is retried with backoff.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio.common import RetryPolicy
-
-from durable_agent.errors import permanent_error_types
 
 # A workflow task (one step of the turn's code, quick reads and checks included) is
 # given this long before Temporal hands it to another worker; a worker killed while it
@@ -35,7 +35,6 @@ MODEL_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=20),
     maximum_attempts=5,
-    non_retryable_error_types=permanent_error_types(),
 )
 
 # Remote calls heartbeat (see activities/_common.py): a dead worker's call is
@@ -50,7 +49,6 @@ def tool_retry(max_attempts: int) -> RetryPolicy:
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=10),
         maximum_attempts=max_attempts,
-        non_retryable_error_types=permanent_error_types(),
     )
 
 
@@ -73,5 +71,4 @@ SHIELD_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=3,
-    non_retryable_error_types=permanent_error_types(),
 )
