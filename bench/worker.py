@@ -40,21 +40,25 @@ class CrashAfter(Interceptor):
         self.log, self.crash_at, self.marker = log, crash_at, marker
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        outer = self
+        return _CrashAfterInbound(next, self)
 
-        class Inbound(ActivityInboundInterceptor):
-            async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-                kind = activity.info().activity_type
-                if outer.log:
-                    with outer.log.open("a") as f:
-                        f.write(kind + "\n")
-                result = await super().execute_activity(input)
-                if kind == outer.crash_at and outer.marker and not outer.marker.exists():
-                    outer.marker.touch()
-                    await asyncio.Event().wait()  # hang until killed
-                return result
 
-        return Inbound(next)
+class _CrashAfterInbound(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, outer: CrashAfter) -> None:
+        super().__init__(next)
+        self.outer = outer
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        outer = self.outer
+        kind = activity.info().activity_type
+        if outer.log:
+            with outer.log.open("a") as f:
+                f.write(kind + "\n")
+        result = await super().execute_activity(input)
+        if kind == outer.crash_at and outer.marker and not outer.marker.exists():
+            outer.marker.touch()
+            await asyncio.Event().wait()  # hang until killed
+        return result
 
 
 async def main() -> None:
@@ -75,7 +79,10 @@ async def main() -> None:
         models=bench_models(),
         workflows=[FloorTurn],
         activities=[floor_remote, floor_local],
-        interceptors=[CrashAfter(args.log, args.crash_after, args.marker)],
+        # Only when asked: the benchmark's turns carry no instrumentation of the tests.
+        interceptors=[CrashAfter(args.log, args.crash_after, args.marker)]
+        if args.log or args.crash_after
+        else [],
     )
     async with worker:
         print("ready", flush=True)

@@ -8,15 +8,18 @@ from datetime import timedelta
 
 import pytest
 from pydantic import BaseModel
+from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TaskModel
 from client import start_turn
+from durable_agent.answers import markdown_safe
 from durable_agent.conversation import AssistantMessage, ToolResult, latest_results
 from durable_agent.errors import ModelUnavailable
 from durable_agent.model import Reply
 from durable_agent.scripted import ScriptedModel
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
+from shop import TOOLS
 from tests.conftest import SEED_CASES, Harness, kinds, story
 from workflows import AgentTurn
 
@@ -51,6 +54,20 @@ async def test_tool_turn_reads_as_a_story(harness: Harness) -> None:
         "output: allowed by offline",
     ]
     assert result.usage.model_calls == 2
+
+
+async def test_web_ui_details_tell_the_turn_step_by_step(harness: Harness) -> None:
+    turn = TurnInput(question="Has order 123456 shipped?", model="offline")
+    async with harness.worker(None, TOOLS) as task_queue:
+        handle = await start_turn(harness.client, turn, task_queue)
+        result = await handle.result()
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    lines = metadata.current_details.splitlines()
+    # One line per step, as `show` prints them, Markdown-escaped, then the usage.
+    assert lines[:-1] == [markdown_safe(s.render()) for s in result.steps]
+    assert lines[1].startswith("\\[1\\] plan")
+    assert lines[1].endswith("order\\_status(order\\_id='123456')")
+    assert lines[-1].startswith("usage: 2 model call(s)")
 
 
 async def test_another_customers_order_reads_like_an_unknown_one(harness: Harness) -> None:

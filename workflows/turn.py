@@ -132,6 +132,8 @@ class AgentTurn:
         self._names_agent = False
         """The turn sets AgentName and AgentFingerprint (started with AgentName)."""
         self._steps: list[Step] = []
+        self._story: list[str] = []
+        """The steps' lines in the Web UI's current details, each rendered once."""
         self._usage = Usage(cost_usd=0.0)  # a turn's total starts at zero
         self._done = False
         self._messages: list[Message] = []
@@ -762,7 +764,8 @@ class AgentTurn:
         step = Step(iteration=iteration, kind=kind, text=text, **fields)
         self._steps.append(step)
         self._events.publish(StepEvent(step=step).model_dump(mode="json"))
-        workflow.set_current_details(answers.story(self._steps))
+        self._story.append(answers.story([step]))
+        workflow.set_current_details("\n".join(self._story))
 
     def _no_longer_pending(self, call: ToolCall) -> None:
         del self._pending[call.id]
@@ -792,9 +795,8 @@ class AgentTurn:
             last = self._steps[-1].iteration if self._steps else 1
             self._record(last, StepKind.LIMIT, f"{outcome.value}: {answer}")
         self._done = True
-        workflow.set_current_details(
-            f"{answers.story(self._steps)}\n{answers.markdown_safe(usage_line(self._usage))}"
-        )
+        usage = answers.markdown_safe(usage_line(self._usage))
+        workflow.set_current_details("\n".join([*self._story, usage]))
         if _indexed():
             # One upsert for all of them, in the turn's last workflow task.
             updates: list[SearchAttributeUpdate[Any]] = [

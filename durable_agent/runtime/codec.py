@@ -228,16 +228,17 @@ class LeanJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
 
 
 class LeanPayloadConverter(CompositePayloadConverter):
-    """The SDK's converters, with `LeanJSONPayloadConverter` for JSON."""
+    """The SDK's converters, with `LeanJSONPayloadConverter` for JSON. They hold no
+    state, so every instance shares them: the SDK makes a converter afresh for each
+    payload it converts with a context (a workflow's, an activity's)."""
+
+    _converters = tuple(
+        LeanJSONPayloadConverter() if isinstance(c, JSONPlainPayloadConverter) else c
+        for c in DefaultPayloadConverter.default_encoding_payload_converters
+    )
 
     def __init__(self) -> None:
-        lean = LeanJSONPayloadConverter()
-        super().__init__(
-            *(
-                lean if isinstance(c, JSONPlainPayloadConverter) else c
-                for c in DefaultPayloadConverter.default_encoding_payload_converters
-            )
-        )
+        super().__init__(*self._converters)
 
 
 LEAN_DATA_CONVERTER = DataConverter(payload_converter_class=LeanPayloadConverter)
