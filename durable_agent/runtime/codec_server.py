@@ -96,8 +96,10 @@ MAX_BYTES_IN_FLIGHT = 16 * 1024 * 1024
 this before its body is read (a few copies of each live while it is decoded)."""
 LINGER_S = 2.0
 """After an answer that closes the connection with the body unread (a refusal), what
-the peer still sends is read and dropped for this long at most, so it reads the
-answer rather than a reset connection."""
+the peer still sends is read and dropped, so it reads the answer rather than a reset
+connection: until it has sent nothing for this long, or `LINGER_MAX_S` have passed
+(a peer on a busy machine may take longer than this to send a large body)."""
+LINGER_MAX_S = 30.0
 REQUEST_TIMEOUT_S = 15.0
 """From the moment a connection is ready for a request until the request has arrived
 whole (headers and body): whatever the pace of the bytes, then it is closed."""
@@ -218,13 +220,14 @@ def _turn_away(request: socket.socket) -> None:
         request.sendall(head.encode() + body)
 
 
-def _drain(sock: socket.socket, seconds: float) -> None:
-    """Read and drop what the peer sends, for `seconds` at most (a lingering close)."""
-    deadline = time.monotonic() + seconds
+def _drain(sock: socket.socket, idle: float, most: float) -> None:
+    """Read and drop what the peer sends (a lingering close): until it closes, sends
+    nothing for `idle` seconds, or `most` seconds have passed."""
+    deadline = time.monotonic() + most
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
         while (left := deadline - time.monotonic()) > 0:
-            sock.settimeout(left)
+            sock.settimeout(min(idle, left))
             if not sock.recv(65536):
                 return
 
@@ -293,7 +296,7 @@ class CodecHandler(BaseHTTPRequestHandler):
     def finish(self) -> None:
         super().finish()
         if self._linger:
-            _drain(self.connection, LINGER_S)
+            _drain(self.connection, LINGER_S, LINGER_MAX_S)
 
     def parse_request(self) -> bool:
         """The request line and headers; a request to a host name this server does not
