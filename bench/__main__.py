@@ -33,7 +33,7 @@ from temporalio.client import Client
 from bench import QUESTION, peers
 from bench.floor import FloorInput, FloorTurn
 from bench.kills import kill_one_of_two
-from bench.measure import cpu_s, memory_mb, pct, spawn_worker, stop
+from bench.measure import batches, memory_mb, pct, spawn_worker, stop
 from bench.memory import rss_over_turns, start_middle_end
 from bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TASKS
 from bench.peers import compare as peer_comparison
@@ -96,21 +96,16 @@ class Bench:
     async def throughput(self, concurrency: int) -> dict[str, float]:
         """Turns per second with `concurrency` at once, and CPU per turn: the medians
         over `THROUGHPUT_ROUNDS` batches of each, agent and floor taking turns."""
-        rates: dict[str, list[float]] = {"floor": [], "agent": []}
-        cpu: dict[str, dict[str, list[float]]] = {n: {k: [] for k in self.pids} for n in rates}
-        for r in range(THROUGHPUT_ROUNDS):
-            order = [("floor", self.floor), ("agent", self.agent)][:: 1 if r % 2 else -1]
-            for name, run in order:
-                cpu0 = {k: cpu_s(pid) for k, pid in self.pids.items()}
-                t0 = time.perf_counter()
-                await asyncio.gather(*(run(1) for _ in range(concurrency)))
-                rates[name].append(concurrency / (time.perf_counter() - t0))
-                for k, pid in self.pids.items():
-                    cpu[name][k].append((cpu_s(pid) - cpu0[k]) * 1000 / concurrency)
-        for name, used in cpu.items():
-            medians = {k: round(statistics.median(v), 1) for k, v in used.items()}
-            self.cpu_ms_per_turn[name] = medians
-        return {name: statistics.median(v) for name, v in rates.items()}
+        rates, cpu = await batches(
+            {
+                "floor": (lambda: self.floor(1), self.pids),
+                "agent": (lambda: self.agent(1), self.pids),
+            },
+            concurrency,
+            THROUGHPUT_ROUNDS,
+        )
+        self.cpu_ms_per_turn.update(cpu)
+        return rates
 
     async def model_calls(self) -> dict[str, int]:
         """Model calls each task of `bench.models.TASKS` costs (what users pay for)."""

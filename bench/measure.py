@@ -1,14 +1,19 @@
 """What the benchmark reads from its processes: worker processes it starts, their CPU
-time and memory, and percentiles of what it timed."""
+time and memory, batches of turns, and percentiles of what it timed."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,3 +70,32 @@ def memory_mb(pid: int) -> dict[str, float]:
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def batches(
+    systems: Mapping[str, tuple[Callable[[], Awaitable[Any]], Mapping[str, int]]],
+    concurrency: int,
+    rounds: int,
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Each system's turns per second with `concurrency` turns at once, and the CPU
+    (ms) a turn costs each of its processes: the medians over `rounds` batches, the
+    systems taking turns in an order rotated every round. `systems`: name → (one turn,
+    the pids its turns are charged to). The median, not the sum: now and then one
+    batch on this kind of machine takes twice as long whichever system runs it, and
+    one such batch must not decide a ratio."""
+    names = list(systems)
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, dict[str, list[float]]] = {n: {k: [] for k in systems[n][1]} for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            turn, pids = systems[name]
+            cpu0 = {k: cpu_s(pid) for k, pid in pids.items()}
+            t0 = time.perf_counter()
+            await asyncio.gather(*(turn() for _ in range(concurrency)))
+            rates[name].append(concurrency / (time.perf_counter() - t0))
+            for k, pid in pids.items():
+                cpu[name][k].append((cpu_s(pid) - cpu0[k]) * 1000 / concurrency)
+    per_turn = {
+        n: {k: round(statistics.median(v), 1) for k, v in used.items()} for n, used in cpu.items()
+    }
+    return {n: statistics.median(v) for n, v in rates.items()}, per_turn

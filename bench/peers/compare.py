@@ -9,7 +9,6 @@ more turns per second for throughput.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import time
 import uuid
@@ -22,7 +21,7 @@ from temporalio.client import Client
 
 from bench import QUESTION
 from bench.floor import FloorInput, FloorTurn
-from bench.measure import cpu_s, pct, spawn, stop
+from bench.measure import batches, pct, spawn, stop
 from bench.models import TASKS
 from bench.peers import PEERS, Peer, PeerTurnInput, PeerTurnOutput, versions
 from client import start_turn
@@ -198,27 +197,15 @@ class Comparison:
         self, concurrency: int, rounds: int
     ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         """Turns per second with `concurrency` turns at once, and the CPU a turn costs
-        its worker and the server: the median over `rounds` batches of each system.
-        The median, not the sum: now and then one batch on this kind of machine takes
-        twice as long whichever system runs it, and one such batch must not decide a
-        ratio."""
-        rates: dict[str, list[float]] = defaultdict(list)
-        cpu: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for r in range(rounds):
-            order = self.systems[r % len(self.systems) :] + self.systems[: r % len(self.systems)]
-            for s in order:
-                pids = {"worker": s.worker_pid, "server": self.server_pid}
-                cpu0 = {k: cpu_s(pid) for k, pid in pids.items()}
-                t0 = time.perf_counter()
-                await asyncio.gather(*(s.turn() for _ in range(concurrency)))
-                rates[s.name].append(concurrency / (time.perf_counter() - t0))
-                for k, pid in pids.items():
-                    cpu[s.name][k].append((cpu_s(pid) - cpu0[k]) * 1000 / concurrency)
-        per_turn = {
-            name: {k: round(statistics.median(v), 1) for k, v in used.items()}
-            for name, used in cpu.items()
-        }
-        return {name: statistics.median(v) for name, v in rates.items()}, per_turn
+        its worker and the server: medians over `rounds` batches (`bench.measure.batches`)."""
+        return await batches(
+            {
+                s.name: (s.turn, {"worker": s.worker_pid, "server": self.server_pid})
+                for s in self.systems
+            },
+            concurrency,
+            rounds,
+        )
 
     async def history(self, workflow_id: str) -> dict[str, int]:
         history = await self.client.get_workflow_handle(workflow_id).fetch_history()

@@ -99,7 +99,8 @@ LINGER_S = 2.0
 the peer still sends is read and dropped, so it reads the answer rather than a reset
 connection: until it has sent nothing for this long, or `LINGER_MAX_S` have passed
 (a peer on a busy machine may take longer than this to send a large body)."""
-LINGER_MAX_S = 30.0
+LINGER_MAX_S = 10.0
+"""Bounds how long a peer that keeps trickling bytes holds a connection's thread."""
 REQUEST_TIMEOUT_S = 15.0
 """From the moment a connection is ready for a request until the request has arrived
 whole (headers and body): whatever the pace of the bytes, then it is closed."""
