@@ -5,13 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from activities._model_call import ModelCallInput
-from activities.dispatch import DispatchActivity, DispatchInput, DispatchOutput
-from activities.interpret import InterpretActivity, InterpretInput, InterpretOutput
-from activities.parse import ParseActivity, ParseInput, ParseOutput, Rejection, ValidCall
-from activities.parse_output import ParseOutputActivity, ParseOutputInput, ParseOutputOutput
-from activities.plan import PlanActivity, PlanInput, PlanOutput
-from activities.shield import ShieldActivity, ShieldInput, ShieldOutput
+from durable_agent.activities._model_call import ModelCallInput
+from durable_agent.activities.dispatch import DispatchActivity, DispatchInput, DispatchOutput
+from durable_agent.activities.interpret import InterpretActivity, InterpretInput, InterpretOutput
+from durable_agent.activities.parse import (
+    ParseActivity,
+    ParseInput,
+    ParseOutput,
+    Rejection,
+    ValidCall,
+)
+from durable_agent.activities.parse_output import (
+    ParseOutputActivity,
+    ParseOutputInput,
+    ParseOutputOutput,
+)
+from durable_agent.activities.plan import PlanActivity, PlanInput, PlanOutput
+from durable_agent.activities.shield import ShieldActivity, ShieldInput, ShieldOutput
+
 from durable_agent.serving import Agents
 
 

@@ -46,7 +46,7 @@ async def turn_tools(served: ServedAgent, version: str) -> ToolRegistry:
 async def _recorded(version: str) -> dict[str, Any] | None:
     """What the running turn recorded of its tools (`AgentInfo.offered`), if it was
     `version`: read from its history, where the first step's result is a marker."""
-    from activities.shield import ShieldOutput
+    from durable_agent.activities.shield import ShieldOutput
 
     info = activity.info()
     if not info.workflow_id:

@@ -1,6 +1,6 @@
 """Benchmark: agent turns against Temporal's own floor, in one run on one server.
 
-    python -m bench [--turns 40] [--iterations 3] [--out bench-results.json]
+    python -m durable_agent.bench [--turns 40] [--iterations 3] [--out bench-results.json]
                     [--peers] [--memory]
 
 Starts its own dev server (SQLite file, the worker's tuning) and a worker
@@ -28,17 +28,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from durable_agent.bench import QUESTION, peers
+from durable_agent.bench.floor import FloorInput, FloorTurn
+from durable_agent.bench.kills import kill_one_of_two
+from durable_agent.bench.measure import batches, memory_mb, pct, spawn_worker, stop
+from durable_agent.bench.memory import rss_over_turns, start_middle_end
+from durable_agent.bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TASKS
+from durable_agent.bench.peers import compare as peer_comparison
 from temporalio.client import Client
 
-from bench import QUESTION, peers
-from bench.floor import FloorInput, FloorTurn
-from bench.kills import kill_one_of_two
-from bench.measure import batches, memory_mb, pct, spawn_worker, stop
-from bench.memory import rss_over_turns, start_middle_end
-from bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TASKS
-from bench.peers import compare as peer_comparison
-from client import start_turn
 from durable_agent import telemetry
+from durable_agent.commands.client import start_turn
 from durable_agent.runtime.server import EmbeddedServer, free_port, open_client
 from durable_agent.runtime.turns import follow
 from durable_agent.shields import SETTINGS as SHIELD_SETTINGS
@@ -415,7 +415,9 @@ def report(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m durable_agent.bench", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--turns", type=int, default=40, help="sequential turns for latency")
     p.add_argument("--iterations", type=int, default=3, help="iterations per latency turn")
     p.add_argument("--out", type=Path, default=Path("bench-results.json"))
@@ -426,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             peers.check_installed()
         except peers.PeersNotInstalled as e:
-            print(f"python -m bench: {e}", file=sys.stderr)
+            print(f"python -m durable_agent.bench: {e}", file=sys.stderr)
             raise SystemExit(2) from None
     try:
         results = asyncio.run(run(args))

@@ -15,15 +15,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def spawn(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start `python -m module args…` in the project folder; return once it prints
+    """Start `python -m module args…`; return once it prints
     "ready" (a worker polling its queue), so no timing includes a start-up."""
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
-        cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
@@ -43,7 +40,7 @@ def spawn_worker(
     address: str, task_queue: str, db: Path, *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
     """The agent's worker (`bench.worker`): agent turns and the floor."""
-    return spawn("bench.worker", address, task_queue, str(db), *extra, env=env)
+    return spawn("durable_agent.bench.worker", address, task_queue, str(db), *extra, env=env)
 
 
 def stop(proc: subprocess.Popen[str]) -> None:

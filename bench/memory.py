@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.measure import memory_mb
+from durable_agent.bench.measure import memory_mb
 
 WARM_UP = 50
 """Turns before the first reading: start-up allocations are not a leak."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+from durable_agent.shop.phrasebook import offline_model
+
 from durable_agent.conversation import AssistantMessage, latest_results
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
 from durable_agent.stream import TextSink
 from durable_agent.types import ToolCall, Usage
-from shop.phrasebook import offline_model
 
 ONE_CALL = Usage(model_calls=1)
 

@@ -1,6 +1,6 @@
 """A worker process for the benchmark and the crash tests.
 
-    python -m bench.worker ADDRESS TASK_QUEUE SHOP_DB [--log FILE]
+    python -m durable_agent.bench.worker ADDRESS TASK_QUEUE SHOP_DB [--log FILE]
                            [--crash-after KIND --marker FILE]
 
 It runs agent turns and the floor workflow, with the worker's settings
@@ -19,6 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from durable_agent.bench.floor import FloorTurn, floor_local, floor_remote
+from durable_agent.bench.models import bench_models
+from durable_agent.shop import ShopStore
+from durable_agent.shop.agent import agent
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import (
@@ -27,12 +31,8 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from bench.floor import FloorTurn, floor_local, floor_remote
-from bench.models import bench_models
+from durable_agent.commands.worker import build_worker
 from durable_agent.runtime.codec import data_converter
-from shop import ShopStore
-from shop.agent import agent
-from worker import build_worker
 
 
 class CrashAfter(Interceptor):

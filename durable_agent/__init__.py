@@ -19,14 +19,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from durable_agent.agents import Agent, Refusals
-from durable_agent.approval import ApprovalPolicy
-from durable_agent.errors import NotAllowed, NotFound, ToolError, ToolUnavailable
-from durable_agent.settings import Settings
-from durable_agent.shields import ShieldSettings
-from durable_agent.subagents import agent_tool
-from durable_agent.tools import Tool, ToolContext, ToolRegistry, tool
-from durable_agent.types import TurnLimits
+from temporalio import workflow
+
+# The workflows are `durable_agent.workflows`: Temporal's sandbox, importing one afresh,
+# imports this package first. What it imports here is the host's own (as the workflows'
+# imports are), so a value the sandboxed workflow makes is of the classes the rest of
+# the worker knows. Outside a sandbox this is a plain import.
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.agents import Agent, Refusals
+    from durable_agent.approval import ApprovalPolicy
+    from durable_agent.errors import NotAllowed, NotFound, ToolError, ToolUnavailable
+    from durable_agent.settings import Settings
+    from durable_agent.shields import ShieldSettings
+    from durable_agent.subagents import agent_tool
+    from durable_agent.tools import Tool, ToolContext, ToolRegistry, tool
+    from durable_agent.types import TurnLimits
 
 if TYPE_CHECKING:
     from durable_agent.plugin import AgentPlugin, build_worker

@@ -10,7 +10,6 @@ retried with backoff.
     AgentError                     permanent unless said otherwise
     ├── UnknownAgent               a turn names an agent this worker does not serve
     ├── AgentDefinitionError       an agent cannot be served as defined (stops the worker)
-    │   └── HiddenModule           a person's module has the name of one of this project's
     ├── ModelError                 the model backend failed
     │   ├── UnknownModel           no backend for that model spec
     │   ├── InvalidModelOutput     the model's reply cannot be used
@@ -48,17 +47,6 @@ class UnknownAgent(AgentError):
 class AgentDefinitionError(AgentError):
     """An agent cannot be served as defined (a bad `--agent`, a tool name used twice,
     two agents with one name); the message says what to fix."""
-
-
-class HiddenModule(AgentDefinitionError):
-    """A module in the person's folder (or on PYTHONPATH) has the name of one of this
-    project's top-level modules, and would be imported in its place."""
-
-    def __init__(self, path: str, name: str) -> None:
-        super().__init__(
-            f"{path} has the name of durable-agent's own module {name!r} and would be "
-            "imported in its place: rename it"
-        )
 
 
 class ModelError(AgentError):

@@ -42,9 +42,9 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import _Definition
 
-from activities import turn_activities
-from activities._common import PermanentErrors
 from durable_agent import telemetry
+from durable_agent.activities import turn_activities
+from durable_agent.activities._common import PermanentErrors
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.backends import default_models
 from durable_agent.errors import AgentDefinitionError
@@ -62,7 +62,7 @@ from durable_agent.runtime.deployments import (
 )
 from durable_agent.serving import Agents
 from durable_agent.settings import Settings
-from workflows import AgentTurn, Conversation, UnversionedConversation
+from durable_agent.workflows import AgentTurn, Conversation, UnversionedConversation
 
 log = logging.getLogger("durable_agent.worker")
 

@@ -24,13 +24,12 @@ import sys
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from durable_agent.agents import Agent
 from durable_agent.approval import AGENT_POLICY, WORKER_SETTINGS, ApprovalPolicy
 from durable_agent.argfill import id_noun, required_params
-from durable_agent.errors import AgentDefinitionError, HiddenModule, UnknownAgent
+from durable_agent.errors import AgentDefinitionError, UnknownAgent
 from durable_agent.model import ModelCatalog
 from durable_agent.settings import Settings
 from durable_agent.shields import Ids, ShieldConfigError, ShieldSet
@@ -320,48 +319,11 @@ def _view_fingerprint(instructions: str, tools: ToolRegistry) -> str:
     return probe.fingerprint()
 
 
-def _own_modules() -> tuple[str, ...]:
-    """The top-level modules this project installs, as its distribution records them
-    (pyproject.toml's packages and py-modules)."""
-    try:
-        listed = importlib.metadata.distribution("durable-agent").read_text("top_level.txt")
-    except importlib.metadata.PackageNotFoundError:  # imported from a clone not installed
-        listed = None
-    return tuple((listed or "durable_agent").split())
-
-
-OWN_MODULES = _own_modules()
-"""The top-level modules this project installs: a person's module of one of these
-names would be imported in their place."""
-
-_INSTALLED = Path(__file__).resolve().parent.parent
-"""Where the project's top-level modules are: the clone, or site-packages."""
-
-
-def check_own_modules(path: Sequence[str]) -> None:
-    """`HiddenModule` when a module of the project's was imported from elsewhere, or
-    an import on `path` would find another first (a person's `shop.py` or `worker.py`
-    in their folder). Having imported ours first is not enough: Temporal's sandbox
-    imports the workflows afresh, and a person's own module would be hidden in turn."""
-    for name in OWN_MODULES:
-        ours = {_INSTALLED / f"{name}.py", _INSTALLED / name / "__init__.py"}
-        spec = importlib.machinery.PathFinder.find_spec(name, list(path))
-        found = [
-            getattr(sys.modules.get(name), "__file__", None),
-            spec.origin if spec is not None and spec.has_location else None,
-        ]
-        for origin in found:
-            if origin is not None and Path(origin).resolve() not in ours:
-                raise HiddenModule(origin, name)
-
-
 def load(specs: Sequence[str], *, flag: str = "--agent") -> list[Agent]:
     """The agents named `module:attribute` (an `Agent`, or a function that returns one),
     importable from the current directory and PYTHONPATH. Every problem is one
-    `AgentDefinitionError` line that names the spec and what to fix; a module of the
-    person's that has the name of one of the project's is `HiddenModule`."""
+    `AgentDefinitionError` line that names the spec and what to fix."""
     cwd = os.getcwd()
-    check_own_modules([cwd, *sys.path])
     if cwd not in sys.path:
         # As `python -m` and ASGI servers do: a person's module lives in their folder.
         sys.path.insert(0, cwd)

@@ -1,7 +1,8 @@
-"""python -m evals tau2 --domain retail --model oracle [--tasks 0,1,2 | --split base]
+"""python -m durable_agent.evals tau2 --domain retail --model oracle [--tasks 0,1,2 | --split base]
                      [--concurrency N] [--chaos | --plain]
-python -m evals tau2 --domain retail --model openai:gpt-4o [--user-model SPEC] [--trials K]
-python -m evals questions [--model offline] [--table seed|situations|all]
+python -m durable_agent.evals tau2 --domain retail --model openai:gpt-4o
+                     [--user-model SPEC] [--trials K]
+python -m durable_agent.evals questions [--model offline] [--table seed|situations|all]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
 the environment names (else localhost:7233, else one this process starts), prints
@@ -26,7 +27,9 @@ from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m evals", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m durable_agent.evals", description=__doc__.split("\n")[0]
+    )
     sub = p.add_subparsers(dest="suite", required=True)
     t = sub.add_parser("tau2", help="τ²-bench tasks as durable episodes")
     t.add_argument("--domain", default="retail", help="a τ²-bench domain (default: retail)")
@@ -80,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.suite == "questions":
             return asyncio.run(_questions(args))
         if args.suite == "worker":
+            from durable_agent.evals.run import serve
+            from durable_agent.evals.tau2 import EvalSetupError
+
             from durable_agent.runtime.server import ServerUnavailable
-            from evals.run import serve
-            from evals.tau2 import EvalSetupError
 
             try:
                 asyncio.run(serve(args.domain, args.tasks.split(","), args.store, args.task_queue))
@@ -97,12 +101,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _tau2(args: argparse.Namespace) -> int:
+    from durable_agent.evals import tau2
+    from durable_agent.evals.chaos import ChaosError, kill_every
+    from durable_agent.evals.run import (
+        against_floor,
+        plain_run,
+        run_id,
+        run_tasks,
+        totals,
+        write_reports,
+    )
+
     from durable_agent.errors import NotAllowed
     from durable_agent.runtime.server import ServerUnavailable, connect
     from durable_agent.settings import state_dir
-    from evals import tau2
-    from evals.chaos import ChaosError, kill_every
-    from evals.run import against_floor, plain_run, run_id, run_tasks, totals, write_reports
 
     real = args.model != "oracle"
     try:
@@ -111,7 +123,7 @@ async def _tau2(args: argparse.Namespace) -> int:
         if not 1 <= args.trials <= 100:
             raise tau2.EvalSetupError("--trials: give 1 to 100")
         if real:
-            from evals.conversations import check_models
+            from durable_agent.evals.conversations import check_models
 
             if args.chaos or args.plain:
                 raise tau2.EvalSetupError(
@@ -210,10 +222,11 @@ def _timing(total: dict[str, Any], earlier: int) -> str:
 
 async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
     """A real model's run: conversations with the benchmark's customer, pass^k."""
+    from durable_agent.evals.conversations import RealRun, real_totals, run_conversations
+    from durable_agent.evals.run import write_reports
+
     from durable_agent.runtime.server import ServerUnavailable, connect
     from durable_agent.settings import state_dir
-    from evals.conversations import RealRun, real_totals, run_conversations
-    from evals.run import write_reports
 
     run = RealRun(args.domain, args.model, args.user_model or args.model, args.trials)
     state = state_dir() / "evals"
@@ -254,10 +267,11 @@ async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
 async def _questions(args: argparse.Namespace) -> int:
     import csv
 
+    from durable_agent.evals.questions import TABLES, rows, run_questions, summary
+
     from durable_agent.backends import default_models
     from durable_agent.runtime.server import ServerUnavailable, connect
     from durable_agent.settings import state_dir
-    from evals.questions import TABLES, rows, run_questions, summary
 
     kinds = default_models().kinds
     if args.model.partition(":")[0] not in kinds:

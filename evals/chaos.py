@@ -1,8 +1,8 @@
 """`--chaos`: a run's episodes served by worker processes that die at random moments.
 
-    python -m evals tau2 --domain retail --model oracle --chaos
+    python -m durable_agent.evals tau2 --domain retail --model oracle --chaos
 
-Two worker processes (`python -m evals worker ...`) serve the run's task queue with
+Two worker processes (`python -m durable_agent.evals worker ...`) serve the run's task queue with
 transient faults injected into their model and tool calls (`AGENT_FAULTS`), and one
 of them is SIGKILLed every 8 to 20 s, at whatever it was doing (a write applied
 and not yet recorded, a model call half-way), then started again. The episodes must
@@ -28,7 +28,6 @@ from durable_agent.runtime.server import stop_with_parent
 
 T = TypeVar("T")
 
-ROOT = Path(__file__).resolve().parent.parent
 FAULTS = "rate=0.15"
 """Transient faults: the share of model and tool call attempts that fail (retried)."""
 KILL_EVERY = (8.0, 20.0)
@@ -86,7 +85,6 @@ class WorkerPool:
         with self._log.open("ab") as log:
             return subprocess.Popen(
                 self.command(),
-                cwd=ROOT,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -40,16 +40,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
-
-from durable_agent.chat import ConversationInput, Memory
-from durable_agent.runtime.turns import send, start_chat
-from durable_agent.types import TurnOutput
-from evals import tau2
-from evals.customer import Customer, CustomerLog, Line
-from evals.report import Progress, table
-from evals.run import (
+from durable_agent.evals import tau2
+from durable_agent.evals.customer import Customer, CustomerLog, Line
+from durable_agent.evals.report import Progress, table
+from durable_agent.evals.run import (
     EpisodeReport,
     Scoring,
     _close_scorer,
@@ -60,7 +54,13 @@ from evals.run import (
     totals,
     worker_for,
 )
-from workflows import AgentTurn, Conversation
+from durable_agent.workflows import AgentTurn, Conversation
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_agent.chat import ConversationInput, Memory
+from durable_agent.runtime.turns import send, start_chat
+from durable_agent.types import TurnOutput
 
 MEMORY = Memory(max_exchanges=100, max_chars=100_000)
 """The whole dialogue, as the benchmark's agent would have it (up to the most a
@@ -494,6 +494,6 @@ def check_models(model: str, user_model: str) -> None:
                 f"{spec!r} needs the `{module}` package: pip install -e '.[{extra}]'"
             )
     tau2.customer_llm(user_model)
-    from evals.customer import check_installed
+    from durable_agent.evals.customer import check_installed
 
     check_installed()

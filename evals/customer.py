@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals import tau2
+from durable_agent.evals import tau2
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`python -m evals questions --model SPEC`: the demo shop's sample questions as an
+"""`python -m durable_agent.evals questions --model SPEC`: the demo shop's sample questions as an
 eval suite of durable turns.
 
 Every case of `shop/questions.py` (`--table seed|situations|all`) is a conversation
@@ -22,16 +22,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from durable_agent.evals.run import approved_as_customer
+from durable_agent.shop import questions
+from durable_agent.shop.agent import support
+from durable_agent.shop.store import ShopStore
 from temporalio.client import Client
 
 from durable_agent.chat import ConversationInput
 from durable_agent.runtime.turns import send, start_chat
 from durable_agent.settings import Settings
 from durable_agent.types import StepKind
-from evals.run import approved_as_customer
-from shop import questions
-from shop.agent import support
-from shop.store import ShopStore
 
 TABLES = {"seed": questions.SEED, "situations": questions.SITUATIONS, "all": questions.ALL}
 
@@ -69,7 +69,7 @@ async def run_questions(
 ) -> list[CaseReport]:
     """Every case of `table` as a conversation, one after the other, each on a fresh
     copy of the sample data."""
-    from worker import build_worker
+    from durable_agent.commands.worker import build_worker
 
     run = f"questions-{uuid.uuid4().hex[:8]}"
     folder = state_dir / run

@@ -37,6 +37,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from durable_agent.evals import tau2
+from durable_agent.evals.report import Progress, table
+from durable_agent.workflows import AgentTurn, search
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
@@ -45,9 +48,6 @@ from durable_agent.model import ModelCatalog
 from durable_agent.runtime.turns import AgentClientError, decide, progress_of, start_turn
 from durable_agent.settings import Settings
 from durable_agent.types import TurnInput, TurnOutput
-from evals import tau2
-from evals.report import Progress, table
-from workflows import AgentTurn, search
 
 APPROVER = "evals:customer"
 log = logging.getLogger("evals")
@@ -553,7 +553,7 @@ async def run_tasks(
 ) -> list[EpisodeReport]:
     """Every task as an episode, `concurrency` at a time, on a worker of this process
     (with `chaos`, on worker processes killed at random: `evals/chaos.py`; without
-    `serve_here`, on workers started elsewhere: `python -m evals worker`)."""
+    `serve_here`, on workers started elsewhere: `python -m durable_agent.evals worker`)."""
 
     run = run_id(domain, "oracle", [t.id for t in tasks], chaos)
     store = tau2.EpisodeStore(state_dir / f"{run}.db", domain)
@@ -593,7 +593,7 @@ async def run_tasks(
             _close_scorer()
 
     if chaos:
-        from evals.chaos import WorkerPool
+        from durable_agent.evals.chaos import WorkerPool
 
         pool = WorkerPool(domain, [t.id for t in tasks], store.path, task_queue)
         async with pool:
@@ -621,7 +621,7 @@ def worker_for(
 ) -> Any:
     """A worker serving a run: the domain's agent over `store`, and `models` (by
     default the tasks' oracles)."""
-    from worker import build_worker
+    from durable_agent.commands.worker import build_worker
 
     settings = replace(Settings.from_env(), versioning=False, task_queue=task_queue)
     return build_worker(
@@ -634,7 +634,7 @@ def worker_for(
 
 
 async def serve(domain: str, task_ids: list[str], store_path: Path, task_queue: str) -> None:
-    """A worker process of a chaos run (`python -m evals worker`), until SIGTERM."""
+    """A worker process of a chaos run (`python -m durable_agent.evals worker`), until SIGTERM."""
     import signal
 
     from durable_agent.runtime.server import connect

@@ -46,6 +46,8 @@ from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from durable_agent.frontends._lexv2 import BadEvent, LexEvent, attributes_of, close, intent_of
+from durable_agent.workflows import AgentTurn
 from pydantic import ValidationError
 from temporalio.client import (
     Client,
@@ -62,8 +64,6 @@ from durable_agent.runtime.server import ServerUnavailable, connect
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.runtime.turns import AgentClientError, decide, progress_of, send, start_chat
 from durable_agent.types import PendingApproval, TurnOutput
-from frontends._lexv2 import BadEvent, LexEvent, attributes_of, close, intent_of
-from workflows import AgentTurn
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ def conversation_input(
     elif settings.secret:
         raise SetupError(
             f"session {event.session_id!r} carries no {TOKEN} attribute: the application "
-            f"that calls Lex sets it after its login (frontends.lex.customer_token)"
+            f"that calls Lex sets it after its login (durable_agent.frontends.lex.customer_token)"
         )
     else:
         raise SetupError(
@@ -242,7 +242,7 @@ def verify_customer_token(token: str, secret: str, now: float | None = None) -> 
     if shape is None:
         raise SetupError(
             f"the {TOKEN} attribute is not a customer token (CUSTOMER:EXPIRY:SIGNATURE, as "
-            "frontends.lex.customer_token makes it)"
+            "durable_agent.frontends.lex.customer_token makes it)"
         )
     customer, expires, signature = shape[1], int(shape[2]), shape[3]
     # Bytes: compare_digest refuses str with characters beyond ASCII.
@@ -569,7 +569,7 @@ _PROCESS = _Process()
 
 
 def handler(event: Any, context: Any = None) -> dict[str, Any]:
-    """The Lambda handler (`frontends.lex.handler`): a Lex V2 event in, a Lex V2
+    """The Lambda handler (`durable_agent.frontends.lex.handler`): a Lex V2 event in, a Lex V2
     answer out, always (an escaping exception would reach the user as a failure)."""
     started = time.monotonic()
     try:

@@ -1,7 +1,7 @@
 """The demo shop's support agent, defined as anyone's agent is (`durable_agent.Agent`).
 
 python worker.py                                  # serves it (the default agent)
-python worker.py --agent shop.agent:support       # the same, named
+python worker.py --agent durable_agent.shop.agent:support       # the same, named
 AGENT_POLICY_EXPERT=1 python worker.py            # policy questions go to a sub-agent
 """
 
@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+from durable_agent.shop.phrasebook import offline_model
+from durable_agent.shop.stores import open_store
+from durable_agent.shop.tools import TOOLS, TOOLS_WITH_POLICY_EXPERT
+
 from durable_agent import Agent, Refusals
 from durable_agent.answers import DECLINE
-from shop.phrasebook import offline_model
-from shop.stores import open_store
-from shop.tools import TOOLS, TOOLS_WITH_POLICY_EXPERT
 
 HANDOFF = (
     "A person on our support team can do that: email support@shop.example with your "

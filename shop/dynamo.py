@@ -23,9 +23,8 @@ import argparse
 import os
 from typing import Any
 
-from durable_agent.errors import NotFound, ToolUnavailable
-from shop import seed
-from shop.store import (
+from durable_agent.shop import seed
+from durable_agent.shop.store import (
     ORDER_NOT_FOUND,
     RETURN_NOT_FOUND,
     Clock,
@@ -38,6 +37,8 @@ from shop.store import (
     make_order,
     new_return,
 )
+
+from durable_agent.errors import NotFound, ToolUnavailable
 
 COUNTER_KEY = "__return_counter__"
 # A lost race is followed by a fresh read, which sees the winner; more rounds

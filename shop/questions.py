@@ -6,7 +6,7 @@ typos, listing what is theirs). The store's today is the sample data's
 (2026-11-24), so the facts hold whenever they are checked.
 
 `tests/test_questions.py` and `tests/test_situations.py` check them against the
-offline model without a server; `python -m evals questions` runs them as durable
+offline model without a server; `python -m durable_agent.evals questions` runs them as durable
 turns of the shop's agent, with any model.
 """
 
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from durable_agent.shop.store import ORDER_NOT_FOUND, RETURN_NOT_FOUND
+
 from durable_agent.answers import DECLINE
-from shop.store import ORDER_NOT_FOUND, RETURN_NOT_FOUND
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from shop.store import ShopData, ShopStore
+from durable_agent.shop.store import ShopData, ShopStore
 
 
 def open_store() -> ShopData:
@@ -18,7 +18,7 @@ def open_store() -> ShopData:
         return ShopStore()
     if kind == "dynamodb":
         # Imported here: boto3 is an optional dependency (`pip install -e ".[aws]"`).
-        from shop.dynamo import DynamoStore
+        from durable_agent.shop.dynamo import DynamoStore
 
         return DynamoStore()
     raise ValueError(f"AGENT_SHOP_STORE={kind!r}: use sqlite or dynamodb")

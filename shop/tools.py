@@ -6,12 +6,19 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated
 
+from durable_agent.shop.store import (
+    Order,
+    PolicyHit,
+    Return,
+    ShopData,
+    clean_reason,
+    existing_return,
+)
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from durable_agent.errors import NotAllowed
 from durable_agent.subagents import agent_tool
 from durable_agent.tools import ToolContext, ToolRegistry, tool
-from shop.store import Order, PolicyHit, Return, ShopData, clean_reason, existing_return
 
 
 class OrderLookup(BaseModel):

@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from durable_agent.shop import TOOLS, ShopStore
+from durable_agent.shop.agent import support
+from durable_agent.workflows import search
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from client import start_turn
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalPolicy
+from durable_agent.commands.client import start_turn
+from durable_agent.commands.worker import build_worker
 from durable_agent.conversation import UserMessage, latest_results
 from durable_agent.model import Model, ModelCatalog, ModelRequest
 from durable_agent.offline import OfflineModel
@@ -26,10 +30,6 @@ from durable_agent.settings import Settings
 from durable_agent.shields import ShieldSettings
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
-from shop import TOOLS, ShopStore
-from shop.agent import support
-from worker import build_worker
-from workflows import search
 
 
 @pytest.fixture(scope="session")

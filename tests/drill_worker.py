@@ -15,12 +15,13 @@ from temporalio import workflow
 from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
+    from durable_agent.workflows import AgentTurn, Conversation, UnversionedConversation
+
     from durable_agent.chat import ConversationInput, ConversationOutput
     from durable_agent.plugin import AgentPlugin, AgentWorker
     from durable_agent.runtime.server import connect
     from durable_agent.settings import Settings
     from durable_agent.types import TurnInput, TurnOutput
-    from workflows import AgentTurn, Conversation, UnversionedConversation
 
 CHANGE = timedelta(milliseconds=1)
 
@@ -50,7 +51,7 @@ class UnversionedChangedConversation(UnversionedConversation):
 
 
 async def main() -> None:
-    from shop.agent import agent
+    from durable_agent.shop.agent import agent
 
     settings = Settings.from_env()
     conn = await connect()

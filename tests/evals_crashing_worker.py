@@ -1,5 +1,5 @@
-"""A chaos run's worker (`python -m evals worker ...`) that SIGKILLs itself right after
-its first write is applied to the episode store, before Temporal hears of its result.
+"""A chaos run's worker (`python -m durable_agent.evals worker ...`) that SIGKILLs itself
+right after its first write is applied to the episode store, before Temporal hears of its result.
 
     python tests/evals_crashing_worker.py MARKER --domain retail --tasks 0 --store S --task-queue Q
 
@@ -17,8 +17,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evals import tau2  # noqa: E402
-from evals.__main__ import main  # noqa: E402
+from durable_agent.evals import tau2  # noqa: E402
+from durable_agent.evals.__main__ import main  # noqa: E402
 
 marker = Path(sys.argv.pop(1))
 applied = tau2.EpisodeStore.call

@@ -20,7 +20,7 @@ sys.path.insert(0, os.getcwd())  # the example's folder, as `--agent helpdesk:ag
 
 import desk  # noqa: E402
 
-from worker import main  # noqa: E402
+from durable_agent.commands.worker import main  # noqa: E402
 
 marker = Path(sys.argv.pop(1))
 written = desk.Desk.open_ticket

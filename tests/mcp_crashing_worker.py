@@ -18,7 +18,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from durable_agent import mcp  # noqa: E402
-from worker import main  # noqa: E402
+from durable_agent.commands.worker import main  # noqa: E402
 
 marker = Path(sys.argv.pop(1))
 answered = mcp.Connection.call

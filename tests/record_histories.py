@@ -17,6 +17,8 @@ import asyncio
 import tempfile
 from pathlib import Path
 
+from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
+from durable_agent.workflows import Conversation, search
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -27,10 +29,8 @@ from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
 from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.types import ToolCall, TurnInput, TurnLimits
-from shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
 from tests.conftest import Harness, last_result
 from tests.test_subagents import parent_and_expert
-from workflows import Conversation, search
 
 HISTORIES = Path(__file__).parent / "histories"
 

@@ -22,15 +22,15 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import Agent, ApprovalPolicy, Refusals, ToolContext, tool
 from durable_agent.agents import default_instructions
+from durable_agent.commands.worker import build_worker
 from durable_agent.errors import AgentDefinitionError, InvalidCall
 from durable_agent.model import ModelCatalog
 from durable_agent.runtime.turns import start_turn
-from durable_agent.serving import OWN_MODULES, Agents, load
+from durable_agent.serving import Agents, load
 from durable_agent.tools import ToolRegistry, schema_tool
 from durable_agent.types import Outcome, ToolCall, TurnInput
 from tests.conftest import Harness
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
-from worker import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -313,50 +313,6 @@ def test_agent_agents_does_what_agent_does(elsewhere: Path) -> None:
 
 
 BIN = Path(sys.executable).parent
-
-
-@pytest.mark.parametrize("mine", ["shop.py", "worker.py", "workflows.py", "frontends/__init__.py"])
-def test_a_module_of_ones_own_named_like_one_of_the_projects_is_named_in_one_line(
-    elsewhere: Path, mine: str
-) -> None:
-    """The installed commands run in a person's folder, whose modules come first on the
-    path: one named like the project's (its worker, its shop, its workflows, which
-    Temporal's sandbox imports afresh) is named, with what to do, before anything runs."""
-    (elsewhere / mine).parent.mkdir(exist_ok=True)
-    (elsewhere / mine).write_text("x = 1\n")
-    environ = {**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1", "AGENT_TASK_QUEUE": "nobody"}
-    commands = [
-        ["durable-agent-worker", "--agent", "books:agent"],
-        ["durable-agent", "ask", "--agent", "bookstore", "How much is 9780141187761?"],
-        ["durable-agent", "ask", "--embedded", "--agent", "books:agent", "Hello"],
-        ["durable-agent", "web", "--agent", "books:agent", "--port", "0"],
-    ]
-    for command in commands:
-        done = subprocess.run(
-            [str(BIN / command[0]), *command[1:]],
-            cwd=elsewhere,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        lines = (done.stdout + done.stderr).strip().splitlines()
-        assert done.returncode != 0 and len(lines) == 1, (command, lines)
-        name = mine.split("/")[0].removesuffix(".py")
-        assert lines[0] == (
-            f"error: {elsewhere / mine} has the name of durable-agent's own module {name!r} "
-            "and would be imported in its place: rename it"
-        ), command
-
-
-def test_the_projects_own_modules_are_those_it_installs() -> None:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    top = {name.split(".")[0] for name in setup["packages"]} | set(setup["py-modules"])
-    assert set(OWN_MODULES) == top
 
 
 # -- served --------------------------------------------------------------------------

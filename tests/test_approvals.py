@@ -13,6 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from durable_agent.shop import ShopStore
+from durable_agent.workflows import AgentTurn, search
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -32,9 +34,7 @@ from durable_agent.runtime.turns import (
 )
 from durable_agent.scripted import ScriptedModel
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, TurnProgress
-from shop import ShopStore
 from tests.conftest import Harness, kinds, last_result, story
-from workflows import AgentTurn, search
 
 ROOT = Path(__file__).resolve().parent.parent
 RETURN = ToolCall(
@@ -246,7 +246,7 @@ async def test_nobody_decides_in_time(skipping_harness: Harness) -> None:
 
 def spawn_worker(address: str, task_queue: str, db: Path) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.worker", address, task_queue, str(db)],
+        [sys.executable, "-m", "durable_agent.bench.worker", address, task_queue, str(db)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

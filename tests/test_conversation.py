@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from durable_agent.workflows import AgentTurn, Conversation
 from temporalio.client import WorkflowHandle
 
 from durable_agent.chat import ConversationInput, ConversationState, Memory
@@ -18,7 +19,6 @@ from durable_agent.runtime.turns import AgentClientError, decide, send, start_ch
 from durable_agent.scripted import ScriptedModel
 from durable_agent.types import Exchange, Outcome, ToolCall, TurnOutput
 from tests.conftest import SEED_CASES, Harness, last_result
-from workflows import AgentTurn, Conversation
 
 
 def echo_model() -> ScriptedModel:

@@ -33,7 +33,7 @@ import yaml
 from temporalio.envconfig import ClientConfig
 from temporalio.testing import WorkflowEnvironment
 
-from client import start_turn
+from durable_agent.commands.client import start_turn
 from durable_agent.runtime.codec import DEFAULT_CODEC_PORT, codec_endpoint
 from durable_agent.runtime.codec_server import DEFAULT_ORIGINS
 from durable_agent.types import Outcome, TurnInput

@@ -1,4 +1,4 @@
-"""The demo's sample questions as an eval suite of durable turns (`python -m evals
+"""The demo's sample questions as an eval suite of durable turns (`python -m durable_agent.evals
 questions`): conversations with earlier questions, writes approved as the customer,
 each case on a fresh copy of the sample data."""
 
@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from durable_agent.evals.questions import run_questions, summary
+from durable_agent.shop import questions
 from temporalio.testing import WorkflowEnvironment
-
-from evals.questions import run_questions, summary
-from shop import questions
 
 ROOT = Path(__file__).resolve().parent.parent
 RETURN = "I want to return order 123456, the soap is broken"
@@ -39,7 +38,7 @@ async def test_cases_run_as_durable_conversations(env: WorkflowEnvironment, tmp_
 
 def test_a_model_the_worker_lacks_is_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "evals", "questions", "--model", "gpt5"],
+        [sys.executable, "-m", "durable_agent.evals", "questions", "--model", "gpt5"],
         cwd=ROOT,
         env={**os.environ, "AGENT_STATE_DIR": str(tmp_path)},
         capture_output=True,

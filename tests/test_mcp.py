@@ -24,6 +24,7 @@ from temporalio import activity
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from durable_agent.agents import Agent
+from durable_agent.commands.worker import build_worker
 from durable_agent.mcp import MCPConfigError, MCPServer, OutcomeUnknown, connected, load_config
 from durable_agent.model import ModelCatalog, Reply
 from durable_agent.runtime.server import free_port, is_listening
@@ -35,7 +36,6 @@ from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
 from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
 from tests.procs import children
-from worker import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

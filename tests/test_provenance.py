@@ -7,6 +7,8 @@ import asyncio
 import time
 
 import pytest
+from durable_agent.shop import TOOLS
+from durable_agent.shop.store import ShopData
 from pydantic import BaseModel
 
 from durable_agent.approval import ApprovalPolicy
@@ -17,8 +19,6 @@ from durable_agent.scripted import ScriptedModel
 from durable_agent.shields import ShieldSettings
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import StepKind, ToolCall, TurnInput
-from shop import TOOLS
-from shop.store import ShopData
 from tests.conftest import Harness, last_result
 
 SCHEMA = TOOLS["start_return"].spec.parameters

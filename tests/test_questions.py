@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable_agent.shop import TOOLS, ShopStore
+from durable_agent.shop.agent import INSTRUCTIONS
+from durable_agent.shop.phrasebook import offline_model
+from durable_agent.shop.questions import SEED as CASES
+from durable_agent.shop.questions import Case
+from durable_agent.shop.questions import problems as check_turn
 from pydantic import TypeAdapter
 
 from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, check
@@ -21,12 +27,6 @@ from durable_agent.errors import InvalidCall, ToolError
 from durable_agent.model import ModelRequest
 from durable_agent.render import render_result
 from durable_agent.tools import ToolContext
-from shop import TOOLS, ShopStore
-from shop.agent import INSTRUCTIONS
-from shop.phrasebook import offline_model
-from shop.questions import SEED as CASES
-from shop.questions import Case
-from shop.questions import problems as check_turn
 
 _json = TypeAdapter(Any)
 

@@ -22,13 +22,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from durable_agent.shop import ShopStore, seed
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from client import start_turn
+from durable_agent.commands.client import start_turn
 from durable_agent.types import Outcome, TurnInput
-from shop import ShopStore, seed
 from tests.conftest import SEED_CASES
 
 ROOT = Path(__file__).resolve().parent.parent

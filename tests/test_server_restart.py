@@ -8,17 +8,17 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
+from durable_agent.shop import ShopStore
 from pydantic import BaseModel
 from temporalio.client import Client
 
-from client import start_turn
+from durable_agent.commands.client import start_turn
 from durable_agent.model import Reply
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import EmbeddedServer, free_port
 from durable_agent.scripted import ScriptedModel
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, ToolCall, TurnInput
-from shop import ShopStore
 from tests.conftest import Harness, last_result
 
 

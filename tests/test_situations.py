@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from durable_agent.shop.questions import HANDOFF
+from durable_agent.shop.questions import SITUATIONS as CASES
+
 from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, TurnInput
-from shop.questions import HANDOFF
-from shop.questions import SITUATIONS as CASES
 from tests.conftest import Harness
 from tests.test_questions import table_problems
 
@@ -26,7 +27,7 @@ async def test_what_customers_really_ask(tmp_path: Path) -> None:
 
 
 def test_the_table_is_new_and_wide() -> None:
-    from shop.questions import SEED as SEED_TABLE
+    from durable_agent.shop.questions import SEED as SEED_TABLE
 
     assert len(CASES) >= 60
     asked = {(c.before, c.question) for c in CASES}

@@ -11,6 +11,8 @@ import sys
 import uuid
 from pathlib import Path
 
+from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
+from durable_agent.workflows import AgentTurn
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -18,9 +20,7 @@ from durable_agent.model import ModelRequest, Reply
 from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
-from shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
 from tests.conftest import Harness, last_result
-from workflows import AgentTurn
 
 ROOT = Path(__file__).resolve().parent.parent
 ASK_EXPERT = ToolCall(
@@ -100,7 +100,15 @@ async def test_a_worker_killed_during_the_childs_activities_loses_nothing(
 
     def spawn(*extra: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.worker", address, task_queue, str(db), *extra],
+            [
+                sys.executable,
+                "-m",
+                "durable_agent.bench.worker",
+                address,
+                task_queue,
+                str(db),
+                *extra,
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             text=True,

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import opentelemetry.trace
 import pytest
+from durable_agent.shop import ShopStore
+from durable_agent.workflows import AgentTurn, search
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -31,9 +33,9 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 
-from client import start_turn
 from durable_agent import Agent, ToolContext, tool
 from durable_agent.chat import ConversationInput
+from durable_agent.commands.client import start_turn
 from durable_agent.errors import ModelUnavailable
 from durable_agent.model import Reply
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
@@ -41,10 +43,8 @@ from durable_agent.runtime.server import free_port
 from durable_agent.runtime.turns import start_chat
 from durable_agent.scripted import ScriptedModel
 from durable_agent.types import Outcome, ToolCall, TurnInput
-from shop import ShopStore
 from tests.conftest import Harness
 from tests.fakes.otlp import OtlpReceiver, Span
-from workflows import AgentTurn, search
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "Has order 123456 shipped?"

@@ -34,6 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore, seed
+from durable_agent.workflows import AgentTurn, Conversation
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.common import WorkerDeploymentVersion
@@ -43,6 +45,7 @@ from temporalio.workflow import NondeterminismError
 
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ConversationInput, MessageAccepted
+from durable_agent.commands.worker import build_worker
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
 from durable_agent.offline import OfflineModel
 from durable_agent.runtime import deployments
@@ -60,11 +63,8 @@ from durable_agent.types import (
     TurnLimits,
     TurnOutput,
 )
-from shop import TOOLS_WITH_POLICY_EXPERT, ShopStore, seed
 from tests.conftest import Harness, last_result
 from tests.drill_worker import ChangedConversation
-from worker import build_worker
-from workflows import AgentTurn, Conversation
 
 ROOT = Path(__file__).resolve().parent.parent
 WAITING, IDLE, MID_TURN = 50, 10, 10
@@ -589,33 +589,32 @@ def test_a_version_is_named_by_code_and_agents() -> None:
     assert re.fullmatch(r"b-[0-9a-f]{12}", deployments.build_id([]))
 
 
-def copy_of_the_code(tmp_path: Path, *packages: str) -> Path:
-    root = tmp_path / "code"
-    for package in (*deployments.CORE, *packages):
-        shutil.copytree(
-            ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    return root
+def copy_of_the_code(tmp_path: Path) -> dict[str, Path]:
+    copies = {}
+    for package, folder in deployments.core_folders().items():
+        copies[package] = tmp_path / "code" / package
+        shutil.copytree(folder, copies[package], ignore=shutil.ignore_patterns("__pycache__"))
+    return copies
 
 
 def test_a_change_of_workflow_code_alone_is_a_new_version(tmp_path: Path) -> None:
-    root = copy_of_the_code(tmp_path)
+    folders = copy_of_the_code(tmp_path)
     fingerprints = ["f00d"]
-    same = deployments.build_id(fingerprints, root=root)
+    same = deployments.build_id(fingerprints, folders=folders)
     assert same == deployments.build_id(fingerprints)  # by content, not by place
-    loop = root / "workflows" / "conversation.py"
+    loop = folders["durable_agent.workflows"] / "conversation.py"
     loop.write_text(loop.read_text() + "\n# a changed loop\n")
-    assert deployments.build_id(fingerprints, root=root) != same
+    assert deployments.build_id(fingerprints, folders=folders) != same
 
 
 def test_a_change_of_tool_code_alone_is_a_new_version(tmp_path: Path) -> None:
     """The agent unchanged (same fingerprint), the store its tools read changed: a turn
     approved after such a deploy would run other tool code, so it is a new version."""
-    from shop.tools import TOOLS
+    from durable_agent.shop.tools import TOOLS
 
     functions = [t.fn for t in TOOLS.tools.values()]
     sources = deployments.sources_of(functions)
-    assert [s.split(":")[0] for s in sources] == ["shop"]
+    assert [s.split(":")[0] for s in sources] == ["durable_agent.shop"]
     before = deployments.build_id([], sources)
     assert deployments.build_id([]) != before
     assert deployments.sources_of(functions) == sources

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from durable_agent.frontends.web import serve
+from durable_agent.shop import ShopStore
 from playwright.async_api import Browser, Locator, Page, async_playwright, expect
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -32,8 +34,6 @@ from durable_agent.runtime.server import LOCAL_UI_PORT, Connection, free_port, i
 from durable_agent.runtime.streams import turn_events
 from durable_agent.stream import TokensEvent
 from durable_agent.types import StepKind, TurnOutput
-from frontends.web import serve
-from shop import ShopStore
 from tests.conftest import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -311,7 +311,7 @@ SLOW_WORKER = """
 import functools, sys
 import durable_agent.offline, durable_agent.stream
 durable_agent.offline.write_out = functools.partial(durable_agent.stream.write_out, per_word_s=0.25)
-import worker
+from durable_agent.commands import worker
 sys.argv = ["worker.py", "--task-queue", sys.argv[1]]
 worker.main()
 """

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from durable_agent.workflows import AgentTurn, Conversation, UnversionedConversation
 from temporalio.client import Client
 from temporalio.worker import WorkflowRunner
 
@@ -19,7 +20,6 @@ from durable_agent.settings import Settings
 from durable_agent.types import TurnInput
 from tests.conftest import Harness
 from tests.sandbox_probe import SandboxProbe
-from workflows import AgentTurn, Conversation, UnversionedConversation
 
 
 class Recording(WorkflowRunner):

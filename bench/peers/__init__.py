@@ -1,13 +1,13 @@
 """Peers in the benchmark: other durable agents on Temporal doing the same turns.
 
-    python -m bench --peers      (needs the `peers` extra: pip install -e ".[peers]")
+    python -m durable_agent.bench --peers      (needs the `peers` extra: pip install -e ".[peers]")
 
 Each peer answers "Which item was ordered for 123456?" with the demo shop's order
 lookup, driven by a scripted model (`bench.peers.script`: no network, the same
 decisions as `bench.models.TaskModel`), in a worker process of its own
-(`python -m bench.peers.worker`) on a task queue of its own. This module names the
+(`python -m durable_agent.bench.peers.worker`) on a task queue of its own. This module names the
 peers and what crosses between the benchmark and their workflows; it imports none of
-their packages, so `python -m bench` works without the extra.
+their packages, so `python -m durable_agent.bench` works without the extra.
 """
 
 from __future__ import annotations

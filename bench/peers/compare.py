@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from durable_agent.bench import QUESTION
+from durable_agent.bench.floor import FloorInput, FloorTurn
+from durable_agent.bench.measure import batches, pct, spawn, stop
+from durable_agent.bench.models import TASKS
+from durable_agent.bench.peers import PEERS, Peer, PeerTurnInput, PeerTurnOutput, versions
 from temporalio.client import Client
 
-from bench import QUESTION
-from bench.floor import FloorInput, FloorTurn
-from bench.measure import batches, pct, spawn, stop
-from bench.models import TASKS
-from bench.peers import PEERS, Peer, PeerTurnInput, PeerTurnOutput, versions
-from client import start_turn
+from durable_agent.commands.client import start_turn
 from durable_agent.types import TurnInput
 
 TARGETS = {
@@ -68,7 +68,9 @@ async def compare(
     try:
         for peer in PEERS:
             queue = f"bench-{peer.name}-{uuid.uuid4().hex[:6]}"
-            workers.append(spawn("bench.peers.worker", peer.name, address, queue, str(db)))
+            workers.append(
+                spawn("durable_agent.bench.peers.worker", peer.name, address, queue, str(db))
+            )
             systems.append(PeerSystem(client, queue, workers[-1].pid, peer))
         figures = await Comparison(client, systems, server_pid).run(turns, concurrencies, rounds)
     finally:

@@ -8,7 +8,8 @@ scripted model answers.
 
 from __future__ import annotations
 
-from bench.models import TASKS
+from durable_agent.bench.models import TASKS
+
 from durable_agent.types import ToolCall
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from durable_agent.shop.store import Order, Return, ShopStore
+
 from durable_agent.types import DEFAULT_CUSTOMER
-from shop.store import Order, Return, ShopStore
 
 _store: ShopStore | None = None
 

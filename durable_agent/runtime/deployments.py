@@ -53,7 +53,7 @@ import importlib.metadata
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,20 +84,37 @@ log = logging.getLogger("durable_agent.deployments")
 T = TypeVar("T")
 
 UNVERSIONED = "__unversioned__"
-ROOT = Path(__file__).resolve().parent.parent.parent
-CORE = ("durable_agent", "workflows", "activities")
+CORE = ("durable_agent", "durable_agent.workflows", "durable_agent.activities")
 """The packages every worker runs: the workflows and what they import."""
+CORE_INSIDE = ("backends", "runtime", "shields")
+"""`durable_agent`'s subpackages that are core: the others (the commands, the front
+ends, an example agent, the evaluations, the benchmark) are no workflow's code, and an
+agent's tools among them are hashed as its own source (`package_of`)."""
 
 
-def build_id(fingerprints: Sequence[str], sources: Iterable[str] = (), root: Path = ROOT) -> str:
+def core_folders() -> dict[str, Path]:
+    """Where each `CORE` package's files are, in a clone or installed."""
+    return {name: Path(str(importlib.import_module(name).__file__)).parent for name in CORE}
+
+
+def build_id(
+    fingerprints: Sequence[str],
+    sources: Iterable[str] = (),
+    folders: Mapping[str, Path] | None = None,
+) -> str:
     """`b-` and 12 hex digits of a hash of the workflow-facing code (the `CORE`
-    packages under `root`), of `sources` (`sources_of`: the agents' own code) and
-    of the agents' fingerprints: the same for the same code and agents, on any
-    machine; a change to any of them is a new version."""
+    packages, in `folders`: default, where they are imported from), of `sources`
+    (`sources_of`: the agents' own code) and of the agents' fingerprints: the same for
+    the same code and agents, on any machine and however installed; a change to any of
+    them is a new version."""
     digest = hashlib.sha256()
-    for package in CORE:
-        for path in sorted((root / package).rglob("*.py")):
-            digest.update(path.relative_to(root).as_posix().encode())
+    for package, folder in sorted((folders or core_folders()).items()):
+        for path in sorted(folder.rglob("*.py")):
+            relative = path.relative_to(folder)
+            inside = relative.parts[0] if len(relative.parts) > 1 else ""
+            if package == "durable_agent" and inside and inside not in CORE_INSIDE:
+                continue  # not core, or (in a wheel) hashed as its own package
+            digest.update(f"{package}/{relative.as_posix()}".encode())
             digest.update(path.read_bytes())
     for source in sorted(set(sources)):
         digest.update(source.encode())
@@ -109,32 +126,43 @@ def build_id(fingerprints: Sequence[str], sources: Iterable[str] = (), root: Pat
 _INSTALLED = {"site-packages", "dist-packages"}
 
 
+def package_of(module: str) -> str:
+    """The package a module's source is hashed by: its top-level package, or for one of
+    `durable_agent`'s own subpackages outside the core (an example agent), that one."""
+    parts = module.split(".")
+    inner = ".".join(parts[:2])
+    own = parts[0] == "durable_agent" and inner not in CORE and parts[1] not in CORE_INSIDE
+    if own and hasattr(sys.modules.get(inner), "__path__"):  # a subpackage, not a module
+        return inner
+    return parts[0]
+
+
 def sources_of(functions: Iterable[Callable[..., Any]]) -> list[str]:
     """What names the code behind `functions` (tools), outside the core: for each
-    one's top-level package, a hash of its Python files, or, for one installed from
+    one's package (`package_of`), a hash of its Python files, or, for one installed from
     a distribution, the distribution's name and version. So a changed tool (or the
     store it reads) is a new version, as a changed loop is: a turn approved
     tomorrow runs the tool code that was there when it was proposed."""
-    tops = {getattr(fn, "__module__", None) or "" for fn in functions}
+    modules = {getattr(fn, "__module__", None) or "" for fn in functions}
     distributions = importlib.metadata.packages_distributions()
     named = []
-    for top in sorted({m.split(".")[0] for m in tops if m} - set(CORE)):
-        module = sys.modules.get(top)
+    for package in sorted({package_of(m) for m in modules if m} - set(CORE)):
+        module = sys.modules.get(package)
         file = getattr(module, "__file__", None)
         if not file:
             continue  # built in, or a namespace package with nothing to hash
         path = Path(file).resolve()
-        dists = distributions.get(top)
+        dists = distributions.get(package.split(".")[0])
         if dists and _INSTALLED & set(path.parts):
             versions = sorted(f"{d}=={importlib.metadata.version(d)}" for d in set(dists))
-            named.append(f"{top}:{','.join(versions)}")
+            named.append(f"{package}:{','.join(versions)}")
             continue
         files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
         digest = hashlib.sha256()
         for f in files:
             digest.update(f.relative_to(path.parent).as_posix().encode())
             digest.update(f.read_bytes())
-        named.append(f"{top}:{digest.hexdigest()}")
+        named.append(f"{package}:{digest.hexdigest()}")
     return named
 
 

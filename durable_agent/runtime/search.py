@@ -17,7 +17,7 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from workflows import search
+from durable_agent.workflows import search
 
 _known: dict[int, bool] = {}
 

@@ -37,7 +37,7 @@ from durable_agent.runtime.codec import EncryptionConfigError, codec_endpoint, d
 from durable_agent.runtime.settings import worker_command
 from durable_agent.settings import state_dir
 from durable_agent.telemetry import tracing_plugins
-from workflows.search import dev_server_args
+from durable_agent.workflows.search import dev_server_args
 
 if TYPE_CHECKING:
     from durable_agent.agents import Agent

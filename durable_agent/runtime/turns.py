@@ -45,8 +45,8 @@ from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_co
 from durable_agent.runtime.streams import turn_events
 from durable_agent.stream import TurnEvent
 from durable_agent.types import PendingApproval, TurnInput, TurnProgress
-from workflows import AgentTurn, Conversation, search
-from workflows.policies import WORKFLOW_TASK_TIMEOUT
+from durable_agent.workflows import AgentTurn, Conversation, search
+from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
 
 T = TypeVar("T")
 

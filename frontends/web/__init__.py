@@ -47,7 +47,7 @@ async def serve(
     version published, else its name alone. Prints the URL once it listens; a port in
     use is an `AgentClientError`."""
     _needs_extra()
-    from frontends.web.server import serve as run
+    from durable_agent.frontends.web.server import serve as run
 
     await run(conn, chat, host=host, port=port, task_queue=task_queue, agent=agent)
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from durable_agent.frontends.web.events import Position, conversation, with_keepalive
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
@@ -50,7 +51,6 @@ from durable_agent.runtime.server import LOOPBACK_NAMES, Connection, host_allowe
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.runtime.turns import AgentClientError, decide, send, start_chat
 from durable_agent.types import check_question
-from frontends.web.events import Position, conversation, with_keepalive
 
 log = logging.getLogger("durable_agent.web")
 

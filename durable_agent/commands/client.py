@@ -1,0 +1,1154 @@
+"""Ask an agent; every question runs as one durable Temporal workflow.
+
+python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] [--follow]
+python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
+python client.py pending [--customer ID]                  # calls awaiting approval
+python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
+python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
+python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
+python client.py show WORKFLOW_ID
+python client.py versions       # the worker deployment's versions, and what needs each
+python client.py move-conversations   # idle conversations onto the current version now
+python client.py server         # a Temporal server alone (for rollouts; Ctrl-C stops it)
+python client.py demo           # the six sample questions, no setup needed
+python client.py web [--agent NAME] [--port 8080] [--customer ID]   # the web chat, on loopback
+
+`--agent` names the agent that answers (default: the worker's first), or gives its
+definition as MODULE:ATTRIBUTE: then a command that starts a worker of its own (`web`,
+`demo`, `--embedded`) serves that agent, and the web chat speaks in its words. Such a
+worker connects the MCP servers the agent's definition names, and those of
+`--mcp-config FILE` (docs/mcp.md), as `python worker.py` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import math
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import TypedSearchAttributes
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_agent import mcp, telemetry
+from durable_agent.agents import AGENT_NAME_PATTERN, Agent
+from durable_agent.approval import ApprovalDecision
+from durable_agent.chat import ConversationInput
+from durable_agent.errors import AgentDefinitionError
+from durable_agent.pricing import usage_line
+from durable_agent.runtime import deployments, search
+from durable_agent.runtime.cli import (
+    OneLineParser,
+    model_spec,
+    number_of,
+    port_number,
+    task_queue_name,
+    whole_number,
+)
+from durable_agent.runtime.server import (
+    LOCAL_HOST,
+    LOCAL_PORT,
+    LOCAL_UI_PORT,
+    Connection,
+    EmbeddedServer,
+    ServerUnavailable,
+    connect,
+    is_listening,
+)
+from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
+from durable_agent.runtime.turns import (
+    AgentClientError,
+    WorkerNeeded,
+    Workers,
+    decide,
+    find_turns,
+    follow,
+    history_view,
+    pending,
+    progress_of,
+    send,
+    start_chat,
+    start_turn,
+    version_of,
+    workers,
+)
+from durable_agent.serving import load
+from durable_agent.settings import Settings, state_dir
+from durable_agent.stream import DoneEvent, Drafts, StepEvent, TokensEvent
+from durable_agent.types import (
+    DEFAULT_CUSTOMER,
+    Outcome,
+    Step,
+    StepKind,
+    TurnInput,
+    TurnLimits,
+    TurnOutput,
+    check_customer_id,
+)
+from durable_agent.workflows import AgentTurn, Conversation
+from durable_agent.workflows import search as keys
+
+__all__ = ["main", "start_turn"]
+
+DEMO_QUESTIONS = [
+    "Which item was ordered for 123456?",
+    "When is my return rtn003 processed?",
+    "How is the weather in Scotland right now?",
+    "Which item was ordered for 383833?",
+    "When is my return rtn123 processed?",
+    "What is the impact of return rtn001 on world peace?",
+]
+
+# Where each input field comes from on the command line, for error messages.
+FLAGS = {
+    "question": "QUESTION",
+    "customer_id": "--customer",
+    "agent": "--agent",
+    "model": "--model",
+    "max_steps": "--max-steps",
+    "max_duration": "--max-duration",
+    "max_tokens": "--max-tokens",
+    "approval_timeout": "--approval-timeout",
+    "idle_timeout": "--idle-timeout",
+}
+
+
+class CliError(Exception):
+    """An error shown to the user as one line, with a non-zero exit."""
+
+
+EXIT_NOT_ANSWERED = 3
+"""A turn that ended without a real answer (its model failed, no worker serves its agent,
+or it hit a cap): the answer says why; scripts can tell it from a good one."""
+
+UNANSWERED = (
+    Outcome.MODEL_ERROR,
+    Outcome.UNKNOWN_AGENT,
+    Outcome.STEP_LIMIT,
+    Outcome.TIME_LIMIT,
+    Outcome.TOKEN_LIMIT,
+)
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The agent a command talks to: the name its turns carry (empty: the worker's
+    first), and its definition when this process knows it (to speak in its words, and
+    to serve it when the command starts a worker of its own)."""
+
+    name: str
+    definition: Agent | None
+
+
+def choose_agent(value: str) -> Chosen:
+    """`--agent`: a served name, or MODULE:ATTRIBUTE (the definition, loaded here).
+    A name is looked up among the definitions AGENT_AGENTS names (and the demo's). None
+    given: the worker's first, whichever it is (a worker this command starts serves the
+    ones AGENT_AGENTS names, else the demo's)."""
+    value = value.strip()
+    if ":" in value:
+        try:
+            (agent,) = load([value])
+        except AgentDefinitionError as e:
+            raise CliError(str(e)) from None
+        return Chosen(agent.name, agent)
+    if value and not re.match(AGENT_NAME_PATTERN, value):
+        raise CliError(
+            f"--agent {value!r}: give an agent's name (letters, digits, '_', '.', '-') or "
+            "its definition as MODULE:ATTRIBUTE"
+        )
+    try:
+        known = default_agents()
+    except AgentDefinitionError as e:
+        raise CliError(str(e)) from None
+    if not value:
+        return Chosen("", None)
+    return Chosen(value, next((a for a in known if a.name == value), None))
+
+
+def default_agents() -> list[Agent]:
+    """What a worker started with no --agent serves: AGENT_AGENTS, else the demo's."""
+    from durable_agent.commands.worker import agents_of
+
+    return agents_of(Settings.from_env().agents, "AGENT_AGENTS")
+
+
+@contextlib.asynccontextmanager
+async def session(
+    task_queue: str,
+    *,
+    self_contained: bool,
+    needs_worker: bool = True,
+    agent: Chosen | None = None,
+    mcp_config: str = "",
+) -> AsyncIterator[Connection]:
+    """A connection; with `self_contained`, also an embedded server and an in-process
+    worker for `agent` when no live one serves the queue, so the command works on a
+    fresh machine: it connects the MCP servers of the agent's definition and of
+    `mcp_config` first, as `worker.py` does. Else a note when no live worker serves
+    the queue and the command `needs_worker`."""
+    # A bad file is one line before anything connects.
+    servers = mcp_servers(mcp_config) if self_contained else []
+    conn = await connect(start_embedded=self_contained)
+    try:
+        if not (self_contained or needs_worker):
+            yield conn
+            return
+        serving = await workers(conn.client, task_queue)
+        if self_contained and not serving.live:
+            chosen = agent or choose_agent("")
+            if chosen.name and chosen.definition is None:
+                raise CliError(
+                    f"no live worker serves task queue {task_queue!r}, and agent "
+                    f"{chosen.name!r} is not one this process knows: start "
+                    f"`{worker_command()} --agent MODULE:ATTRIBUTE{queue_flag(task_queue)}`, "
+                    "or give --agent MODULE:ATTRIBUTE"
+                )
+            # The agent it names, and nothing else; none named: the worker's defaults.
+            named = [chosen.definition] if chosen.definition else default_agents()
+            async with own_worker(conn.client, task_queue, named, servers) as served:
+                conn.served = served
+                yield conn
+        else:
+            if not serving.live:
+                print(f"note: {no_worker(task_queue, serving)}", file=sys.stderr)
+            elif mcp_config:
+                print(
+                    f"note: --mcp-config {mcp_config} is not used: a live worker serves task "
+                    f"queue {task_queue!r} with the MCP servers it was started with",
+                    file=sys.stderr,
+                )
+            yield conn
+    finally:
+        conn.close()
+
+
+def mcp_config(args: argparse.Namespace) -> str:
+    """`--mcp-config`, which only a command that starts its own worker reads."""
+    if args.mcp_config and not args.embedded:
+        raise CliError(
+            "--mcp-config is read by the worker that --embedded starts: add --embedded, "
+            "or give it to the worker (`durable-agent-worker --mcp-config FILE`)"
+        )
+    return str(args.mcp_config or "")
+
+
+def mcp_servers(path: str) -> list[mcp.MCPServer]:
+    """The servers of `--mcp-config` (none: no file); a bad file is a CliError."""
+    try:
+        return mcp.load_config(path) if path else []
+    except mcp.MCPConfigError as e:
+        raise CliError(str(e)) from None
+
+
+@contextlib.asynccontextmanager
+async def own_worker(
+    client: Client, task_queue: str, agents: list[Agent], servers: list[mcp.MCPServer]
+) -> AsyncIterator[list[Agent]]:
+    """A worker of this process for `agents` (yielded as served), their MCP servers (and
+    `servers`) connected for as long as it runs. A server that cannot start, or a
+    definition that cannot be served, is a CliError before the command does anything."""
+    from durable_agent.commands.worker import build_worker
+
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            served = await stack.enter_async_context(mcp.connected(agents, servers))
+            await stack.enter_async_context(build_worker(client, task_queue, agents=served))
+        except AgentDefinitionError as e:
+            raise CliError(str(e)) from None
+        yield served
+
+
+def no_worker(task_queue: str, serving: Workers) -> str:
+    seen = (
+        f"the last one was seen {ago(serving.last_seen)} ago"
+        if serving.last_seen
+        else "none has been seen"
+    )
+    return (
+        f"no live worker serves task queue {task_queue!r} ({seen}); the turn waits until "
+        f"you start `{worker_command()}{queue_flag(task_queue)}` (or use --embedded)"
+    )
+
+
+def queue_flag(task_queue: str) -> str:
+    """` --task-queue X` when a command needs it to reach `task_queue`."""
+    return "" if task_queue == TASK_QUEUE else f" --task-queue {task_queue}"
+
+
+def ago(when: datetime) -> str:
+    seconds = int((datetime.now(timezone.utc) - when).total_seconds())
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"
+
+
+def input_error(e: ValidationError) -> CliError:
+    """A validation error naming the flag or argument at fault."""
+    parts = []
+    for err in e.errors():
+        field = next((str(p) for p in reversed(err["loc"]) if str(p) in FLAGS), "")
+        message = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{FLAGS[field]}: {message}" if field else message)
+    return CliError("; ".join(parts))
+
+
+def customer_filter(args: argparse.Namespace) -> str | None:
+    """`--customer` of `pending` and `list`, checked as turns check it."""
+    if args.customer is None:
+        return None
+    try:
+        return check_customer_id(args.customer)
+    except ValueError as e:
+        raise CliError(f"--customer: {e}") from None
+
+
+MAX_SECONDS = 365 * 24 * 3600.0
+"""No duration flag goes beyond a year (Temporal's timers would take more; a person's
+typo should not)."""
+
+
+def duration(flag: str, value: float, unit: str = "seconds") -> timedelta:
+    """A duration flag's value, checked before anything is built from it."""
+    per = 60.0 if unit == "minutes" else 1.0
+    if not math.isfinite(value):
+        raise CliError(f"{flag}: give a number of {unit}, not {value!r}")
+    if not 0 < value * per <= MAX_SECONDS:
+        raise CliError(
+            f"{flag}: give more than 0 and at most {MAX_SECONDS / per:g} {unit} (a year)"
+        )
+    return timedelta(seconds=value * per)
+
+
+def limits(args: argparse.Namespace) -> TurnLimits | None:
+    """The limits the flags set; None when none is given (the agent's apply)."""
+    given = {
+        "max_steps": args.max_steps,
+        "max_duration": None
+        if args.max_duration is None
+        else duration("--max-duration", args.max_duration),
+        "max_tokens": args.max_tokens,
+        "approval_timeout": None
+        if args.approval_timeout is None
+        else duration("--approval-timeout", args.approval_timeout),
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return None
+    try:
+        return TurnLimits(**given)
+    except ValidationError as e:
+        raise input_error(e) from None
+
+
+MAX_LISTED = 10_000
+"""`list --limit`: turns listed at most."""
+MAX_WORKFLOW_ID = 1000
+"""Temporal's own limit on a workflow id's length."""
+
+
+def workflow_id(value: str) -> str:
+    """A workflow id as the commands take it: not empty, no spaces or control characters."""
+    value = value.strip()
+    if not value:
+        raise CliError("WORKFLOW_ID: give a turn's workflow id (see `list` or `pending`)")
+    if len(value) > MAX_WORKFLOW_ID or not value.isprintable() or any(c.isspace() for c in value):
+        raise CliError(
+            f"WORKFLOW_ID: {value[:60]!r} is not a workflow id (at most {MAX_WORKFLOW_ID} "
+            "printable characters, no spaces)"
+        )
+    return value
+
+
+async def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> int:
+    """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
+    print(f"\nanswer ({result.outcome.value}): {result.answer}")
+    print(usage_line(result.usage))
+    if result.agent:
+        # No fingerprint: no worker serves an agent of that name.
+        known = f"fingerprint {result.fingerprint}" if result.fingerprint else "not served here"
+        print(f"agent: {result.agent} ({known})")
+    if version := await version_of(handle):
+        print(f"version: {version}")
+    url = conn.workflow_url(handle.id, handle.result_run_id)
+    print(f"workflow: {handle.id}" + (f"  {url}" if url else ""))
+    return EXIT_NOT_ANSWERED if result.outcome in UNANSWERED else 0
+
+
+def decide_hint(workflow_id: str, step: Step) -> str:
+    call = step.calls[0] if step.calls else None
+    call_id = f" {call.id}" if call else ""
+    return (
+        f"  decide with: {client_command()} approve {workflow_id}{call_id}"
+        f"   (or: {client_command()} reject {workflow_id}{call_id} --reason '...')"
+    )
+
+
+async def cmd_ask(args: argparse.Namespace) -> int:
+    question = sys.stdin.read() if args.question == "-" else args.question
+    chosen = choose_agent(args.agent)
+    try:
+        turn = TurnInput(
+            question=question,
+            customer_id=args.customer,
+            agent=chosen.name,
+            model=args.model,
+            limits=limits(args),
+            stream=args.follow,
+        )
+    except ValidationError as e:
+        raise input_error(e) from None
+    async with session(
+        args.task_queue, self_contained=args.embedded, agent=chosen, mcp_config=mcp_config(args)
+    ) as conn:
+        handle = await start_turn(conn.client, turn, args.task_queue)
+        if args.no_wait:
+            print(handle.id)
+            return 0
+        print(f"turn {handle.id} started", file=sys.stderr)
+        watchdog = asyncio.create_task(nobody_picks_up(conn.client, handle, args.task_queue))
+        writing = Writing(f"[~] {'writing':<11} ")
+        try:
+            async for event in follow(conn.client, handle.id):
+                watchdog.cancel()
+                if isinstance(event, TokensEvent):
+                    writing.add(event)
+                    continue
+                writing.end()
+                if not isinstance(event, StepEvent):
+                    continue
+                step = event.step
+                if args.follow:
+                    print(step.render(), flush=True)
+                if step.kind is StepKind.APPROVAL:
+                    if not args.follow:
+                        print(step.render(), flush=True)
+                    print(decide_hint(handle.id, step), flush=True)
+            result = await handle.result()
+        except asyncio.CancelledError:
+            print(
+                "\nstopped waiting; the turn goes on. "
+                f"See it with: {client_command()} show {handle.id}",
+                file=sys.stderr,
+            )
+            raise
+        finally:
+            watchdog.cancel()
+        return await print_result(conn, handle, result)
+
+
+PICK_UP_S = 8.0
+
+
+async def nobody_picks_up(client: Client, handle: WorkflowHandle, task_queue: str) -> None:
+    """Say so, once, when no worker has taken the turn after a few seconds."""
+    await asyncio.sleep(PICK_UP_S)
+    serving = await workers(client, task_queue)
+    print(
+        f"note: no worker has picked up turn {handle.id} after {PICK_UP_S:g} s; "
+        + (no_worker(task_queue, serving) if not serving.live else "the workers may be busy"),
+        file=sys.stderr,
+    )
+
+
+def chat_input(args: argparse.Namespace, chosen: Chosen) -> ConversationInput:
+    """A conversation as `chat` and `web` start it: its turns stream their text."""
+    idle = duration("--idle-timeout", args.idle_timeout, "minutes")
+    try:
+        return ConversationInput(
+            customer_id=args.customer,
+            agent=chosen.name,
+            model=args.model,
+            limits=limits(args),
+            idle_timeout=idle,
+            stream=True,
+        )
+    except ValidationError as e:
+        raise input_error(e) from None
+
+
+async def cmd_chat(args: argparse.Namespace) -> None:
+    chosen = choose_agent(args.agent)
+    chat = chat_input(args, chosen)
+    interactive = sys.stdin.isatty()
+    lines = Lines()
+    async with session(
+        args.task_queue, self_contained=args.embedded, agent=chosen, mcp_config=mcp_config(args)
+    ) as conn:
+        conversation: WorkflowHandle | None = None
+        while True:
+            text = await lines.read("you> " if interactive else "")
+            if text is None:
+                break
+            if not text.strip():
+                continue
+            if not interactive:
+                print(f"you> {text}", flush=True)
+            try:
+                if conversation is None:
+                    conversation, accepted = await start_chat(
+                        conn.client, chat, text, args.task_queue
+                    )
+                    print(f"(conversation {conversation.id}; Ctrl-D ends it)", file=sys.stderr)
+                else:
+                    accepted = await send(conversation, text)
+            except AgentClientError as e:
+                print(f"error: {e}", file=sys.stderr)
+                continue
+            turn = conn.client.get_workflow_handle_for(AgentTurn.run, accepted.turn_id)
+            if not await answer_turn(conn.client, turn, lines):
+                break
+        if conversation is not None:
+            with contextlib.suppress(RPCError):
+                await conversation.signal(Conversation.end)
+            print(f"(conversation {conversation.id} ended)", file=sys.stderr)
+
+
+async def answer_turn(client: Client, turn: WorkflowHandle, lines: Lines) -> bool:
+    """Print a turn's steps and its answer as it is written, asking inline for any
+    approval it needs. False when input ended at an approval question (the call
+    stays pending)."""
+    writing = Writing("agent> ")
+    async for event in follow(client, turn.id):
+        if isinstance(event, TokensEvent):
+            writing.add(event)
+            continue
+        if isinstance(event, DoneEvent):
+            # What was written is a draft: the turn's answer is what counts (an
+            # output shield may have refused the draft).
+            if writing.text != event.answer:
+                writing.end()
+                print(f"agent> {event.answer}", flush=True)
+            writing.end()
+            continue
+        step = event.step
+        if step.kind in (StepKind.ANSWER, StepKind.LIMIT):
+            continue
+        writing.end()
+        print(f"  {step.render()}", flush=True)
+        if step.kind is StepKind.APPROVAL and step.calls:
+            call = step.calls[0]
+            reply = await lines.read(f"approve {call.render()}? [y/N] ")
+            if reply is None:
+                print(decide_hint(turn.id, step), flush=True)
+                return False
+            yes = reply.strip().lower() in ("y", "yes")
+            try:
+                await decide(client, turn.id, call.id, approved=yes, by="customer")
+            except AgentClientError as e:
+                print(f"error: {e}", file=sys.stderr)
+    return True
+
+
+class Writing:
+    """Prints a model's text as it is written, on a line of its own. A retried
+    model call starts again, on a new line, so no text is ever shown twice."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._drafts = Drafts()
+        self._call = ""
+        self._open = False
+
+    @property
+    def text(self) -> str:
+        """What the latest model call that wrote has written."""
+        return self._drafts.text(self._call)
+
+    def add(self, event: TokensEvent) -> None:
+        change = self._drafts.add(event)
+        if change == "stale":
+            return
+        if change != "continued" or not self._open:
+            self.end()
+            again = "(again) " if change == "restarted" else ""
+            print(f"{self._prefix}{again}{self._drafts.text(event.call)}", end="", flush=True)
+            self._call, self._open = event.call, True
+            return
+        print(event.text, end="", flush=True)
+
+    def end(self) -> None:
+        """Close the line being written."""
+        if self._open:
+            print(flush=True)
+            self._open = False
+
+
+class Lines:
+    """Lines from standard input, read without blocking the event loop."""
+
+    async def read(self, prompt: str) -> str | None:
+        if prompt:
+            print(prompt, end="", flush=True)
+        line = await asyncio.to_thread(sys.stdin.readline)
+        if not line:
+            if prompt:
+                print()
+            return None
+        return line.rstrip("\n")
+
+
+async def cmd_pending(args: argparse.Namespace) -> None:
+    customer = customer_filter(args)
+    async with session(args.task_queue, self_contained=False) as conn:
+        waiting = await pending(conn.client, customer)
+        if not waiting:
+            print("no calls awaiting approval")
+            return
+        now = datetime.now(timezone.utc)
+        for w in waiting:
+            build = w.version.rpartition(":")[2]
+            print(
+                f"{w.workflow_id}  {w.approval.call.id}  {w.approval.call.render()}  {w.age(now)}"
+                + (f"  {build}" if build else "")
+            )
+
+
+async def cmd_decide(args: argparse.Namespace) -> int:
+    approved = args.command == "approve"
+    turn_id = workflow_id(args.workflow_id)
+    call_id = args.call_id.strip() if args.call_id is not None else None
+    if call_id is not None and not (call_id.isprintable() and 0 < len(call_id) <= 200):
+        raise CliError("CALL_ID: give the id `pending` shows (e.g. call_1), or leave it out")
+    reason = getattr(args, "reason", "") or ""
+    if not " ".join(args.by.split()):
+        raise CliError("--by: give who decides, for the record")
+    try:  # as the turn will check it, before anything is sent
+        ApprovalDecision(call_id=call_id or "-", approved=approved, by=args.by, reason=reason)
+    except ValidationError as e:
+        raise CliError(
+            "; ".join(f"--{err['loc'][0]}: {err['msg']}" for err in e.errors())
+        ) from None
+    async with session(args.task_queue, self_contained=False) as conn:
+        result = await decide(
+            conn.client,
+            turn_id,
+            call_id,
+            approved=approved,
+            by=args.by,
+            reason=reason,
+        )
+        print(f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})")
+        if not args.wait:
+            return 0
+        handle = conn.client.get_workflow_handle_for(AgentTurn.run, turn_id)
+        return await print_result(conn, handle, await handle.result())
+
+
+async def cmd_list(args: argparse.Namespace) -> None:
+    customer = customer_filter(args)
+    agent = args.agent.strip() if args.agent else None
+    if agent is not None and not re.match(AGENT_NAME_PATTERN, agent):
+        raise CliError(f"--agent {agent!r}: give an agent's name")
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        rows = await find_turns(
+            conn.client,
+            agent=agent,
+            customer_id=customer,
+            outcome=args.outcome,
+            awaiting_approval=args.awaiting_approval,
+            limit=args.limit,
+        )
+        if not rows:
+            print("no turns found")
+        width = max((len(r.workflow_id) for r in rows), default=0)
+        for r in rows:
+            started = r.started.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+            tools = ",".join(r.tools) or "-"
+            agent_column = f"{r.agent or '-'}@{r.fingerprint}" if r.fingerprint else r.agent or "-"
+            build = r.version.rpartition(":")[2] or "-"
+            print(
+                f"{r.workflow_id:<{width}}  {started}  {r.status:<17}  {r.outcome or '-':<13}  "
+                f"{agent_column}  {build}  {r.model or '-'}  {tools}  {r.question!r}"
+            )
+
+
+def deployment_of(args: argparse.Namespace) -> str:
+    deployment = (args.deployment or os.environ.get("AGENT_DEPLOYMENT") or args.task_queue).strip()
+    if not deployment or len(deployment) > 255 or not deployment.isprintable():
+        raise CliError(f"--deployment {args.deployment!r}: give a worker deployment's name")
+    return deployment
+
+
+def no_deployment(deployment: str) -> str:
+    return (
+        f"no worker deployment {deployment!r}: workers are versions of one once "
+        "they start with AGENT_VERSIONING=on (the default)"
+    )
+
+
+async def cmd_versions(args: argparse.Namespace) -> int:
+    deployment = deployment_of(args)
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        now = await deployments.routing(conn.client, deployment)
+        if now is None:
+            print(no_deployment(deployment))
+            return 1
+        reports = await deployments.versions(
+            conn.client, deployment, indexed=await search.available(conn.client)
+        )
+        ramp = f", ramping {now.ramping} at {now.ramping_percentage:g}%" if now.ramping else ""
+        print(f"deployment {deployment}: current {now.current or '(none)'}{ramp}")
+        for r in reports:
+            for line in version_lines(r):
+                print(line)
+        return 0
+
+
+def version_lines(r: deployments.VersionReport) -> list[str]:
+    """A version's line, and for one that took new work before, what still needs its
+    workers: turns finish on it; conversations move to the current version between
+    turns (those mid-turn once their turn ends, idle ones at their next message or
+    when `move-conversations` wakes them), each in one workflow task on it."""
+    waiting = f" ({r.awaiting_approval} awaiting approval)" if r.awaiting_approval else ""
+    chats = counted(r.conversations, "conversation")
+    if r.conversations and r.idle is not None:
+        chats += f" ({r.mid_turn} mid-turn, {r.idle} idle)"
+    turns = counted(r.turns, "turn")
+    lines = [f"  {r.build_id:<24} {r.status:<9} {turns} running{waiting}, {chats}"]
+    if r.takes_new_work:
+        return lines
+    if not r.needs_workers:
+        if r.status not in ("draining", "drained"):
+            return lines  # never current (a new version, say): nothing to say yet
+        return [*lines, f"    nothing needs the workers of {r.build_id}: stop them"]
+    parts = [f"{turns} finish on it"] if r.turns else []
+    idle = r.conversations if r.idle is None else r.idle
+    if r.mid_turn:
+        parts.append(f"{counted(r.mid_turn, 'conversation')} move when their turn ends")
+    if idle:
+        which = "idle conversation" if r.idle is not None else "conversation"
+        parts.append(
+            f"{counted(idle, which)} move at their next message "
+            f"(or now: {client_command()} move-conversations)"
+        )
+    return [*lines, f"    {r.build_id} still needs its workers: {'; '.join(parts)}"]
+
+
+def counted(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
+async def cmd_move_conversations(args: argparse.Namespace) -> int:
+    deployment = deployment_of(args)
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        now = await deployments.routing(conn.client, deployment)
+        if now is None or not now.current:
+            print(
+                no_deployment(deployment) if now is None else f"{deployment} has no current version"
+            )
+            return 1
+        woken = await deployments.move_conversations(conn.client, deployment)
+        if not woken:
+            print(f"no conversation runs on a version other than {now.current}")
+        for build, count in sorted(woken.items()):
+            print(
+                f"{counted(count, 'conversation')} on {build} asked to move to "
+                f"{now.current}: idle ones move now, the others when their turn ends (both "
+                f"need the workers of {build} for that step)"
+            )
+        return 0
+
+
+async def cmd_server(args: argparse.Namespace) -> int:
+    """A Temporal dev server with this project's flags, in the foreground (`exec`)."""
+    if is_listening(LOCAL_HOST, args.port):
+        raise CliError(
+            f"something already listens on {LOCAL_HOST}:{args.port} (a server that "
+            f"`{worker_command()}` started, perhaps: stop that worker first), or give --port"
+        )
+    server = EmbeddedServer(Path(args.db_file), port=args.port, ui_port=args.ui_port)
+    print(
+        f"Temporal server on {server.address}, Web UI http://localhost:{args.ui_port}, "
+        f"data in {args.db_file}; Ctrl-C stops it",
+        flush=True,
+    )
+    telemetry.flush()
+    server.exec()
+
+
+async def cmd_show(args: argparse.Namespace) -> int:
+    turn_id = workflow_id(args.workflow_id)
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        handle = conn.client.get_workflow_handle_for(AgentTurn.run, turn_id)
+        try:
+            desc = await handle.describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                raise CliError(f"no turn with workflow id {turn_id!r}") from None
+            raise
+        print(f"{desc.id} ({desc.status.name.lower() if desc.status else 'unknown'})")
+        if args.follow and desc.status == WorkflowExecutionStatus.RUNNING:
+            writing = Writing(f"[~] {'writing':<11} ")
+            async for event in follow(conn.client, handle.id):
+                if isinstance(event, TokensEvent):
+                    writing.add(event)
+                elif isinstance(event, StepEvent):
+                    writing.end()
+                    print(event.step.render(), flush=True)
+            return await print_result(conn, handle, await handle.result())
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            try:
+                progress = await progress_of(handle, timeout=SHOW_QUERY_S)
+            except WorkerNeeded:
+                # No worker to ask: what the history holds, and what is missing.
+                for line in await history_view(handle):
+                    print(line)
+                print_running(desc.typed_search_attributes)
+                print(
+                    "note: no worker answered, so this is the history only; the live steps "
+                    f"need a running worker (`{worker_command()}`)",
+                    file=sys.stderr,
+                )
+                return 0
+            for step in progress.steps:
+                print(step.render())
+                if step.kind is StepKind.APPROVAL and any(
+                    p.call.id == c.id for p in progress.pending for c in step.calls
+                ):
+                    print(decide_hint(desc.id, step))
+            print_running(desc.typed_search_attributes)
+            return 0
+        if desc.status != WorkflowExecutionStatus.COMPLETED:
+            raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
+        result = await handle.result()
+        for step in result.steps:
+            print(step.render())
+        return await print_result(conn, handle, result)
+
+
+SHOW_QUERY_S = 5.0
+
+
+def print_running(attributes: TypedSearchAttributes) -> None:
+    """A running turn's agent, fingerprint and worker version, as the server has them:
+    the version from its first step; the agent once the turn has said (when it first
+    waits for approval, else when it ends)."""
+    agent, fingerprint = attributes.get(keys.AGENT), attributes.get(keys.FINGERPRINT)
+    if agent and fingerprint:
+        print(f"agent: {agent} (fingerprint {fingerprint})")
+    if version := attributes.get(deployments.VERSION):
+        print(f"version: {version}")
+
+
+async def cmd_demo(args: argparse.Namespace) -> None:
+    async with session(
+        args.task_queue, self_contained=True, agent=choose_agent(""), mcp_config=args.mcp_config
+    ) as conn:
+        for question in DEMO_QUESTIONS:
+            handle = await start_turn(
+                conn.client, TurnInput(question=question, model=args.model), args.task_queue
+            )
+            result = await handle.result()
+            print(f"Q: {question}\nA: {result.answer}\n   ({handle.id}, {result.outcome.value})\n")
+        if conn.ui_url:
+            print(f"See every turn in the Web UI: {conn.workflows_url}")
+            if conn.server:
+                print(
+                    f"(the embedded server stops with this command; `{worker_command()}` keeps one)"
+                )
+
+
+async def cmd_web(args: argparse.Namespace) -> None:
+    from durable_agent.frontends.web import serve
+
+    chosen = choose_agent(args.agent)
+    chat = chat_input(args, chosen)
+    # Self-contained like `demo`: on a fresh machine the page works with nothing else running.
+    async with session(
+        args.task_queue, self_contained=True, agent=chosen, mcp_config=args.mcp_config
+    ) as conn:
+        # The words of the agent that answers: the one named, or this command's own
+        # worker's first; else the page asks the task queue's current version.
+        await serve(
+            conn,
+            chat,
+            host=args.host,
+            port=args.port,
+            task_queue=args.task_queue,
+            agent=chosen.definition or (conn.served[0] if conn.served else None),
+        )
+
+
+def add_agent(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--agent", default="", metavar="NAME|MODULE:ATTRIBUTE", help=help)
+
+
+def add_idle_timeout(p: argparse.ArgumentParser) -> None:
+    default = ConversationInput.model_fields["idle_timeout"].default
+    p.add_argument(
+        "--idle-timeout",
+        type=number_of("minutes"),
+        metavar="MINUTES",
+        default=default.total_seconds() / 60,
+        help="minutes a conversation waits for the next message before it ends "
+        "(default: %(default)g)",
+    )
+
+
+def add_turn_options(p: argparse.ArgumentParser) -> None:
+    defaults = TurnLimits()
+    add_agent(
+        p, "the agent that answers: its name, or MODULE:ATTRIBUTE (default: the worker's first)"
+    )
+    p.add_argument(
+        "--customer", default=DEFAULT_CUSTOMER, help="customer id (default: %(default)s)"
+    )
+    p.add_argument(
+        "--model",
+        default="",
+        type=model_spec,
+        help="model spec, e.g. openai:gpt-4o (default: the agent's)",
+    )
+    # Limits: none given, the agent's apply; any given, exactly these (the rest default).
+    p.add_argument(
+        "--max-steps",
+        type=whole_number(),
+        help=f"rounds of tool calls per turn (default: the agent's, else {defaults.max_steps})",
+    )
+    p.add_argument(
+        "--max-duration",
+        type=number_of("seconds"),
+        help="seconds of work per turn, not counting waits for approval (default: the "
+        f"agent's, else {defaults.max_duration.total_seconds():g})",
+    )
+    p.add_argument(
+        "--max-tokens", type=whole_number(), help="token budget of a turn (default: none)"
+    )
+    p.add_argument(
+        "--approval-timeout",
+        type=number_of("seconds"),
+        help="seconds a call waits for approval before it is dropped (default: the "
+        f"agent's, else {defaults.approval_timeout.total_seconds():g})",
+    )
+    p.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start a server and worker in this process if none are running",
+    )
+
+
+def add_mcp_config(p: argparse.ArgumentParser, when: str = "") -> None:
+    p.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        default="",
+        help=f"{when}MCP servers whose tools the worker this command starts also offers: "
+        '{"mcpServers": {"NAME": {"command": ..., "args": [...]} or {"url": ...}}} '
+        "(docs/mcp.md); the agent's own servers are connected in any case",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=client_command(),
+        description="Ask agents; every question is a durable Temporal workflow (a turn).",
+    )
+    p.add_argument(
+        "--task-queue", default=TASK_QUEUE, type=task_queue_name, help="default: %(default)s"
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    ask = sub.add_parser("ask", help="ask one question")
+    ask.add_argument("question", help="the question, or - to read it from standard input")
+    ask.add_argument("--follow", action="store_true", help="print each step as it happens")
+    ask.add_argument(
+        "--no-wait", action="store_true", help="print the turn's workflow id and return at once"
+    )
+    add_turn_options(ask)
+    add_mcp_config(ask, "with --embedded: ")
+    ask.set_defaults(run=cmd_ask)
+
+    chat = sub.add_parser("chat", help="a conversation: one message per line, Ctrl-D ends it")
+    add_turn_options(chat)
+    add_mcp_config(chat, "with --embedded: ")
+    add_idle_timeout(chat)
+    chat.set_defaults(run=cmd_chat)
+
+    waiting = sub.add_parser("pending", help="calls awaiting approval, one line each")
+    waiting.add_argument("--customer", help="only this customer's turns")
+    waiting.set_defaults(run=cmd_pending)
+
+    for name, verb in (("approve", "run"), ("reject", "drop")):
+        d = sub.add_parser(name, help=f"{verb} a call that awaits approval")
+        d.add_argument("workflow_id", help="the turn's workflow id (see `pending`)")
+        d.add_argument("call_id", nargs="?", help="which call; needed only if several wait")
+        d.add_argument(
+            "--by",
+            default=getpass.getuser(),
+            help="who decides, for the record (default: %(default)s)",
+        )
+        if name == "reject":
+            d.add_argument("--reason", default="", help="why, for the record and the model")
+        d.add_argument("--wait", action="store_true", help="then wait for the turn's answer")
+        d.set_defaults(run=cmd_decide)
+
+    lst = sub.add_parser("list", help="recent turns, one line each")
+    lst.add_argument("--agent", metavar="NAME", help="only this agent's turns")
+    lst.add_argument("--customer", help="only this customer's turns")
+    lst.add_argument(
+        "--outcome",
+        choices=[o.value for o in Outcome],
+        help="only turns that ended so (one of: %(choices)s)",
+    )
+    lst.add_argument(
+        "--awaiting-approval", action="store_true", help="only turns waiting for a decision"
+    )
+    lst.add_argument(
+        "--limit",
+        type=whole_number(1, MAX_LISTED),
+        default=20,
+        help="at most this many (default: %(default)s)",
+    )
+    lst.set_defaults(run=cmd_list)
+
+    show = sub.add_parser("show", help="print the steps of a running or finished turn")
+    show.add_argument("workflow_id")
+    show.add_argument(
+        "--follow", action="store_true", help="on a running turn: print its steps as they happen"
+    )
+    show.set_defaults(run=cmd_show)
+
+    versions = sub.add_parser(
+        "versions", help="the worker deployment's versions and what still runs on each"
+    )
+    versions.set_defaults(run=cmd_versions)
+
+    move = sub.add_parser(
+        "move-conversations",
+        help="wake the conversations on old versions, so idle ones move to the current "
+        "version now (their old version's workers run that step)",
+    )
+    move.set_defaults(run=cmd_move_conversations)
+    for command in (versions, move):
+        command.add_argument(
+            "--deployment", default="", help="default: AGENT_DEPLOYMENT, else the task queue"
+        )
+
+    server = sub.add_parser(
+        "server",
+        help="run a Temporal dev server alone, with this project's settings and search "
+        "attributes, until Ctrl-C (workers then connect to it and do not own it)",
+    )
+    for flag, default in (("--port", LOCAL_PORT), ("--ui-port", LOCAL_UI_PORT)):
+        server.add_argument(flag, type=port_number, default=default, help="default: %(default)s")
+    server.add_argument(
+        "--db-file",
+        default=str(state_dir() / "temporal.db"),
+        help="its SQLite file (default: %(default)s, the one the worker's own server uses)",
+    )
+    server.set_defaults(run=cmd_server)
+
+    demo = sub.add_parser("demo", help="run the six sample questions end to end")
+    demo.add_argument(
+        "--model", default="", type=model_spec, help="model spec (default: the worker's)"
+    )
+    add_mcp_config(demo)
+    demo.set_defaults(run=cmd_demo)
+
+    web = sub.add_parser("web", help="a web chat with the agent, served on this machine")
+    add_turn_options(web)
+    add_mcp_config(web)
+    add_idle_timeout(web)
+    web.add_argument("--port", type=port_number, default=8080, help="default: %(default)s")
+    web.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s; the page has no login)",
+    )
+    web.set_defaults(run=cmd_web)
+    return p
+
+
+class Terminated(Exception):
+    """SIGTERM: the command stops as on Ctrl-C, with exit code 143."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C (SIGINT): exit code 130."""
+
+
+RECANCEL_S = 3.0
+"""A command still running this long after a signal cancelled it is cancelled again:
+a cancellation can be missed (asyncio.wait_for on Python 3.11)."""
+
+
+async def run_command(args: argparse.Namespace) -> int:
+    """The command as the root span of its trace (a turn's trace starts where it was
+    asked). Ctrl-C and SIGTERM cancel it, so it ends, and exports, cleanly: the loop's
+    own handlers, which wake it whichever of the process's threads the signal reached."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    got: list[signal.Signals] = []
+
+    def cancel() -> None:
+        if task is not None and not task.done():
+            task.cancel()
+            loop.call_later(RECANCEL_S, cancel)
+
+    def on_signal(sig: signal.Signals) -> None:
+        got.append(sig)
+        if len(got) == 1:
+            cancel()
+
+    with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        with telemetry.command_span(f"client.py {args.command}"):
+            try:
+                return await args.run(args) or 0
+            except asyncio.CancelledError:
+                if got and got[0] is signal.SIGTERM:
+                    raise Terminated from None
+                raise
+    except asyncio.CancelledError:
+        if got:
+            raise Interrupted from None
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return asyncio.run(run_command(args))
+    except (CliError, AgentClientError, ServerUnavailable) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Interrupted):
+        return 130
+    except Terminated:
+        return 143
+    except BrokenPipeError:
+        # The reader went away (`show ID | head`): what it read is all it wanted.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        # Every exit sends the spans first: `__main__` ends with os._exit, which runs
+        # no exit handler, so whatever is still buffered would be lost.
+        telemetry.flush()
+
+
+def run() -> None:
+    """The command line (`python client.py`, `durable-agent`): `main`, then out at once."""
+    code = main()
+    # Skip interpreter teardown: the SDK's Rust runtime threads can outlive the
+    # event loop, and finalizing under them aborts a short-lived client process
+    # ("PyGILState_Release ... finalizing", temporalio/sdk-python#300).
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    run()
