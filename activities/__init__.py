@@ -22,7 +22,6 @@ from durable_agent.activities.parse_output import (
 )
 from durable_agent.activities.plan import PlanActivity, PlanInput, PlanOutput
 from durable_agent.activities.shield import ShieldActivity, ShieldInput, ShieldOutput
-
 from durable_agent.serving import Agents
 
 

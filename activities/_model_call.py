@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from durable_agent.activities._common import heartbeating, server_suggested_delay
-from durable_agent.activities._tools import turn_tools
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent.activities._common import heartbeating, server_suggested_delay
+from durable_agent.activities._tools import turn_tools
 from durable_agent.conversation import Message, calls_so_far, check
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.pricing import Pricing, format_cost

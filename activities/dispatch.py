@@ -12,12 +12,12 @@ import asyncio
 import inspect
 from typing import Any
 
-from durable_agent.activities._common import heartbeating
-from durable_agent.activities._tools import turn_tools
 from pydantic import BaseModel, TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from durable_agent.activities._common import heartbeating
+from durable_agent.activities._tools import turn_tools
 from durable_agent.errors import ToolError
 from durable_agent.render import render_result
 from durable_agent.runtime import metrics

@@ -7,10 +7,10 @@ rounds of tools costs N + 1 model calls.
 
 from __future__ import annotations
 
-from durable_agent.activities._model_call import ModelCaller, ModelCallInput
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent.activities._model_call import ModelCaller, ModelCallInput
 from durable_agent.model import Reply
 
 

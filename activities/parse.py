@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from durable_agent.activities._tools import turn_tools
-from durable_agent.activities.shield import screen
 from pydantic import BaseModel, Field
 from temporalio import activity
 
+from durable_agent.activities._tools import turn_tools
+from durable_agent.activities.shield import screen
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.errors import InvalidCall
 from durable_agent.provenance import Source, traced

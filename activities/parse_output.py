@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_agent.activities.shield import judge
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent.activities.shield import judge
 from durable_agent.render import render_result
 from durable_agent.serving import Agents
 from durable_agent.shields import DATA_MARK, ShieldRequest, Verdict

@@ -6,10 +6,10 @@ reads the errors as the calls' results and fixes its calls.
 
 from __future__ import annotations
 
-from durable_agent.activities._model_call import ModelCaller, ModelCallInput
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent.activities._model_call import ModelCaller, ModelCallInput
 from durable_agent.model import Reply
 
 

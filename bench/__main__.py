@@ -28,6 +28,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client
+
+from durable_agent import telemetry
 from durable_agent.bench import QUESTION, peers
 from durable_agent.bench.floor import FloorInput, FloorTurn
 from durable_agent.bench.kills import kill_one_of_two
@@ -35,9 +38,6 @@ from durable_agent.bench.measure import batches, memory_mb, pct, spawn_worker, s
 from durable_agent.bench.memory import rss_over_turns, start_middle_end
 from durable_agent.bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TASKS
 from durable_agent.bench.peers import compare as peer_comparison
-from temporalio.client import Client
-
-from durable_agent import telemetry
 from durable_agent.commands.client import start_turn
 from durable_agent.runtime.server import EmbeddedServer, free_port, open_client
 from durable_agent.runtime.turns import follow

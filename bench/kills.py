@@ -22,11 +22,11 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
-from durable_agent.bench.measure import pct, spawn_worker, stop
-from durable_agent.bench.models import TASK_QUESTION
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from durable_agent.bench.measure import pct, spawn_worker, stop
+from durable_agent.bench.models import TASK_QUESTION
 from durable_agent.commands.client import start_turn
 from durable_agent.types import Outcome, TurnInput
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from durable_agent.shop.phrasebook import offline_model
-
 from durable_agent.conversation import AssistantMessage, latest_results
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
+from durable_agent.shop.phrasebook import offline_model
 from durable_agent.stream import TextSink
 from durable_agent.types import ToolCall, Usage
 

@@ -19,10 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from durable_agent.bench.floor import FloorTurn, floor_local, floor_remote
-from durable_agent.bench.models import bench_models
-from durable_agent.shop import ShopStore
-from durable_agent.shop.agent import agent
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import (
@@ -31,8 +27,12 @@ from temporalio.worker import (
     Interceptor,
 )
 
+from durable_agent.bench.floor import FloorTurn, floor_local, floor_remote
+from durable_agent.bench.models import bench_models
 from durable_agent.commands.worker import build_worker
 from durable_agent.runtime.codec import data_converter
+from durable_agent.shop import ShopStore
+from durable_agent.shop.agent import agent
 
 
 class CrashAfter(Interceptor):

@@ -10,6 +10,8 @@ The public API:
     TurnLimits                 steps, time, tokens and approval timeout of a turn
     Settings                   a worker's settings (`durable_agent.settings`)
     AgentPlugin, build_worker  serve agents in a Temporal worker (`durable_agent.plugin`)
+    AgentClient, TurnResult    ask agents, follow and decide their turns from your own
+                               code (`durable_agent.client`)
     NotFound, NotAllowed, ToolError, ToolUnavailable   what tools raise
 
 Everything else is the machinery behind them.
@@ -36,10 +38,12 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.types import TurnLimits
 
 if TYPE_CHECKING:
+    from durable_agent.client import AgentClient, TurnResult
     from durable_agent.plugin import AgentPlugin, build_worker
 
 __all__ = [
     "Agent",
+    "AgentClient",
     "AgentPlugin",
     "ApprovalPolicy",
     "NotAllowed",
@@ -53,6 +57,7 @@ __all__ = [
     "ToolRegistry",
     "ToolUnavailable",
     "TurnLimits",
+    "TurnResult",
     "agent_tool",
     "build_worker",
     "tool",
@@ -60,10 +65,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The worker side imports the workflows and activities, which import this package:
+    # The worker and client sides import the workflows, which import this package:
     # loaded on first use, so `from durable_agent import Agent` stays light.
     if name in ("AgentPlugin", "build_worker"):
         from durable_agent import plugin
 
         return getattr(plugin, name)
+    if name in ("AgentClient", "TurnResult"):
+        from durable_agent import client
+
+        return getattr(client, name)
     raise AttributeError(f"module 'durable_agent' has no attribute {name!r}")

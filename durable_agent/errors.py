@@ -21,6 +21,15 @@ retried with backoff.
         ├── NotFound               no such record (for this customer)
         ├── NotAllowed             the request breaks a rule (e.g. returning an unshipped order)
         └── ToolUnavailable        transient: retried
+
+What a client (`durable_agent.AgentClient`, and every front end built on it) raises:
+
+    AgentClientError               a request could not be done; the message says what to do
+    ├── ServerUnavailable          no Temporal server reached, or its settings cannot work
+    ├── UnknownTurn                no turn (or conversation) has that workflow id
+    ├── NothingPending             no call of the turn awaits a decision (or several: name one)
+    ├── NoWorker                   no worker serves the task queue
+    └── WorkerNeeded               no worker answered in time (the turn waits for one)
 """
 
 from __future__ import annotations
@@ -116,3 +125,33 @@ class ToolUnavailable(ToolError):
     """The tool's backend is temporarily unavailable; Temporal retries the call."""
 
     retryable = True
+
+
+class AgentClientError(Exception):
+    """A request from a client could not be done; the message, one line, says what to
+    do about it."""
+
+
+class ServerUnavailable(AgentClientError):
+    """No Temporal client could be opened: no server could be reached or started, or
+    the connection or encryption settings cannot work (the message says which)."""
+
+
+class UnknownTurn(AgentClientError):
+    """No turn (or conversation) has that workflow id in the namespace."""
+
+    def __init__(self, workflow_id: str, what: str = "turn", hint: str = "") -> None:
+        super().__init__(f"no {what} with workflow id {workflow_id!r}" + hint)
+        self.workflow_id = workflow_id
+
+
+class NothingPending(AgentClientError):
+    """No call of the turn awaits a decision, or several do and none was named."""
+
+
+class NoWorker(AgentClientError):
+    """No live worker serves the task queue: a turn started there waits for one."""
+
+
+class WorkerNeeded(AgentClientError):
+    """No worker answered a query in time (the turn is kept, and waits for one)."""

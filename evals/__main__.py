@@ -85,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.suite == "worker":
             from durable_agent.evals.run import serve
             from durable_agent.evals.tau2 import EvalSetupError
-
             from durable_agent.runtime.server import ServerUnavailable
 
             try:
@@ -101,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _tau2(args: argparse.Namespace) -> int:
+    from durable_agent.errors import NotAllowed
     from durable_agent.evals import tau2
     from durable_agent.evals.chaos import ChaosError, kill_every
     from durable_agent.evals.run import (
@@ -111,8 +111,6 @@ async def _tau2(args: argparse.Namespace) -> int:
         totals,
         write_reports,
     )
-
-    from durable_agent.errors import NotAllowed
     from durable_agent.runtime.server import ServerUnavailable, connect
     from durable_agent.settings import state_dir
 
@@ -224,7 +222,6 @@ async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
     """A real model's run: conversations with the benchmark's customer, pass^k."""
     from durable_agent.evals.conversations import RealRun, real_totals, run_conversations
     from durable_agent.evals.run import write_reports
-
     from durable_agent.runtime.server import ServerUnavailable, connect
     from durable_agent.settings import state_dir
 
@@ -267,9 +264,8 @@ async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
 async def _questions(args: argparse.Namespace) -> int:
     import csv
 
-    from durable_agent.evals.questions import TABLES, rows, run_questions, summary
-
     from durable_agent.backends import default_models
+    from durable_agent.evals.questions import TABLES, rows, run_questions, summary
     from durable_agent.runtime.server import ServerUnavailable, connect
     from durable_agent.settings import state_dir
 

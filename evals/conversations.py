@@ -40,6 +40,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_agent.chat import ConversationInput, Memory
 from durable_agent.evals import tau2
 from durable_agent.evals.customer import Customer, CustomerLog, Line
 from durable_agent.evals.report import Progress, table
@@ -54,13 +58,9 @@ from durable_agent.evals.run import (
     totals,
     worker_for,
 )
-from durable_agent.workflows import AgentTurn, Conversation
-from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
-
-from durable_agent.chat import ConversationInput, Memory
 from durable_agent.runtime.turns import send, start_chat
 from durable_agent.types import TurnOutput
+from durable_agent.workflows import AgentTurn, Conversation
 
 MEMORY = Memory(max_exchanges=100, max_chars=100_000)
 """The whole dialogue, as the benchmark's agent would have it (up to the most a

@@ -22,15 +22,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from durable_agent.evals.run import approved_as_customer
-from durable_agent.shop import questions
-from durable_agent.shop.agent import support
-from durable_agent.shop.store import ShopStore
 from temporalio.client import Client
 
 from durable_agent.chat import ConversationInput
+from durable_agent.evals.run import approved_as_customer
 from durable_agent.runtime.turns import send, start_chat
 from durable_agent.settings import Settings
+from durable_agent.shop import questions
+from durable_agent.shop.agent import support
+from durable_agent.shop.store import ShopStore
 from durable_agent.types import StepKind
 
 TABLES = {"seed": questions.SEED, "situations": questions.SITUATIONS, "all": questions.ALL}

@@ -37,17 +37,17 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from durable_agent.evals import tau2
-from durable_agent.evals.report import Progress, table
-from durable_agent.workflows import AgentTurn, search
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from durable_agent.evals import tau2
+from durable_agent.evals.report import Progress, table
 from durable_agent.model import ModelCatalog
 from durable_agent.runtime.turns import AgentClientError, decide, progress_of, start_turn
 from durable_agent.settings import Settings
 from durable_agent.types import TurnInput, TurnOutput
+from durable_agent.workflows import AgentTurn, search
 
 APPROVER = "evals:customer"
 log = logging.getLogger("evals")

@@ -46,8 +46,6 @@ from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from durable_agent.frontends._lexv2 import BadEvent, LexEvent, attributes_of, close, intent_of
-from durable_agent.workflows import AgentTurn
 from pydantic import ValidationError
 from temporalio.client import (
     Client,
@@ -60,10 +58,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.agents import AGENT_NAME_PATTERN
 from durable_agent.chat import ConversationInput
+from durable_agent.frontends._lexv2 import BadEvent, LexEvent, attributes_of, close, intent_of
 from durable_agent.runtime.server import ServerUnavailable, connect
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.runtime.turns import AgentClientError, decide, progress_of, send, start_chat
 from durable_agent.types import PendingApproval, TurnOutput
+from durable_agent.workflows import AgentTurn
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)

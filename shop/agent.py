@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+from durable_agent import Agent, Refusals
+from durable_agent.answers import DECLINE
 from durable_agent.shop.phrasebook import offline_model
 from durable_agent.shop.stores import open_store
 from durable_agent.shop.tools import TOOLS, TOOLS_WITH_POLICY_EXPERT
-
-from durable_agent import Agent, Refusals
-from durable_agent.answers import DECLINE
 
 HANDOFF = (
     "A person on our support team can do that: email support@shop.example with your "

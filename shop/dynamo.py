@@ -23,6 +23,7 @@ import argparse
 import os
 from typing import Any
 
+from durable_agent.errors import NotFound, ToolUnavailable
 from durable_agent.shop import seed
 from durable_agent.shop.store import (
     ORDER_NOT_FOUND,
@@ -37,8 +38,6 @@ from durable_agent.shop.store import (
     make_order,
     new_return,
 )
-
-from durable_agent.errors import NotFound, ToolUnavailable
 
 COUNTER_KEY = "__return_counter__"
 # A lost race is followed by a fresh read, which sees the winner; more rounds

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from durable_agent.shop.store import ORDER_NOT_FOUND, RETURN_NOT_FOUND
-
 from durable_agent.answers import DECLINE
+from durable_agent.shop.store import ORDER_NOT_FOUND, RETURN_NOT_FOUND
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,11 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Protocol
 
-from durable_agent.shop import seed
 from pydantic import BaseModel
 
 from durable_agent.errors import NotAllowed, NotFound
 from durable_agent.settings import state_dir
+from durable_agent.shop import seed
 
 
 def default_db_path() -> Path:

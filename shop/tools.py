@@ -6,6 +6,9 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated
 
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints
+
+from durable_agent.errors import NotAllowed
 from durable_agent.shop.store import (
     Order,
     PolicyHit,
@@ -14,9 +17,6 @@ from durable_agent.shop.store import (
     clean_reason,
     existing_return,
 )
-from pydantic import AfterValidator, BaseModel, Field, StringConstraints
-
-from durable_agent.errors import NotAllowed
 from durable_agent.subagents import agent_tool
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 

@@ -11,9 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_agent.shop import TOOLS, ShopStore
-from durable_agent.shop.agent import support
-from durable_agent.workflows import search
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -28,8 +25,11 @@ from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
 from durable_agent.settings import Settings
 from durable_agent.shields import ShieldSettings
+from durable_agent.shop import TOOLS, ShopStore
+from durable_agent.shop.agent import support
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
+from durable_agent.workflows import search
 
 
 @pytest.fixture(scope="session")

@@ -15,13 +15,12 @@ from temporalio import workflow
 from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.workflows import AgentTurn, Conversation, UnversionedConversation
-
     from durable_agent.chat import ConversationInput, ConversationOutput
     from durable_agent.plugin import AgentPlugin, AgentWorker
     from durable_agent.runtime.server import connect
     from durable_agent.settings import Settings
     from durable_agent.types import TurnInput, TurnOutput
+    from durable_agent.workflows import AgentTurn, Conversation, UnversionedConversation
 
 CHANGE = timedelta(milliseconds=1)
 

@@ -17,8 +17,6 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
-from durable_agent.workflows import Conversation, search
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -28,7 +26,9 @@ from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
 from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
 from durable_agent.types import ToolCall, TurnInput, TurnLimits
+from durable_agent.workflows import Conversation, search
 from tests.conftest import Harness, last_result
 from tests.test_subagents import parent_and_expert
 

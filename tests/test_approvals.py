@@ -13,8 +13,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from durable_agent.shop import ShopStore
-from durable_agent.workflows import AgentTurn, search
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -33,7 +31,9 @@ from durable_agent.runtime.turns import (
     start_turn,
 )
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, TurnProgress
+from durable_agent.workflows import AgentTurn, search
 from tests.conftest import Harness, kinds, last_result, story
 
 ROOT = Path(__file__).resolve().parent.parent

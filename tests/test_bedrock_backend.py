@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from durable_agent.shop import TOOLS
 
 from durable_agent.answers import DECLINE
 from durable_agent.backends.bedrock import CACHE_POINT, GUARDRAIL_ANSWER, BedrockConverseModel
+from durable_agent.shop import TOOLS
 from durable_agent.types import Outcome, StepKind, TurnLimits
 from tests.conftest import SEED_CASES, Harness, kinds, request
 from tests.fakes.converse import ConverseFake, refuse, said, tool_use, violation

@@ -9,13 +9,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
+
 from durable_agent.bench import peers
 from durable_agent.bench.__main__ import main
 from durable_agent.bench.measure import spawn_worker, stop
 from durable_agent.bench.models import EXPECTED_MODEL_CALLS, TASKS
 from durable_agent.bench.peers import script
 from durable_agent.bench.peers.compare import AgentSystem, FloorSystem, compare
-from temporalio.testing import WorkflowEnvironment
 
 
 def test_peers_without_the_extra_says_how_to_install_it(
@@ -57,9 +58,10 @@ def _extra_installed() -> bool:
 async def test_the_langgraph_nodes_read_messages_sent_through_the_data_converter() -> None:
     """A node's state reaches its activity as JSON, its messages as plain dicts; the
     nodes turn them back into LangChain's, so ToolNode finds the model's calls."""
-    from durable_agent.bench.peers import langgraph
     from langchain_core.messages import AIMessage, HumanMessage
     from temporalio.converter import default
+
+    from durable_agent.bench.peers import langgraph
 
     model = langgraph.ScriptedChatModel(task="two tools at once")
     reply = await model.ainvoke([HumanMessage("?")])

@@ -18,7 +18,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from durable_agent.shop import ShopStore
 from temporalio.api.workflowservice.v1 import ListWorkersRequest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -27,6 +26,7 @@ from temporalio.worker import Worker
 from durable_agent.plugin import AgentPlugin
 from durable_agent.runtime.server import free_port
 from durable_agent.runtime.turns import workers
+from durable_agent.shop import ShopStore
 from tests.conftest import SEED_CASES, Harness
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_agent.activities.plan import PlanInput
 from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent.activities.plan import PlanInput
 from durable_agent.commands.client import start_turn
 from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
 from durable_agent.runtime.codec import (

@@ -9,7 +9,6 @@ import time
 from datetime import timedelta
 
 import pytest
-from durable_agent.workflows import AgentTurn, Conversation
 from temporalio.client import WorkflowHandle
 
 from durable_agent.chat import ConversationInput, ConversationState, Memory
@@ -18,6 +17,7 @@ from durable_agent.model import ModelRequest, Reply
 from durable_agent.runtime.turns import AgentClientError, decide, send, start_chat
 from durable_agent.scripted import ScriptedModel
 from durable_agent.types import Exchange, Outcome, ToolCall, TurnOutput
+from durable_agent.workflows import AgentTurn, Conversation
 from tests.conftest import SEED_CASES, Harness, last_result
 
 

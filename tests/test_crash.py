@@ -14,12 +14,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from durable_agent.shop import ShopStore
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.commands.client import start_turn
 from durable_agent.runtime.turns import AgentClientError, decide, progress_of
+from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome, TurnInput
 
 ROOT = Path(__file__).resolve().parent.parent

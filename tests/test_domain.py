@@ -6,9 +6,6 @@ import re
 from datetime import timedelta
 
 import pytest
-from durable_agent.shop import TOOLS, ShopStore
-from durable_agent.shop.phrasebook import offline_model
-from durable_agent.shop.store import ORDER_NOT_FOUND
 from pydantic import BaseModel, ValidationError
 
 from durable_agent.answers import DECLINE
@@ -17,6 +14,9 @@ from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
 from durable_agent.errors import InvalidCall, NotFound, UnknownModel
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
 from durable_agent.render import render_result
+from durable_agent.shop import TOOLS, ShopStore
+from durable_agent.shop.phrasebook import offline_model
+from durable_agent.shop.store import ORDER_NOT_FOUND
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import ToolCall, TurnInput
 from tests.conftest import SEED_CASES, request

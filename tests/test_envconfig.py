@@ -13,7 +13,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.runtime.server import ServerUnavailable, _ui_url, connect, connect_settings
+from durable_agent.runtime.server import ServerUnavailable, connect, connect_settings, ui_url_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "temporal.example.toml"
@@ -164,4 +164,4 @@ async def test_profile_with_api_key_connects(
     ],
 )
 def test_web_ui_links_for_cloud_endpoints(target: str, ui: str | None) -> None:
-    assert _ui_url(target) == ui
+    assert ui_url_of(target) == ui

@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from temporalio.testing import WorkflowEnvironment
+
 from durable_agent.evals.questions import run_questions, summary
 from durable_agent.shop import questions
-from temporalio.testing import WorkflowEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
 RETURN = "I want to return order 123456, the soap is broken"

@@ -26,7 +26,6 @@ if not os.environ.get("CI"):
     pytest.importorskip("tau2", reason='τ²-bench is not installed: pip install -e ".[evals]"')
 
 from durable_agent.evals.run import run_tasks  # noqa: E402
-
 from tests.procs import children  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
-from durable_agent.shop.tools import OrderLookup
 
 from durable_agent.lambda_tools import lambda_tool
 from durable_agent.model import Reply
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shop.tools import OrderLookup
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Outcome, ToolCall
 from tests.conftest import Harness, last_result, story, stubbed_aws_client

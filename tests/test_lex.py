@@ -21,18 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_agent.frontends import lex
-from durable_agent.frontends._lexv2 import close
-from durable_agent.shop import TOOLS
-from durable_agent.shop.tools import order_status
-from durable_agent.workflows import AgentTurn, Conversation, search
 from pydantic import BaseModel, Field
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import Agent, ToolContext, tool
 from durable_agent.chat import ConversationState
+from durable_agent.frontends import lex
+from durable_agent.frontends._lexv2 import close
 from durable_agent.runtime.turns import decide
+from durable_agent.shop import TOOLS
+from durable_agent.shop.tools import order_status
 from durable_agent.tools import ToolRegistry
+from durable_agent.workflows import AgentTurn, Conversation, search
 from tests.conftest import Harness
 
 EVENTS = Path(__file__).parent / "lex_events"

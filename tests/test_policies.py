@@ -7,10 +7,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from durable_agent.shop import seed
-from durable_agent.shop.store import POLICY_NOT_FOUND, ShopStore
 
 from durable_agent.errors import NotFound
+from durable_agent.shop import seed
+from durable_agent.shop.store import POLICY_NOT_FOUND, ShopStore
 
 RETURNS, REFUNDS, SHIPPING = "Returns", "Refunds", "Shipping and delivery"
 PAYMENT, WARRANTY = "Payment and cancellations", "Warranty"

@@ -7,8 +7,6 @@ import asyncio
 import time
 
 import pytest
-from durable_agent.shop import TOOLS
-from durable_agent.shop.store import ShopData
 from pydantic import BaseModel
 
 from durable_agent.approval import ApprovalPolicy
@@ -17,6 +15,8 @@ from durable_agent.provenance import Source, traced
 from durable_agent.runtime.turns import decide, progress_of, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shields import ShieldSettings
+from durable_agent.shop import TOOLS
+from durable_agent.shop.store import ShopData
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import StepKind, ToolCall, TurnInput
 from tests.conftest import Harness, last_result

@@ -14,18 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_agent.shop import TOOLS, ShopStore
-from durable_agent.shop.agent import INSTRUCTIONS
-from durable_agent.shop.phrasebook import offline_model
-from durable_agent.shop.questions import SEED as CASES
-from durable_agent.shop.questions import Case
-from durable_agent.shop.questions import problems as check_turn
 from pydantic import TypeAdapter
 
 from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, check
 from durable_agent.errors import InvalidCall, ToolError
 from durable_agent.model import ModelRequest
 from durable_agent.render import render_result
+from durable_agent.shop import TOOLS, ShopStore
+from durable_agent.shop.agent import INSTRUCTIONS
+from durable_agent.shop.phrasebook import offline_model
+from durable_agent.shop.questions import SEED as CASES
+from durable_agent.shop.questions import Case
+from durable_agent.shop.questions import problems as check_turn
 from durable_agent.tools import ToolContext
 
 _json = TypeAdapter(Any)

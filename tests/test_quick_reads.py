@@ -7,15 +7,15 @@ import time
 from datetime import timedelta
 
 import pytest
-from durable_agent.shop.tools import TOOLS
-from durable_agent.workflows.policies import QUICK_TIMEOUT
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
 
 from durable_agent.model import Reply
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shop.tools import TOOLS
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, ToolCall
+from durable_agent.workflows.policies import QUICK_TIMEOUT
 from tests.conftest import Harness, last_result
 
 

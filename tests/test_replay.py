@@ -34,12 +34,12 @@ import json
 from pathlib import Path
 
 import pytest
-from durable_agent.workflows import AgentTurn, Conversation
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.workflows import AgentTurn, Conversation
 
 HERE = Path(__file__).parent / "histories"
 HISTORIES = sorted(HERE.glob("*.json"))

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
-from durable_agent.shop import TOOLS
 
 from durable_agent.answers import DECLINE
 from durable_agent.backends.sagemaker import SageMakerTextModel, generated_text, parse_tools
+from durable_agent.shop import TOOLS
 from durable_agent.types import Outcome
 from tests.conftest import SEED_CASES, Capture, Harness, kinds, request, stubbed_aws_client
 

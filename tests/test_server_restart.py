@@ -8,7 +8,6 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
-from durable_agent.shop import ShopStore
 from pydantic import BaseModel
 from temporalio.client import Client
 
@@ -17,6 +16,7 @@ from durable_agent.model import Reply
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import EmbeddedServer, free_port
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shop import ShopStore
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, ToolCall, TurnInput
 from tests.conftest import Harness, last_result

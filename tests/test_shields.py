@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 from botocore.stub import Stubber
-from durable_agent.shop import TOOLS, ShopStore
-from durable_agent.shop.questions import ALL as QUESTIONS
 
 from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
 from durable_agent.serving import ids_of
@@ -30,6 +28,8 @@ from durable_agent.shields import (
 from durable_agent.shields.bedrock import BedrockGuardrail
 from durable_agent.shields.llama_guard import LlamaGuardShield
 from durable_agent.shields.offline import OfflineShield
+from durable_agent.shop import TOOLS, ShopStore
+from durable_agent.shop.questions import ALL as QUESTIONS
 from durable_agent.types import ToolCall
 from tests.conftest import stubbed_aws_client
 from tests.fakes import chat_completions

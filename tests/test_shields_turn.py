@@ -11,8 +11,6 @@ import re
 import sqlite3
 import time
 
-from durable_agent.shop import TOOLS
-from durable_agent.shop.store import ShopData
 from pydantic import BaseModel
 
 from durable_agent.approval import ApprovalPolicy
@@ -27,6 +25,8 @@ from durable_agent.shields import (
     ShieldUnavailable,
     Verdict,
 )
+from durable_agent.shop import TOOLS
+from durable_agent.shop.store import ShopData
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
 from tests.conftest import Harness, kinds, last_result
@@ -266,10 +266,10 @@ class Slow(Keyword):
 async def test_a_refusal_replays_as_it_ran(harness: Harness) -> None:
     """A refused turn's history replays: no timer may start and stop around the shield
     (a local activity's result is there at once on replay, not in the live run)."""
-    from durable_agent.workflows import AgentTurn
     from temporalio.worker import Replayer
 
     from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+    from durable_agent.workflows import AgentTurn
 
     shield = Slow(r"ignore previous instructions", "prompt_injection")
     async with harness.worker(shields=at("input", shield)) as tq:

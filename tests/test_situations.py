@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from durable_agent.runtime.turns import start_turn
 from durable_agent.shop.questions import HANDOFF
 from durable_agent.shop.questions import SITUATIONS as CASES
-
-from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, TurnInput
 from tests.conftest import Harness
 from tests.test_questions import table_problems

@@ -11,12 +11,12 @@ from typing import Any
 
 import boto3
 import pytest
-from durable_agent.shop import seed
-from durable_agent.shop.dynamo import DynamoStore
-from durable_agent.shop.store import MAX_REASON_CHARS, Return, ShopData, ShopStore
 from moto import mock_aws
 
 from durable_agent.errors import NotAllowed, NotFound
+from durable_agent.shop import seed
+from durable_agent.shop.dynamo import DynamoStore
+from durable_agent.shop.store import MAX_REASON_CHARS, Return, ShopData, ShopStore
 
 
 class Serialized:

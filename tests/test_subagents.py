@@ -11,15 +11,15 @@ import sys
 import uuid
 from pathlib import Path
 
-from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
-from durable_agent.workflows import AgentTurn
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
+from durable_agent.workflows import AgentTurn
 from tests.conftest import Harness, last_result
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import opentelemetry.trace
 import pytest
-from durable_agent.shop import ShopStore
-from durable_agent.workflows import AgentTurn, search
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -42,7 +40,9 @@ from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import free_port
 from durable_agent.runtime.turns import start_chat
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome, ToolCall, TurnInput
+from durable_agent.workflows import AgentTurn, search
 from tests.conftest import Harness
 from tests.fakes.otlp import OtlpReceiver, Span
 

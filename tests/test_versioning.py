@@ -34,8 +34,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore, seed
-from durable_agent.workflows import AgentTurn, Conversation
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.common import WorkerDeploymentVersion
@@ -54,6 +52,7 @@ from durable_agent.runtime.server import free_port, is_listening, temporal_cli
 from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
+from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore, seed
 from durable_agent.types import (
     Exchange,
     Outcome,
@@ -63,6 +62,7 @@ from durable_agent.types import (
     TurnLimits,
     TurnOutput,
 )
+from durable_agent.workflows import AgentTurn, Conversation
 from tests.conftest import Harness, last_result
 from tests.drill_worker import ChangedConversation
 

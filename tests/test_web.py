@@ -23,15 +23,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from durable_agent.frontends.web import serve
-from durable_agent.shop import ShopStore
 from playwright.async_api import Browser, Locator, Page, async_playwright, expect
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.chat import ConversationInput
+from durable_agent.frontends.web import serve
 from durable_agent.runtime.server import LOCAL_UI_PORT, Connection, free_port, is_listening
 from durable_agent.runtime.streams import turn_events
+from durable_agent.shop import ShopStore
 from durable_agent.stream import TokensEvent
 from durable_agent.types import StepKind, TurnOutput
 from tests.conftest import Harness

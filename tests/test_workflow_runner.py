@@ -10,7 +10,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from durable_agent.workflows import AgentTurn, Conversation, UnversionedConversation
 from temporalio.client import Client
 from temporalio.worker import WorkflowRunner
 
@@ -18,6 +17,7 @@ from durable_agent.plugin import AgentWorkflowRunner
 from durable_agent.runtime.turns import start_turn
 from durable_agent.settings import Settings
 from durable_agent.types import TurnInput
+from durable_agent.workflows import AgentTurn, Conversation, UnversionedConversation
 from tests.conftest import Harness
 from tests.sandbox_probe import SandboxProbe
 

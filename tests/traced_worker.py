@@ -13,13 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from durable_agent.shop import ShopStore
-from durable_agent.shop.agent import support
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from durable_agent.commands.worker import build_worker
 from durable_agent.runtime.server import open_client
+from durable_agent.shop import ShopStore
+from durable_agent.shop.agent import support
 
 
 class HangAtStart(Interceptor):

@@ -36,10 +36,6 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.workflows import search
-    from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
-    from durable_agent.workflows.turn import AgentTurn
-
     from durable_agent.answers import markdown_safe
     from durable_agent.chat import (
         ChatMessage,
@@ -51,6 +47,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.stream import CHAT_TOPIC, ChatEnded, TurnAnswered, TurnStarted
     from durable_agent.types import Exchange, Outcome, TurnInput, TurnOutput
+    from durable_agent.workflows import search
+    from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
+    from durable_agent.workflows.turn import AgentTurn
 
 MAX_WAITING = 5
 STREAM_KEEP = 200

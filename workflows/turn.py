@@ -45,6 +45,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from durable_agent import answers
     from durable_agent.activities import (
         DispatchActivity,
         DispatchInput,
@@ -63,20 +64,6 @@ with workflow.unsafe.imports_passed_through():
         ShieldOutput,
         ValidCall,
     )
-    from durable_agent.workflows import search
-    from durable_agent.workflows.policies import (
-        HEARTBEAT_TIMEOUT,
-        MODEL_RETRY,
-        MODEL_TIMEOUT,
-        PARSE_TIMEOUT,
-        QUICK_TIMEOUT,
-        SHIELD_RETRY,
-        SHIELD_TIMEOUT,
-        WORKFLOW_TASK_TIMEOUT,
-        tool_retry,
-    )
-
-    from durable_agent import answers
     from durable_agent.approval import ApprovalDecision, ApprovalResult, declined, expired
     from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
     from durable_agent.errors import (
@@ -105,6 +92,18 @@ with workflow.unsafe.imports_passed_through():
         TurnOutput,
         TurnProgress,
         Usage,
+    )
+    from durable_agent.workflows import search
+    from durable_agent.workflows.policies import (
+        HEARTBEAT_TIMEOUT,
+        MODEL_RETRY,
+        MODEL_TIMEOUT,
+        PARSE_TIMEOUT,
+        QUICK_TIMEOUT,
+        SHIELD_RETRY,
+        SHIELD_TIMEOUT,
+        WORKFLOW_TASK_TIMEOUT,
+        tool_retry,
     )
 
 

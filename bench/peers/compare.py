@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from temporalio.client import Client
+
 from durable_agent.bench import QUESTION
 from durable_agent.bench.floor import FloorInput, FloorTurn
 from durable_agent.bench.measure import batches, pct, spawn, stop
 from durable_agent.bench.models import TASKS
 from durable_agent.bench.peers import PEERS, Peer, PeerTurnInput, PeerTurnOutput, versions
-from temporalio.client import Client
-
 from durable_agent.commands.client import start_turn
 from durable_agent.types import TurnInput
 

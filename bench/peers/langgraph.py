@@ -20,7 +20,6 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.bench.peers import PeerTurnInput, PeerTurnOutput, script, shop
     from langchain_core.callbacks import (
         AsyncCallbackManagerForLLMRun,
         CallbackManagerForLLMRun,
@@ -41,6 +40,8 @@ with workflow.unsafe.imports_passed_through():
     from langgraph.prebuilt import ToolNode, tools_condition
     from langgraph.runtime import Runtime
     from temporalio.langgraph import LangGraphPlugin, graph
+
+    from durable_agent.bench.peers import PeerTurnInput, PeerTurnOutput, script, shop
 
 GRAPH = "shop_support"
 """The graph's name in the plugin; its nodes' activities are `shop_support.<node>`."""

@@ -35,8 +35,6 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from agents.items import TResponseOutputItem, TResponseStreamEvent
-    from durable_agent.bench.peers import PeerTurnInput, PeerTurnOutput, script, shop
-    from durable_agent.shop.store import Order, Return
     from openai.types.responses import (
         ResponseFunctionToolCall,
         ResponseOutputMessage,
@@ -45,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
     from temporalio.openai_agents.workflow import activity_as_tool
 
+    from durable_agent.bench.peers import PeerTurnInput, PeerTurnOutput, script, shop
+    from durable_agent.shop.store import Order, Return
     from durable_agent.types import ToolCall
 
 TOOL_TIMEOUT = timedelta(seconds=5)

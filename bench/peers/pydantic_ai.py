@@ -16,9 +16,6 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.bench.models import TASKS
-    from durable_agent.bench.peers import PeerTurnInput, PeerTurnOutput, script, shop
-    from durable_agent.shop.store import Order, Return
     from pydantic_ai import Agent
     from pydantic_ai.durable_exec.temporal import (
         PydanticAIPlugin,
@@ -34,6 +31,10 @@ with workflow.unsafe.imports_passed_through():
         ToolReturnPart,
     )
     from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from durable_agent.bench.models import TASKS
+    from durable_agent.bench.peers import PeerTurnInput, PeerTurnOutput, script, shop
+    from durable_agent.shop.store import Order, Return
 
 
 def order_status(order_id: str) -> Order:

@@ -9,7 +9,6 @@ scripted model answers.
 from __future__ import annotations
 
 from durable_agent.bench.models import TASKS
-
 from durable_agent.types import ToolCall
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from durable_agent.shop.store import Order, Return, ShopStore
-
 from durable_agent.types import DEFAULT_CUSTOMER
 
 _store: ShopStore | None = None

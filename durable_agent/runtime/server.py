@@ -33,6 +33,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
+from durable_agent.errors import ServerUnavailable
 from durable_agent.runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
 from durable_agent.runtime.settings import worker_command
 from durable_agent.settings import state_dir
@@ -60,11 +61,6 @@ DEV_SERVER_TUNING = [
     "--sqlite-pragma",
     "synchronous=normal",
 ]
-
-
-class ServerUnavailable(Exception):
-    """No Temporal client could be opened: no server could be reached or started, or
-    the connection or encryption settings cannot work (the message says which)."""
 
 
 def temporal_cli() -> str:
@@ -304,7 +300,7 @@ async def connect(*, start_embedded: bool = False, runtime: Runtime | None = Non
         if server:
             server.stop()
         raise
-    return Connection(client=client, ui_url=_ui_url(settings["target_host"]), server=server)
+    return Connection(client=client, ui_url=ui_url_of(settings["target_host"]), server=server)
 
 
 async def open_client(
@@ -331,7 +327,7 @@ async def open_client(
             raise ServerUnavailable(f"cannot connect to Temporal at {target}: {e}") from e
 
 
-def _ui_url(target: str) -> str | None:
+def ui_url_of(target: str) -> str | None:
     if os.environ.get("TEMPORAL_UI_URL"):
         return os.environ["TEMPORAL_UI_URL"].rstrip("/")
     host = target.rsplit(":", 1)[0]

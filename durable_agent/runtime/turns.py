@@ -39,6 +39,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent.answers import markdown_plain, markdown_safe
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
+from durable_agent.errors import (
+    AgentClientError,
+    NothingPending,
+    NoWorker,
+    UnknownTurn,
+    WorkerNeeded,
+)
 from durable_agent.runtime import deployments
 from durable_agent.runtime import search as registered
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
@@ -49,10 +56,6 @@ from durable_agent.workflows import AgentTurn, Conversation, search
 from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
 
 T = TypeVar("T")
-
-
-class AgentClientError(Exception):
-    """A problem a person can fix, said in one line."""
 
 
 def turn_id(customer_id: str) -> str:
@@ -178,9 +181,8 @@ async def send(conversation: WorkflowHandle, text: str, message_id: str = "") ->
         return accepted
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            raise AgentClientError(
-                f"conversation {conversation.id} has ended (or never existed); start a new one"
-            ) from None
+            ended = ": start a new one"
+            raise UnknownTurn(conversation.id, "running conversation", ended) from None
         raise
 
 
@@ -216,7 +218,7 @@ async def follow(client: Client, turn_id: str, from_offset: int = 0) -> AsyncIte
             yield event
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            raise AgentClientError(f"no turn with workflow id {turn_id!r}") from None
+            raise UnknownTurn(turn_id) from None
         if e.status == RPCStatusCode.UNAVAILABLE:
             raise AgentClientError(
                 f"lost the Temporal server ({e.message}); turn {turn_id} is kept there: "
@@ -233,7 +235,7 @@ async def progress_of(handle: WorkflowHandle, timeout: float | None = None) -> T
         return await handle.query(AgentTurn.progress, rpc_timeout=rpc_timeout)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            raise AgentClientError(f"no turn with workflow id {handle.id!r}") from None
+            raise UnknownTurn(handle.id) from None
         if timeout and e.status in (
             RPCStatusCode.CANCELLED,  # how the client reports its own deadline
             RPCStatusCode.DEADLINE_EXCEEDED,
@@ -242,10 +244,6 @@ async def progress_of(handle: WorkflowHandle, timeout: float | None = None) -> T
         ):
             raise WorkerNeeded(e.message) from None
         raise
-
-
-class WorkerNeeded(AgentClientError):
-    """No worker answered a query in time."""
 
 
 @dataclass(frozen=True)
@@ -413,7 +411,7 @@ async def decide(
         waiting = (await progress_of(handle)).pending
         if len(waiting) != 1:
             listed = ", ".join(f"{p.call.id} ({p.call.render()})" for p in waiting)
-            raise AgentClientError(
+            raise NothingPending(
                 f"turn {workflow_id} has no call awaiting approval"
                 if not waiting
                 else f"turn {workflow_id} has {len(waiting)} calls awaiting approval: {listed}; "
@@ -435,11 +433,11 @@ async def _running(handle: WorkflowHandle) -> None:
         desc = await handle.describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            raise AgentClientError(f"no turn with workflow id {handle.id!r}") from None
+            raise UnknownTurn(handle.id) from None
         raise
     if desc.status != WorkflowExecutionStatus.RUNNING:
         state = desc.status.name.lower() if desc.status else "ended"
-        raise AgentClientError(f"turn {handle.id} is {state}: no call awaits approval")
+        raise NothingPending(f"turn {handle.id} is {state}: no call awaits approval")
 
 
 @dataclass(frozen=True)
@@ -554,7 +552,7 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
                 if delay:
                     await asyncio.sleep(delay)
                     continue
-                raise AgentClientError(
+                raise NoWorker(
                     "no worker serves this task queue right now: start one "
                     f"({worker_command()}), then try again"
                 ) from None

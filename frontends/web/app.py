@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from durable_agent.frontends.web.events import Position, conversation, with_keepalive
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
@@ -46,6 +45,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.chat import ConversationInput
+from durable_agent.frontends.web.events import Position, conversation, with_keepalive
 from durable_agent.runtime import deployments
 from durable_agent.runtime.server import LOOPBACK_NAMES, Connection, host_allowed
 from durable_agent.runtime.settings import TASK_QUEUE

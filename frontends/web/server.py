@@ -21,11 +21,11 @@ from typing import Any
 
 import h11
 import uvicorn
-from durable_agent.frontends.web.app import create_app
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
+from durable_agent.frontends.web.app import create_app
 from durable_agent.runtime.server import Connection, answered_hosts, is_loopback
 from durable_agent.runtime.turns import AgentClientError
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from durable_agent.shop import TOOLS
-from durable_agent.shop.phrasebook import offline_model
-
 from durable_agent.conversation import Message, ToolResult
 from durable_agent.model import ModelRequest, Reply
+from durable_agent.shop import TOOLS
+from durable_agent.shop.phrasebook import offline_model
 from durable_agent.tools import ToolSpec
 
 Brain = Callable[[list[Message], list[ToolSpec]], Reply]

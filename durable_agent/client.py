@@ -1,0 +1,460 @@
+"""The way in from your own code: ask an agent, follow its turns, decide its calls.
+
+    from durable_agent import AgentClient
+
+    agents = await AgentClient.connect()        # TEMPORAL_* / temporal.toml, else local
+    result = await agents.ask("Has order 123456 shipped?", agent="support", customer="c-42")
+    result.answer, result.outcome, result.usage.cost_usd, result.workflow_id
+
+    turn = await agents.start("Return order 123456", customer="c-42", request_id=key)
+    async for item in turn.events():            # steps, the answer as it is written, done
+        print(item.offset, item.event)
+    for waiting in await turn.pending():
+        await turn.approve(waiting.call.id, by="alice")
+    result = await turn.result()
+
+    chat = agents.chat(agent="support", customer="c-42")
+    first = await chat.send("Has order 123456 shipped?")
+    later = agents.conversation(chat.id)        # picked up again by its id, anywhere
+
+    await agents.find(customer="c-42", awaiting_approval=True)
+
+Every turn is a workflow on the server: a handle is only its id, so a process that
+crashed, or another one, picks a turn up by its id (`agents.turn(workflow_id)`). A
+`request_id` makes starting idempotent: asking again with the same one (after a crash,
+a retried HTTP request) gets the same turn, never a second one.
+
+Errors are `AgentClientError`s (`durable_agent.errors`) whose message says what to do:
+`ServerUnavailable`, `UnknownTurn`, `NothingPending`, `NoWorker`, `WorkerNeeded`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_agent.approval import ApprovalResult
+from durable_agent.chat import ConversationInput, ConversationState, Memory
+from durable_agent.errors import AgentClientError, NoWorker, UnknownTurn
+from durable_agent.runtime import server, turns
+from durable_agent.runtime.codec import data_converter
+from durable_agent.runtime.settings import TASK_QUEUE, worker_command
+from durable_agent.runtime.streams import turn_events
+from durable_agent.stream import TurnEvent
+from durable_agent.types import (
+    DEFAULT_CUSTOMER,
+    Exchange,
+    Outcome,
+    PendingApproval,
+    TurnInput,
+    TurnLimits,
+    TurnOutput,
+    TurnProgress,
+)
+from durable_agent.workflows import AgentTurn, Conversation
+
+PendingCall = turns.Waiting
+"""A call awaiting consent, with the turn it belongs to (`workflow_id`, `approval`)."""
+TurnSummary = turns.TurnRow
+"""One row of `find`: a turn's id, status, outcome, agent, customer and question."""
+
+__all__ = [
+    "AgentClient",
+    "ConversationHandle",
+    "PendingCall",
+    "Streamed",
+    "TurnHandle",
+    "TurnResult",
+    "TurnSummary",
+]
+
+
+class TurnResult(TurnOutput):
+    """A finished turn: its answer and outcome, the steps it took, its usage and cost,
+    the agent that answered (and its fingerprint), and the turn's workflow id."""
+
+    workflow_id: str
+
+    @property
+    def answered(self) -> bool:
+        """The model answered (no cap, refusal, model failure or unknown agent)."""
+        return self.outcome is Outcome.ANSWERED
+
+
+class Streamed(NamedTuple):
+    """One event of a turn's stream, and its offset: a reader that comes back with
+    `offset + 1` (`events(from_offset=…)`) gets exactly what it had not read."""
+
+    offset: int
+    event: TurnEvent
+
+
+SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+NO_WORKER_AFTER = 10.0
+"""`ask`: seconds a turn may wait for a worker before the client checks that one
+serves its task queue at all."""
+
+
+class AgentClient:
+    """Starts, follows and decides turns of the agents that workers serve on one task
+    queue. Built on any Temporal client (`AgentClient(client)`: it gets the project's
+    data converter, keeping the client's own codec), or `await AgentClient.connect()`."""
+
+    def __init__(
+        self, client: Client, *, task_queue: str = TASK_QUEUE, ui_url: str | None = None
+    ) -> None:
+        self.temporal = _with_our_converter(client)
+        """The Temporal client underneath, for anything this one does not do."""
+        self.task_queue = task_queue
+        self.ui_url = ui_url
+        """The Web UI's base URL, when known (`turn_url`)."""
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str | None = None,
+        *,
+        namespace: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+        task_queue: str = TASK_QUEUE,
+    ) -> AgentClient:
+        """Connect as the commands do: the TEMPORAL_* variables or a `temporal.toml`
+        profile, overridden by what is given here; with no address anywhere, the
+        local server (this never starts one: a worker does). `ServerUnavailable`
+        when none can be reached."""
+        settings = server.connect_settings()
+        given = {"target_host": address, "namespace": namespace, "api_key": api_key, "tls": tls}
+        settings.update({k: v for k, v in given.items() if v is not None})
+        if "target_host" not in settings:
+            conn = await server.connect()
+            return cls(conn.client, task_queue=task_queue, ui_url=conn.ui_url)
+        client = await server.open_client(settings)
+        return cls(client, task_queue=task_queue, ui_url=server.ui_url_of(settings["target_host"]))
+
+    # -- turns --------------------------------------------------------------------------
+
+    async def ask(
+        self,
+        question: str,
+        *,
+        agent: str = "",
+        customer: str = DEFAULT_CUSTOMER,
+        model: str = "",
+        limits: TurnLimits | None = None,
+        request_id: str = "",
+        no_worker_after: float | None = NO_WORKER_AFTER,
+    ) -> TurnResult:
+        """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
+        after `no_worker_after` seconds and no worker serves the task queue (the turn
+        stays: it runs once one starts; ask again with the same `request_id`)."""
+        turn = await self.start(
+            question,
+            agent=agent,
+            customer=customer,
+            model=model,
+            limits=limits,
+            request_id=request_id,
+        )
+        return await turn.result(no_worker_after=no_worker_after)
+
+    async def start(
+        self,
+        question: str,
+        *,
+        agent: str = "",
+        customer: str = DEFAULT_CUSTOMER,
+        model: str = "",
+        limits: TurnLimits | None = None,
+        request_id: str = "",
+        stream: bool = False,
+    ) -> TurnHandle:
+        """Start a turn and return at once. `agent`: the served agent's name (empty:
+        the worker's first); `customer`: who asks, trusted (tools get it); `model`: a
+        model spec (empty: the agent's); `limits`: exactly these caps (None: the
+        agent's); `stream`: publish the model's text as it writes (`events`).
+        With `request_id`, a turn already started with it is the one returned."""
+        try:
+            turn = TurnInput(
+                question=question,
+                customer_id=customer,
+                agent=agent,
+                model=model,
+                limits=limits,
+                stream=stream,
+            )
+        except ValidationError as e:
+            raise AgentClientError(_first_error(e)) from None
+        return await self.start_turn(turn, request_id=request_id)
+
+    async def start_turn(self, turn: TurnInput, *, request_id: str = "") -> TurnHandle:
+        """`start`, for a `TurnInput` built by the caller."""
+        workflow_id = request_workflow_id(turn.customer_id, request_id) if request_id else ""
+        try:
+            handle = await turns.start_turn(self.temporal, turn, self.task_queue, workflow_id)
+        except WorkflowAlreadyStartedError:  # that request's turn has ended: it is the one
+            return self.turn(workflow_id)
+        return TurnHandle(self, handle.id, handle)
+
+    def turn(self, workflow_id: str) -> TurnHandle:
+        """A turn started earlier (by this process or any other), by its workflow id."""
+        return TurnHandle(self, workflow_id)
+
+    async def pending(self, customer: str | None = None) -> list[PendingCall]:
+        """Every call awaiting consent, oldest first (of one customer's turns, if given)."""
+        return await turns.pending(self.temporal, customer)
+
+    async def find(
+        self,
+        *,
+        agent: str | None = None,
+        customer: str | None = None,
+        outcome: Outcome | str | None = None,
+        awaiting_approval: bool = False,
+        limit: int = 20,
+    ) -> list[TurnSummary]:
+        """Recent turns, newest first: by agent, customer, outcome, or those waiting
+        for a decision (the turns' search attributes; `client.py list`)."""
+        return await turns.find_turns(
+            self.temporal,
+            agent=agent,
+            customer_id=customer,
+            outcome=Outcome(outcome).value if outcome else None,
+            awaiting_approval=awaiting_approval,
+            limit=limit,
+        )
+
+    def turn_url(self, workflow_id: str) -> str | None:
+        """The turn's page in the Web UI, when the UI's address is known."""
+        if not self.ui_url:
+            return None
+        return f"{self.ui_url}/namespaces/{self.temporal.namespace}/workflows/{workflow_id}"
+
+    async def workers(self) -> turns.Workers:
+        """Who serves the task queue right now, as Temporal judges it."""
+        return await turns.workers(self.temporal, self.task_queue)
+
+    # -- conversations ------------------------------------------------------------------
+
+    def chat(
+        self,
+        *,
+        agent: str = "",
+        customer: str = DEFAULT_CUSTOMER,
+        model: str = "",
+        limits: TurnLimits | None = None,
+        memory: Memory | None = None,
+        conversation_id: str = "",
+        stream: bool = True,
+        **options: Any,
+    ) -> ConversationHandle:
+        """A conversation: each `send` is a turn that sees the earlier exchanges. It
+        starts with its first message; with `conversation_id`, one already running
+        under that id is continued instead. `options`: the rest of
+        `ConversationInput` (`idle_timeout`, `max_turns_per_run`)."""
+        try:
+            template = ConversationInput(
+                customer_id=customer,
+                agent=agent,
+                model=model,
+                limits=limits,
+                memory=memory or Memory(),
+                stream=stream,
+                **options,
+            )
+        except ValidationError as e:
+            raise AgentClientError(_first_error(e)) from None
+        return self.chat_from(template, conversation_id=conversation_id)
+
+    def chat_from(
+        self, template: ConversationInput, *, conversation_id: str = ""
+    ) -> ConversationHandle:
+        """`chat`, for a `ConversationInput` built by the caller."""
+        workflow_id = conversation_id or turns.chat_id(template.customer_id)
+        return ConversationHandle(self, workflow_id, template)
+
+    def conversation(self, workflow_id: str) -> ConversationHandle:
+        """A running conversation, by its workflow id: its next message is a turn of it."""
+        return ConversationHandle(self, workflow_id, None)
+
+
+def request_workflow_id(customer: str, request_id: str) -> str:
+    """The workflow id of a customer's request: `turn-<customer>-<request id>` (hashed
+    when it is not plain), so one customer's request id never reaches another's turn."""
+    if not SAFE_REQUEST_ID.fullmatch(request_id):
+        request_id = "r" + hashlib.sha256(request_id.encode()).hexdigest()[:24]
+    return f"turn-{customer}-{request_id}"
+
+
+class TurnHandle:
+    """One turn, by its workflow id: its events, its result, and its waiting calls."""
+
+    def __init__(
+        self, client: AgentClient, workflow_id: str, handle: WorkflowHandle | None = None
+    ) -> None:
+        self.client = client
+        self.id = workflow_id
+        self._handle = handle or client.temporal.get_workflow_handle_for(AgentTurn.run, workflow_id)
+
+    def __repr__(self) -> str:
+        return f"TurnHandle({self.id!r})"
+
+    @property
+    def url(self) -> str | None:
+        """The turn's page in the Web UI, when known."""
+        return self.client.turn_url(self.id)
+
+    async def events(self, from_offset: int = 0) -> AsyncIterator[Streamed]:
+        """The turn's events as it writes them (`durable_agent.stream`): each step, the
+        model's text while it writes (turns started with `stream=True`), then
+        `DoneEvent`. On a finished turn, its whole story. Resumes at `from_offset`."""
+        try:
+            async for offset, event in turn_events(self.client.temporal, self.id, from_offset):
+                yield Streamed(offset, event)
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from None
+
+    async def result(self, *, no_worker_after: float | None = None) -> TurnResult:
+        """Wait for the turn's end. With `no_worker_after`, `NoWorker` when it has
+        not ended by then and no worker serves its task queue."""
+        waiting = asyncio.ensure_future(self._result())
+        if no_worker_after is None:
+            return await waiting
+        try:
+            done, _ = await asyncio.wait({waiting}, timeout=no_worker_after)
+            if not done and not (await self.client.workers()).live:
+                waiting.cancel()
+                raise NoWorker(
+                    f"no worker serves task queue {self.client.task_queue!r}: turn {self.id} "
+                    f"waits for one; start `{worker_command()}`, then ask for its result"
+                )
+            return await waiting
+        finally:
+            waiting.cancel()
+
+    async def _result(self) -> TurnResult:
+        try:
+            output = await self._handle.result()
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from None
+        except WorkflowFailureError as e:  # terminated or cancelled by an operator
+            raise AgentClientError(f"turn {self.id} did not finish: {e.cause or e}") from None
+        return TurnResult(**dict(output), workflow_id=self.id)
+
+    async def progress(self, timeout: float | None = None) -> TurnProgress:
+        """The steps so far, the usage and the calls awaiting a decision (a worker
+        answers: with `timeout`, `WorkerNeeded` after that many seconds)."""
+        return await turns.progress_of(self._handle, timeout)
+
+    async def pending(self) -> list[PendingApproval]:
+        """The calls of this turn that await a decision."""
+        return (await self.progress()).pending
+
+    async def approve(self, call_id: str | None = None, *, by: str) -> ApprovalResult:
+        """Let a waiting call run (`call_id`: the only one when left out). `by`: who
+        decided, for the record."""
+        return await turns.decide(self.client.temporal, self.id, call_id, approved=True, by=by)
+
+    async def reject(
+        self, call_id: str | None = None, *, by: str, reason: str = ""
+    ) -> ApprovalResult:
+        """Drop a waiting call; the model reads that it was declined, and why."""
+        return await turns.decide(
+            self.client.temporal, self.id, call_id, approved=False, by=by, reason=reason
+        )
+
+
+class ConversationHandle:
+    """A conversation, by its workflow id: each message is answered by a turn of it."""
+
+    def __init__(
+        self, client: AgentClient, workflow_id: str, template: ConversationInput | None
+    ) -> None:
+        self.client = client
+        self.id = workflow_id
+        self._template = template
+        """What starts it with its first message; None once it runs (or when picked up)."""
+
+    def __repr__(self) -> str:
+        return f"ConversationHandle({self.id!r})"
+
+    @property
+    def _handle(self) -> WorkflowHandle:
+        return self.client.temporal.get_workflow_handle_for(Conversation.run, self.id)
+
+    async def start(self, text: str, *, message_id: str = "") -> TurnHandle:
+        """Send a message; returns when the turn answering it has started. With
+        `message_id`, sending it again (after a crash) is not a second message."""
+        if self._template is not None:
+            _, accepted = await turns.start_chat(
+                self.client.temporal,
+                self._template,
+                text,
+                self.client.task_queue,
+                workflow_id=self.id,
+                message_id=message_id,
+            )
+            self._template = None
+        else:
+            accepted = await turns.send(self._handle, text, message_id)
+        return self.client.turn(accepted.turn_id)
+
+    async def send(self, text: str, *, message_id: str = "") -> TurnResult:
+        """Send a message and wait for the answer."""
+        return await (await self.start(text, message_id=message_id)).result()
+
+    async def state(self) -> ConversationState:
+        """The exchanges so far, the turn being answered, and whether it has ended."""
+        try:
+            return await self._handle.query(Conversation.state)
+        except RPCError as e:
+            raise _rpc_error(e, self.id, "conversation") from None
+
+    async def history(self) -> list[Exchange]:
+        """The conversation's questions and answers so far (within its memory)."""
+        return (await self.state()).exchanges
+
+    async def end(self) -> None:
+        """End the conversation (its current turn, if any, finishes first)."""
+        try:
+            await self._handle.signal(Conversation.end)
+        except RPCError as e:
+            raise _rpc_error(e, self.id, "conversation") from None
+
+
+def _with_our_converter(client: Client) -> Client:
+    """`client`, or a client on its connection with the project's data converter
+    (pydantic payloads, encrypted when AGENT_ENCRYPTION_KEY is set): a turn's input
+    and output are pydantic models. A codec of the client's own is kept."""
+    ours = data_converter()
+    current = client.data_converter
+    if current.payload_converter_class is ours.payload_converter_class:
+        return client
+    if current.payload_codec is not None:
+        ours = dataclasses.replace(ours, payload_codec=current.payload_codec)
+    config = client.config()
+    config["data_converter"] = ours
+    return Client(**config)
+
+
+def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> Exception:
+    if e.status == RPCStatusCode.NOT_FOUND:
+        return UnknownTurn(workflow_id, what)
+    if e.status == RPCStatusCode.UNAVAILABLE:
+        return server.ServerUnavailable(
+            f"lost the Temporal server ({e.message}); {what} {workflow_id} is kept there"
+        )
+    return e
+
+
+def _first_error(e: ValidationError) -> str:
+    return "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
