@@ -38,9 +38,8 @@ from durable_agent.bench.measure import batches, memory_mb, pct, spawn_worker, s
 from durable_agent.bench.memory import rss_over_turns, start_middle_end
 from durable_agent.bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TASKS
 from durable_agent.bench.peers import compare as peer_comparison
-from durable_agent.commands.client import start_turn
 from durable_agent.runtime.server import EmbeddedServer, free_port, open_client
-from durable_agent.runtime.turns import follow
+from durable_agent.runtime.turns import follow, start_turn
 from durable_agent.shields import SETTINGS as SHIELD_SETTINGS
 from durable_agent.stream import TokensEvent
 from durable_agent.types import TurnInput

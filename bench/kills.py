@@ -27,7 +27,7 @@ from temporalio.client import Client
 
 from durable_agent.bench.measure import pct, spawn_worker, stop
 from durable_agent.bench.models import TASK_QUESTION
-from durable_agent.commands.client import start_turn
+from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, TurnInput
 
 KILLS = 20

@@ -196,13 +196,20 @@ class AgentClient:
             raise AgentClientError(_first_error(e)) from None
         return await self.start_turn(turn, request_id=request_id)
 
-    async def start_turn(self, turn: TurnInput, *, request_id: str = "") -> TurnHandle:
-        """`start`, for a `TurnInput` built by the caller."""
-        workflow_id = request_workflow_id(turn.customer_id, request_id) if request_id else ""
+    async def start_turn(
+        self, turn: TurnInput, *, request_id: str = "", workflow_id: str = ""
+    ) -> TurnHandle:
+        """`start`, for a `TurnInput` built by the caller. `workflow_id`: the turn's id
+        of the caller's own naming (unique in the namespace), as idempotent as a
+        `request_id`'s."""
+        if request_id and not workflow_id:
+            workflow_id = request_workflow_id(turn.customer_id, request_id)
         try:
             handle = await turns.start_turn(self.temporal, turn, self.task_queue, workflow_id)
         except WorkflowAlreadyStartedError:  # that request's turn has ended: it is the one
-            return self.turn(workflow_id)
+            found = self.turn(workflow_id)
+            found.started = False
+            return found
         return TurnHandle(self, handle.id, handle)
 
     def turn(self, workflow_id: str) -> TurnHandle:
@@ -303,7 +310,12 @@ class TurnHandle:
     ) -> None:
         self.client = client
         self.id = workflow_id
-        self._handle = handle or client.temporal.get_workflow_handle_for(AgentTurn.run, workflow_id)
+        self.temporal = handle or client.temporal.get_workflow_handle_for(
+            AgentTurn.run, workflow_id
+        )
+        """The Temporal workflow handle underneath."""
+        self.started = True
+        """False when a start found the turn of its request id already ended."""
 
     def __repr__(self) -> str:
         return f"TurnHandle({self.id!r})"
@@ -343,7 +355,7 @@ class TurnHandle:
 
     async def _result(self) -> TurnResult:
         try:
-            output = await self._handle.result()
+            output = await self.temporal.result()
         except RPCError as e:
             raise _rpc_error(e, self.id) from None
         except WorkflowFailureError as e:  # terminated or cancelled by an operator
@@ -353,23 +365,37 @@ class TurnHandle:
     async def progress(self, timeout: float | None = None) -> TurnProgress:
         """The steps so far, the usage and the calls awaiting a decision (a worker
         answers: with `timeout`, `WorkerNeeded` after that many seconds)."""
-        return await turns.progress_of(self._handle, timeout)
+        return await turns.progress_of(self.temporal, timeout)
 
     async def pending(self) -> list[PendingApproval]:
         """The calls of this turn that await a decision."""
         return (await self.progress()).pending
 
+    async def version(self) -> str:
+        """The worker version the turn runs (ran) on, `DEPLOYMENT:BUILD_ID` (empty:
+        unversioned workers)."""
+        try:
+            return await turns.version_of(self.temporal)
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from None
+
     async def approve(self, call_id: str | None = None, *, by: str) -> ApprovalResult:
         """Let a waiting call run (`call_id`: the only one when left out). `by`: who
         decided, for the record."""
-        return await turns.decide(self.client.temporal, self.id, call_id, approved=True, by=by)
+        return await self.decide(call_id, approved=True, by=by)
 
     async def reject(
         self, call_id: str | None = None, *, by: str, reason: str = ""
     ) -> ApprovalResult:
         """Drop a waiting call; the model reads that it was declined, and why."""
+        return await self.decide(call_id, approved=False, by=by, reason=reason)
+
+    async def decide(
+        self, call_id: str | None, *, approved: bool, by: str, reason: str = ""
+    ) -> ApprovalResult:
+        """`approve` or `reject`, as a decision that arrived as data (a form, a message)."""
         return await turns.decide(
-            self.client.temporal, self.id, call_id, approved=False, by=by, reason=reason
+            self.client.temporal, self.id, call_id, approved=approved, by=by, reason=reason
         )
 
 

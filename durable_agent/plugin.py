@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import sys
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Any
@@ -263,6 +264,17 @@ class AgentWorker(Worker):
                 log.warning(
                     "version %s: not settled after %s s", self.plugin.version, PROMOTE_WAIT_S
                 )
+            except asyncio.CancelledError:
+                # The SDK cancels the entering task when the worker fails to start (its
+                # deps could not open, say) and raises the failure from `__aexit__`,
+                # which a failed `__aenter__` never reaches: raise it here instead.
+                failed = self._async_context_run_exception
+                task = asyncio.current_task()
+                if failed is None or task is None:
+                    raise
+                if sys.version_info >= (3, 11):
+                    task.uncancel()
+                raise failed from None
         return self
 
 

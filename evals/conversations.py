@@ -44,6 +44,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.chat import ConversationInput, Memory
+from durable_agent.client import AgentClient
 from durable_agent.evals import tau2
 from durable_agent.evals.customer import Customer, CustomerLog, Line
 from durable_agent.evals.report import Progress, table
@@ -58,9 +59,8 @@ from durable_agent.evals.run import (
     totals,
     worker_for,
 )
-from durable_agent.runtime.turns import send, start_chat
 from durable_agent.types import TurnOutput
-from durable_agent.workflows import AgentTurn, Conversation
+from durable_agent.workflows import Conversation
 
 MEMORY = Memory(max_exchanges=100, max_chars=100_000)
 """The whole dialogue, as the benchmark's agent would have it (up to the most a
@@ -125,9 +125,7 @@ async def converse(
             await _deliver(client, conversation, episode, turn, line.text, agent, model, task_queue)
         turn_id = f"{episode}-{turn + 1}"
         await _started(client, turn_id)
-        output = await approved_as_customer(
-            client, client.get_workflow_handle_for(AgentTurn.run, turn_id)
-        )
+        output = await approved_as_customer(AgentClient(client).turn(turn_id))
         dialogue.turn_ids.append(turn_id)
         dialogue.outputs.append(output)
         if not output.answer.strip():
@@ -180,6 +178,7 @@ async def _deliver(
     """Send line `turn`; the first starts the conversation. The message id is the
     line's own: sent again after a crash, it is received once."""
     message_id = f"{episode}/line/{turn}"
+    agents = AgentClient(client, task_queue=task_queue)
     if turn == 0:
         chat = ConversationInput(
             customer_id=episode,
@@ -188,9 +187,10 @@ async def _deliver(
             memory=MEMORY,
             idle_timeout=IDLE_TIMEOUT,
         )
-        await start_chat(client, chat, text, task_queue, workflow_id=episode, message_id=message_id)
+        started = agents.chat_from(chat, conversation_id=episode)
+        await started.start(text, message_id=message_id)
     else:
-        await send(conversation, text, message_id=message_id)
+        await agents.conversation(conversation.id).start(text, message_id=message_id)
 
 
 def _steps(dialogue: Dialogue, calls: list[tuple[str, str, dict[str, Any], str]]) -> int:

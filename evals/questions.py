@@ -25,8 +25,8 @@ from typing import Any, TextIO
 from temporalio.client import Client
 
 from durable_agent.chat import ConversationInput
+from durable_agent.client import AgentClient
 from durable_agent.evals.run import approved_as_customer
-from durable_agent.runtime.turns import send, start_chat
 from durable_agent.settings import Settings
 from durable_agent.shop import questions
 from durable_agent.shop.agent import support
@@ -95,20 +95,21 @@ async def _case(client: Client, n: int, case: questions.Case, model: str, run: s
     started = time.monotonic()
     chat = ConversationInput(customer_id=SAMPLE, agent=support.name, model=model)
     said = [*case.before, case.question]
-    handle, accepted = await start_chat(client, chat, said[0], run)
-    output = await approved_as_customer(client, client.get_workflow_handle(accepted.turn_id))
+    conversation = AgentClient(client, task_queue=run).chat_from(chat)
+    turn = await conversation.start(said[0])
+    output = await approved_as_customer(turn)
     usage = [output.usage]
     for text in said[1:]:
-        accepted = await send(handle, text)
-        output = await approved_as_customer(client, client.get_workflow_handle(accepted.turn_id))
+        turn = await conversation.start(text)
+        output = await approved_as_customer(turn)
         usage.append(output.usage)
     with contextlib.suppress(Exception):
-        await handle.signal("end")
+        await conversation.end()
     plan = next((s for s in output.steps if s.kind is StepKind.PLAN), None)
     calls = [c.render() for c in plan.calls] if plan else []
     wrong = questions.problems(case, calls, output.answer)
     calls_ok = calls == case.calls
-    history = await client.get_workflow_handle(accepted.turn_id).fetch_history()
+    history = await turn.temporal.fetch_history()
     return CaseReport(
         case=n,
         question=case.question,
@@ -124,7 +125,7 @@ async def _case(client: Client, n: int, case: questions.Case, model: str, run: s
         output_tokens=sum(u.output_tokens for u in usage),
         seconds=round(time.monotonic() - started, 2),
         history_events=len(history.events),
-        workflow_id=accepted.turn_id,
+        workflow_id=turn.id,
     )
 
 

@@ -38,16 +38,16 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowQueryFailedError
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from durable_agent.client import AgentClient, TurnHandle
+from durable_agent.errors import AgentClientError
 from durable_agent.evals import tau2
 from durable_agent.evals.report import Progress, table
 from durable_agent.model import ModelCatalog
-from durable_agent.runtime.turns import AgentClientError, decide, progress_of, start_turn
 from durable_agent.settings import Settings
 from durable_agent.types import TurnInput, TurnOutput
-from durable_agent.workflows import AgentTurn, search
+from durable_agent.workflows import search
 
 APPROVER = "evals:customer"
 log = logging.getLogger("evals")
@@ -151,17 +151,15 @@ async def _turn(
         agent=agent,
         model=f"oracle:{task.id}",
     )
-    started = True
-    try:
-        await start_turn(client, turn, task_queue, workflow_id)
-    except WorkflowAlreadyStartedError:  # by an earlier run: running, or finished
-        started = False
-    handle = client.get_workflow_handle_for(AgentTurn.run, workflow_id)
+    # Started by an earlier run (running, or finished), it is that one.
+    started = await AgentClient(client, task_queue=task_queue).start_turn(
+        turn, workflow_id=workflow_id
+    )
     if consent is not None and consent.watching:
-        output = TurnOutput.model_validate(await handle.result())
+        output = TurnOutput.model_validate(await started.temporal.result())
     else:
-        output = await approved_as_customer(client, handle)
-    return output, handle, started
+        output = await approved_as_customer(started)
+    return output, started.temporal, started.started
 
 
 class Consent:
@@ -216,13 +214,11 @@ class Consent:
 
     async def _approve(self, workflow_id: str) -> None:
         try:
-            handle = self.client.get_workflow_handle_for(AgentTurn.run, workflow_id)
+            turn = AgentClient(self.client).turn(workflow_id)
             decided = self._decided.setdefault(workflow_id, set())
-            for waiting in (await progress_of(handle, timeout=30)).pending:
+            for waiting in (await turn.progress(timeout=30)).pending:
                 if waiting.call.id not in decided:
-                    await decide(
-                        self.client, workflow_id, waiting.call.id, approved=True, by=APPROVER
-                    )
+                    await turn.approve(waiting.call.id, by=APPROVER)
                     decided.add(waiting.call.id)
         except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
             # A workflow task that failed (it is retried), a busy worker: found again.
@@ -286,8 +282,9 @@ async def _workflow_seconds(handle: Any) -> float:
     return float((described.close_time - described.start_time).total_seconds())
 
 
-async def approved_as_customer(client: Client, handle: Any) -> TurnOutput:
+async def approved_as_customer(turn: TurnHandle) -> TurnOutput:
     """The turn's result, each of its calls awaiting consent approved by `APPROVER`."""
+    handle = turn.temporal
     result = asyncio.ensure_future(handle.result())
     try:
         while not result.done():
@@ -296,9 +293,9 @@ async def approved_as_customer(client: Client, handle: Any) -> TurnOutput:
                 # worker is asked (a query) only when a call awaits consent.
                 status = (await handle.describe()).typed_search_attributes.get(search.STATUS)
                 if status in (None, search.AWAITING_APPROVAL):
-                    progress = await progress_of(handle, timeout=30)
+                    progress = await turn.progress(timeout=30)
                     for waiting in progress.pending:
-                        await decide(client, handle.id, waiting.call.id, approved=True, by=APPROVER)
+                        await turn.approve(waiting.call.id, by=APPROVER)
             except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
                 # A workflow task that failed (it is retried), a busy worker: ask again.
                 log.info("turn %s: %s; asking again", handle.id, e)

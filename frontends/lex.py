@@ -1,9 +1,9 @@
 """Amazon Lex V2 front end: the Lambda function behind a bot's fallback intent.
 
     Lex V2 bot ── FallbackIntent, fulfillment code hook ──▶ handler(event, context)
-                                                              │ runtime.turns
+                                                              │ AgentClient
                                                               ▼
-                              Conversation workflow, one per Lex session (start_chat / send)
+                              Conversation workflow, one per Lex session (chat / send)
                               └── AgentTurn per utterance; Lex gets its answer, or
                                   "still working" when it takes longer than the budget
 
@@ -58,10 +58,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.agents import AGENT_NAME_PATTERN
 from durable_agent.chat import ConversationInput
+from durable_agent.client import AgentClient
+from durable_agent.errors import AgentClientError
 from durable_agent.frontends._lexv2 import BadEvent, LexEvent, attributes_of, close, intent_of
 from durable_agent.runtime.server import ServerUnavailable, connect
 from durable_agent.runtime.settings import TASK_QUEUE
-from durable_agent.runtime.turns import AgentClientError, decide, progress_of, send, start_chat
+from durable_agent.runtime.turns import progress_of
 from durable_agent.types import PendingApproval, TurnOutput
 from durable_agent.workflows import AgentTurn
 
@@ -428,9 +430,8 @@ class Session:
         by = f"lex:{self.event.session_id}"[:100]
         for waiting in state.waiting:
             try:
-                await self._bounded(
-                    decide(client, state.turn_id, waiting.call.id, approved=approved, by=by)
-                )
+                turn = self._agents(client).turn(state.turn_id)
+                await self._bounded(turn.decide(waiting.call.id, approved=approved, by=by))
             except AgentClientError as e:  # decided meanwhile, e.g. by an operator
                 _log.info("lex: %s", e)
         return frozenset(w.call.id for w in state.waiting)
@@ -445,17 +446,22 @@ class Session:
     async def _send(self, client: Client, text: str) -> str:
         """Send `text` to the session's conversation, or to a new one when there is
         none or it has ended; the id of the turn that answers it."""
+        agents = self._agents(client)
         if self.conversation:
-            handle = client.get_workflow_handle(self.conversation)
+            ongoing = agents.conversation(self.conversation)
             try:
-                return (await send(handle, text)).turn_id
+                return (await ongoing.start(text)).id
             except AgentClientError:
-                if await _running(handle):
+                if await _running(client.get_workflow_handle(ongoing.id)):
                     raise  # the conversation refused this message: the user hears why
-                _log.info("lex: conversation %s has ended; starting a new one", handle.id)
-        handle, accepted = await start_chat(client, self.chat, text, self.settings.task_queue)
-        self.conversation = handle.id
-        return accepted.turn_id
+                _log.info("lex: conversation %s has ended; starting a new one", ongoing.id)
+        started = agents.chat_from(self.chat)
+        turn = await started.start(text)
+        self.conversation = started.id
+        return turn.id
+
+    def _agents(self, client: Client) -> AgentClient:
+        return AgentClient(client, task_queue=self.settings.task_queue)
 
     async def _bounded(self, step: Awaitable[T]) -> T:
         try:

@@ -16,13 +16,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalPolicy
-from durable_agent.commands.client import start_turn
 from durable_agent.commands.worker import build_worker
 from durable_agent.conversation import UserMessage, latest_results
 from durable_agent.model import Model, ModelCatalog, ModelRequest
 from durable_agent.offline import OfflineModel
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
+from durable_agent.runtime.turns import start_turn
 from durable_agent.settings import Settings
 from durable_agent.shields import ShieldSettings
 from durable_agent.shop import TOOLS, ShopStore

@@ -30,7 +30,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.activities.plan import PlanInput
-from durable_agent.commands.client import start_turn
 from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
 from durable_agent.runtime.codec import (
     ENCODING,
@@ -53,6 +52,7 @@ from durable_agent.runtime.server import (
     free_port,
     temporal_cli,
 )
+from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, ToolCall, TurnInput
 
 ROOT = Path(__file__).resolve().parent.parent

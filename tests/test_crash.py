@@ -17,8 +17,7 @@ import pytest
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.commands.client import start_turn
-from durable_agent.runtime.turns import AgentClientError, decide, progress_of
+from durable_agent.runtime.turns import AgentClientError, decide, progress_of, start_turn
 from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome, TurnInput
 

@@ -33,9 +33,9 @@ import yaml
 from temporalio.envconfig import ClientConfig
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.commands.client import start_turn
 from durable_agent.runtime.codec import DEFAULT_CODEC_PORT, codec_endpoint
 from durable_agent.runtime.codec_server import DEFAULT_ORIGINS
+from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, TurnInput
 
 if sys.version_info >= (3, 11):

@@ -8,8 +8,8 @@ from datetime import timedelta
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import WorkflowHandle
 
-from durable_agent.commands.client import start_turn
 from durable_agent.runtime.chaos import Faults
+from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, TurnInput, TurnLimits
 from tests.conftest import SEED_CASES, Harness
 

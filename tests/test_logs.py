@@ -15,8 +15,8 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.commands.client import start_turn
 from durable_agent.runtime.logs import JsonFormatter, TextFormatter, TurnFields
+from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, TurnInput
 from tests.fakes.otlp import OtlpReceiver
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.commands.client import start_turn
 from durable_agent.runtime.metrics import MetricsConfigError, MetricsSettings, worker_runtime
 from durable_agent.runtime.server import free_port
+from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, TurnInput, TurnOutput
 from tests.fakes.otlp import OtlpReceiver, attributes
 

@@ -21,8 +21,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.answers import DECLINE
 from durable_agent.backends.openai_chat import classify, retry_after
-from durable_agent.commands.client import start_turn
 from durable_agent.errors import ModelRequestRejected, ModelUnavailable
+from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, StepKind, TurnInput, TurnLimits
 from tests.conftest import SEED_CASES, Harness, kinds
 from tests.fakes.brain import offline_brain

@@ -26,7 +26,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.commands.client import start_turn
+from durable_agent.runtime.turns import start_turn
 from durable_agent.shop import ShopStore, seed
 from durable_agent.types import Outcome, TurnInput
 from tests.conftest import SEED_CASES

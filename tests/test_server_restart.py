@@ -11,10 +11,10 @@ from pathlib import Path
 from pydantic import BaseModel
 from temporalio.client import Client
 
-from durable_agent.commands.client import start_turn
 from durable_agent.model import Reply
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import EmbeddedServer, free_port
+from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import ShopStore
 from durable_agent.tools import ToolContext, ToolRegistry, tool

@@ -33,12 +33,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import Agent, ToolContext, tool
 from durable_agent.chat import ConversationInput
-from durable_agent.commands.client import start_turn
 from durable_agent.errors import ModelUnavailable
 from durable_agent.model import Reply
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import free_port
-from durable_agent.runtime.turns import start_chat
+from durable_agent.runtime.turns import start_chat, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome, ToolCall, TurnInput

@@ -12,10 +12,10 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from durable_agent.answers import markdown_safe
 from durable_agent.bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TaskModel
-from durable_agent.commands.client import start_turn
 from durable_agent.conversation import AssistantMessage, ToolResult, latest_results
 from durable_agent.errors import ModelUnavailable
 from durable_agent.model import Reply
+from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import TOOLS
 from durable_agent.tools import ToolContext, ToolRegistry, tool

@@ -24,10 +24,10 @@ from temporalio.testing import WorkflowEnvironment
 from durable_agent import Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.commands.worker import build_worker
+from durable_agent.errors import AgentClientError
 from durable_agent.frontends.web.app import MAX_BODY_BYTES, create_app
 from durable_agent.frontends.web.server import serve
 from durable_agent.runtime.server import Connection, free_port, is_listening
-from durable_agent.runtime.turns import AgentClientError
 from durable_agent.settings import Settings
 from tests.conftest import Harness
 

@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.errors import (
         ModelRequestRejected,
         ModelUnavailable,
+        NothingPending,
         UnknownAgent,
         UnknownModel,
     )
@@ -179,9 +180,11 @@ class AgentTurn:
         # Refused here, an update leaves no trace in the history.
         if decision.call_id not in self._pending or decision.call_id in self._decisions:
             waiting = ", ".join(self._pending) or "none"
-            raise ValueError(
+            raise ApplicationError(
                 f"call {decision.call_id!r} is not awaiting approval in this turn "
-                f"(awaiting: {waiting})"
+                f"(awaiting: {waiting})",
+                type=NothingPending.__name__,  # the client raises it as that
+                non_retryable=True,
             )
 
     @workflow.run

@@ -24,7 +24,7 @@ from durable_agent.bench.floor import FloorInput, FloorTurn
 from durable_agent.bench.measure import batches, pct, spawn, stop
 from durable_agent.bench.models import TASKS
 from durable_agent.bench.peers import PEERS, Peer, PeerTurnInput, PeerTurnOutput, versions
-from durable_agent.commands.client import start_turn
+from durable_agent.runtime.turns import start_turn
 from durable_agent.types import TurnInput
 
 TARGETS = {

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -45,6 +45,7 @@ from durable_agent import mcp, telemetry
 from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
+from durable_agent.client import AgentClient, TurnHandle
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.pricing import usage_line
 from durable_agent.runtime import deployments, search
@@ -71,16 +72,7 @@ from durable_agent.runtime.turns import (
     AgentClientError,
     WorkerNeeded,
     Workers,
-    decide,
-    find_turns,
-    follow,
     history_view,
-    pending,
-    progress_of,
-    send,
-    start_chat,
-    start_turn,
-    version_of,
     workers,
 )
 from durable_agent.serving import load
@@ -96,10 +88,9 @@ from durable_agent.types import (
     TurnOutput,
     check_customer_id,
 )
-from durable_agent.workflows import AgentTurn, Conversation
 from durable_agent.workflows import search as keys
 
-__all__ = ["main", "start_turn"]
+__all__ = ["main", "run"]
 
 DEMO_QUESTIONS = [
     "Which item was ordered for 123456?",
@@ -149,6 +140,12 @@ class Chosen:
 
     name: str
     definition: Agent | None
+
+
+def client_of(conn: Connection, args: argparse.Namespace) -> AgentClient:
+    """The public client on the command's connection and task queue: the commands ask,
+    follow and decide as any application does."""
+    return AgentClient(conn.client, task_queue=args.task_queue, ui_url=conn.ui_url)
 
 
 def choose_agent(value: str) -> Chosen:
@@ -369,7 +366,7 @@ def workflow_id(value: str) -> str:
     return value
 
 
-async def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOutput) -> int:
+async def print_result(conn: Connection, turn: TurnHandle, result: TurnOutput) -> int:
     """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
     print(f"\nanswer ({result.outcome.value}): {result.answer}")
     print(usage_line(result.usage))
@@ -377,10 +374,10 @@ async def print_result(conn: Connection, handle: WorkflowHandle, result: TurnOut
         # No fingerprint: no worker serves an agent of that name.
         known = f"fingerprint {result.fingerprint}" if result.fingerprint else "not served here"
         print(f"agent: {result.agent} ({known})")
-    if version := await version_of(handle):
+    if version := await turn.version():
         print(f"version: {version}")
-    url = conn.workflow_url(handle.id, handle.result_run_id)
-    print(f"workflow: {handle.id}" + (f"  {url}" if url else ""))
+    url = conn.workflow_url(turn.id, turn.temporal.result_run_id)
+    print(f"workflow: {turn.id}" + (f"  {url}" if url else ""))
     return EXIT_NOT_ANSWERED if result.outcome in UNANSWERED else 0
 
 
@@ -410,7 +407,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
     async with session(
         args.task_queue, self_contained=args.embedded, agent=chosen, mcp_config=mcp_config(args)
     ) as conn:
-        handle = await start_turn(conn.client, turn, args.task_queue)
+        handle = await client_of(conn, args).start_turn(turn)
         if args.no_wait:
             print(handle.id)
             return 0
@@ -418,7 +415,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
         watchdog = asyncio.create_task(nobody_picks_up(conn.client, handle, args.task_queue))
         writing = Writing(f"[~] {'writing':<11} ")
         try:
-            async for event in follow(conn.client, handle.id):
+            async for _, event in handle.events():
                 watchdog.cancel()
                 if isinstance(event, TokensEvent):
                     writing.add(event)
@@ -449,7 +446,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
 PICK_UP_S = 8.0
 
 
-async def nobody_picks_up(client: Client, handle: WorkflowHandle, task_queue: str) -> None:
+async def nobody_picks_up(client: Client, handle: TurnHandle, task_queue: str) -> None:
     """Say so, once, when no worker has taken the turn after a few seconds."""
     await asyncio.sleep(PICK_UP_S)
     serving = await workers(client, task_queue)
@@ -484,7 +481,8 @@ async def cmd_chat(args: argparse.Namespace) -> None:
     async with session(
         args.task_queue, self_contained=args.embedded, agent=chosen, mcp_config=mcp_config(args)
     ) as conn:
-        conversation: WorkflowHandle | None = None
+        conversation = client_of(conn, args).chat_from(chat)
+        started = False
         while True:
             text = await lines.read("you> " if interactive else "")
             if text is None:
@@ -494,31 +492,27 @@ async def cmd_chat(args: argparse.Namespace) -> None:
             if not interactive:
                 print(f"you> {text}", flush=True)
             try:
-                if conversation is None:
-                    conversation, accepted = await start_chat(
-                        conn.client, chat, text, args.task_queue
-                    )
-                    print(f"(conversation {conversation.id}; Ctrl-D ends it)", file=sys.stderr)
-                else:
-                    accepted = await send(conversation, text)
+                turn = await conversation.start(text)
             except AgentClientError as e:
                 print(f"error: {e}", file=sys.stderr)
                 continue
-            turn = conn.client.get_workflow_handle_for(AgentTurn.run, accepted.turn_id)
-            if not await answer_turn(conn.client, turn, lines):
+            if not started:
+                started = True
+                print(f"(conversation {conversation.id}; Ctrl-D ends it)", file=sys.stderr)
+            if not await answer_turn(turn, lines):
                 break
-        if conversation is not None:
-            with contextlib.suppress(RPCError):
-                await conversation.signal(Conversation.end)
+        if started:
+            with contextlib.suppress(AgentClientError, RPCError):
+                await conversation.end()
             print(f"(conversation {conversation.id} ended)", file=sys.stderr)
 
 
-async def answer_turn(client: Client, turn: WorkflowHandle, lines: Lines) -> bool:
+async def answer_turn(turn: TurnHandle, lines: Lines) -> bool:
     """Print a turn's steps and its answer as it is written, asking inline for any
     approval it needs. False when input ended at an approval question (the call
     stays pending)."""
     writing = Writing("agent> ")
-    async for event in follow(client, turn.id):
+    async for _, event in turn.events():
         if isinstance(event, TokensEvent):
             writing.add(event)
             continue
@@ -543,7 +537,8 @@ async def answer_turn(client: Client, turn: WorkflowHandle, lines: Lines) -> boo
                 return False
             yes = reply.strip().lower() in ("y", "yes")
             try:
-                await decide(client, turn.id, call.id, approved=yes, by="customer")
+                decide = turn.approve if yes else turn.reject
+                await decide(call.id, by="customer")
             except AgentClientError as e:
                 print(f"error: {e}", file=sys.stderr)
     return True
@@ -600,7 +595,7 @@ class Lines:
 async def cmd_pending(args: argparse.Namespace) -> None:
     customer = customer_filter(args)
     async with session(args.task_queue, self_contained=False) as conn:
-        waiting = await pending(conn.client, customer)
+        waiting = await client_of(conn, args).pending(customer)
         if not waiting:
             print("no calls awaiting approval")
             return
@@ -629,19 +624,15 @@ async def cmd_decide(args: argparse.Namespace) -> int:
             "; ".join(f"--{err['loc'][0]}: {err['msg']}" for err in e.errors())
         ) from None
     async with session(args.task_queue, self_contained=False) as conn:
-        result = await decide(
-            conn.client,
-            turn_id,
-            call_id,
-            approved=approved,
-            by=args.by,
-            reason=reason,
-        )
+        turn = client_of(conn, args).turn(turn_id)
+        if approved:
+            result = await turn.approve(call_id, by=args.by)
+        else:
+            result = await turn.reject(call_id, by=args.by, reason=reason)
         print(f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})")
         if not args.wait:
             return 0
-        handle = conn.client.get_workflow_handle_for(AgentTurn.run, turn_id)
-        return await print_result(conn, handle, await handle.result())
+        return await print_result(conn, turn, await turn.result())
 
 
 async def cmd_list(args: argparse.Namespace) -> None:
@@ -650,10 +641,9 @@ async def cmd_list(args: argparse.Namespace) -> None:
     if agent is not None and not re.match(AGENT_NAME_PATTERN, agent):
         raise CliError(f"--agent {agent!r}: give an agent's name")
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
-        rows = await find_turns(
-            conn.client,
+        rows = await client_of(conn, args).find(
             agent=agent,
-            customer_id=customer,
+            customer=customer,
             outcome=args.outcome,
             awaiting_approval=args.awaiting_approval,
             limit=args.limit,
@@ -779,7 +769,8 @@ async def cmd_server(args: argparse.Namespace) -> int:
 async def cmd_show(args: argparse.Namespace) -> int:
     turn_id = workflow_id(args.workflow_id)
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
-        handle = conn.client.get_workflow_handle_for(AgentTurn.run, turn_id)
+        turn = client_of(conn, args).turn(turn_id)
+        handle = turn.temporal
         try:
             desc = await handle.describe()
         except RPCError as e:
@@ -789,16 +780,16 @@ async def cmd_show(args: argparse.Namespace) -> int:
         print(f"{desc.id} ({desc.status.name.lower() if desc.status else 'unknown'})")
         if args.follow and desc.status == WorkflowExecutionStatus.RUNNING:
             writing = Writing(f"[~] {'writing':<11} ")
-            async for event in follow(conn.client, handle.id):
+            async for _, event in turn.events():
                 if isinstance(event, TokensEvent):
                     writing.add(event)
                 elif isinstance(event, StepEvent):
                     writing.end()
                     print(event.step.render(), flush=True)
-            return await print_result(conn, handle, await handle.result())
+            return await print_result(conn, turn, await turn.result())
         if desc.status == WorkflowExecutionStatus.RUNNING:
             try:
-                progress = await progress_of(handle, timeout=SHOW_QUERY_S)
+                progress = await turn.progress(timeout=SHOW_QUERY_S)
             except WorkerNeeded:
                 # No worker to ask: what the history holds, and what is missing.
                 for line in await history_view(handle):
@@ -820,10 +811,10 @@ async def cmd_show(args: argparse.Namespace) -> int:
             return 0
         if desc.status != WorkflowExecutionStatus.COMPLETED:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
-        result = await handle.result()
+        result = await turn.result()
         for step in result.steps:
             print(step.render())
-        return await print_result(conn, handle, result)
+        return await print_result(conn, turn, result)
 
 
 SHOW_QUERY_S = 5.0
@@ -844,12 +835,11 @@ async def cmd_demo(args: argparse.Namespace) -> None:
     async with session(
         args.task_queue, self_contained=True, agent=choose_agent(""), mcp_config=args.mcp_config
     ) as conn:
+        agents = client_of(conn, args)
         for question in DEMO_QUESTIONS:
-            handle = await start_turn(
-                conn.client, TurnInput(question=question, model=args.model), args.task_queue
-            )
-            result = await handle.result()
-            print(f"Q: {question}\nA: {result.answer}\n   ({handle.id}, {result.outcome.value})\n")
+            result = await agents.ask(question, model=args.model, no_worker_after=None)
+            done = f"{result.workflow_id}, {result.outcome.value}"
+            print(f"Q: {question}\nA: {result.answer}\n   ({done})\n")
         if conn.ui_url:
             print(f"See every turn in the Web UI: {conn.workflows_url}")
             if conn.server:

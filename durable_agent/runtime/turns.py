@@ -543,6 +543,8 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
                 await asyncio.sleep(delay)
                 continue
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
+            if isinstance(cause, ApplicationError) and cause.type == NothingPending.__name__:
+                raise NothingPending(message) from None
             raise AgentClientError(message) from None
         except RPCError as e:
             if e.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # too many requests in flight

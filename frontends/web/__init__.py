@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
+from durable_agent.errors import AgentClientError
 from durable_agent.runtime.server import Connection
 from durable_agent.runtime.settings import TASK_QUEUE
-from durable_agent.runtime.turns import AgentClientError
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "serve"]
 

@@ -45,11 +45,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.chat import ConversationInput
+from durable_agent.client import AgentClient
+from durable_agent.errors import AgentClientError
 from durable_agent.frontends.web.events import Position, conversation, with_keepalive
 from durable_agent.runtime import deployments
 from durable_agent.runtime.server import LOOPBACK_NAMES, Connection, host_allowed
 from durable_agent.runtime.settings import TASK_QUEUE
-from durable_agent.runtime.turns import AgentClientError, decide, send, start_chat
 from durable_agent.types import check_question
 
 log = logging.getLogger("durable_agent.web")
@@ -92,6 +93,7 @@ def create_app(
     card of the agent that answers on the task queue, read as each page opens)."""
     template = (chat or ConversationInput()).model_copy(update={"stream": True})
     client = conn.client
+    agents = AgentClient(client, task_queue=task_queue, ui_url=conn.ui_url)
     # This customer's conversations (`runtime.turns.chat_id`) and their turns: the
     # only ones this chat reads or decides.
     own_chat = rf"chat-{re.escape(template.customer_id)}-[0-9a-f]+"
@@ -110,18 +112,20 @@ def create_app(
 
     async def new_chat(request: Request) -> Response:
         text = _text(await _body(request))
-        handle, accepted = await start_chat(client, template, text, task_queue)
-        return JSONResponse({"chat_id": handle.id, "turn_id": accepted.turn_id}, status_code=201)
+        started = agents.chat_from(template)
+        turn = await started.start(text)
+        return JSONResponse({"chat_id": started.id, "turn_id": turn.id}, status_code=201)
 
     async def message(request: Request) -> Response:
-        handle = client.get_workflow_handle(chat_id(request))
+        ongoing = agents.conversation(chat_id(request))
         text = _text(await _body(request))
         try:
-            accepted = await send(handle, text)
+            turn = await ongoing.start(text)
         except AgentClientError as e:
             # An ended conversation is gone for good: the page starts a new one.
-            raise Problem(409 if await _running(handle) else 410, str(e)) from None
-        return JSONResponse({"chat_id": handle.id, "turn_id": accepted.turn_id}, status_code=202)
+            running = await _running(client.get_workflow_handle(ongoing.id))
+            raise Problem(409 if running else 410, str(e)) from None
+        return JSONResponse({"chat_id": ongoing.id, "turn_id": turn.id}, status_code=202)
 
     async def decision(request: Request) -> Response:
         turn_id = str(request.path_params["turn_id"])
@@ -130,8 +134,8 @@ def create_app(
         body = await _body(request)
         call_id, approved = _field(body, "call_id", str), _field(body, "approved", bool)
         reason = _field(body, "reason", str) if "reason" in body else ""
-        result = await decide(
-            client, turn_id, call_id, approved=approved, by=DECIDED_BY, reason=reason
+        result = await agents.turn(turn_id).decide(
+            call_id, approved=approved, by=DECIDED_BY, reason=reason
         )
         return JSONResponse(result.model_dump(mode="json"))
 

@@ -25,9 +25,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
+from durable_agent.errors import AgentClientError
 from durable_agent.frontends.web.app import create_app
 from durable_agent.runtime.server import Connection, answered_hosts, is_loopback
-from durable_agent.runtime.turns import AgentClientError
 
 SHUTDOWN_S = 2
 """On Ctrl-C, requests in flight get this long to finish."""

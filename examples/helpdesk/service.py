@@ -1,0 +1,168 @@
+"""The help desk inside a FastAPI service of your own: ask and get JSON back, stream a
+turn to the browser as server-sent events, list and decide the calls awaiting consent.
+
+    cd examples/helpdesk
+    durable-agent-worker --agent helpdesk:agent        # terminal 1: serves the agent
+    uvicorn service:app --port 8000                    # terminal 2: your service
+
+    curl -s localhost:8000/ask -H 'X-User: demo' -H 'Content-Type: application/json' \\
+        -d '{"question": "Is the VPN down?"}'
+
+Who asks comes from the `X-User` header here; in your service it comes from your own
+authentication. Each user sees and decides only the turns they started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
+
+from durable_agent import AgentClient, TurnResult
+from durable_agent.errors import (
+    AgentClientError,
+    NothingPending,
+    NoWorker,
+    ServerUnavailable,
+    UnknownTurn,
+)
+
+AGENT = "helpdesk"
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    # One client for the service's life: TEMPORAL_ADDRESS (or a temporal.toml profile)
+    # says where the server is, AGENT_TASK_QUEUE where the agent's workers listen.
+    app.state.agents = await AgentClient.connect()
+    yield
+
+
+app = FastAPI(title="Help desk", lifespan=lifespan)
+
+
+def agents(request: Request) -> AgentClient:
+    client: AgentClient = request.app.state.agents
+    return client
+
+
+def user(x_user: Annotated[str, Header(pattern=r"^[A-Za-z0-9_.@-]{1,64}$")]) -> str:
+    """Who is asking. Yours comes from your authentication, never from the request body."""
+    return x_user
+
+
+Agents = Annotated[AgentClient, Depends(agents)]
+User = Annotated[str, Depends(user)]
+
+
+class Question(BaseModel):
+    question: str = Field(min_length=1, max_length=4000)
+
+
+class Decision(BaseModel):
+    approved: bool
+    reason: str = Field(default="", max_length=500)
+
+
+def own_turn(workflow_id: str, who: str) -> str:
+    """A turn of this user's (their turns' ids start `turn-<user>-`), else 404."""
+    if not workflow_id.startswith(f"turn-{who}-"):
+        raise HTTPException(404, f"no turn {workflow_id!r} of yours")
+    return workflow_id
+
+
+@app.post("/ask")
+async def ask(
+    body: Question,
+    agents: Agents,
+    who: User,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> TurnResult:
+    """Ask and wait for the answer. The same Idempotency-Key is the same turn: a
+    client that retries after a timeout never asks twice."""
+    return await agents.ask(
+        body.question, agent=AGENT, customer=who, request_id=idempotency_key or ""
+    )
+
+
+@app.post("/turns", status_code=202)
+async def start(
+    body: Question,
+    agents: Agents,
+    who: User,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> dict[str, str]:
+    """Start a turn and return at once; follow it at `events`."""
+    turn = await agents.start(
+        body.question,
+        agent=AGENT,
+        customer=who,
+        request_id=idempotency_key or "",
+        stream=True,  # the answer's text as the model writes it
+    )
+    return {"workflow_id": turn.id, "events": f"/turns/{turn.id}/events"}
+
+
+@app.get("/turns/{workflow_id}/events")
+async def events(
+    workflow_id: str,
+    agents: Agents,
+    who: User,
+    last_event_id: Annotated[int, Header(ge=0)] = 0,
+) -> StreamingResponse:
+    """The turn as server-sent events: each step, the answer as it is written, then
+    `done`. A browser's EventSource that reconnects sends Last-Event-ID and gets what
+    it missed, nothing twice."""
+    turn = agents.turn(own_turn(workflow_id, who))
+
+    async def stream() -> AsyncIterator[str]:
+        async for offset, event in turn.events(from_offset=last_event_id):
+            yield f"id: {offset + 1}\nevent: {event.type}\ndata: {event.model_dump_json()}\n\n"
+
+    return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+@app.get("/turns/{workflow_id}")
+async def result(workflow_id: str, agents: Agents, who: User) -> TurnResult:
+    """The turn's result, once it has one (this waits)."""
+    return await agents.turn(own_turn(workflow_id, who)).result()
+
+
+@app.get("/approvals")
+async def approvals(agents: Agents, who: User) -> list[dict[str, Any]]:
+    """The user's calls that wait for consent, oldest first."""
+    return [
+        {
+            "workflow_id": waiting.workflow_id,
+            "call_id": waiting.approval.call.id,
+            "tool": waiting.approval.call.name,
+            "arguments": waiting.approval.call.arguments,
+            "why": waiting.approval.why,
+            "since": waiting.approval.since.isoformat(),
+        }
+        for waiting in await agents.pending(customer=who)
+    ]
+
+
+@app.post("/turns/{workflow_id}/approvals/{call_id}")
+async def decide(
+    workflow_id: str, call_id: str, body: Decision, agents: Agents, who: User
+) -> dict[str, Any]:
+    """Approve or reject one waiting call; the turn goes on at once."""
+    turn = agents.turn(own_turn(workflow_id, who))
+    decided = await turn.decide(call_id, approved=body.approved, by=who, reason=body.reason)
+    return decided.model_dump()
+
+
+# The client's errors, as HTTP answers whose body says what to do.
+STATUS = {UnknownTurn: 404, NothingPending: 409, NoWorker: 503, ServerUnavailable: 503}
+
+
+@app.exception_handler(AgentClientError)
+async def client_error(request: Request, e: AgentClientError) -> JSONResponse:
+    status = next((code for kind, code in STATUS.items() if isinstance(e, kind)), 400)
+    return JSONResponse({"detail": str(e)}, status_code=status)

@@ -1,0 +1,241 @@
+"""The project inside a team's own application, as docs/from-your-application.md shows
+it: a team folder with its own `workflows.py`, `client.py`, `worker.py`, … beside its
+agent; the installed worker serves the agent there, the FastAPI service of the page
+asks, streams and approves through HTTP, and a short script of the team's uses the
+client directly. The write waits for consent across a SIGKILLed worker and runs once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from durable_agent.runtime.server import free_port, is_listening
+from tests.test_examples import HELPDESK, Process, code_blocks
+
+BIN = Path(sys.executable).parent
+TEAM_MODULES = [
+    "workflows",
+    "activities",
+    "client",
+    "worker",
+    "shop",
+    "evals",
+    "bench",
+    "frontends",
+]
+"""Names every Temporal project may have: each of the team's raises when imported,
+so a command that imported one in place of its own would fail."""
+
+
+@pytest.fixture
+def team(tmp_path: Path, env: WorkflowEnvironment) -> Iterator[tuple[Path, dict[str, str]]]:
+    folder = tmp_path / "team"
+    folder.mkdir()
+    for name in ("helpdesk.py", "desk.py", "service.py"):
+        shutil.copy(HELPDESK / name, folder / name)
+    for name in TEAM_MODULES:
+        (folder / f"{name}.py").write_text(
+            f"raise SystemExit('the team\\'s own {name}.py was imported by durable-agent')\n"
+        )
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))},
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": f"team-{uuid.uuid4().hex[:6]}",
+        "HELPDESK_DB": str(tmp_path / "helpdesk.db"),
+        # First on the path, as a team's own code is: the team's names win there.
+        "PYTHONPATH": str(folder),
+    }
+    yield folder, environ
+
+
+def worker(folder: Path, environ: dict[str, str]) -> Process:
+    started = Process(
+        [str(BIN / "durable-agent-worker"), "--agent", "helpdesk:agent"], folder, environ
+    )
+    line = started.line()
+    assert line.startswith("worker ready"), line
+    return started
+
+
+def tickets(environ: dict[str, str]) -> int:
+    with sqlite3.connect(environ["HELPDESK_DB"]) as db:
+        opened = db.execute("SELECT count(*) FROM tickets WHERE opened_by_key IS NOT NULL")
+        return int(opened.fetchone()[0])
+
+
+def sse(response: httpx.Response) -> Iterator[tuple[int, str, dict[str, object]]]:
+    """(id, event, data) of each server-sent event."""
+    fields: dict[str, str] = {}
+    for line in response.iter_lines():
+        if line:
+            name, _, value = line.partition(": ")
+            fields[name] = value
+            continue
+        yield int(fields["id"]), fields["event"], json.loads(fields["data"])
+        fields = {}
+
+
+def test_a_team_service_asks_streams_and_approves_across_a_sigkill(
+    team: tuple[Path, dict[str, str]],
+) -> None:
+    folder, environ = team
+    port = free_port()
+    served = worker(folder, environ)
+    service = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "service:app", "--port", str(port)],
+        cwd=folder,
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not is_listening("127.0.0.1", port):
+            assert service.poll() is None, service.stderr.read() if service.stderr else ""
+            assert time.monotonic() < deadline, "the service did not listen"
+            time.sleep(0.1)
+        http = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"X-User": "demo"}, timeout=60
+        )
+
+        asked = http.post("/ask", json={"question": "Is the VPN down?"})
+        assert asked.status_code == 200, asked.text
+        assert asked.json()["outcome"] == "answered" and "degraded" in asked.json()["answer"]
+        again = http.post(
+            "/ask", json={"question": "Is the VPN down?"}, headers={"Idempotency-Key": "k-1"}
+        )
+        same = http.post(
+            "/ask", json={"question": "Is the VPN down?"}, headers={"Idempotency-Key": "k-1"}
+        )
+        assert again.json()["workflow_id"] == same.json()["workflow_id"] == "turn-demo-k-1"
+
+        started = http.post(
+            "/turns", json={"question": "Please open a ticket: my laptop will not boot."}
+        )
+        assert started.status_code == 202, started.text
+        turn_id = started.json()["workflow_id"]
+        seen = 0
+        with http.stream("GET", f"/turns/{turn_id}/events") as events:
+            for offset, kind, data in sse(events):
+                assert offset == seen + 1
+                seen = offset
+                if kind == "step" and data["step"]["kind"] == "approval":  # type: ignore[index]
+                    break
+        (waiting,) = http.get("/approvals").json()
+        assert (waiting["workflow_id"], waiting["tool"]) == (turn_id, "open_ticket")
+        assert http.get("/approvals", headers={"X-User": "sam"}).json() == []
+        assert http.get(f"/turns/{turn_id}", headers={"X-User": "sam"}).status_code == 404
+
+        served.stop(signal.SIGKILL)  # while the write waits for consent
+        served = worker(folder, environ)
+        decided = http.post(
+            f"/turns/{turn_id}/approvals/{waiting['call_id']}", json={"approved": True}
+        )
+        assert decided.status_code == 200 and decided.json()["approved"], decided.text
+        twice = http.post(
+            f"/turns/{turn_id}/approvals/{waiting['call_id']}", json={"approved": True}
+        )
+        assert twice.status_code == 409, twice.text
+
+        # The stream picks up where the browser left off (Last-Event-ID): nothing twice.
+        kinds = []
+        with http.stream(
+            "GET", f"/turns/{turn_id}/events", headers={"Last-Event-ID": str(seen)}
+        ) as events:
+            for offset, kind, _ in sse(events):
+                assert offset == seen + 1
+                seen = offset
+                kinds.append(kind)
+        assert kinds[-1] == "done"
+        result = http.get(f"/turns/{turn_id}").json()
+        assert result["outcome"] == "answered" and "INC-1004" in result["answer"]
+        assert http.get("/turns/turn-demo-nope").status_code == 404
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
+        served.stop()
+    assert tickets(environ) == 1
+
+
+SCRIPT = """\
+import asyncio
+
+from durable_agent import AgentClient
+
+
+async def main() -> None:
+    agents = await AgentClient.connect()
+    turn = await agents.start("Please open a ticket: the badge reader is broken.", agent="helpdesk")
+    async for item in turn.events():
+        if item.event.type == "step" and item.event.step.kind == "approval":
+            await turn.approve(by="team-script")
+    print((await turn.result()).answer)
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_team_script_asks_follows_and_approves(team: tuple[Path, dict[str, str]]) -> None:
+    folder, environ = team
+    (folder / "ask_desk.py").write_text(SCRIPT)
+    served = worker(folder, environ)
+    try:
+        alone = {k: v for k, v in environ.items() if k != "PYTHONPATH"}
+        runs = [
+            # The script's folder first on sys.path, as `python script.py` puts it.
+            ([sys.executable, "ask_desk.py"], folder, alone, None),
+            # The folder on PYTHONPATH only: the script read from stdin elsewhere.
+            ([sys.executable, "-"], folder.parent, environ, SCRIPT),
+        ]
+        for args, cwd, env, stdin in runs:
+            done = subprocess.run(
+                args, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0, done.stderr
+            assert "Ticket id: INC-" in done.stdout, done.stdout
+            assert done.stderr == ""
+    finally:
+        served.stop()
+    assert tickets(environ) == 2
+
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "from-your-application.md"
+
+
+def test_the_page_shows_the_service_as_it_is_and_its_first_script_runs(
+    team: tuple[Path, dict[str, str]],
+) -> None:
+    first, _, service = code_blocks(PAGE.read_text(), "python")
+    assert service == (HELPDESK / "service.py").read_text()
+    folder, environ = team
+    (folder / "ten_lines.py").write_text(first)
+    served = worker(folder, environ)
+    try:
+        done = subprocess.run(
+            [sys.executable, "ten_lines.py"],
+            cwd=folder,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        served.stop()
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    outcome, *_ = done.stdout.split()
+    assert outcome == "answered" and "degraded" in done.stdout
