@@ -234,8 +234,19 @@ def test_the_page_shows_the_service_as_it_is_and_its_first_script_runs(
             text=True,
             timeout=120,
         )
+        # The installed command, in the same folder, beside the team's own modules.
+        command = subprocess.run(
+            [str(BIN / "durable-agent"), "ask", "--agent", "helpdesk", "Is the VPN down?"],
+            cwd=folder,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         served.stop()
+    assert command.returncode == 0, command.stderr
+    assert "answer (answered):" in command.stdout and "degraded" in command.stdout
     assert done.returncode == 0 and done.stderr == "", done.stderr
     outcome, *_ = done.stdout.split()
     assert outcome == "answered" and "degraded" in done.stdout
