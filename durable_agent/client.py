@@ -47,7 +47,7 @@ from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.errors import AgentClientError, NoWorker, UnknownTurn
 from durable_agent.runtime import server, turns
 from durable_agent.runtime.codec import data_converter
-from durable_agent.runtime.settings import TASK_QUEUE, worker_command
+from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.streams import turn_events
 from durable_agent.stream import TurnEvent
 from durable_agent.types import (
@@ -446,7 +446,9 @@ class ConversationHandle:
             raise _rpc_error(e, self.id, "conversation") from None
 
     async def history(self) -> list[Exchange]:
-        """The conversation's questions and answers so far (within its memory)."""
+        """The conversation's questions and answers so far (within its memory). An
+        answer is there once the conversation has heard of it, a moment after the
+        turn's own result."""
         return (await self.state()).exchanges
 
     async def end(self) -> None:
@@ -477,7 +479,8 @@ def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> Exception:
         return UnknownTurn(workflow_id, what)
     if e.status == RPCStatusCode.UNAVAILABLE:
         return server.ServerUnavailable(
-            f"lost the Temporal server ({e.message}); {what} {workflow_id} is kept there"
+            f"lost the Temporal server ({e.message}); {what} {workflow_id} is kept there: "
+            f"see it with `{client_command()} show {workflow_id}` once the server is back"
         )
     return e
 
