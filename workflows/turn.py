@@ -88,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.model import Reply
     from durable_agent.pricing import usage_line
     from durable_agent.provenance import Source
+    from durable_agent.render import preview
     from durable_agent.shields import ShieldRequest, Verdict
     from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent
     from durable_agent.subagents import SubAgent
@@ -491,6 +492,7 @@ class AgentTurn:
                     result=dispatched.result,
                     customer_id=turn.customer_id,
                     agent=self._agent.name,
+                    tools_version=self._agent.tools_version,
                 ),
                 start_to_close_timeout=SHIELD_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
@@ -509,11 +511,10 @@ class AgentTurn:
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
         if call.name not in self._tools_used:
             self._tools_used.append(call.name)
+        # The model reads the result whole (its message); the story shows its start.
+        shown = observation.model_copy(update={"text": preview(observation.text)})
         self._record(
-            iteration,
-            StepKind.OBSERVATION,
-            f"{call.name}: {observation.text}",
-            observation=observation,
+            iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
         )
         return observation
 
