@@ -139,6 +139,11 @@ class AgentTurn:
         self._usage = Usage(cost_usd=0.0)  # a turn's total starts at zero
         self._done = False
         self._messages: list[Message] = []
+        self._sent = 0
+        """How many of `_messages` the previous model call had: the next one carries
+        only the rest (`durable_agent/transcript.py`)."""
+        self._model_calls = 0
+        """Model calls of this run, for the number each one carries."""
         self._pending: dict[str, PendingApproval] = {}
         self._decisions: dict[str, ApprovalDecision] = {}
         self._model = ""
@@ -365,10 +370,16 @@ class AgentTurn:
         return reply
 
     def _conversation(self, kind: type[ModelInput], turn: TurnInput) -> ModelInput:
-        """A model call's input: the conversation so far, and what the turn sets."""
+        """A model call's input: what the conversation gained since the previous call
+        (the activity puts it together with what that call had), and what the turn sets.
+        Each message enters the history once: a turn's history grows with its steps."""
+        since, self._sent = self._sent, len(self._messages)
+        self._model_calls += 1
         return kind(
             model=turn.model,
-            messages=self._messages,
+            messages=self._messages[since:],
+            since=since,
+            call=self._model_calls,
             tools=turn.tools,
             instructions=turn.instructions,
             stream=turn.stream,
