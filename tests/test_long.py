@@ -11,7 +11,7 @@ from temporalio.client import WorkflowHandle
 from durable_agent import transcript
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.render import PREVIEW_CHARS, TRUNCATION_MARKER
-from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.codec import data_converter
 from durable_agent.scripted import ScriptedModel
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, ToolCall
@@ -88,9 +88,7 @@ async def _model_inputs(handle: WorkflowHandle) -> list[ModelCallInput]:
         if event.HasField("activity_task_scheduled_event_attributes") and (
             scheduled.activity_type.name in ("plan", "interpret")
         ):
-            [arg] = await LEAN_DATA_CONVERTER.decode(
-                list(scheduled.input.payloads), [ModelCallInput]
-            )
+            [arg] = await data_converter().decode(list(scheduled.input.payloads), [ModelCallInput])
             inputs.append(arg)
     return inputs
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from durable_agent.bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TaskModel
 from durable_agent.shop import TOOLS
 from durable_agent.workflows import AgentTurn
 from pydantic import BaseModel
+from temporalio.api.common.v1 import Payload
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from durable_agent.answers import markdown_safe
@@ -343,9 +345,30 @@ async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> 
     assert observation is not None and "[truncated" in observation.text
     assert len(observation.text) < 2100  # the story's preview
     history = await handle.fetch_history()
-    # The raw 300 KB never: the model's reading of it, capped at the agent's limit.
-    limit = MAX_OBSERVATION_CHARS + 1000
-    assert history.events and max(e.ByteSize() for e in history.events) < limit
+    # The model read 100,000 characters of it; the history holds references only.
+    assert history.events and max(e.ByteSize() for e in history.events) < 16 * 1024
+    stored = [p for e in history.events for p in _payloads(e) if p.external_payloads]
+    assert sum(p.external_payloads[0].size_bytes for p in stored) > MAX_OBSERVATION_CHARS
+
+
+def _payloads(message: Any) -> list[Payload]:
+    """Every payload in a history event, wherever it sits."""
+    if isinstance(message, Payload):
+        return [message]
+    found = []
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            items = list(value.values())
+        elif field.is_repeated:
+            items = list(value)
+        else:
+            items = [value]
+        for item in items:
+            if hasattr(item, "ListFields"):
+                found += _payloads(item)
+    return found
 
 
 async def test_token_budget_ends_the_turn_gracefully(harness: Harness) -> None:
