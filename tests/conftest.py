@@ -3,7 +3,9 @@ and task queue per test, and a scripted model where a test needs exact replies."
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -35,9 +37,10 @@ from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutpu
 
 # One payload store for the session's processes (workers the tests start as processes
 # too), whatever state folder each is given: large payloads live outside histories.
-PAYLOAD_STORE = os.environ.setdefault(
-    "AGENT_PAYLOAD_STORE", "local:" + tempfile.mkdtemp(prefix="durable-agent-payloads-")
-)
+if "AGENT_PAYLOAD_STORE" not in os.environ:
+    _store = tempfile.mkdtemp(prefix="durable-agent-payloads-")
+    os.environ["AGENT_PAYLOAD_STORE"] = f"local:{_store}"
+    atexit.register(shutil.rmtree, _store, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
