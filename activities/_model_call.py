@@ -1,7 +1,9 @@
 """What `plan` and `interpret` share: one model call over the turn's conversation.
 
 Both activities send the same kind of request (the conversation so far and the
-tool specs); they differ only in which of the model's two methods answers it.
+tool specs); they differ only in which of the model's two methods answers it. Their
+input carries only what is new since the turn's previous call; the activity puts the
+conversation together (`durable_agent/transcript.py`).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from durable_agent.pricing import Pricing, format_cost
 from durable_agent.runtime import metrics, streams
 from durable_agent.serving import Agents
 from durable_agent.telemetry import model_span, record_cost, record_reply
+from durable_agent.transcript import Delta, Transcripts, replay
 
 
 class ModelCallInput(BaseModel):
     model: str
     """The turn's model spec; empty means the worker's default."""
     messages: list[Message]
-    """The conversation so far: all the model needs, nothing for display."""
+    """The conversation from message `since` on: all the model needs, nothing for
+    display."""
     tools: list[str] | None = None
     """Only these of the agent's tools (turns recorded before agents were named)."""
     instructions: str = ""
@@ -36,15 +40,36 @@ class ModelCallInput(BaseModel):
     """The turn's agent (empty: the worker's first): its instructions, tools, models."""
     tools_version: str = ""
     """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
+    since: int | None = None
+    """How many messages of the conversation the turn's previous model call had come
+    before `messages` (`durable_agent.transcript.Delta`). None: `messages` is the whole
+    conversation (turns recorded before calls carried what is new)."""
+    call: int = 0
+    """This call's number in its run (1, 2, ...)."""
+
+    @property
+    def delta(self) -> Delta:
+        return Delta(call=self.call, since=self.since, messages=self.messages)
+
+
+MODEL_CALLS = ("plan", "interpret")
+"""The activity types whose inputs carry a turn's conversation."""
 
 
 class ModelCaller:
-    """Holds the worker's agents and prices for the model-call activities."""
+    """Holds the worker's agents, prices and the turns' conversations for the
+    model-call activities."""
 
-    def __init__(self, agents: Agents, pricing: Pricing | None = None) -> None:
+    def __init__(
+        self,
+        agents: Agents,
+        pricing: Pricing | None = None,
+        transcripts: Transcripts | None = None,
+    ) -> None:
         self._agents = agents
         # Read at worker start, so a malformed AGENT_MODEL_PRICES stops the worker there.
         self._pricing = pricing if pricing is not None else Pricing.from_env()
+        self._transcripts = transcripts or Transcripts()
 
     def spec(self, input: ModelCallInput) -> str:
         """The model spec this call uses: the turn's, else its agent's default."""
@@ -54,10 +79,11 @@ class ModelCaller:
         served = self._agents.get(input.agent)
         spec = input.model or served.models.default
         model = served.models.resolve(spec)
+        messages = await self._conversation(input)
         # A broken conversation is a bug of the turn: say so before a provider's 400 does.
-        check(input.messages)
+        check(messages)
         request = ModelRequest(
-            messages=input.messages,
+            messages=messages,
             tools=(await turn_tools(served, input.tools_version)).specs_for(input.tools),
             instructions=input.instructions or served.instructions,
         )
@@ -85,8 +111,42 @@ class ModelCaller:
             reply.usage.output_tokens,
             format_cost(cost),
         )
-        _name_calls(reply, input.messages)
+        _name_calls(reply, messages)
         return reply
+
+    async def _conversation(self, input: ModelCallInput) -> list[Message]:
+        """The whole conversation: the previous call's, as this worker kept it or as
+        the run's record says, with what this call's input brings."""
+        info = activity.info()
+        run = f"{info.workflow_id}/{info.workflow_run_id}"
+        return await self._transcripts.assemble(
+            run, input.delta, lambda: recorded_conversation(info.activity_id)
+        )
+
+
+async def recorded_conversation(own_id: str) -> list[Message]:
+    """The conversation as the running turn's model calls before activity `own_id` had
+    it: their inputs replayed from the run's history (references to stored payloads
+    are read from the store as the inputs are decoded)."""
+    info = activity.info()
+    if not info.workflow_id:
+        raise RuntimeError("a model call carrying what is new runs for a turn's workflow")
+    client = activity.client()
+    handle = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+    deltas: list[Delta] = []
+    async for event in handle.fetch_history_events():
+        if not event.HasField("activity_task_scheduled_event_attributes"):
+            continue
+        scheduled = event.activity_task_scheduled_event_attributes
+        if scheduled.activity_id == own_id:
+            break
+        if scheduled.activity_type.name not in MODEL_CALLS:
+            continue
+        [earlier] = await client.data_converter.decode(
+            list(scheduled.input.payloads), [ModelCallInput]
+        )
+        deltas.append(earlier.delta)
+    return replay([], deltas)
 
 
 def _name_calls(reply: Reply, messages: list[Message]) -> None:

@@ -29,7 +29,9 @@ from durable_agent.types import ToolCall
 _json = TypeAdapter(Any)
 
 MAX_RESULT_BYTES = 64 * 1024
-"""Larger tool results enter the history only as their (capped) rendered text."""
+"""Larger tool results leave the activity as their rendered text, capped where the
+model's reading of them is (`ServedAgent.result_limit`): the raw data of a huge
+result would be stored for nothing."""
 
 
 class DispatchInput(BaseModel):
@@ -99,5 +101,5 @@ class DispatchActivity:
         data = _json.dump_python(result, mode="json")
         if len(_json.dump_json(data)) > MAX_RESULT_BYTES:
             # Never store a huge result in the history: keep the compact text only.
-            data = render_result(data)
+            data = render_result(data, served.result_limit(tool.name, tools))
         return DispatchOutput(result=data)

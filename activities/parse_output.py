@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.shield import judge
 from durable_agent.render import render_result
 from durable_agent.serving import Agents
@@ -24,6 +25,8 @@ class ParseOutputInput(BaseModel):
     result: Any
     customer_id: str = ""
     agent: str = ""
+    tools_version: str = ""
+    """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
 
 
 class ParseOutputOutput(BaseModel):
@@ -38,11 +41,13 @@ class ParseOutputActivity:
 
     @activity.defn(name="parse_output")
     async def parse_output(self, input: ParseOutputInput) -> ParseOutputOutput:
-        text = render_result(input.result)
+        served = self._agents.get(input.agent)
+        limit = served.result_limit(input.call.name, await turn_tools(served, input.tools_version))
+        text = render_result(input.result, limit)
         request = ShieldRequest(
             position="tool_output", text=text, call=input.call, customer_id=input.customer_id
         )
-        verdicts = await judge(self._agents.get(input.agent).shields, request)
+        verdicts = await judge(served.shields, request)
         if any(not v.allowed for v in verdicts):
             text = f"{DATA_MARK} {text}"
         observation = Observation(call_id=input.call.id, tool=input.call.name, ok=True, text=text)

@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
+from durable_agent.render import MAX_OBSERVATION_CHARS
 from durable_agent.shields import ShieldSettings
 from durable_agent.tools import Tool, ToolRegistry
 from durable_agent.types import TurnLimits
@@ -117,6 +118,9 @@ class Agent:
     the worker's (AGENT_APPROVAL_*)."""
     limits: TurnLimits = field(default_factory=TurnLimits)
     """Limits of a turn that names none (a turn that names limits gets exactly those)."""
+    max_result_chars: int = MAX_OBSERVATION_CHARS
+    """How much of one tool result the model reads, for tools that set no limit of
+    their own (`@tool(max_result_chars=)`)."""
     deps: Any = None
     """What tools get as `ctx.deps`: a value, or a zero-argument callable that opens it
     once per worker — its result, or what it yields if it is a context manager (sync
@@ -134,6 +138,8 @@ class Agent:
     run, and goes on from there (looks it up, or tells the customer)."""
 
     def __post_init__(self) -> None:
+        if self.max_result_chars < 1:
+            raise ValueError(f"agent {self.name!r}: max_result_chars must be at least 1")
         if self.unknown_outcomes not in ("ask", "model"):
             raise ValueError(
                 f"agent {self.name!r}: unknown_outcomes={self.unknown_outcomes!r}: "

@@ -237,10 +237,12 @@ class AgentWorkflowRunner(WorkflowRunner):
 
 def _converter(existing: DataConverter | None) -> DataConverter:
     """The project's converter; a codec the client already has (its own encryption)
-    is kept."""
+    and a payload store it already has are kept."""
     ours = data_converter()
     if existing is not None and existing.payload_codec is not None:
-        return dataclasses.replace(ours, payload_codec=existing.payload_codec)
+        ours = dataclasses.replace(ours, payload_codec=existing.payload_codec)
+    if existing is not None and existing.external_storage is not None:
+        ours = dataclasses.replace(ours, external_storage=existing.external_storage)
     return ours
 
 

@@ -1,15 +1,21 @@
 """Tool results to compact text for the model (the parse-output step).
 
-Every observation is kept in the turn's history and re-sent to the model on
-each later call, so it is kept short: `Key: value.` sentences for records,
-one line per item for lists, and a hard cap with a visible marker.
+A result reaches the model whole, up to a per-tool limit (`@tool(max_result_chars=)`,
+else the agent's `Agent.max_result_chars`, else `MAX_OBSERVATION_CHARS`): `Key:
+value.` sentences for records, one line per item for lists, and past the limit a
+visible marker, so the model knows it read part of it. The limit is about the
+model's context. The turn's story (steps, stream, Web UI) shows a preview of each
+result (`preview`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-MAX_OBSERVATION_CHARS = 2000
+MAX_OBSERVATION_CHARS = 100_000
+"""Default cap of one tool result as the model reads it (about 25k tokens)."""
+PREVIEW_CHARS = 2000
+"""What the turn's story shows of a result (the model reads it whole)."""
 TRUNCATION_MARKER = "… [truncated {n} more characters]"
 
 
@@ -21,6 +27,11 @@ def truncate(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + TRUNCATION_MARKER.format(n=len(text) - limit)
+
+
+def preview(text: str) -> str:
+    """A result as the turn's story shows it: its start, and how much more there is."""
+    return truncate(text, PREVIEW_CHARS)
 
 
 def _render(value: Any) -> str:

@@ -105,6 +105,13 @@ class ServedAgent:
         self._versions: OrderedDict[str, ToolRegistry] = OrderedDict()
         """Earlier tool lists of a live agent (MCP servers), by fingerprint."""
 
+    def result_limit(self, tool: str, tools: ToolRegistry | None = None) -> int:
+        """How much of one result of `tool` the model reads: the tool's own limit, else
+        the agent's (`Agent.max_result_chars`)."""
+        found = (tools or self.tools).tools.get(tool)
+        own = found.max_result_chars if found is not None else None
+        return own or self.agent.max_result_chars
+
     @property
     def live(self) -> bool:
         """Whether its tools may change while the worker runs (an MCP server's list):

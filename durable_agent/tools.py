@@ -88,6 +88,10 @@ class Tool:
     """Whether a call waits for a person's consent before it runs; by default, when
     it has side effects. The worker's settings can override it (`durable_agent.approval`)."""
 
+    max_result_chars: int | None = None
+    """How much of one result the model reads (past it, a marker says how much more
+    there was); None: the agent's `max_result_chars`."""
+
     return_direct: bool = False
     """Its rendered result is the final answer: the turn ends without `interpret`."""
     top_level: bool = True
@@ -187,6 +191,7 @@ def tool(
     return_direct: bool = False,
     top_level: bool = True,
     check: Callable[..., Any] | None = None,
+    max_result_chars: int | None = None,
 ) -> Any:
     """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
     # Annotations may be strings (`from __future__ import annotations`) naming a
@@ -210,6 +215,8 @@ def tool(
                 f"tool {f.__name__}: a tool with side effects cannot be quick; its calls "
                 "must run as regular activities, recorded once they ran"
             )
+        if max_result_chars is not None and max_result_chars < 1:
+            raise TypeError(f"tool {f.__name__}: max_result_chars must be at least 1")
         return Tool(
             name=name or f.__name__,
             description=description,
@@ -224,6 +231,7 @@ def tool(
             return_direct=return_direct,
             top_level=top_level,
             check=check,
+            max_result_chars=max_result_chars,
         )
 
     return wrap(fn) if fn is not None else wrap

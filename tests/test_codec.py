@@ -154,8 +154,8 @@ async def test_codec_refuses_altered_or_relabelled_payloads_and_passes_plain_one
 
 
 async def test_data_converter_encrypts_values_and_failure_messages_only_with_a_key() -> None:
-    assert data_converter({}) is LEAN_DATA_CONVERTER
-    converter = data_converter({"AGENT_ENCRYPTION_KEY": new_key()})
+    assert data_converter({"AGENT_PAYLOAD_STORE": "off"}) is LEAN_DATA_CONVERTER
+    converter = data_converter({"AGENT_ENCRYPTION_KEY": new_key(), "AGENT_PAYLOAD_STORE": "off"})
     [payload] = await converter.encode([TurnInput(question="Has order 123456 shipped?")])
     assert b"123456" not in payload.SerializeToString()
     [back] = await converter.decode([payload], [TurnInput])

@@ -251,6 +251,11 @@ def test_worker_gets_the_settings_a_deployment_needs(services: dict[str, Any]) -
     data = env["AGENT_SHOP_DB"]
     mounts = {v["target"]: v for v in services["worker"]["volumes"]}
     assert mounts[str(Path(data).parent)]["type"] == "volume"
+    # And the stored payloads, which the codec server reads too.
+    store = env["AGENT_PAYLOAD_STORE"].removeprefix("local:")
+    assert mounts[store]["type"] == "volume"
+    codec = {v["target"]: v for v in services["codec-server"]["volumes"]}
+    assert codec[store]["source"] == mounts[store]["source"]
     # `--scale worker=3`: nothing that only one container can have.
     assert "container_name" not in services["worker"] and "ports" not in services["worker"]
 

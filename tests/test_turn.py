@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from temporalio.api.common.v1 import Payload
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from durable_agent.answers import markdown_safe
@@ -15,6 +17,7 @@ from durable_agent.bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, Task
 from durable_agent.conversation import AssistantMessage, ToolResult, latest_results
 from durable_agent.errors import ModelUnavailable
 from durable_agent.model import Reply
+from durable_agent.render import MAX_OBSERVATION_CHARS
 from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import TOOLS
@@ -340,9 +343,32 @@ async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> 
     )
     observation = story(result)[-2].observation
     assert observation is not None and "[truncated" in observation.text
-    assert len(observation.text) < 2100
+    assert len(observation.text) < 2100  # the story's preview
     history = await handle.fetch_history()
-    assert history.events and max(e.ByteSize() for e in history.events) < 64 * 1024
+    # The model read 100,000 characters of it; the history holds references only.
+    assert history.events and max(e.ByteSize() for e in history.events) < 16 * 1024
+    stored = [p for e in history.events for p in _payloads(e) if p.external_payloads]
+    assert sum(p.external_payloads[0].size_bytes for p in stored) > MAX_OBSERVATION_CHARS
+
+
+def _payloads(message: Any) -> list[Payload]:
+    """Every payload in a history event, wherever it sits."""
+    if isinstance(message, Payload):
+        return [message]
+    found = []
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            items = list(value.values())
+        elif field.is_repeated:
+            items = list(value)
+        else:
+            items = [value]
+        for item in items:
+            if hasattr(item, "ListFields"):
+                found += _payloads(item)
+    return found
 
 
 async def test_token_budget_ends_the_turn_gracefully(harness: Harness) -> None:

@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.model import Reply
     from durable_agent.pricing import usage_line
     from durable_agent.provenance import Source
+    from durable_agent.render import preview
     from durable_agent.shields import ShieldRequest, Verdict
     from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent
     from durable_agent.subagents import SubAgent
@@ -138,6 +139,11 @@ class AgentTurn:
         self._usage = Usage(cost_usd=0.0)  # a turn's total starts at zero
         self._done = False
         self._messages: list[Message] = []
+        self._sent = 0
+        """How many of `_messages` the previous model call had: the next one carries
+        only the rest (`durable_agent/transcript.py`)."""
+        self._model_calls = 0
+        """Model calls of this run, for the number each one carries."""
         self._pending: dict[str, PendingApproval] = {}
         self._decisions: dict[str, ApprovalDecision] = {}
         self._model = ""
@@ -366,10 +372,16 @@ class AgentTurn:
         return reply
 
     def _conversation(self, kind: type[ModelInput], turn: TurnInput) -> ModelInput:
-        """A model call's input: the conversation so far, and what the turn sets."""
+        """A model call's input: what the conversation gained since the previous call
+        (the activity puts it together with what that call had), and what the turn sets.
+        Each message enters the history once: a turn's history grows with its steps."""
+        since, self._sent = self._sent, len(self._messages)
+        self._model_calls += 1
         return kind(
             model=turn.model,
-            messages=self._messages,
+            messages=self._messages[since:],
+            since=since,
+            call=self._model_calls,
             tools=turn.tools,
             instructions=turn.instructions,
             stream=turn.stream,
@@ -493,6 +505,7 @@ class AgentTurn:
                     result=dispatched.result,
                     customer_id=turn.customer_id,
                     agent=self._agent.name,
+                    tools_version=self._agent.tools_version,
                 ),
                 start_to_close_timeout=SHIELD_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
@@ -511,11 +524,10 @@ class AgentTurn:
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
         if call.name not in self._tools_used:
             self._tools_used.append(call.name)
+        # The model reads the result whole (its message); the story shows its start.
+        shown = observation.model_copy(update={"text": preview(observation.text)})
         self._record(
-            iteration,
-            StepKind.OBSERVATION,
-            f"{call.name}: {observation.text}",
-            observation=observation,
+            iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
         )
         return observation
 

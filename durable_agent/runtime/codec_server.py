@@ -16,6 +16,8 @@ contract: `POST /encode` and `POST /decode` (also under a prefix, e.g.
     AGENT_CODEC_TOKEN    if set, requests need `Authorization: Bearer <token>`
     AGENT_CODEC_HOSTS    comma-separated host names it answers to (`*`: any); default,
                          on loopback: the loopback names; beyond loopback it must be set
+    AGENT_PAYLOAD_STORE  the workers' payload store (`runtime/storage.py`): a history's
+                         reference to a stored payload decodes to that payload
 
 A request from a browser page of any other origin is refused (403), so a web
 page the operator happens to open cannot use the codec server to decrypt; a
@@ -34,6 +36,7 @@ try again. So memory stays bounded whatever is sent.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import hmac
 import http.client
@@ -55,7 +58,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from google.protobuf import json_format
-from temporalio.api.common.v1 import Payloads
+from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.converter import DataConverter, ExternalStorage, PayloadConverter
 
 from durable_agent.runtime.cli import OneLineParser, port_number
 from durable_agent.runtime.codec import (
@@ -69,6 +73,7 @@ from durable_agent.runtime.codec import (
     key_ring_from_env,
 )
 from durable_agent.runtime.server import answered_hosts, host_allowed, is_loopback
+from durable_agent.runtime.storage import PayloadMissing, StorageConfigError, external_storage
 
 log = logging.getLogger("durable_agent.codec_server")
 
@@ -145,11 +150,15 @@ class CodecServer(ThreadingHTTPServer):
         request_timeout: float = REQUEST_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
         max_bytes_in_flight: int = MAX_BYTES_IN_FLIGHT,
+        storage: ExternalStorage | None = None,
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, CodecHandler)
         self.codec = codec
+        self.storage = storage
+        """Where references to stored payloads lead (`runtime/storage.py`): decoding
+        one answers the payload it refers to, decrypted."""
         self.origins = frozenset(o.rstrip("/") for o in origins)
         self.token = token or None
         self.hosts = tuple(hosts)
@@ -343,6 +352,8 @@ class CodecHandler(BaseHTTPRequestHandler):
                 # Each stage's input is let go as soon as the next has it: what lives at
                 # once is a few copies of the body at most.
                 payloads = _parse(self._body(length))
+                if op == "decode" and self.server.storage is not None:
+                    payloads = _resolved(self.server.storage, payloads)
                 result = _apply(self.server.codec, op, payloads)
                 del payloads
                 text = json.dumps({"payloads": result})
@@ -531,6 +542,29 @@ _TOO_MANY = (
 )
 
 
+class _AsStored(PayloadConverter):
+    """Payloads as they are: a converter's decode then only reads the store."""
+
+    def to_payloads(self, values: Sequence[Any]) -> list[Payload]:
+        return list(values)
+
+    def from_payloads(
+        self, payloads: Sequence[Payload], type_hints: list[type] | None = None
+    ) -> list[Any]:
+        return list(payloads)
+
+
+def _resolved(storage: ExternalStorage, payloads: Payloads) -> Payloads:
+    """References to stored payloads replaced by the payloads (still encrypted)."""
+    reader = DataConverter(payload_converter_class=_AsStored, external_storage=storage)
+    try:
+        return Payloads(payloads=asyncio.run(reader.decode(payloads.payloads)))
+    except PayloadMissing as e:
+        raise _Refused(HTTPStatus.NOT_FOUND, str(e)) from None
+    except (ValueError, TypeError) as e:
+        raise _Refused(HTTPStatus.BAD_REQUEST, f"a reference is malformed: {_short(e)}") from None
+
+
 def _apply(codec: EncryptionCodec, op: str, payloads: Payloads) -> list[dict[str, Any]]:
     try:
         if op == "encode":
@@ -569,6 +603,7 @@ def build_server(
     hosts: Sequence[str] = (),
     open_network: bool = False,
     request_timeout: float = REQUEST_TIMEOUT_S,
+    storage: ExternalStorage | None = None,
 ) -> CodecServer:
     """A codec server bound to host:port (port 0: any free port); call `serve_forever`.
     It answers to the host names `hosts` (`*`: any; default, on loopback: the loopback
@@ -604,6 +639,7 @@ def build_server(
             token,
             answered,
             request_timeout=request_timeout,
+            storage=storage,
         )
     except (OSError, OverflowError) as e:
         why = os.strerror(e.errno) if isinstance(e, OSError) and e.errno else str(e)
@@ -661,8 +697,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ.get(TOKEN_ENV),
             hosts=hosts_from_env(),
             open_network=args.trusted_network,
+            storage=external_storage(),
         )
-    except (EncryptionConfigError, OSError) as e:
+    except (EncryptionConfigError, StorageConfigError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 

@@ -36,6 +36,7 @@ from temporalio.runtime import Runtime
 from durable_agent.errors import ServerUnavailable
 from durable_agent.runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
 from durable_agent.runtime.settings import worker_command
+from durable_agent.runtime.storage import StorageConfigError
 from durable_agent.settings import state_dir
 from durable_agent.telemetry import tracing_plugins
 from durable_agent.workflows.search import dev_server_args
@@ -311,7 +312,7 @@ async def open_client(
     server that just started listens before its frontend is healthy)."""
     try:
         converter = data_converter()
-    except EncryptionConfigError as e:
+    except (EncryptionConfigError, StorageConfigError) as e:
         raise ServerUnavailable(str(e)) from None
     deadline = time.monotonic() + wait
     while True:

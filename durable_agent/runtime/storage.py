@@ -1,0 +1,249 @@
+"""Large payloads outside the history: Temporal's External Storage, with a store.
+
+A payload over a threshold (a whole tool result, a model call's new messages, a
+turn's answer with its story) is written to a store; the history holds a reference
+of about 200 bytes. Temporal's SDK does the rest: the worker that reads the history
+reads the store, so a turn's history stays small however much its tools return.
+With encryption on (`durable_agent/runtime/codec.py`), a payload is encrypted before
+it is stored: the store holds ciphertext only.
+
+    AGENT_PAYLOAD_STORE       local (default): a folder under AGENT_STATE_DIR,
+                              `<state dir>/payloads`, shared by the processes of one
+                              machine (the embedded server's); local:/some/folder (a
+                              shared one, for several machines); off: every payload inline
+    AGENT_PAYLOAD_THRESHOLD   bytes from which a payload is stored (default 4096)
+
+Every process that reads the turns (workers, `client.py`, the codec server) must see
+the same store: processes on machines that share no folder set `off`.
+
+The folder holds one file per payload, `<namespace>/<workflow id>/<sha256>`: a payload
+stored twice by a workflow is one file. `sweep` deletes the folders of workflows
+closed for longer than a retention (the namespace's), as the server deletes their
+histories: `python -m durable_agent.runtime.storage sweep --retention 7d`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.converter import (
+    ExternalStorage,
+    StorageDriver,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+    StorageDriverWorkflowInfo,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_agent.settings import state_dir
+
+STORE_ENV = "AGENT_PAYLOAD_STORE"
+THRESHOLD_ENV = "AGENT_PAYLOAD_THRESHOLD"
+DEFAULT_THRESHOLD = 4096
+"""Bytes: a tool result of a few kilobytes already costs the history only a reference."""
+FOLDER_DRIVER = "durable-agent.folder"
+
+_KEY = re.compile(r"^[A-Za-z0-9%._-]{1,255}/[A-Za-z0-9%._-]{1,255}/[0-9a-f]{64}$")
+"""A stored payload's key: nothing a claim names can leave the store's folder."""
+
+
+class StorageConfigError(ValueError):
+    """The payload store settings cannot work; the message says what to change."""
+
+
+class PayloadMissing(LookupError):
+    """A history refers to a stored payload the store does not have."""
+
+
+class FolderStorageDriver(StorageDriver):
+    """Payloads as files in a folder, one per payload, by workflow."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).absolute()
+
+    def name(self) -> str:
+        return FOLDER_DRIVER
+
+    def type(self) -> str:
+        return FOLDER_DRIVER
+
+    async def store(
+        self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+    ) -> list[StorageDriverClaim]:
+        return [self._store_one(context, p) for p in payloads]
+
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
+        return [self.read(c.claim_data.get("key", "")) for c in claims]
+
+    def read(self, key: str) -> Payload:
+        if not _KEY.match(key):
+            raise PayloadMissing(f"{key!r} is not a key of this payload store")
+        try:
+            return Payload.FromString((self.root / key).read_bytes())
+        except FileNotFoundError:
+            raise PayloadMissing(
+                f"stored payload {key} is not in {self.root}: every process reading these "
+                f"turns must use the same {STORE_ENV}, and payloads are deleted with their "
+                "workflow's history (`sweep`)"
+            ) from None
+
+    def _store_one(
+        self, context: StorageDriverStoreContext, payload: Payload
+    ) -> StorageDriverClaim:
+        data = payload.SerializeToString()
+        key = f"{_folder_of(context)}/{hashlib.sha256(data).hexdigest()}"
+        path = self.root / key
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Whole or not at all: a reader never sees half a payload.
+            partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+            partial.write_bytes(data)
+            os.replace(partial, path)
+        return StorageDriverClaim(claim_data={"key": key})
+
+    def workflows(self) -> list[tuple[str, str, Path]]:
+        """(namespace, workflow id, folder) of every workflow with stored payloads."""
+        if not self.root.is_dir():
+            return []
+        return [
+            (unquote(ns.name), unquote(wf.name), wf)
+            for ns in self.root.iterdir()
+            if ns.is_dir()
+            for wf in ns.iterdir()
+            if wf.is_dir()
+        ]
+
+
+def _folder_of(context: StorageDriverStoreContext) -> str:
+    """`<namespace>/<workflow id>`, each percent-encoded (a long id: its hash)."""
+    target = context.target
+    namespace = target.namespace if target is not None else ""
+    owner = target.id if isinstance(target, StorageDriverWorkflowInfo) and target.id else ""
+    return f"{_segment(namespace or '_')}/{_segment(owner or '_')}"
+
+
+def _segment(text: str) -> str:
+    quoted = quote(text, safe="").replace("~", "%7E")
+    if len(quoted) > 200:
+        return "h-" + hashlib.sha256(text.encode()).hexdigest()
+    return quoted
+
+
+def external_storage(environ: Mapping[str, str] | None = None) -> ExternalStorage | None:
+    """The payload store AGENT_PAYLOAD_STORE names (None: off)."""
+    env = os.environ if environ is None else environ
+    spec = env.get(STORE_ENV, "").strip() or "local"
+    threshold = _threshold(env.get(THRESHOLD_ENV, "").strip())
+    driver: StorageDriver
+    if spec == "off":
+        return None
+    if spec == "local":
+        driver = FolderStorageDriver(state_dir(env) / "payloads")
+    elif spec.startswith("local:"):
+        driver = FolderStorageDriver(spec.removeprefix("local:"))
+    else:
+        raise StorageConfigError(f"{STORE_ENV}={spec!r}: use local, local:/a/folder or off")
+    return ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
+
+
+def _threshold(text: str) -> int:
+    if not text:
+        return DEFAULT_THRESHOLD
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise StorageConfigError(f"{THRESHOLD_ENV}={text!r}: give a number of bytes, e.g. 4096")
+    return value
+
+
+async def sweep(
+    client: Client,
+    driver: FolderStorageDriver,
+    retention: timedelta,
+    *,
+    now: datetime | None = None,
+) -> list[str]:
+    """Delete the stored payloads of workflows closed for longer than `retention` (or
+    gone from the server); the ids of the workflows whose payloads went."""
+    now = now or datetime.now(timezone.utc)
+    gone = []
+    for namespace, workflow_id, folder in driver.workflows():
+        if namespace != client.namespace:
+            continue
+        newest = max((p.stat().st_mtime for p in folder.iterdir()), default=0.0)
+        if time.time() - newest < retention.total_seconds():
+            continue  # written to within the retention: its workflow cannot have closed before
+        try:
+            described = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            closed = True  # the server has deleted its history already
+        else:
+            closed = (
+                described.status is not None
+                and described.status != WorkflowExecutionStatus.RUNNING
+                and described.close_time is not None
+                and now - described.close_time > retention
+            )
+        if closed:
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(workflow_id)
+    return gone
+
+
+def _duration(text: str) -> timedelta:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"give a duration like 7d, 12h or 30m, not {text!r}")
+    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match[2]]
+    return timedelta(**{unit: float(match[1])})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m durable_agent.runtime.storage",
+        description="Delete the stored payloads of closed workflows (the local store).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("sweep", help="delete payloads of workflows closed past the retention")
+    run.add_argument("--retention", type=_duration, default=timedelta(days=7))
+    args = parser.parse_args(argv)
+    storage = external_storage()
+    driver = storage.drivers[0] if storage is not None else None
+    if not isinstance(driver, FolderStorageDriver):
+        print(f"{STORE_ENV} names no local folder: nothing to sweep", file=sys.stderr)
+        return 2
+
+    async def go() -> list[str]:
+        from durable_agent.runtime.server import connect
+
+        connection = await connect()
+        return await sweep(connection.client, driver, args.retention)
+
+    gone = asyncio.run(go())
+    print(f"deleted the stored payloads of {len(gone)} workflow(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

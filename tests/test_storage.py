@@ -1,0 +1,155 @@
+"""Large payloads outside the history (`durable_agent/runtime/storage.py`): stored by
+one worker, read by the next after a SIGKILL; encrypted in the store; references
+resolved where people read turns; deleted with their workflow's history."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from durable_agent.commands.client import start_turn
+from durable_agent.runtime.codec import EncryptionCodec, KeyRing, data_converter
+from durable_agent.runtime.codec_server import build_server
+from durable_agent.runtime.storage import FolderStorageDriver, external_storage, sweep
+from durable_agent.shop import ShopStore
+from durable_agent.types import Outcome, TurnInput
+from tests.test_codec import UI_ORIGIN, as_json, call, new_key
+from tests.test_crash import ROOT, wait_for
+
+
+def _spawn(env: WorkflowEnvironment, environ: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    address = env.client.service_client.config.target_host
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.worker", address, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ | environ,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+async def test_a_payload_one_worker_stored_is_read_by_the_next_and_is_encrypted(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    key = base64.b64encode(os.urandom(32)).decode()
+    store = tmp_path / "payloads"
+    environ = {
+        "AGENT_ENCRYPTION_KEY": key,
+        "AGENT_PAYLOAD_STORE": f"local:{store}",
+        "AGENT_PAYLOAD_THRESHOLD": "0",  # every payload: the store, not the history
+    }
+    converter = data_converter(environ)
+    client = await Client.connect(
+        env.client.service_client.config.target_host, data_converter=converter
+    )
+    task_queue = f"stored-{uuid.uuid4().hex[:6]}"
+    db, log, marker = tmp_path / "shop.db", tmp_path / "activities.log", tmp_path / "hung"
+    ShopStore(db)
+    first = _spawn(
+        env, environ, task_queue, str(db), "--log", str(log), "--crash-after", "interpret",
+        "--marker", str(marker),
+    )  # fmt: skip
+    second = None
+    try:
+        turn = TurnInput(question="Has order 123456 shipped?")
+        handle = await start_turn(client, turn, task_queue)
+        await wait_for(marker)
+        stored_before = {p for p in store.rglob("*") if p.is_file()}
+        first.kill()
+        first.wait()
+        second = _spawn(env, environ, task_queue, str(db), "--log", str(log))
+        result = await asyncio.wait_for(handle.result(), timeout=60)
+    finally:
+        for proc in (first, second):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert result.outcome is Outcome.ANSWERED and "shipped on 2026-11-18" in result.answer
+    assert Counter(log.read_text().split())["interpret"] == 2
+    # The second worker read what the first stored: the turn's input and first steps.
+    assert stored_before and all(p.exists() for p in stored_before)
+    files = [p for p in store.rglob("*") if p.is_file()]
+    assert len(files) > len(stored_before)
+    for path in files:
+        data = path.read_bytes()
+        assert b"123456" not in data and b"2026-11-18" not in data
+    # The history holds references only, and no plaintext either.
+    history = await handle.fetch_history()
+    assert b"123456" not in history.to_json().encode()
+
+
+async def test_retention_deletes_the_payloads_of_closed_workflows_only(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    environ = {"AGENT_PAYLOAD_STORE": f"local:{tmp_path}", "AGENT_PAYLOAD_THRESHOLD": "0"}
+    storage = external_storage(environ)
+    assert storage is not None
+    driver = storage.drivers[0]
+    assert isinstance(driver, FolderStorageDriver)
+    client = await Client.connect(
+        env.client.service_client.config.target_host, data_converter=data_converter(environ)
+    )
+    # Stored for a workflow that never ran here (closed and gone), and for one running.
+    running = await client.start_workflow(
+        "NoSuchWorkflow", "x" * 100, id=f"running-{uuid.uuid4().hex[:6]}", task_queue="nobody"
+    )
+    await client.start_workflow(
+        "NoSuchWorkflow", "y" * 100, id="gone-" + uuid.uuid4().hex[:6], task_queue="nobody"
+    )
+    gone_id = [wf for _, wf, _ in driver.workflows() if wf.startswith("gone-")][0]
+    await client.get_workflow_handle(gone_id).terminate()
+    assert {wf for _, wf, _ in driver.workflows()} == {running.id, gone_id}
+    # Within the retention: nothing goes; past it, only the closed workflow's payloads.
+    assert await sweep(client, driver, timedelta(days=1)) == []
+    assert await sweep(client, driver, timedelta(0)) == [gone_id]
+    assert {wf for _, wf, _ in driver.workflows()} == {running.id}
+    await running.terminate()
+
+
+async def test_the_codec_server_resolves_references_to_stored_payloads(tmp_path: Path) -> None:
+    ring = KeyRing.parse(f"k1:{new_key()}")
+    environ = {"AGENT_PAYLOAD_STORE": f"local:{tmp_path}", "AGENT_PAYLOAD_THRESHOLD": "0"}
+    storage = external_storage(environ)
+    converter = dataclasses.replace(data_converter(environ), payload_codec=EncryptionCodec(ring))
+    [reference] = await converter.encode(["the customer said 123456"])
+    assert reference.external_payloads  # what the history holds
+    server = build_server(ring, port=0, origins=[UI_ORIGIN], storage=storage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        status, _, body = await asyncio.to_thread(
+            call, server, "POST", "/decode", {"payloads": [as_json(reference)]}
+        )
+        assert status == 200, body
+        assert base64.b64decode(body["payloads"][0]["data"]) == b'"the customer said 123456"'
+        (tmp_path / "x").write_text("")  # a key that leaves the store is refused
+        forged = as_json(reference)
+        status, _, body = await asyncio.to_thread(
+            call, server, "POST", "/decode", {"payloads": [_claiming(forged, "../x")]}
+        )
+        assert status == 404, body
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _claiming(reference: dict[str, Any], key: str) -> dict[str, Any]:
+    data = json.loads(base64.b64decode(reference["data"]))
+    data["claimData"]["key"] = key
+    return {**reference, "data": base64.b64encode(json.dumps(data).encode()).decode()}
