@@ -21,10 +21,10 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.commands.client import start_turn
 from durable_agent.runtime.codec import EncryptionCodec, KeyRing, data_converter
 from durable_agent.runtime.codec_server import build_server
 from durable_agent.runtime.storage import FolderStorageDriver, external_storage, sweep
+from durable_agent.runtime.turns import start_turn
 from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome, TurnInput
 from tests.test_codec import UI_ORIGIN, as_json, call, new_key

@@ -7,14 +7,16 @@ reads the store, so a turn's history stays small however much its tools return.
 With encryption on (`durable_agent/runtime/codec.py`), a payload is encrypted before
 it is stored: the store holds ciphertext only.
 
-    AGENT_PAYLOAD_STORE       local (default): a folder under AGENT_STATE_DIR,
-                              `<state dir>/payloads`, shared by the processes of one
-                              machine (the embedded server's); local:/some/folder (a
-                              shared one, for several machines); off: every payload inline
+    AGENT_PAYLOAD_STORE       off (default): every payload inline, as before;
+                              local: a folder under AGENT_STATE_DIR, `<state
+                              dir>/payloads`, shared by the processes of one machine
+                              (the embedded server's); local:/some/folder (a shared
+                              one, for several machines)
     AGENT_PAYLOAD_THRESHOLD   bytes from which a payload is stored (default 4096)
 
 Every process that reads the turns (workers, `client.py`, the codec server) must see
-the same store: processes on machines that share no folder set `off`.
+the same store, so it is off unless asked for: a store that one process wrote and
+another cannot see would leave a turn unreadable there.
 
 The folder holds one file per payload, `<namespace>/<workflow id>/<sha256>`: a payload
 stored twice by a workflow is one file. `sweep` deletes the folders of workflows
@@ -149,7 +151,7 @@ def _segment(text: str) -> str:
 def external_storage(environ: Mapping[str, str] | None = None) -> ExternalStorage | None:
     """The payload store AGENT_PAYLOAD_STORE names (None: off)."""
     env = os.environ if environ is None else environ
-    spec = env.get(STORE_ENV, "").strip() or "local"
+    spec = env.get(STORE_ENV, "").strip() or "off"
     threshold = _threshold(env.get(THRESHOLD_ENV, "").strip())
     driver: StorageDriver
     if spec == "off":
