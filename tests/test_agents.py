@@ -99,7 +99,9 @@ def test_the_fingerprint_changes_exactly_when_what_the_model_sees_does() -> None
     assert replace(bookstore, tools=[book_price]).fingerprint() != bookstore.fingerprint()
 
 
-@pytest.mark.parametrize("name", ["", "9lives", "two words", "x" * 65, "bad/name"])
+@pytest.mark.parametrize(
+    "name", ["", "9lives", "two words", "x" * 65, "bad/name", "shop\n", "shop\r\n", "\nshop"]
+)
 def test_an_agent_name_is_checked(name: str) -> None:
     with pytest.raises(ValueError, match="agent name"):
         Agent(name=name)
@@ -108,7 +110,7 @@ def test_an_agent_name_is_checked(name: str) -> None:
 def test_what_cannot_be_served_is_said_at_once() -> None:
     with pytest.raises(AgentDefinitionError, match="two agents are named 'bookstore'"):
         Agents([bookstore, replace(bookstore, tools=[])])
-    with pytest.raises(AgentDefinitionError, match="'book_price' is registered twice"):
+    with pytest.raises(AgentDefinitionError, match="'book_price': it is listed twice"):
         Agents([replace(bookstore, tools=[book_price, book_price])])
     waived = ApprovalPolicy(waived=frozenset({"start_return"}))
     with pytest.raises(AgentDefinitionError, match="unknown tools: start_return"):
@@ -199,6 +201,13 @@ BOOKSTORE_MODULE = """
 
     def fails():
         raise RuntimeError("the shelf is locked")
+
+    def quits():
+        raise SystemExit(3)
+
+    spaced = Agent(name="spaced", tools=[tool(name="book price")(book_price.fn)])
+    dotted = Agent(name="dotted", tools=[tool(name="books.price")(book_price.fn)])
+    alike = Agent(name="alike", tools=[book_price, tool(name="book_price")(book_price.fn)])
 """
 
 
@@ -209,6 +218,7 @@ def elsewhere(tmp_path: Path) -> Path:
     folder.mkdir()
     write_module(folder, "books", BOOKSTORE_MODULE)
     write_module(folder, "broken", "import no_such_dependency_anywhere\n")
+    write_module(folder, "exits", "import sys\n\nsys.exit(0)\n")
     write_module(
         folder,
         "guarded",
@@ -246,7 +256,30 @@ def test_load_finds_a_module_in_the_current_folder(
         ("books:makes_five", "books.makes_five() returned 5 (an int), not an Agent"),
         ("books:fails", "calling fails() failed: RuntimeError: the shelf is locked"),
         ("broken:agent", "importing broken failed"),
-        ("books:same_tool_twice", "agent 'dupes': tool 'book_price' is registered twice"),
+        (
+            "books:same_tool_twice",
+            "agent 'dupes': tool 'book_price': it is listed twice in the agent's tools: list "
+            "it once",
+        ),
+        (
+            "books:alike",
+            "agent 'alike': tool 'book_price': two different tools have this name: rename one "
+            "(@tool(name=...))",
+        ),
+        (
+            "books:spaced",
+            "agent 'spaced': tool name 'book price': a tool's name is 1-64 letters, digits, "
+            "'_' or '-', as model APIs require; name it e.g. 'book_price'",
+        ),
+        ("books:dotted", "tool name 'books.price': a tool's name is 1-64 letters"),
+        ("sys:exit", "--agent sys:exit: calling exit() exited (sys.exit(None)); give an Agent"),
+        ("books:quits", "calling quits() exited (sys.exit(3)); give an Agent, or a function"),
+        (
+            "exits:agent",
+            "--agent exits:agent: importing exits exited (sys.exit(0)); a module that defines "
+            "agents must not exit on import: put its script part under `if __name__ == "
+            "'__main__':`",
+        ),
         (
             "books:undecorated",
             "agent 'undecorated': function shelf_count is not a tool: decorate it with @tool",
