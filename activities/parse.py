@@ -21,7 +21,7 @@ from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.shield import screen
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.errors import InvalidCall
-from durable_agent.provenance import Source, traced
+from durable_agent.provenance import Source, roles_of, traced
 from durable_agent.serving import Agents
 from durable_agent.shields import ShieldRequest, Verdict
 from durable_agent.subagents import SubAgent, view_name
@@ -102,6 +102,7 @@ class ParseActivity:
         served = self._agents.get(input.agent)
         tools = await turn_tools(served, input.tools_version)
         valid, rejected, normalised_calls = [], [], []
+        roles: frozenset[str] | None = None
         for at, call in enumerate(input.calls):
             try:
                 args = tools.validate(call, tools.offered(input.tools))
@@ -111,11 +112,14 @@ class ParseActivity:
             tool = tools[call.name]
             as_json = args.model_dump(mode="json") if isinstance(args, BaseModel) else args
             normalised = call.model_copy(update={"arguments": as_json})
-            foreign = (
-                traced(normalised, tool.spec.parameters, input.said, input.sources)
-                if tool.side_effects and input.said
-                else []
-            )
+            foreign = []
+            if tool.side_effects:
+                # What the agent's tools call the things they take: the roles a value
+                # the customer labelled ("order 123456") may not be used outside of.
+                if roles is None:
+                    roles = roles_of(t.spec.parameters for t in tools.tools.values())
+                # Nothing said (no question recorded): nothing is theirs, all asks.
+                foreign = traced(normalised, tool.spec.parameters, input.said, input.sources, roles)
             normalised_calls.append(normalised)
             valid.append(
                 ValidCall(

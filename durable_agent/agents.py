@@ -47,8 +47,9 @@ if TYPE_CHECKING:
     from durable_agent.mcp import MCPServer
     from durable_agent.model import ModelFactory
 
-AGENT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
-"""An agent's name: it is a search attribute's value, a metric label and a CLI word."""
+AGENT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}\Z"
+"""An agent's name: it is a search attribute's value, a metric label and a CLI word.
+Match it whole (`re.fullmatch`): a `$` would also match before a final newline."""
 
 
 class Refusals(BaseModel):
@@ -145,7 +146,7 @@ class Agent:
                 f"agent {self.name!r}: unknown_outcomes={self.unknown_outcomes!r}: "
                 "use 'ask' (a person decides) or 'model' (the model is told)"
             )
-        if not isinstance(self.name, str) or not re.match(AGENT_NAME_PATTERN, self.name):
+        if not isinstance(self.name, str) or not re.fullmatch(AGENT_NAME_PATTERN, self.name):
             raise ValueError(
                 f"agent name {self.name!r}: use 1-64 letters, digits, '_', '.' or '-', "
                 "starting with a letter"

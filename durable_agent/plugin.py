@@ -50,7 +50,7 @@ from durable_agent.agents import Agent, AgentCard
 from durable_agent.backends import default_models
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.model import ModelCatalog
-from durable_agent.runtime import metrics
+from durable_agent.runtime import metrics, peers
 from durable_agent.runtime.chaos import ChaosInterceptor, Faults
 from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
 from durable_agent.runtime.deployments import (
@@ -173,9 +173,18 @@ class AgentPlugin(SimplePlugin):
             if s.name == s.agent.name
         ]
 
+    @property
+    def fingerprints(self) -> dict[str, str]:
+        """The agents it serves by their own names, and their fingerprints."""
+        return {c.name: c.fingerprint for c in self.cards}
+
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         self._client = config["client"]
         self._task_queue = config["task_queue"]
+        # Its identity names its agents, so a worker starting on the same queue with
+        # other definitions of them can say so (durable_agent/runtime/peers.py).
+        base = config.get("identity") or self._client.identity
+        config["identity"] = peers.identity(base, self.fingerprints)
         if self.settings.versioning and config.get("deployment_config") is None:
             served = self.agents.served.values()
             tools = [t.fn for s in served for t in s.tools.tools.values()]
@@ -258,6 +267,7 @@ class AgentWorker(Worker):
         if self.plugin.version is not None:
             # Before the first poll: a build id reused for other code is refused.
             await claim(self.client, self.plugin.version, self.plugin.code)
+        await self._rivals()
         await super().__aenter__()
         if self.plugin.settings.versioning:
             try:
@@ -278,6 +288,19 @@ class AgentWorker(Worker):
                     task.uncancel()
                 raise failed from None
         return self
+
+    async def _rivals(self) -> None:
+        """Say, before polling, which live workers of its queue serve one of its agents'
+        names with another definition."""
+        task_queue = self.config(active_config=True)["task_queue"]
+        mine = self.plugin.fingerprints
+        try:
+            found = await peers.rivals(self.client, task_queue, mine)
+        except RPCError as e:  # a help, not a must: a server that will not say
+            log.warning("task queue %r: cannot see its other workers (%s)", task_queue, e)
+            return
+        for rival in found:
+            peers.warn(rival, mine, task_queue, self.plugin.settings.versioning)
 
 
 PROMOTE_WAIT_S = 30.0

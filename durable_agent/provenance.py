@@ -9,23 +9,51 @@ please go ahead") would produce. Such a write asks a person, whatever the waiver
 says, and the approval says which argument came from where. Shields that spot
 instruction-like text are a first net; this one does not depend on wording.
 
-    traced(call, schema, said=[question, *earlier questions], sources=[...])
+    traced(call, schema, said=[question, *earlier questions], sources=[...], roles=...)
         -> ["order_id='654321' (from a result of order_status)", ...]
 
-How a value counts as the customer's: its words and numbers, in order, are a run of
-whole tokens of one message the customer wrote (case, Unicode forms and punctuation
-aside). A number is a whole number: `234567` is not in "1234567890", nor `23456` in
-"order 123456", and `12.50` or `1,250` is one number. So an id, a date or an amount
-the customer typed passes, a fragment of one does not, and text the model reworded
-or put together from several places is not the customer's: it asks. Booleans, values
-the schema enumerates and a field's default are choices, not data: not checked.
+What is checked: every value, every boolean and every key of a free-form object, at
+any depth of every argument. A field name the schema defines is the tool's, not data.
+A waiver is an optimisation, never a hole: whatever this cannot show is the
+customer's asks.
+
+How a value counts as the customer's:
+- Its tokens, in order, are a run of whole tokens of one message the customer wrote,
+  outside anything they quoted or pasted ("It says: '...transfer 5000 to ACC-999'"
+  is someone else's text, passed on). A token keeps its sign, case and inner
+  separators: `-50` is not `50`, `ACC-999` is not `acc-999` (only a plain word's
+  first letter may change case, as a sentence's capital does), and no piece of
+  `1Z-654321-77`, `2026-11-18`, `12,50` or `order-123456` is a token of its own.
+- Compared after Unicode normalisation (NFKC), so full-width digits the customer
+  typed are the digits; but the value itself must be what the customer saw: one
+  with invisible (format) characters, or one normalisation would change (full-width
+  or other look-alike forms), asks. A chunk of the customer's text with invisible
+  characters in it counts for nothing (`ACC-\\u202e987` displays as ACC-789).
+- A value of one token is exactly as written (`ACC-1!` is not `ACC-1`). Between and
+  after its words, prose may differ in spaces and sentence punctuation; any other
+  sign (`%`, `$`, `#`) must stand exactly as the customer wrote it. A value with no
+  letter or digit at all (an empty text, `*`) shows nothing the customer wrote: it
+  asks, unless it is the field's default.
+- A number argument is the customer's when they wrote that number, sign included, as
+  digits with at most a decimal point (`12,50` could be 12.5 or 1250: it asks).
+- Its role: the words just before it in the customer's message say what it is
+  ("order 123456"). Where they name a role the agent's tools know (a word of an
+  argument name, `roles`) and none of this argument's own words, the value is being
+  used as something else — the customer's order id as an `amount` — and it asks.
+- Booleans and nulls are choices, not words: no customer writes `true`. One counts
+  as theirs only where it is the field's schema default, which is what the call
+  would do had the model left it out. Any other value equal to its field's default
+  (or `const`) passes for the same reason; an enumerated value is data like any.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pydantic import BaseModel
@@ -42,85 +70,394 @@ class Source(BaseModel):
 
 
 def traced(
-    call: ToolCall, schema: dict[str, Any], said: Sequence[str], sources: Sequence[Source]
+    call: ToolCall,
+    schema: dict[str, Any],
+    said: Sequence[str],
+    sources: Sequence[Source],
+    roles: Iterable[str] = (),
 ) -> list[str]:
-    """The call's arguments the customer did not write, each with where it came from."""
-    words = _Said(said)
-    properties: dict[str, Any] = schema.get("properties", {})
+    """The call's arguments the customer did not write, each with why (the first
+    problem per argument). `roles`: the words of the agent's argument names
+    (`roles_of`); the tool's own are always in."""
+    check = _Check(said, sources, frozenset(roles) | roles_of([schema]))
+    properties = _fields(schema, schema)
     found = []
     for name, value in call.arguments.items():
-        prop = properties.get(name, {})
-        for text in _values(value, prop):
-            if not words.wrote(text):
-                found.append(f"{name}={_short(text)!r} ({_origin(text, sources)})")
-                break
+        if name in properties:
+            items = _items(value, properties[name], schema, name, _words(name))
+            problem = next(filter(None, map(check.item, items)), None)
+        else:
+            problem = check.key("", name, frozenset())
+        if problem:
+            found.append(problem)
     return found
 
 
-class _Said:
-    """What someone wrote, message by message, as tokens: a value is theirs when it is
-    a run of whole tokens of one message."""
+def roles_of(schemas: Iterable[dict[str, Any]]) -> frozenset[str]:
+    """The words of every argument name (at any depth) of these tools' schemas: what
+    the agent's tools call the things they take."""
+    words: set[str] = set()
 
-    def __init__(self, texts: Sequence[str]) -> None:
-        self.texts = [_norm(t) for t in texts]
-        self.messages = [_tokens(t) for t in texts]
-        self.tokens = {t for m in self.messages for t in m}
+    def walk(node: Any, depth: int) -> None:
+        if depth > 4 * _DEEPEST:
+            return
+        if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                for key in props:
+                    words.update(_words(str(key)))
+            for v in node.values():
+                walk(v, depth + 1)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, depth + 1)
 
-    def wrote(self, value: str) -> bool:
-        wanted = _tokens(value)
-        if not wanted:  # punctuation, or nothing: no data, unless it is all there is
-            text = _norm(value)
-            return not text or any(text in t for t in self.texts)
-        if len(wanted) == 1:
-            return wanted[0] in self.tokens
-        return any(_has_run(message, wanted) for message in self.messages)
-
-
-def _has_run(tokens: list[str], run: list[str]) -> bool:
-    """`run` appears in `tokens` as consecutive whole tokens."""
-    first, n = run[0], len(run)
-    return any(tokens[i] == first and tokens[i : i + n] == run for i in range(len(tokens) - n + 1))
+    for schema in schemas:
+        walk(schema, 0)
+    return frozenset(words)
 
 
-def _values(value: Any, prop: dict[str, Any]) -> Iterator[str]:
-    """The texts in an argument that are data: not booleans, enumerated choices or the
-    field's default."""
-    if isinstance(value, bool) or value is None:
+@dataclass(frozen=True)
+class _Item:
+    path: str
+    kind: str
+    """`value`, `key` (a free-form object's key), `choice` (a boolean or null) or
+    `deep` (nested past `_DEEPEST`)."""
+    value: Any
+    words: frozenset[str]
+    """The words of the argument's name and of the fields on its path."""
+
+
+_DEEPEST = 32
+"""Nesting past this asks: no argument a customer dictates is that deep, and the check
+must not run out of stack on one built to be."""
+
+
+def _items(
+    value: Any, prop: Any, root: dict[str, Any], path: str, words: frozenset[str], depth: int = 0
+) -> Iterator[_Item]:
+    prop = _resolve(prop, root)
+    if _is_default(value, prop):
         return
-    if "enum" in prop and value in prop["enum"]:
-        return
-    if "default" in prop and value == prop["default"]:
-        return
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _values(v, {})
+    if depth > _DEEPEST:
+        yield _Item(path, "deep", None, words)
+    elif isinstance(value, dict):
+        fields = _fields(prop, root)
+        extra = prop.get("additionalProperties") if isinstance(prop, dict) else None
+        for key, v in value.items():
+            key = str(key)
+            if key in fields:
+                sub, at = fields[key], f"{path}.{key}"
+                yield from _items(v, sub, root, at, words | _words(key), depth + 1)
+            else:
+                yield _Item(path, "key", key, words)
+                sub = extra if isinstance(extra, dict) else {}
+                yield from _items(v, sub, root, f"{path}[{key!r}]", words, depth + 1)
     elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _values(v, prop.get("items", {}) if isinstance(prop, dict) else {})
+        sub = prop.get("items", {}) if isinstance(prop, dict) else {}
+        for i, v in enumerate(value):
+            yield from _items(v, sub, root, f"{path}[{i}]", words, depth + 1)
+    elif isinstance(value, bool) or value is None:
+        yield _Item(path, "choice", value, words)
     else:
-        yield str(value)
+        yield _Item(path, "value", value, words)
+
+
+def _resolve(prop: Any, root: dict[str, Any], depth: int = 0) -> dict[str, Any]:
+    """A schema node with its `$ref` followed (to the root's `$defs`)."""
+    if not isinstance(prop, dict):
+        return {}
+    ref = prop.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/") and depth < 20:
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        return {**_resolve(node, root, depth + 1), **{k: v for k, v in prop.items() if k != "$ref"}}
+    return prop
+
+
+def _fields(prop: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """The field names a schema node defines (in any of its alternatives): the tool's
+    names, not the customer's data."""
+    fields: dict[str, Any] = {}
+    props = prop.get("properties")
+    if isinstance(props, dict):
+        fields.update(props)
+    for alt in ("anyOf", "oneOf", "allOf"):
+        for option in prop.get(alt, []) if isinstance(prop.get(alt), list) else []:
+            for key, sub in _fields(_resolve(option, root), root).items():
+                fields.setdefault(key, sub)
+    return fields
+
+
+def _is_default(value: Any, prop: dict[str, Any]) -> bool:
+    """What the call would do had the model left the value out (or all it can be)."""
+    return any(k in prop and _same(value, prop[k]) for k in ("default", "const"))
+
+
+def _same(a: Any, b: Any) -> bool:
+    # Strict: `True == 1` and `0 == 0.0` in Python, not in a schema.
+    try:
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    except (TypeError, ValueError):
+        return False
+
+
+class _Check:
+    def __init__(self, said: Sequence[str], sources: Sequence[Source], roles: frozenset[str]):
+        self.said = _Said(said)
+        self.sources = sources
+        self.roles = roles
+
+    def key(self, path: str, key: str, words: frozenset[str]) -> str | None:
+        why = self._why(key, words, as_number=False)
+        where = f"{path} key" if path else "key"
+        return f"{where} {_short(key)!r} ({why})" if why else None
+
+    def item(self, item: _Item) -> str | None:
+        if item.kind == "key":
+            return self.key(item.path, item.value, item.words)
+        if item.kind == "deep":
+            return f"{item.path} (nested over {_DEEPEST} deep: too deep to check)"
+        if item.kind == "choice":
+            shown = json.dumps(item.value)
+            return f"{item.path}={shown} (a choice, not the customer's words: not its default)"
+        value = item.value
+        number = isinstance(value, (int, float))
+        why = self._why(value if number else str(value), item.words, as_number=number)
+        if not why:
+            return None
+        shown = json.dumps(value) if number else repr(_short(str(value)))
+        return f"{item.path}={shown} ({why})"
+
+    def _why(self, value: Any, words: frozenset[str], *, as_number: bool) -> str:
+        """Why the value is not the customer's (empty: it is)."""
+        text = json.dumps(value) if as_number else value
+        if not as_number and not _clean(value):
+            return "it has invisible or look-alike characters"
+        found = self.said.number(value) if as_number else self.said.find(value)
+        if not found:
+            quoted = _Said(self.said.texts, quoted_too=True)
+            if quoted.number(value) if as_number else quoted.find(value):
+                return "the customer only quoted it"
+            return _origin(text, self.sources)
+        if self._role_ok(found, words):
+            return ""
+        labels = sorted({w for at in found for w in self.said.labels(at) if w in self.roles})
+        return f"the customer wrote it as {'/'.join(labels)}, not as {'/'.join(sorted(words))}"
+
+    def _role_ok(self, found: list[tuple[int, int, int]], words: frozenset[str]) -> bool:
+        """Some place the customer wrote it names no other role than this argument's."""
+        for at in found:
+            msg, start, end = at
+            if end - start != 1 or not any(c.isdigit() for c in self.said.token(at)):
+                return True  # prose, or a word: what it is is what it says
+            labels = {w for w in self.said.labels(at) if w in self.roles}
+            if not labels or labels & words:
+                return True
+        return False
+
+
+class _Said:
+    """What someone wrote, message by message, as tokens (each with the text between
+    it and the one before): a value is theirs when it is a run of whole tokens of one
+    message."""
+
+    def __init__(self, texts: Sequence[str], *, quoted_too: bool = False) -> None:
+        self.texts = list(texts)
+        self.messages = [_tokens(t, quoted_too=quoted_too) for t in texts]
+        self.plain = [_usable(t, quoted_too=quoted_too) for t in texts]
+        # Where each token stands, and each number: a call's many values, each looked
+        # up in a long conversation, cost one pass over it.
+        self.at: dict[str, list[tuple[int, int]]] = {}
+        self.numbers: dict[Decimal, list[tuple[int, int]]] = {}
+        for m, tokens in enumerate(self.messages):
+            for i, (t, _) in enumerate(tokens):
+                self.at.setdefault(_capital(t), []).append((m, i))
+                if _NUMBER.fullmatch(t):
+                    self.numbers.setdefault(Decimal(t), []).append((m, i))
+
+    def find(self, value: str) -> list[tuple[int, int, int]]:
+        """Where the value stands as whole tokens: (message, first, past-last)."""
+        norm = " ".join(value.split())
+        wanted = [t for t, _ in _tokens(norm, quoted_too=True)]
+        if not wanted:  # no letter or digit: nothing anyone can show the customer wrote
+            return []
+        between = _TOKEN.sub(" ", norm)
+        # One token stands exactly as written (`ACC-1!` is another code); words may
+        # differ from the customer's in their sentence punctuation.
+        exact = len(wanted) == 1 or not set(between) <= _BENIGN
+        found = []
+        for m, i in self.at.get(_capital(wanted[0]), []):
+            run = [t for t, _ in self.messages[m][i : i + len(wanted)]]
+            whole = len(run) == len(wanted) and all(map(_same_token, wanted, run))
+            if whole and (not exact or norm in self.plain[m]):
+                found.append((m, i, i + len(wanted)))
+        return found
+
+    def number(self, value: float) -> list[tuple[int, int, int]]:
+        """Where the customer wrote this number, as digits with its sign."""
+        try:
+            wanted = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+        except (InvalidOperation, ValueError):
+            return []
+        if not wanted.is_finite():
+            return []
+        return [(m, i, i + 1) for m, i in self.numbers.get(wanted, [])]
+
+    def token(self, at: tuple[int, int, int]) -> str:
+        return self.messages[at[0]][at[1]][0]
+
+    def labels(self, at: tuple[int, int, int]) -> set[str]:
+        """What the customer said a token is: the word just before it ("order
+        654321"), read past connecting words ("order number is 654321", "order no.
+        654321"), which count too ("id 654321"). A verb's object is not labelled
+        by the verb's noun: in "a return for 654321" nothing says what it is."""
+        tokens = self.messages[at[0]]
+        words: set[str] = set()
+        i = at[1]
+        while i > 0 and len(words) < 6:
+            gap, before = tokens[i][1], tokens[i - 1][0]
+            connected = _words(before) <= _CONNECTORS
+            if _BOUNDARY.search(gap.replace(".", "") if connected else gap):
+                break
+            if not before.isalpha():
+                break
+            words |= _words(before)
+            if not connected:
+                break
+            i -= 1
+        return words
+
+
+# A token: letters and digits, joined by the separators written inside it (a date's
+# dashes, a number's decimal point and thousands separators, a code's hyphens), with a
+# sign before a number that follows no letter or digit.
+_TOKEN = re.compile(
+    r"(?:(?<![^\W_])[+\-\u2212](?=\d))?"
+    r"[^\W_]+(?:(?:[-./_]|(?<=[^\W\d_])['\u2019](?=[^\W\d_])|(?<=\d)[,:](?=\d))[^\W_]+)*"
+)
+_NUMBER = re.compile(r"[+\-]?\d+(?:\.\d+)?")
+_BENIGN = set(" .,;:!?'\"()\u2019\u2026")
+"""What may stand between a value's tokens: sentence punctuation, not a sign."""
+_BOUNDARY = re.compile(r"[.!?;,\n\x00]")
+"""Where a clause ends (a label's `:` or `#` does not end it)."""
+_CONNECTORS = frozenset({"number", "no", "nr", "num", "id", "is", "was"})
+"""Words between a label and its value: "order number is 654321", "order id 654321"."""
+_BROKEN = "\x00"
+"""Stands for text that counts for nothing (quoted, or with invisible characters):
+no run of tokens spans it."""
+
+# Quoted or pasted text: the customer passing on someone else's words.
+_QUOTES = [
+    ('"', '"'),
+    ("\u201c", "\u201d"),
+    ("\u201e", "\u201c"),
+    ("\u00ab", "\u00bb"),
+    ("\u2039", "\u203a"),
+    ("\u300c", "\u300d"),
+    ("\u300e", "\u300f"),
+    ("`", "`"),
+]
+_SINGLE = re.compile(r"(?:^|(?<=[\s(\[{:]))['\u2018](?=\S)")
+_SINGLE_END = re.compile(r"(?<=\S)['\u2019](?=$|[\s.,;:!?)\]}])")
+
+
+def _unquoted(text: str) -> str:
+    """The text with what the customer quoted or pasted (quotation marks, `>` lines,
+    fenced blocks) replaced by `_BROKEN`. A quote left open runs to the end."""
+    text = re.sub(r"```.*?(?:```|\Z)", f" {_BROKEN} ", text, flags=re.DOTALL)
+    text = re.sub(r"(?m)^[ \t]*>.*$", f" {_BROKEN} ", text)
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        close = next((end for start, end in _QUOTES if c == start), None)
+        if close is not None:
+            j = text.find(close, i + 1)
+            j = len(text) if j < 0 else j + 1
+            out.append(f" {_BROKEN} ")
+            i = j
+            continue
+        if c in "'\u2018" and _SINGLE.match(text, i):
+            m = _SINGLE_END.search(text, i + 1)
+            out.append(f" {_BROKEN} ")
+            i = m.end() if m else len(text)
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _usable(text: str, *, quoted_too: bool) -> str:
+    """The customer's text as compared: NFKC, quotes broken (unless `quoted_too`), any
+    chunk with invisible characters broken, spaces collapsed."""
+    norm = unicodedata.normalize("NFKC", text)
+    if not quoted_too:
+        norm = _unquoted(norm)
+    chunks = [c if c == _BROKEN or _clean(c, stable=False) else _BROKEN for c in norm.split()]
+    return " ".join(chunks)
+
+
+_TOKEN_OR_BREAK = re.compile(f"{_TOKEN.pattern}|{_BROKEN}")
+
+
+def _tokens(text: str, *, quoted_too: bool) -> list[tuple[str, str]]:
+    """Tokens, each with the text between it and the previous one; `_BROKEN` stands
+    as a token no value has, so no run spans it."""
+    usable = _usable(text, quoted_too=quoted_too)
+    tokens, last = [], 0
+    for m in _TOKEN_OR_BREAK.finditer(usable):
+        tokens.append((m.group(), usable[last : m.start()]))
+        last = m.end()
+    return tokens
+
+
+_INVISIBLE = {"Cf", "Cc", "Co", "Cn", "Cs"}
+
+
+def _clean(text: str, *, stable: bool = True) -> bool:
+    """No invisible characters (format, control, private, unassigned), and (`stable`)
+    unchanged by NFKC: what is shown is what is sent."""
+    if any(unicodedata.category(c) in _INVISIBLE for c in text if c not in "\t\n\r"):
+        return False
+    return not stable or unicodedata.normalize("NFKC", text) == text
+
+
+def _capital(token: str) -> str:
+    """A token as `_same_token` compares its first letter: what to index it by."""
+    return token[:1].lower() + token[1:] if token.isalpha() else token
+
+
+def _same_token(value: str, said: str) -> bool:
+    """Equal as written; a plain word may differ in its first letter's case only (a
+    sentence's capital): `What` is `what`, but `ACC` is not `Acc` nor `rtn003` `RTN003`."""
+    if value == said:
+        return True
+    rest = value[1:]
+    return (
+        value.isalpha()
+        and rest == said[1:]
+        and (rest.islower() or not rest)
+        and value[:1].lower() == said[:1].lower()
+    )
+
+
+def _words(name: str) -> frozenset[str]:
+    """`order_id`, `orderId`, `Order ID` -> {order, id}; plurals as their singular."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
+    parts = re.split(r"[^A-Za-z]+", spaced)
+    return frozenset(_stem(p.lower()) for p in parts if p)
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def _origin(value: str, sources: Sequence[Source]) -> str:
     for source in sources:
-        if _Said([source.text]).wrote(value):
+        if _Said([source.text], quoted_too=True).find(value):
             return f"from {source.what}"
     return "in nothing the customer wrote"
-
-
-def _norm(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-_TOKEN = re.compile(
-    # Letters and digits; a number's decimal point and thousands separators stay in it
-    # ("12.50", "1,250"), so no part of a number counts as a number the customer wrote.
-    r"(?:[^\W_]|(?<=\d)\.(?=\d)|(?<=\d),(?=\d{3}(?!\d)))+"
-)
-
-
-def _tokens(text: str) -> list[str]:
-    return _TOKEN.findall(_norm(text))
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -309,8 +309,8 @@ def _registry(agent: Agent) -> ToolRegistry:
         return agent.registry
     except NotATool as e:
         raise AgentDefinitionError(f"agent {agent.name!r}: {e}") from None
-    except ValueError as e:
-        raise AgentDefinitionError(f"agent {agent.name!r}: {e}; rename one of them") from None
+    except ValueError as e:  # BadToolName, DuplicateTool: each says what to fix
+        raise AgentDefinitionError(f"agent {agent.name!r}: {e}") from None
 
 
 def _described(value: object) -> str:
@@ -352,6 +352,14 @@ def _load_one(spec: str, flag: str) -> Agent:
                 f"({os.getcwd()}) or on PYTHONPATH"
             ) from None
         raise AgentDefinitionError(f"{flag} {spec}: importing {module_name} failed: {e}") from None
+    except SystemExit as e:
+        # A script's `sys.exit()` run on import would end the worker, silently and with
+        # its code (0: "success").
+        raise AgentDefinitionError(
+            f"{flag} {spec}: importing {module_name} exited (sys.exit({e.code!r})); a module "
+            "that defines agents must not exit on import: put its script part under "
+            "`if __name__ == '__main__':`"
+        ) from None
     except Exception as e:
         raise AgentDefinitionError(
             f"{flag} {spec}: importing {module_name} failed: {type(e).__name__}: {e}"
@@ -362,10 +370,19 @@ def _load_one(spec: str, flag: str) -> Agent:
         raise AgentDefinitionError(
             f"{flag} {spec}: module {module_name} has no attribute {attribute!r}"
         ) from None
+    except Exception as e:  # a module's own __getattr__
+        raise AgentDefinitionError(
+            f"{flag} {spec}: reading {module_name}.{attribute} failed: {type(e).__name__}: {e}"
+        ) from None
     named = f"{module_name}.{attribute}"
     if callable(found) and not isinstance(found, Agent):
         try:
             found = found()
+        except SystemExit as e:  # `sys:exit`, or a factory that exits: not an Agent
+            raise AgentDefinitionError(
+                f"{flag} {spec}: calling {attribute}() exited (sys.exit({e.code!r})); give "
+                "an Agent, or a function that returns one"
+            ) from None
         except Exception as e:
             raise AgentDefinitionError(
                 f"{flag} {spec}: calling {attribute}() failed: {type(e).__name__}: {e}"

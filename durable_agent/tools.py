@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -250,6 +251,36 @@ class NotATool(TypeError):
         )
 
 
+TOOL_NAME_PATTERN = r"[A-Za-z0-9_-]{1,64}"
+"""What every model API accepts as a tool's name (OpenAI's and Bedrock's rule); a
+name outside it would fail only later, at the first model call."""
+
+
+class BadToolName(ValueError):
+    """A tool's name no model API accepts (a space, a dot, over 64 characters)."""
+
+    def __init__(self, name: object) -> None:
+        text = name if isinstance(name, str) else ""
+        fix = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_")[:64] or "lookup"
+        super().__init__(
+            f"tool name {name!r}: a tool's name is 1-64 letters, digits, '_' or '-', as "
+            f"model APIs require; name it e.g. {fix!r} (@tool(name={fix!r}), or rename "
+            "the function)"
+        )
+
+
+class DuplicateTool(ValueError):
+    """Two tools of one agent answer to one name (or one tool is listed twice)."""
+
+    def __init__(self, name: str, *, same: bool) -> None:
+        fix = (
+            "it is listed twice in the agent's tools: list it once"
+            if same
+            else "two different tools have this name: rename one (@tool(name=...))"
+        )
+        super().__init__(f"tool {name!r}: {fix}")
+
+
 class ToolRegistry:
     """The tools one agent may call, by name."""
 
@@ -262,8 +293,10 @@ class ToolRegistry:
     def add(self, t: Tool) -> None:
         if not isinstance(t, Tool):
             raise NotATool(t)
+        if not isinstance(t.name, str) or not re.fullmatch(TOOL_NAME_PATTERN, t.name):
+            raise BadToolName(t.name)
         if t.name in self.tools:
-            raise ValueError(f"tool {t.name!r} is registered twice")
+            raise DuplicateTool(t.name, same=self.tools[t.name] is t)
         self.tools[t.name] = t
         self._specs = None
 

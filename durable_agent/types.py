@@ -27,7 +27,7 @@ from pydantic import (
 DEFAULT_CUSTOMER = "demo"
 """Who a turn is for when its caller names nobody (the demo's sample data is theirs)."""
 
-CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
+CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}\Z"  # `$` would pass "demo\n"
 
 MAX_QUESTION_CHARS = 4000
 """The question is sent with every model call and stored in every activity's
@@ -291,7 +291,7 @@ class TurnInput(BaseModel):
 
 def check_customer_id(v: str) -> str:
     """A customer id as tools and workflow ids can carry it; ValueError otherwise."""
-    if not re.match(CUSTOMER_ID_PATTERN, v):
+    if not isinstance(v, str) or not re.fullmatch(CUSTOMER_ID_PATTERN, v):
         raise ValueError(
             "customer id must be 1-64 characters of letters, digits, '_', '.', '@' or '-'"
         )

@@ -181,7 +181,7 @@ def _budget(raw: str) -> float:
 
 def _agent(raw: str) -> str:
     name = raw.strip()
-    if name and not re.match(AGENT_NAME_PATTERN, name):
+    if name and not re.fullmatch(AGENT_NAME_PATTERN, name):
         raise SetupError(
             f"{AGENT_ENV}={raw!r}: name the agent that answers (as its workers serve it), "
             "or leave it unset for the worker's first"

@@ -7,11 +7,13 @@ worker against the strict Chat Completions fake, which logs what each request ca
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +27,7 @@ from durable_agent.agents import default_instructions
 from durable_agent.commands.worker import build_worker
 from durable_agent.errors import AgentDefinitionError, InvalidCall
 from durable_agent.model import ModelCatalog
-from durable_agent.runtime.turns import start_turn
+from durable_agent.runtime.turns import live_identities, start_turn
 from durable_agent.serving import Agents, load
 from durable_agent.tools import ToolRegistry, schema_tool
 from durable_agent.types import Outcome, ToolCall, TurnInput
@@ -99,7 +101,9 @@ def test_the_fingerprint_changes_exactly_when_what_the_model_sees_does() -> None
     assert replace(bookstore, tools=[book_price]).fingerprint() != bookstore.fingerprint()
 
 
-@pytest.mark.parametrize("name", ["", "9lives", "two words", "x" * 65, "bad/name"])
+@pytest.mark.parametrize(
+    "name", ["", "9lives", "two words", "x" * 65, "bad/name", "shop\n", "shop\r\n", "\nshop"]
+)
 def test_an_agent_name_is_checked(name: str) -> None:
     with pytest.raises(ValueError, match="agent name"):
         Agent(name=name)
@@ -108,7 +112,7 @@ def test_an_agent_name_is_checked(name: str) -> None:
 def test_what_cannot_be_served_is_said_at_once() -> None:
     with pytest.raises(AgentDefinitionError, match="two agents are named 'bookstore'"):
         Agents([bookstore, replace(bookstore, tools=[])])
-    with pytest.raises(AgentDefinitionError, match="'book_price' is registered twice"):
+    with pytest.raises(AgentDefinitionError, match="'book_price': it is listed twice"):
         Agents([replace(bookstore, tools=[book_price, book_price])])
     waived = ApprovalPolicy(waived=frozenset({"start_return"}))
     with pytest.raises(AgentDefinitionError, match="unknown tools: start_return"):
@@ -199,6 +203,13 @@ BOOKSTORE_MODULE = """
 
     def fails():
         raise RuntimeError("the shelf is locked")
+
+    def quits():
+        raise SystemExit(3)
+
+    spaced = Agent(name="spaced", tools=[tool(name="book price")(book_price.fn)])
+    dotted = Agent(name="dotted", tools=[tool(name="books.price")(book_price.fn)])
+    alike = Agent(name="alike", tools=[book_price, tool(name="book_price")(book_price.fn)])
 """
 
 
@@ -209,6 +220,7 @@ def elsewhere(tmp_path: Path) -> Path:
     folder.mkdir()
     write_module(folder, "books", BOOKSTORE_MODULE)
     write_module(folder, "broken", "import no_such_dependency_anywhere\n")
+    write_module(folder, "exits", "import sys\n\nsys.exit(0)\n")
     write_module(
         folder,
         "guarded",
@@ -246,7 +258,30 @@ def test_load_finds_a_module_in_the_current_folder(
         ("books:makes_five", "books.makes_five() returned 5 (an int), not an Agent"),
         ("books:fails", "calling fails() failed: RuntimeError: the shelf is locked"),
         ("broken:agent", "importing broken failed"),
-        ("books:same_tool_twice", "agent 'dupes': tool 'book_price' is registered twice"),
+        (
+            "books:same_tool_twice",
+            "agent 'dupes': tool 'book_price': it is listed twice in the agent's tools: list "
+            "it once",
+        ),
+        (
+            "books:alike",
+            "agent 'alike': tool 'book_price': two different tools have this name: rename one "
+            "(@tool(name=...))",
+        ),
+        (
+            "books:spaced",
+            "agent 'spaced': tool name 'book price': a tool's name is 1-64 letters, digits, "
+            "'_' or '-', as model APIs require; name it e.g. 'book_price'",
+        ),
+        ("books:dotted", "tool name 'books.price': a tool's name is 1-64 letters"),
+        ("sys:exit", "--agent sys:exit: calling exit() exited (sys.exit(None)); give an Agent"),
+        ("books:quits", "calling quits() exited (sys.exit(3)); give an Agent, or a function"),
+        (
+            "exits:agent",
+            "--agent exits:agent: importing exits exited (sys.exit(0)); a module that defines "
+            "agents must not exit on import: put its script part under `if __name__ == "
+            "'__main__':`",
+        ),
         (
             "books:undecorated",
             "agent 'undecorated': function shelf_count is not a tool: decorate it with @tool",
@@ -521,3 +556,83 @@ async def test_an_agents_refusals_are_its_own(harness: Harness) -> None:
         result = await handle.result()
     assert result.outcome is Outcome.REFUSED and result.answer == "We only talk about books here."
     assert result.agent == "bookstore"
+
+
+RIVAL_MODULE = """
+    from dataclasses import replace
+
+    from books import agent as books
+
+    agent = replace(books, instructions="You are another shop's assistant.")
+"""
+
+
+@pytest.mark.parametrize("versioning", ["off", "on"])
+async def test_a_worker_says_when_its_queue_serves_another_definition_of_its_agent(
+    env: WorkflowEnvironment, elsewhere: Path, monkeypatch: pytest.MonkeyPatch, versioning: str
+) -> None:
+    """Two workers on one queue, each serving an agent named bookstore, defined two
+    ways: the second says so as it starts, with both fingerprints and what to do. A
+    third, serving the first one's definition, names the second's."""
+    write_module(elsewhere, "rival", RIVAL_MODULE)
+    monkeypatch.chdir(elsewhere)
+    ours, theirs = (a.fingerprint() for a in load(["books:agent", "rival:agent"]))
+    for module in ("books", "rival"):
+        sys.modules.pop(module, None)
+    assert ours != theirs
+    task_queue = f"rivals-{uuid.uuid4().hex[:6]}"
+    environ = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": task_queue,
+        "AGENT_VERSIONING": versioning,
+    }
+    said: list[list[str]] = []
+    started: list[subprocess.Popen[str]] = []
+    try:
+        for spec, fingerprint in (
+            ("books:agent", ours),
+            ("rival:agent", theirs),
+            ("books:agent", ours),
+        ):
+            worker = subprocess.Popen(
+                [sys.executable, str(ROOT / "worker.py"), "--agent", spec],
+                cwd=elsewhere,
+                env=environ,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            started.append(worker)
+            said.append(await asyncio.to_thread(_until_ready, worker))
+            await _until_polled(env, task_queue, fingerprint)
+    finally:
+        for worker in started:
+            worker.terminate()
+            worker.wait(timeout=30)
+    first, second, third = said
+    assert not [line for line in first if "durable_agent.peers" in line], first
+    (warning,) = [line for line in second if "durable_agent.peers" in line]
+    assert f"agent 'bookstore': another worker on task queue '{task_queue}'" in warning
+    assert f"(fingerprint {ours}; this worker's: {theirs})" in warning
+    assert "give this worker a task queue of its own (--task-queue)" in warning
+    # The third serves the first one's definition: the second is its rival, not the first.
+    (warning,) = [line for line in third if "durable_agent.peers" in line]
+    assert f"(fingerprint {theirs}; this worker's: {ours})" in warning
+
+
+def _until_ready(worker: subprocess.Popen[str]) -> list[str]:
+    assert worker.stdout is not None
+    lines: list[str] = []
+    while not lines or not lines[-1].startswith("worker ready"):
+        lines.append(worker.stdout.readline())
+        assert lines[-1], lines
+    return lines
+
+
+async def _until_polled(env: WorkflowEnvironment, task_queue: str, fingerprint: str) -> None:
+    """Until a worker whose identity names `fingerprint` polls `task_queue`."""
+    deadline = time.monotonic() + 60
+    while not any(fingerprint in w for w in await live_identities(env.client, task_queue)):
+        assert time.monotonic() < deadline, f"no worker of {fingerprint} polled"
+        await asyncio.sleep(0.2)

@@ -236,6 +236,8 @@ def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
         (["list", "--agent", "x y"], "error: --agent 'x y': give an agent's name"),
         (["pending", "--customer", "bad id!"], "error: --customer: customer id must be"),
         (["list", "--customer", "x/y"], "error: --customer: customer id must be"),
+        (["list", "--customer", "demo\n"], "error: --customer: customer id must be"),
+        (["ask", "hi", "--customer", "demo\n"], "error: --customer: customer id must be"),
         (["ask", "hi", "--max-steps", "inf"], "error: --max-steps: give a whole number, not"),
         (["ask", "hi", "--max-steps", "2.5"], "error: --max-steps: give a whole number, not"),
         (["ask", "hi", "--max-tokens", "1e3"], "error: --max-tokens: give a whole number, not"),

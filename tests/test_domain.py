@@ -17,7 +17,7 @@ from durable_agent.render import render_result
 from durable_agent.shop import TOOLS, ShopStore
 from durable_agent.shop.phrasebook import offline_model
 from durable_agent.shop.store import ORDER_NOT_FOUND
-from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.tools import BadToolName, ToolContext, ToolRegistry, tool
 from durable_agent.types import ToolCall, TurnInput
 from tests.conftest import SEED_CASES, request
 
@@ -193,7 +193,7 @@ def test_tool_decorator_reads_signature_and_docstring() -> None:
     assert double.spec.description == "Doubles a number."
     assert double.spec.parameters["required"] == ["n"]
     assert double(Args(n=2), ToolContext("c", None)) == 4
-    with pytest.raises(ValueError, match="registered twice"):
+    with pytest.raises(ValueError, match="'double': it is listed twice .*: list it once"):
         ToolRegistry([double, double])
     with pytest.raises(TypeError, match="pydantic model"):
         tool(lambda x, ctx: x)
@@ -231,9 +231,25 @@ def test_blank_questions_are_refused(question: str) -> None:
         TurnInput(question=question)
 
 
-def test_odd_customer_ids_are_refused() -> None:
+@pytest.mark.parametrize("customer_id", ["a b/../c", "demo\n", "demo\r\n", "\ndemo"])
+def test_odd_customer_ids_are_refused(customer_id: str) -> None:
     with pytest.raises(ValidationError, match="customer id must be"):
-        TurnInput(question="q", customer_id="a b/../c")
+        TurnInput(question="q", customer_id=customer_id)
+
+
+class Isbn13(BaseModel):
+    isbn: str
+
+
+@pytest.mark.parametrize("name", ["book price", "books.price", "x" * 65, "price\n", "prix\u00e9"])
+def test_a_tool_name_no_model_api_takes_is_refused_with_a_name_that_would_do(name: str) -> None:
+    @tool
+    def price(args: Isbn13, ctx: ToolContext[None]) -> str:
+        """Price of a book."""
+        return ""
+
+    with pytest.raises(BadToolName, match="a tool's name is 1-64 letters, digits, '_' or '-'"):
+        ToolRegistry([tool(name=name)(price.fn)])
 
 
 def test_seed_cases_cover_the_six_questions() -> None:

@@ -160,7 +160,7 @@ def choose_agent(value: str) -> Chosen:
         except AgentDefinitionError as e:
             raise CliError(str(e)) from None
         return Chosen(agent.name, agent)
-    if value and not re.match(AGENT_NAME_PATTERN, value):
+    if value and not re.fullmatch(AGENT_NAME_PATTERN, value):
         raise CliError(
             f"--agent {value!r}: give an agent's name (letters, digits, '_', '.', '-') or "
             "its definition as MODULE:ATTRIBUTE"
@@ -638,7 +638,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
 async def cmd_list(args: argparse.Namespace) -> None:
     customer = customer_filter(args)
     agent = args.agent.strip() if args.agent else None
-    if agent is not None and not re.match(AGENT_NAME_PATTERN, agent):
+    if agent is not None and not re.fullmatch(AGENT_NAME_PATTERN, agent):
         raise CliError(f"--agent {agent!r}: give an agent's name")
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
         rows = await client_of(conn, args).find(

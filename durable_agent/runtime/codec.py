@@ -65,7 +65,7 @@ KEY_ENV = "AGENT_ENCRYPTION_KEY"
 KEY_FILE_ENV = "AGENT_ENCRYPTION_KEY_FILE"
 CODEC_ENDPOINT_ENV = "AGENT_CODEC_ENDPOINT"
 DEFAULT_CODEC_PORT = 8888
-_KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 class EncryptionConfigError(ValueError):
@@ -113,7 +113,7 @@ class KeyRing:
                     "(`openssl rand -base64 32` makes a 32-byte key)"
                 )
             key_id = key_id or fingerprint(key)
-            if not _KEY_ID.match(key_id):
+            if not _KEY_ID.fullmatch(key_id):
                 raise EncryptionConfigError(
                     f"{source}: key id {key_id!r} may only use letters, digits, '.', '_', '-' "
                     "(at most 64)"

@@ -268,6 +268,19 @@ async def workers(client: Client, task_queue: str) -> Workers:
     listed for up to a minute, but once it has beaten twice its interval is known, and
     a beat overdue (or one saying it shut down) means it is gone, unless the same
     identity polled again since (a worker started again in one process)."""
+    live, seen = await _live(client, task_queue)
+    return Workers(live=len(live), last_seen=max(seen.values(), default=None))
+
+
+async def live_identities(client: Client, task_queue: str) -> dict[str, datetime]:
+    """Each live worker of `task_queue` (as `workers` counts them): its identity, and
+    when it was last seen."""
+    live, seen = await _live(client, task_queue)
+    return {who: seen[who] for who in live}
+
+
+async def _live(client: Client, task_queue: str) -> tuple[set[str], dict[str, datetime]]:
+    """The identities of the live workers, and when each worker was last seen."""
     polled = await _pollers(client, task_queue)
     now = datetime.now(timezone.utc)
     seen = dict(polled)
@@ -301,7 +314,7 @@ async def workers(client: Client, task_queue: str) -> Workers:
         for who, at in polled.items()
         if now - at <= POLL_WINDOW and (who not in gone_at or at > gone_at[who])
     }
-    return Workers(live=len(live | beating), last_seen=max(seen.values(), default=None))
+    return live | beating, seen
 
 
 HEARTBEAT_GRACE = timedelta(seconds=5)
