@@ -5,7 +5,7 @@ python -m durable_agent.evals tau2 --domain retail --model openai:gpt-4o
 python -m durable_agent.evals questions [--model offline] [--table seed|situations|all]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
-the environment names (else localhost:7233, else one this process starts), prints
+the environment names (else this folder's own, else one this process starts), prints
 each episode as it ends and a total, and writes the report as JSON and CSV. Running
 the same command again continues the same run. `--chaos` serves the episodes from
 two worker processes with injected faults, one SIGKILLed every few seconds
