@@ -2,7 +2,8 @@
 named (no TEMPORAL_* variable, no temporal.toml), through real processes and real dev
 servers. Each folder gets its own server and its commands find it by the address it
 recorded; a server nobody named, at Temporal's default address or on a recorded port
-taken since, is never joined."""
+taken since, is never joined; the process that started a server warns before it stops
+it under others."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
     DescribeWorkerDeploymentRequest,
 )
 from temporalio.client import Client
@@ -283,3 +286,56 @@ def test_a_server_at_the_default_address_is_not_joined(
     finally:
         if stranger is not None:
             stranger.stop()
+
+
+def test_the_owner_warns_before_it_stops_a_server_others_use(
+    tmp_path: Path, bare: dict[str, str], running: list[Running]
+) -> None:
+    """A second worker of the folder (another task queue) uses the server the first
+    one started, and a turn waits there for consent: the first one, stopped, says so
+    in one line on stderr before it takes the server with it."""
+    folder = tmp_path / "epsilon"
+    folder.mkdir()
+    running.append(worker(folder, bare))
+    owner_ready = running[0].wait_for("worker ready")
+    running.append(worker(folder, bare | {"AGENT_TASK_QUEUE": "epsilon-other"}))
+    guest_ready = running[1].wait_for("worker ready")
+    address = address_in(owner_ready)
+    assert "(embedded server " in owner_ready
+    assert f"(this folder's server {address})" in guest_ready
+    started = command(
+        folder, bare, "ask", "--no-wait", "Please start a return for 123456: too small"
+    )
+    assert started.returncode == 0, started.stderr
+    waiting = command(folder, bare, "pending")
+    deadline = time.monotonic() + 60
+    while started.stdout.strip() not in waiting.stdout:  # the write waits for consent
+        assert time.monotonic() < deadline, waiting.stdout + waiting.stderr
+        time.sleep(0.3)
+        waiting = command(folder, bare, "pending")
+    asyncio.run(in_use(address, "epsilon-other"))
+
+    assert running[0].stop() == 0, running[0].said()
+    warnings = [line for line in running[0].err if line.startswith("warning:")]
+    assert len(warnings) == 1, running[0].said()
+    assert warnings[0].startswith(
+        f"warning: stopping the Temporal server this process started ({address}) while "
+    )
+    assert "1 worker of other programs polls it (task queue epsilon-other)" in warnings[0]
+    assert "1 workflow runs on it" in warnings[0]
+
+
+async def in_use(address: str, task_queue: str, timeout: float = 60) -> None:
+    """Until the server at `address` shows what the owner is to see: a worker polling
+    `task_queue`, and a running workflow (visibility lags a start a little)."""
+    client = await Client.connect(address)
+    deadline = time.monotonic() + timeout
+    while True:
+        described = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(namespace="default", task_queue=TaskQueue(name=task_queue))
+        )
+        running = await client.count_workflows("ExecutionStatus = 'Running'")
+        if described.pollers and running.count:
+            return
+        assert time.monotonic() < deadline, f"pollers {described.pollers}, {running.count} running"
+        await asyncio.sleep(0.2)

@@ -239,7 +239,7 @@ async def session(
                 )
             yield conn
     finally:
-        conn.close()
+        await conn.aclose([task_queue])
 
 
 def mcp_config(args: argparse.Namespace) -> str:
@@ -762,7 +762,7 @@ async def cmd_move_conversations(args: argparse.Namespace) -> int:
 
 async def cmd_server(args: argparse.Namespace) -> int:
     """A Temporal dev server with this project's flags, recorded as this folder's, until
-    Ctrl-C or SIGTERM."""
+    Ctrl-C or SIGTERM (which warn when others still use it)."""
     if is_listening(LOCAL_HOST, args.port):
         raise CliError(
             f"something already listens on {LOCAL_HOST}:{args.port} (a server that "
@@ -781,7 +781,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
             await asyncio.sleep(SERVER_WATCH_S)
         raise CliError(f"the Temporal server exited (code {code}); see {server.log_file}")
     finally:
-        conn.close()
+        await conn.aclose()
 
 
 SERVER_WATCH_S = 0.5

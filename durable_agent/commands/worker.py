@@ -11,7 +11,8 @@
 `Agent` (or a function returning one) importable from the current directory or
 PYTHONPATH; a turn that names no agent gets the first. Ctrl-C or SIGTERM stop it
 gracefully: in-flight activities get time to finish, the last spans and metrics are
-sent, and the server stops after the worker if this process started it.
+sent, and the server stops after the worker if this process started it (with a
+warning when other programs' workers or running workflows still use it).
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ async def serve(
             print("shutting down…", flush=True)
         await metrics.drain(observed)
     finally:
-        conn.close()
+        await conn.aclose([settings.task_queue])
         # Core's threads outlive the worker until the interpreter ends; one forwarding a
         # log line then would hold stderr's lock as the interpreter finalises it (abort).
         core_logger.disabled = True

@@ -48,7 +48,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent.errors import ServerUnavailable
 from durable_agent.runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
 from durable_agent.runtime.own_server import ServerRecord, folder_lock, identify
-from durable_agent.runtime.settings import worker_command
+from durable_agent.runtime.settings import client_command, worker_command
+from durable_agent.runtime.sharing import others_using
 from durable_agent.settings import state_dir
 from durable_agent.telemetry import tracing_plugins
 from durable_agent.workflows.search import dev_server_args
@@ -310,9 +311,36 @@ class Connection:
         return f"{self.workflows_url}/{workflow_id}{tail}"
 
     def close(self) -> None:
-        """Stop the embedded server, if this process started it."""
+        """Stop the embedded server, if this process started it (see `aclose`)."""
         if self.server:
             self.server.stop()
+
+    async def aclose(self, task_queues: Collection[str] = ()) -> None:
+        """`close`, first saying in one line on stderr when others still use the server
+        this process started (workers polling its task queues, besides `task_queues`'
+        own, or workflows running), since they lose it too."""
+        if not self.server:
+            return
+        try:
+            others = await asyncio.wait_for(
+                others_using(self.client, self.client.identity, task_queues), SHARING_CHECK_S
+            )
+            if others:
+                print(
+                    f"warning: stopping the Temporal server this process started "
+                    f"({self.server.address}) while {others.describe()}; they wait until it "
+                    f"runs again (`{client_command()} server` runs one on its own)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        except (RPCError, RuntimeError, TimeoutError):
+            pass  # a server that cannot say is stopped all the same
+        finally:
+            self.close()
+
+
+SHARING_CHECK_S = 2.0
+"""How long a stopping owner asks who else uses its server: a stop is not held up."""
 
 
 def connect_settings() -> dict[str, Any]:
