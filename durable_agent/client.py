@@ -2,7 +2,7 @@
 
     from durable_agent import AgentClient
 
-    agents = await AgentClient.connect()        # TEMPORAL_* / temporal.toml, else local
+    agents = await AgentClient.connect()        # TEMPORAL_* / temporal.toml, else the folder's
     result = await agents.ask("Has order 123456 shipped?", agent="support", customer="c-42")
     result.answer, result.outcome, result.usage.cost_usd, result.workflow_id
 
@@ -130,8 +130,8 @@ class AgentClient:
     ) -> AgentClient:
         """Connect as the commands do: the TEMPORAL_* variables or a `temporal.toml`
         profile, overridden by what is given here; with no address anywhere, the
-        local server (this never starts one: a worker does). `ServerUnavailable`
-        when none can be reached."""
+        folder's own server, as the state folder records it (this never starts one: a
+        worker does). `ServerUnavailable` when none can be reached."""
         settings = server.connect_settings()
         given = {"target_host": address, "namespace": namespace, "api_key": api_key, "tls": tls}
         settings.update({k: v for k, v in given.items() if v is not None})

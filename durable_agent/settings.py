@@ -102,8 +102,9 @@ def _switch(name: str, raw: str) -> bool:
 
 
 def state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where the commands keep their files: the embedded server's SQLite file and log,
-    the demo shop's data, the evals' records. AGENT_STATE_DIR, else `.durable-agent/` in
+    """Where the commands keep their files: the embedded server's SQLite file, log and
+    address (the commands run with this folder find that server there), the demo
+    shop's data, the evals' records. AGENT_STATE_DIR, else `.durable-agent/` in
     the current folder (your project's, as `.git/` is), never inside the install."""
     env = os.environ if environ is None else environ
     return Path(env.get("AGENT_STATE_DIR", "").strip() or STATE_DIR).absolute()

@@ -5,7 +5,7 @@ python -m durable_agent.evals tau2 --domain retail --model openai:gpt-4o
 python -m durable_agent.evals questions [--model offline] [--table seed|situations|all]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
-the environment names (else localhost:7233, else one this process starts), prints
+the environment names (else this folder's own, else one this process starts), prints
 each episode as it ends and a total, and writes the report as JSON and CSV. Running
 the same command again continues the same run. `--chaos` serves the episodes from
 two worker processes with injected faults, one SIGKILLed every few seconds
@@ -181,7 +181,7 @@ async def _tau2(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
-        conn.close()
+        await conn.aclose()
     total = totals(reports)
     ran_now = [r for r in reports if not r.from_earlier]
     if ran_now:
@@ -242,7 +242,7 @@ async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
             ui_url=conn.ui_url or "",
         )
     finally:
-        conn.close()
+        await conn.aclose()
     total = real_totals(reports, run.trials)
     name = run.id([t.id for t in tasks], state)
     as_json, as_csv = write_reports(reports, args.report / name, total)
@@ -284,7 +284,7 @@ async def _questions(args: argparse.Namespace) -> int:
             conn.client, TABLES[args.table], model=args.model, state_dir=state
         )
     finally:
-        conn.close()
+        await conn.aclose()
     total = summary(reports)
     name = f"questions-{args.table}-{args.model.replace(':', '_').replace('/', '_')}"
     args.report.mkdir(parents=True, exist_ok=True)

