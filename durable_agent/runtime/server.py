@@ -33,6 +33,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
+from durable_agent.runtime import runtimes
 from durable_agent.runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
 from durable_agent.runtime.settings import worker_command
 from durable_agent.settings import state_dir
@@ -311,8 +312,9 @@ async def open_client(
     settings: dict[str, Any], wait: float = 0, runtime: Runtime | None = None
 ) -> Client:
     """`Client.connect` with the project's converter (encrypting when a key is set),
-    tracing and `runtime` (the SDK's default when None), retried for `wait` s (a
-    server that just started listens before its frontend is healthy)."""
+    tracing and `runtime` (when None, this process's shared one, which ends before the
+    interpreter does: `runtime.runtimes`), retried for `wait` s (a server that just
+    started listens before its frontend is healthy)."""
     try:
         converter = data_converter()
     except EncryptionConfigError as e:
@@ -321,7 +323,10 @@ async def open_client(
     while True:
         try:
             return await Client.connect(
-                **settings, data_converter=converter, plugins=tracing_plugins(), runtime=runtime
+                **settings,
+                data_converter=converter,
+                plugins=tracing_plugins(),
+                runtime=runtime or runtimes.shared(),
             )
         except RuntimeError as e:
             if time.monotonic() < deadline:
