@@ -203,3 +203,64 @@ async def test_commands_and_a_script_exit_cleanly_on_a_busy_machine(
         *(e for e in [*stopped, last] if unclean(e) or "shutting down" not in e.out),
     ]
     assert not bad, f"{len(bad)} of {len(ended)} did not end cleanly; the first: {bad[0]}"
+
+
+RAISES = """\
+import asyncio
+
+from durable_agent.runtime.server import connect
+
+
+async def main() -> None:
+    conn = await connect()
+    await conn.client.count_workflows()
+    raise RuntimeError("a mistake of the script's own")
+
+
+asyncio.run(main())
+"""
+
+KEEPS = """\
+import asyncio
+
+from durable_agent.runtime.server import connect
+
+kept = []
+
+
+async def main() -> None:
+    kept.append(await connect())
+    await kept[0].client.count_workflows()
+
+
+asyncio.run(main())
+"""
+
+
+async def test_a_script_that_fails_still_ends_its_runtime(
+    children: dict[str, str], tmp_path: Path
+) -> None:
+    """Its traceback, and nothing after it: the frames the traceback keeps (for a
+    post-mortem that will not come) no longer keep the client's threads alive."""
+    (tmp_path / "fails.py").write_text(RAISES)
+    ended = await run("fails.py", [sys.executable, "fails.py"], children, tmp_path)
+    assert ended.code == 1
+    assert ended.err.startswith("Traceback (most recent call last):\n"), ended.err
+    assert ended.err.endswith("RuntimeError: a mistake of the script's own\n"), ended.err
+
+
+async def test_a_client_kept_past_the_end_is_named_at_exit(
+    children: dict[str, str], tmp_path: Path
+) -> None:
+    """A client in a module global keeps its runtime's threads to the interpreter's end,
+    where they can still abort it: the exit says so, and what to do."""
+    (tmp_path / "keeps.py").write_text(KEEPS)
+    ended = await run("keeps.py", [sys.executable, "keeps.py"], children, tmp_path)
+    assert ended.code == 0
+    lines = ended.err.splitlines()
+    assert lines[0] == (
+        "1 Temporal runtime(s) still in use at exit: a client or worker is still referenced "
+        "(a module global, a call in flight), and its threads may meet the interpreter's end "
+        "(a rare abort); let go of it before the program ends"
+    ), ended.err
+    assert lines[1].startswith("native threads alive as the interpreter finalizes"), ended.err

@@ -36,6 +36,7 @@ import atexit
 import gc
 import logging
 import sys
+import time
 import weakref
 
 from temporalio.runtime import Runtime, TelemetryConfig
@@ -60,10 +61,15 @@ def track(runtime: Runtime) -> Runtime:
     """`runtime`, which `end()` will expect to be gone."""
     global _at_exit
     if not _at_exit:
-        atexit.register(end)
+        atexit.register(_end_at_exit)
         _at_exit = True
     _made.add(runtime)
     return runtime
+
+
+SETTLE_S = 1.0
+"""How long `end()` waits for calls cancelled as the program ended to let go of their
+clients (each does once a Tokio thread has handed its cancellation back)."""
 
 
 def end() -> int:
@@ -80,12 +86,21 @@ def end() -> int:
         if hasattr(sys, name):
             setattr(sys, name, None)
     gc.collect()
-    held = len(_made)
-    if held:
+    # A call cancelled as the program ended still holds its client from a Tokio task
+    # until that task has handed the cancellation back (on one of the threads we are
+    # waiting to end): a moment, with the GIL let go.
+    deadline = time.monotonic() + SETTLE_S
+    while _made and time.monotonic() < deadline:
+        time.sleep(0.01)
+        gc.collect()
+    return len(_made)
+
+
+def _end_at_exit() -> None:
+    if held := end():
         log.warning(
             "%d Temporal runtime(s) still in use at exit: a client or worker is still "
-            "referenced (a module global?), and its threads may meet the interpreter's "
-            "end (a rare abort); let go of it before the program ends",
+            "referenced (a module global, a call in flight), and its threads may meet the "
+            "interpreter's end (a rare abort); let go of it before the program ends",
             held,
         )
-    return held
