@@ -254,6 +254,15 @@ class AgentWorker(Worker):
     def __init__(self, client: Client, plugin: AgentPlugin, **config: Any) -> None:
         super().__init__(client, **config)
         self.plugin = plugin
+        self.failure: BaseException | None = None
+        """Why the worker stopped running, if it failed."""
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        except BaseException as e:
+            self.failure = e
+            raise
 
     async def __aenter__(self) -> AgentWorker:
         if self.plugin.version is not None:
@@ -267,7 +276,22 @@ class AgentWorker(Worker):
                 log.warning(
                     "version %s: not settled after %s s", self.plugin.version, PROMOTE_WAIT_S
                 )
+            except asyncio.CancelledError:
+                # A worker that fails as it starts (its agents' deps cannot open) cancels
+                # the task that entered it: say why, as the exit would.
+                await self.__aexit__(asyncio.CancelledError, None, None)
+                raise
         return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *args: Any) -> None:
+        if self.failure is None:
+            await super().__aexit__(exc_type, *args)
+        # It failed, and has stopped: the SDK's exit would wait for the end of a run that,
+        # when a plugin failed before it (the agents' deps), never began.
+        elif exc_type is asyncio.CancelledError and not isinstance(
+            self.failure, asyncio.CancelledError
+        ):
+            raise self.failure from None
 
 
 PROMOTE_WAIT_S = 30.0

@@ -5,6 +5,7 @@ asked for anything the plugin cannot serve, it stops with one line."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 import warnings
 from dataclasses import replace
@@ -63,3 +64,24 @@ async def test_build_worker_refuses_what_the_clients_plugin_cannot_serve(
         assert message.startswith(f"the client already carries AgentPlugin({agent.name})")
         assert "call build_worker(client) with no agents" in message
         assert "\n" not in message
+
+
+@pytest.mark.parametrize("versioning", [True, False], ids=["versioned", "unversioned"])
+async def test_a_worker_that_fails_as_it_starts_says_why(
+    env: WorkflowEnvironment, harness: Harness, versioning: bool
+) -> None:
+    """Its agents' deps cannot open: the worker stops with that error, not with the
+    bare cancellation the SDK sends the task that started it, and does not wait for a
+    shutdown of a run that never began."""
+
+    def unreachable_store() -> None:
+        raise OSError("the store is not there")
+
+    agent = replace(harness.agent(), deps=unreachable_store)
+    settings = replace(Settings.from_env(), versioning=versioning, promote="always")
+    worker = build_worker(
+        env.client, agent, task_queue=f"fails-{uuid.uuid4().hex[:8]}", settings=settings
+    )
+    with pytest.raises(OSError, match="the store is not there"):
+        async with worker:
+            await asyncio.Event().wait()  # until the failure cancels it
