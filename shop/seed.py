@@ -107,7 +107,9 @@ RETURNS = [
 def policies() -> list[tuple[str, str, str]]:
     """(slug, title, body) of each policy document in `shop/policies/`."""
     docs = []
-    for f in sorted(resources.files("shop").joinpath("policies").iterdir(), key=lambda f: f.name):
+    for f in sorted(
+        resources.files("durable_agent.shop").joinpath("policies").iterdir(), key=lambda f: f.name
+    ):
         if not f.name.endswith(".md"):
             continue
         lines = f.read_text(encoding="utf-8").strip().splitlines()
