@@ -1,10 +1,14 @@
-"""Serving agents in a Temporal worker: `AgentPlugin`, or `build_worker` for the rest.
+"""Serving agents in a Temporal worker: `AgentPlugin`, and `build_worker`, a worker tuned
+for turns as `worker.py`'s is. The two compose: every worker of a client connected
+with the plugin serves that plugin's agents.
 
-    # Your own worker: add the plugin, keep everything else yours.
     client = await Client.connect("localhost:7233", plugins=[AgentPlugin(bookstore)])
-    worker = Worker(client, task_queue="bookstore", plugins=[...])   # the client's plugin applies
+    async with Worker(client, task_queue="bookstore"):         # a worker of your own
+        ...
+    async with build_worker(client, task_queue="bookstore"):   # or one tuned for turns
+        ...
 
-    # Or a worker tuned as `worker.py`'s is:
+    # On a client without the plugin, build_worker adds it:
     async with build_worker(client, bookstore, task_queue="bookstore"):
         ...
 
@@ -21,7 +25,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import sys
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Any
@@ -262,6 +265,15 @@ class AgentWorker(Worker):
     def __init__(self, client: Client, plugin: AgentPlugin, **config: Any) -> None:
         super().__init__(client, **config)
         self.plugin = plugin
+        self.failure: BaseException | None = None
+        """Why the worker stopped running, if it failed."""
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        except BaseException as e:
+            self.failure = e
+            raise
 
     async def __aenter__(self) -> AgentWorker:
         if self.plugin.version is not None:
@@ -277,17 +289,21 @@ class AgentWorker(Worker):
                     "version %s: not settled after %s s", self.plugin.version, PROMOTE_WAIT_S
                 )
             except asyncio.CancelledError:
-                # The SDK cancels the entering task when the worker fails to start (its
-                # deps could not open, say) and raises the failure from `__aexit__`,
-                # which a failed `__aenter__` never reaches: raise it here instead.
-                failed = self._async_context_run_exception
-                task = asyncio.current_task()
-                if failed is None or task is None:
-                    raise
-                if sys.version_info >= (3, 11):
-                    task.uncancel()
-                raise failed from None
+                # A worker that fails as it starts (its agents' deps cannot open) cancels
+                # the task that entered it: say why, as the exit would.
+                await self.__aexit__(asyncio.CancelledError, None, None)
+                raise
         return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *args: Any) -> None:
+        if self.failure is None:
+            await super().__aexit__(exc_type, *args)
+        # It failed, and has stopped: the SDK's exit would wait for the end of a run that,
+        # when a plugin failed before it (the agents' deps), never began.
+        elif exc_type is asyncio.CancelledError and not isinstance(
+            self.failure, asyncio.CancelledError
+        ):
+            raise self.failure from None
 
     async def _rivals(self) -> None:
         """Say, before polling, which live workers of its queue serve one of its agents'
@@ -316,8 +332,19 @@ def build_worker(
     **options: Any,
 ) -> AgentWorker:
     """A worker for `agents` on `task_queue` (default: the settings', AGENT_TASK_QUEUE),
-    tuned for turns; `options` go to `Worker` as they are."""
-    plugin = AgentPlugin(*agents, settings=settings, models=models, faults=faults)
+    tuned for turns; `options` go to `Worker` as they are.
+
+    On a client that already carries an `AgentPlugin`, the worker serves that plugin
+    (every worker of a client applies the client's plugins, and a second one would
+    register every activity twice): give it no agents, or the plugin's own; settings,
+    models and faults are the plugin's to hold."""
+    plugin = _carried_by(client)
+    if plugin is None:
+        plugin = AgentPlugin(*agents, settings=settings, models=models, faults=faults)
+        added: list[AgentPlugin] = [plugin]
+    else:
+        _check_compatible(plugin, agents, settings, models, faults)
+        added = []
     tuned: dict[str, Any] = {
         # A dead worker's cached workflows move to a live one after 2 s, not 10 s.
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
@@ -329,7 +356,7 @@ def build_worker(
         "graceful_shutdown_timeout": timedelta(seconds=10),
         **options,
     }
-    plugins: Sequence[Any] = [*tuned.pop("plugins", []), plugin]
+    plugins: Sequence[Any] = [*tuned.pop("plugins", []), *added]
     return AgentWorker(
         client,
         plugin,
@@ -337,3 +364,28 @@ def build_worker(
         plugins=plugins,
         **tuned,
     )
+
+
+def _carried_by(client: Client) -> AgentPlugin | None:
+    """The `AgentPlugin` the client was connected with, if any."""
+    return next((p for p in client.config()["plugins"] if isinstance(p, AgentPlugin)), None)
+
+
+def _check_compatible(
+    plugin: AgentPlugin,
+    agents: Sequence[Agent],
+    settings: Settings | None,
+    models: ModelCatalog | None,
+    faults: Faults | None,
+) -> None:
+    """Refuses what the client's plugin cannot serve: other agents, or settings, models
+    or faults of the worker's own (the plugin's agents were built with its own)."""
+    other_agents = bool(agents) and list(agents) != plugin.given
+    other_settings = settings is not None and settings != plugin.settings
+    if other_agents or other_settings or models is not None or faults is not None:
+        names = ", ".join(a.name for a in plugin.given)
+        raise AgentDefinitionError(
+            f"the client already carries AgentPlugin({names}), which serves every worker of "
+            "that client: call build_worker(client) with no agents, settings, models or "
+            "faults (give those to the AgentPlugin), or connect a client without the plugin"
+        )

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -306,9 +305,5 @@ async def _questions(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Everything is done and written: leave at once. Finalizing the interpreter can
-    # meet the Temporal SDK's native threads still calling in (a fatal error at exit).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    # The SDK's threads end before the interpreter does (`runtime.runtimes`, at exit).
+    raise SystemExit(main())

@@ -4,7 +4,7 @@ the model calls (`gen_ai.*`) and the tool calls; nothing duplicated on replay.
 In this process (spans kept in memory) for what the worker does, and with real
 processes (`client.py`, `worker.py`, a worker SIGKILLed mid-turn) exporting OTLP to
 a receiver on loopback for what only whole processes show: the client's root span,
-the flush before `os._exit`, replays on another worker.
+the flush as a command ends, replays on another worker.
 """
 
 from __future__ import annotations

@@ -1147,21 +1147,21 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     finally:
-        # Every exit sends the spans first: `__main__` ends with os._exit, which runs
-        # no exit handler, so whatever is still buffered would be lost.
+        # Every exit sends the spans first (a trace viewer shows the command at once).
         telemetry.flush()
 
 
 def run() -> None:
-    """The command line (`python client.py`, `durable-agent`): `main`, then out at once."""
+    """The command line (`python client.py`, `durable-agent`): `main`, and its exit code.
+    The SDK's threads end before the interpreter does (`runtime.runtimes`, at exit)."""
     code = main()
-    # Skip interpreter teardown: the SDK's Rust runtime threads can outlive the
-    # event loop, and finalizing under them aborts a short-lived client process
-    # ("PyGILState_Release ... finalizing", temporalio/sdk-python#300).
-    with contextlib.suppress(BrokenPipeError):
+    try:
         sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code)
+    except BrokenPipeError:
+        # The reader left before the last lines (`list | head`): they go nowhere, rather
+        # than into an "Exception ignored" on standard error as the interpreter ends.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -108,8 +108,9 @@ async def run(
 async def serve(
     agents: Sequence[Agent], settings: Settings, observed: metrics.MetricsSettings
 ) -> None:
-    core_logger = logging.getLogger("temporalio.core")
-    runtime = metrics.worker_runtime(observed, core_logger=core_logger)
+    # Core's log lines in the worker's format. The runtime's threads, which forward them,
+    # end before the interpreter does (`runtime.runtimes`, at exit).
+    runtime = metrics.worker_runtime(observed, core_logger=logging.getLogger("temporalio.core"))
     conn = await connect(start_embedded=True, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -147,9 +148,6 @@ async def serve(
         await metrics.drain(observed)
     finally:
         await conn.aclose([settings.task_queue])
-        # Core's threads outlive the worker until the interpreter ends; one forwarding a
-        # log line then would hold stderr's lock as the interpreter finalises it (abort).
-        core_logger.disabled = True
 
 
 def main() -> None:
@@ -223,6 +221,10 @@ def main() -> None:
         ValueError,
     ) as e:
         raise SystemExit(f"error: {e}") from None
+    except KeyboardInterrupt:
+        # Ctrl-C before the worker was ready (connecting, starting the server): it was
+        # asked to stop, and stops, without a traceback.
+        raise SystemExit(130) from None
     finally:
         telemetry.flush()
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.metadata
+import inspect
 import json
 import logging
 import sys
@@ -142,16 +143,25 @@ def sources_of(functions: Iterable[Callable[..., Any]]) -> list[str]:
     one's package (`package_of`), a hash of its Python files, or, for one installed from
     a distribution, the distribution's name and version. So a changed tool (or the
     store it reads) is a new version, as a changed loop is: a turn approved
-    tomorrow runs the tool code that was there when it was proposed."""
-    modules = {getattr(fn, "__module__", None) or "" for fn in functions}
+    tomorrow runs the tool code that was there when it was proposed.
+
+    A tool whose package has no files to read (defined in a notebook, in `python -`,
+    in code given to `exec`) is named by its own source where Python keeps it (a
+    notebook's cells), else by nothing: a warning says so, since a change to its code
+    then makes no new version (its name, description and schema still do, in the
+    agent's fingerprint)."""
+    packages: dict[str, list[Callable[..., Any]]] = {}
+    for fn in functions:
+        module = getattr(fn, "__module__", None) or ""
+        packages.setdefault(package_of(module) if module else "", []).append(fn)
     distributions = importlib.metadata.packages_distributions()
     named = []
-    for package in sorted({package_of(m) for m in modules if m} - set(CORE)):
-        module = sys.modules.get(package)
-        file = getattr(module, "__file__", None)
-        if not file:
-            continue  # built in, or a namespace package with nothing to hash
-        path = Path(file).resolve()
+    for package in sorted(set(packages) - set(CORE)):
+        file = getattr(sys.modules.get(package), "__file__", None) if package else None
+        path = Path(file).resolve() if file else None
+        if path is None or not path.is_file():  # no module file: '<stdin>', a notebook
+            named.extend(_own_sources(package, packages[package]))
+            continue
         dists = distributions.get(package.split(".")[0])
         if dists and _INSTALLED & set(path.parts):
             versions = sorted(f"{d}=={importlib.metadata.version(d)}" for d in set(dists))
@@ -163,6 +173,28 @@ def sources_of(functions: Iterable[Callable[..., Any]]) -> list[str]:
             digest.update(f.relative_to(path.parent).as_posix().encode())
             digest.update(f.read_bytes())
         named.append(f"{package}:{digest.hexdigest()}")
+    return named
+
+
+def _own_sources(package: str, functions: Iterable[Callable[..., Any]]) -> list[str]:
+    """Each function's own source, where Python can find it (`inspect.getsource`: a
+    file, a notebook's cell); a warning for each it cannot."""
+    named = []
+    for fn in functions:
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):  # no file, or not Python code
+            log.warning(
+                "the source of tool function %s (module %s) cannot be read, so the build id "
+                "does not cover its code: a change to it makes no new version. Define it in "
+                "a module file, or set AGENT_BUILD_ID anew for each change",
+                name,
+                getattr(fn, "__module__", None) or "none",
+            )
+            continue
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        named.append(f"{package or '-'}.{name}:{digest}")
     return named
 
 

@@ -67,6 +67,7 @@ from temporalio.worker import (
 )
 
 from durable_agent.pricing import cost_of, format_cost
+from durable_agent.runtime import runtimes
 from durable_agent.runtime import settings as settings_
 from durable_agent.telemetry import error_type
 from durable_agent.types import Step, StepKind, TurnOutput, Usage
@@ -276,7 +277,7 @@ def worker_runtime(settings: MetricsSettings, core_logger: logging.Logger | None
         attach_service_name=False,
     )
     try:
-        return Runtime(telemetry=telemetry, worker_heartbeat_interval=settings_.WORKER_HEARTBEAT)
+        runtime = Runtime(telemetry=telemetry, worker_heartbeat_interval=settings_.WORKER_HEARTBEAT)
     except ValueError as e:  # the port is taken, the endpoint is no URL
         fix = (
             "choose another --metrics-port (AGENT_METRICS_PORT)"
@@ -285,6 +286,9 @@ def worker_runtime(settings: MetricsSettings, core_logger: logging.Logger | None
         )
         where = settings.prometheus or settings.otlp_url
         raise MetricsConfigError(f"cannot send metrics to {where}: {e}; {fix}") from None
+    # Its threads forward Core's log lines into Python: they must end before the
+    # interpreter does (`runtimes.end`, at exit).
+    return runtimes.track(runtime)
 
 
 async def drain(settings: MetricsSettings) -> None:

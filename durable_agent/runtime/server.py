@@ -46,6 +46,7 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.errors import ServerUnavailable
+from durable_agent.runtime import runtimes
 from durable_agent.runtime.codec import EncryptionConfigError, codec_endpoint, data_converter
 from durable_agent.runtime.own_server import ServerRecord, folder_lock, identify
 from durable_agent.runtime.settings import client_command, worker_command
@@ -531,8 +532,9 @@ async def open_client(
     settings: dict[str, Any], wait: float = 0, runtime: Runtime | None = None
 ) -> Client:
     """`Client.connect` with the project's converter (encrypting when a key is set),
-    tracing and `runtime` (the SDK's default when None), retried for `wait` s (a
-    server that just started listens before its frontend is healthy)."""
+    tracing and `runtime` (when None, this process's shared one, which ends before the
+    interpreter does: `runtime.runtimes`), retried for `wait` s (a server that just
+    started listens before its frontend is healthy)."""
     try:
         converter = data_converter()
     except (EncryptionConfigError, StorageConfigError) as e:
@@ -541,7 +543,10 @@ async def open_client(
     while True:
         try:
             return await Client.connect(
-                **settings, data_converter=converter, plugins=tracing_plugins(), runtime=runtime
+                **settings,
+                data_converter=converter,
+                plugins=tracing_plugins(),
+                runtime=runtime or runtimes.shared(),
             )
         except RuntimeError as e:
             if time.monotonic() < deadline:

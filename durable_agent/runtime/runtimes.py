@@ -1,0 +1,106 @@
+"""The SDK runtimes of this process, and their end before the interpreter's.
+
+    runtimes.shared()         the runtime clients use when they are given none
+    runtimes.track(runtime)   one made here for a purpose (a worker's, with its metrics)
+    runtimes.end()            at exit: let go of them, so that their threads are joined
+
+Why. The SDK's Core runs on a Tokio thread pool, and those native threads call into
+Python: every RPC's result is handed to the event loop from one of them
+(pyo3-async-runtimes calls `loop.call_soon_threadsafe`, which can let go of the GIL
+midway: the write that wakes the loop, the interpreter's switch interval), and a
+worker's runtime forwards Core's log lines to Python's logging from another. The last
+result can wake the loop, the program finish and the interpreter start finalizing
+before that thread has taken the GIL back. CPython (3.13 and before) then ends the
+thread with `pthread_exit`; the unwinding runs pyo3's guard, whose `PyGILState_Release`
+finds another thread state current: "Fatal Python error: PyGILState_Release: thread
+state … must be current when releasing", SIGABRT. A busy machine widens the window:
+the thread waits longer for a core.
+
+The cure is to end a runtime while the interpreter is whole. The last reference to it
+going shuts its Tokio pool down and joins the threads, and the SDK lets go of the GIL
+while it waits, so a thread still inside Python finishes first. Clients and workers
+each hold their runtime, and an SDK client sits in reference cycles, so `end()`
+collects garbage once it has let go. It runs at exit (`atexit`: after the non-daemon
+threads are joined, before the interpreter starts finalizing). A runtime still held
+then (a client kept in a module global) keeps its threads, and the hazard: `end()`
+says so in one logged warning.
+
+The SDK's default runtime (`Runtime.default()`, used by a `Client.connect` given no
+`runtime`) lives in the SDK's own module until the interpreter finalizes; this
+module never uses it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import logging
+import sys
+import time
+import weakref
+
+from temporalio.runtime import Runtime, TelemetryConfig
+
+log = logging.getLogger(__name__)
+
+_shared: Runtime | None = None
+_made: weakref.WeakSet[Runtime] = weakref.WeakSet()
+_at_exit = False
+
+
+def shared() -> Runtime:
+    """The runtime of the clients this process opens with none given (one thread pool
+    for all of them), ended at exit."""
+    global _shared
+    if _shared is None:
+        _shared = track(Runtime(telemetry=TelemetryConfig()))
+    return _shared
+
+
+def track(runtime: Runtime) -> Runtime:
+    """`runtime`, which `end()` will expect to be gone."""
+    global _at_exit
+    if not _at_exit:
+        atexit.register(_end_at_exit)
+        _at_exit = True
+    _made.add(runtime)
+    return runtime
+
+
+SETTLE_S = 1.0
+"""How long `end()` waits for calls cancelled as the program ended to let go of their
+clients (each does once a Tokio thread has handed its cancellation back)."""
+
+
+def end() -> int:
+    """Let go of the shared runtime and collect what held the runtimes made here: each
+    that nothing else holds ends now, its threads joined. Returns how many are still
+    held (0: no thread of theirs will meet the interpreter's end)."""
+    global _shared
+    _shared = None
+    if not _made:
+        return 0
+    # The traceback of an exception that ended the program is kept for a post-mortem
+    # (`pdb.pm()`) that can no longer come: its frames hold their clients.
+    for name in ("last_exc", "last_type", "last_value", "last_traceback"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+    gc.collect()
+    # A call cancelled as the program ended still holds its client from a Tokio task
+    # until that task has handed the cancellation back (on one of the threads we are
+    # waiting to end): a moment, with the GIL let go.
+    deadline = time.monotonic() + SETTLE_S
+    while _made and time.monotonic() < deadline:
+        time.sleep(0.01)
+        gc.collect()
+    return len(_made)
+
+
+def _end_at_exit() -> None:
+    if held := end():
+        log.warning(
+            "%d Temporal runtime(s) still in use at exit: a client or worker is still "
+            "referenced (a module global, a call in flight), and its threads may meet the "
+            "interpreter's end (a rare abort); let go of it before the program ends",
+            held,
+        )
