@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 from temporalio.api.common.v1 import Payload
 from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import Client
 
 from durable_agent.answers import markdown_safe
 from durable_agent.bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TaskModel
@@ -18,6 +20,7 @@ from durable_agent.conversation import AssistantMessage, ToolResult, latest_resu
 from durable_agent.errors import ModelUnavailable
 from durable_agent.model import Reply
 from durable_agent.render import MAX_OBSERVATION_CHARS
+from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import TOOLS
@@ -331,12 +334,20 @@ async def test_a_turn_started_beside_a_worker_starts_eagerly(harness: Harness) -
     assert result.outcome is Outcome.ANSWERED
 
 
-async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> None:
+@pytest.mark.parametrize("store", [False, True])
+async def test_huge_tool_output_never_enters_history_whole(
+    harness: Harness, store: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     @tool
     def dump(args: Nothing, ctx: ToolContext[object]) -> dict[str, str]:
         """Returns far too much."""
         return {"log": "x" * 300_000}
 
+    if store:  # the worker and the client, both: each reads what the other stored
+        monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{tmp_path}")
+        config = harness.client.config()
+        config["data_converter"] = data_converter()
+        harness = Harness(Client(**config), harness.store)
     model = ScriptedModel(plans=[Reply(calls=[ToolCall(id="c1", name="dump")])], decisions=[ANSWER])
     result, handle = await harness.ask_with_handle(
         "anything", model=model, tools=ToolRegistry([dump])
@@ -345,8 +356,12 @@ async def test_huge_tool_output_never_enters_history_whole(harness: Harness) -> 
     assert observation is not None and "[truncated" in observation.text
     assert len(observation.text) < 2100  # the story's preview
     history = await handle.fetch_history()
+    largest = max(e.ByteSize() for e in history.events)
+    if not store:  # cut to the tool's limit: what the model read, and no more
+        assert MAX_OBSERVATION_CHARS < largest < 2 * MAX_OBSERVATION_CHARS
+        return
     # The model read 100,000 characters of it; the history holds references only.
-    assert history.events and max(e.ByteSize() for e in history.events) < 16 * 1024
+    assert largest < 16 * 1024
     stored = [p for e in history.events for p in _payloads(e) if p.external_payloads]
     assert sum(p.external_payloads[0].size_bytes for p in stored) > MAX_OBSERVATION_CHARS
 

@@ -342,13 +342,19 @@ def _message(version: WorkerDeploymentVersion) -> VersionMessage:
 
 async def _once_known(call: Callable[[], Awaitable[T]]) -> T:
     """`call`, again while the server has not yet heard of a version (a worker's first
-    poll creates it)."""
+    poll creates it), or asks for fewer requests to the deployment (many replicas
+    starting at once)."""
     attempt = 0
     while True:
         try:
             return await call()
         except RPCError as e:
-            if e.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+            again = (
+                RPCStatusCode.NOT_FOUND,
+                RPCStatusCode.FAILED_PRECONDITION,
+                RPCStatusCode.RESOURCE_EXHAUSTED,
+            )
+            if e.status not in again:
                 raise
             attempt += 1
             if attempt > 40:

@@ -531,6 +531,9 @@ async def _summary(client: Client, workflow_id: str) -> str:
         )
     except RPCError:
         return ""
+    except Exception as e:  # one turn this client cannot decode (another key, a payload
+        # store it does not see) leaves its question out, not the whole listing
+        return f"(unreadable here: {str(e)[:80]})"
 
 
 UNPROCESSED = "UnprocessedUpdate"
