@@ -52,6 +52,11 @@ def identity(base: str, agents: Mapping[str, str]) -> str:
     return f"{base} agents[{','.join([*listed, f'+{left}'] if left else listed)}]"
 
 
+def base_of(identity: str) -> str:
+    """An identity without the agents (`pid@host`): the process's own."""
+    return _SERVED.sub("", identity)
+
+
 def served_by(identity: str) -> dict[str, str]:
     """The agents (name: fingerprint) an identity says its worker serves."""
     found = _SERVED.search(identity)

@@ -34,6 +34,8 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from durable_agent.runtime.peers import base_of
+
 POLL_WINDOW = timedelta(seconds=75)
 """An idle worker polls again when its long poll (about a minute) runs out."""
 HEARTBEAT_GRACE = timedelta(seconds=5)
@@ -96,7 +98,7 @@ async def others_using(
         beats = []
     for beat in beats:
         who = beat.worker_identity
-        if who == own_identity:
+        if base_of(who) == own_identity:  # this process's workers name their agents too
             continue
         queues.add(beat.task_queue)
         at = beat.heartbeat_time.ToDatetime(tzinfo=timezone.utc)
@@ -125,7 +127,8 @@ async def others_using(
     for queue, pollers in zip(ordered, polled, strict=True):
         for who, at in pollers.items():
             polled_since_gone = who not in gone or at > gone[who]
-            if who != own_identity and now - at <= POLL_WINDOW and polled_since_gone:
+            mine = base_of(who) == own_identity
+            if not mine and now - at <= POLL_WINDOW and polled_since_gone:
                 live.setdefault(who, queue)
     return Others(workers=len(live), task_queues=tuple(sorted(set(live.values()))), running=running)
 
