@@ -99,6 +99,8 @@ class Streamed(NamedTuple):
 
 
 SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+MAX_OFFSET = 2**53
+"""The largest stream offset a reader may resume from (far beyond any turn's events)."""
 NO_WORKER_AFTER = 10.0
 """`ask`: seconds a turn may wait for a worker before the client checks that one
 serves its task queue at all."""
@@ -235,7 +237,7 @@ class AgentClient:
             self.temporal,
             agent=agent,
             customer_id=customer,
-            outcome=Outcome(outcome).value if outcome else None,
+            outcome=_outcome(outcome),
             awaiting_approval=awaiting_approval,
             limit=limit,
         )
@@ -294,6 +296,16 @@ class AgentClient:
         return ConversationHandle(self, workflow_id, None)
 
 
+def _outcome(outcome: Outcome | str | None) -> str | None:
+    if not outcome:
+        return None
+    try:
+        return Outcome(outcome).value
+    except ValueError:
+        known = ", ".join(o.value for o in Outcome)
+        raise AgentClientError(f"outcome {outcome!r}: give one of {known}") from None
+
+
 def request_workflow_id(customer: str, request_id: str) -> str:
     """The workflow id of a customer's request: `turn-<customer>-<request id>` (hashed
     when it is not plain), so one customer's request id never reaches another's turn."""
@@ -329,6 +341,10 @@ class TurnHandle:
         """The turn's events as it writes them (`durable_agent.stream`): each step, the
         model's text while it writes (turns started with `stream=True`), then
         `DoneEvent`. On a finished turn, its whole story. Resumes at `from_offset`."""
+        if isinstance(from_offset, bool) or not 0 <= from_offset <= MAX_OFFSET:
+            raise AgentClientError(
+                f"from_offset: give an event's offset from 0 to {MAX_OFFSET}, not {from_offset!r}"
+            )
         try:
             async for offset, event in turn_events(self.client.temporal, self.id, from_offset):
                 yield Streamed(offset, event)

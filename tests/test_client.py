@@ -153,6 +153,10 @@ async def test_errors_say_what_to_do(env: WorkflowEnvironment) -> None:
         await agents.turn("turn-x-nope").approve(by="alice")
     with pytest.raises(AgentClientError, match="the question is empty"):
         await agents.start("   ")
+    with pytest.raises(AgentClientError, match="outcome 'great': give one of answered"):
+        await agents.find(outcome="great")
+    with pytest.raises(AgentClientError, match="from_offset: give an event's offset"):
+        await anext(agents.turn("turn-x-nope").events(from_offset=-1))
     with pytest.raises(NoWorker, match="no worker serves task queue 'nobody-"):
         await agents.ask("Has order 123456 shipped?", no_worker_after=0.5)
 

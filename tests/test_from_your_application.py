@@ -164,6 +164,13 @@ def test_a_team_service_asks_streams_and_approves_across_a_sigkill(
         result = http.get(f"/turns/{turn_id}").json()
         assert result["outcome"] == "answered" and "INC-1004" in result["answer"]
         assert http.get("/turns/turn-demo-nope").status_code == 404
+        # Bad input is a clean 4xx, never a traceback or a hang.
+        for bad in ("x", "-1", str(2**64)):
+            refused = http.get(f"/turns/{turn_id}/events", headers={"Last-Event-ID": bad})
+            assert refused.status_code == 422, (bad, refused.text)
+        assert http.post("/ask", json={"question": "x" * 5000}).status_code == 422
+        assert http.post("/ask", json={}, headers={"X-User": "a b"}).status_code == 422
+        assert http.get("/approvals", headers={"X-User": "u" * 65}).status_code == 422
     finally:
         service.terminate()
         service.wait(timeout=30)

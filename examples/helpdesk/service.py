@@ -112,7 +112,7 @@ async def events(
     workflow_id: str,
     agents: Agents,
     who: User,
-    last_event_id: Annotated[int, Header(ge=0)] = 0,
+    last_event_id: Annotated[int, Header(ge=0, le=2**53)] = 0,
 ) -> StreamingResponse:
     """The turn as server-sent events: each step, the answer as it is written, then
     `done`. A browser's EventSource that reconnects sends Last-Event-ID and gets what
