@@ -38,7 +38,7 @@ from pydantic import BaseModel
 
 from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
-from durable_agent.render import MAX_OBSERVATION_CHARS
+from durable_agent.render import MAX_OBSERVATION_CHARS, MAX_RESULT_CHARS_LIMIT
 from durable_agent.shields import ShieldSettings
 from durable_agent.tools import Tool, ToolRegistry
 from durable_agent.types import TurnLimits
@@ -139,8 +139,11 @@ class Agent:
     run, and goes on from there (looks it up, or tells the customer)."""
 
     def __post_init__(self) -> None:
-        if self.max_result_chars < 1:
-            raise ValueError(f"agent {self.name!r}: max_result_chars must be at least 1")
+        if not 1 <= self.max_result_chars <= MAX_RESULT_CHARS_LIMIT:
+            raise ValueError(
+                f"agent {self.name!r}: max_result_chars must be from 1 to "
+                f"{MAX_RESULT_CHARS_LIMIT:,}, not {self.max_result_chars:,}"
+            )
         if self.unknown_outcomes not in ("ask", "model"):
             raise ValueError(
                 f"agent {self.name!r}: unknown_outcomes={self.unknown_outcomes!r}: "

@@ -14,6 +14,10 @@ from typing import Any
 
 MAX_OBSERVATION_CHARS = 100_000
 """Default cap of one tool result as the model reads it (about 25k tokens)."""
+MAX_RESULT_CHARS_LIMIT = 250_000
+"""The most a tool or agent may let one result be: a result travels as one payload,
+and Temporal refuses a payload over 2 MB by failing the workflow task forever, so
+even a result of multi-byte, escaped characters must stay well under it."""
 PREVIEW_CHARS = 2000
 """What the turn's story shows of a result (the model reads it whole)."""
 TRUNCATION_MARKER = "… [truncated {n} more characters]"

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 from pydantic import BaseModel, ValidationError
 
 from durable_agent.errors import InvalidCall
+from durable_agent.render import MAX_RESULT_CHARS_LIMIT
 from durable_agent.types import ToolCall
 
 if TYPE_CHECKING:
@@ -216,8 +217,11 @@ def tool(
                 f"tool {f.__name__}: a tool with side effects cannot be quick; its calls "
                 "must run as regular activities, recorded once they ran"
             )
-        if max_result_chars is not None and max_result_chars < 1:
-            raise TypeError(f"tool {f.__name__}: max_result_chars must be at least 1")
+        if max_result_chars is not None and not 1 <= max_result_chars <= MAX_RESULT_CHARS_LIMIT:
+            raise TypeError(
+                f"tool {f.__name__}: max_result_chars must be from 1 to "
+                f"{MAX_RESULT_CHARS_LIMIT:,}, not {max_result_chars:,}"
+            )
         return Tool(
             name=name or f.__name__,
             description=description,

@@ -118,3 +118,14 @@ async def test_a_model_call_carries_only_what_is_new(
         (4, 5, 2),
         (5, 7, 2),
     ]
+
+
+def test_a_result_limit_stays_within_what_one_payload_can_carry() -> None:
+    from durable_agent import Agent
+    from durable_agent.render import MAX_RESULT_CHARS_LIMIT
+
+    with pytest.raises(TypeError, match="max_result_chars must be from 1 to 250,000"):
+        tool(max_result_chars=MAX_RESULT_CHARS_LIMIT + 1)(read_page.fn)
+    with pytest.raises(ValueError, match="max_result_chars must be from 1 to 250,000"):
+        Agent(name="reader", tools=[read_page], max_result_chars=10_000_000)
+    assert tool(max_result_chars=MAX_RESULT_CHARS_LIMIT)(read_page.fn).max_result_chars
