@@ -89,6 +89,9 @@ class ApprovalResult(BaseModel):
     call_id: str
     approved: bool
     tool: str
+    later: bool = False
+    """Recorded while no worker of the turn's version ran: it applies when one runs
+    the turn (a worker of that version, or the current one after a move)."""
 
 
 def declined(call: ToolCall, decision: ApprovalDecision) -> str:

@@ -44,6 +44,7 @@ from temporalio.workflow import NondeterminismError
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ConversationInput, MessageAccepted
 from durable_agent.commands.worker import build_worker
+from durable_agent.errors import NoWorker
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
 from durable_agent.offline import OfflineModel
 from durable_agent.runtime import deployments
@@ -748,3 +749,69 @@ def test_a_bad_versioning_setting_stops_the_worker_with_one_line(
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and variable in lines[0] and "Traceback" not in done.stderr
+
+
+async def test_a_turn_whose_versions_workers_are_gone_is_listed_and_decided_at_once(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Version 1's workers stop while a turn waits for consent: `pending` lists it,
+    marked; `approve` answers at once that the decision is kept; a message to a
+    conversation of that version is refused at once; a decision on a call that is not
+    waiting is refused and never applies. A worker of version 1 again: the kept
+    decision applies, and the return is written once."""
+    client = env.client
+    queue = f"drill-gone-{uuid.uuid4().hex[:8]}"
+    (order,) = seed_orders(tmp_path / "shop.db", 1)
+    cli = cli_of(env, tmp_path, queue)
+    settings = {"AGENT_TASK_QUEUE": queue, "AGENT_BUILD_ID": "v1"}
+    with processes() as running:
+        running.append(
+            Process([sys.executable, "worker.py"], drill_env(env, tmp_path, **settings), "ready")
+        )
+        (turn_id,) = await wait_for_approvals(client, [damaged(order)], queue)
+        call_id = await awaiting_approval(client.get_workflow_handle(turn_id))
+        chat, first = await start_chat(client, ConversationInput(), SHIPPED, queue)
+        await client.get_workflow_handle(first.turn_id).result()
+        running[0].stop()
+
+        marked = "  (waiting for workers of v1)"
+
+        async def listed_as_stalled() -> bool:
+            lines = [x for x in cli("pending").splitlines() if x.startswith(turn_id)]
+            return len(lines) == 1 and lines[0].endswith(marked) and f"  {call_id}  " in lines[0]
+
+        await until(listed_as_stalled, "the turn listed as waiting for version 1's workers")
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "client.py", "--task-queue", queue, *args],
+                cwd=ROOT,
+                env=drill_env(env, tmp_path),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+
+        wrong = run("reject", turn_id, "call_999", "--by", "ops")
+        assert wrong.returncode == 1 and "call_999" in wrong.stderr, wrong
+        errors = [x for x in wrong.stderr.splitlines() if not x.startswith("note: ")]
+        assert len(errors) == 1 and "Traceback" not in wrong.stderr, wrong.stderr
+        approved = run("approve", turn_id, "--by", "ops")
+        assert approved.returncode == 0, approved.stderr
+        assert approved.stdout.splitlines()[0] == f"approved: start_return ({call_id})"
+        assert "the decision is recorded" in approved.stdout
+        with pytest.raises(NoWorker, match="runs on version v1, and no worker of it runs"):
+            await send(chat, "When will it arrive?")
+        assert returns_of(tmp_path / "shop.db", order) == 0
+
+        running.append(
+            Process([sys.executable, "worker.py"], drill_env(env, tmp_path, **settings), "ready")
+        )
+        output: TurnOutput = await client.get_workflow_handle_for(AgentTurn.run, turn_id).result()
+        assert output.outcome is Outcome.ANSWERED
+        assert returns_of(tmp_path / "shop.db", order) == 1
+        decisions = [s.text for s in output.steps if s.kind is StepKind.DECISION]
+        assert decisions == ["start_return: approved by ops"]
+        await send(chat, "When will it arrive?")  # served again: taken
+        await chat.signal("end")
+        await chat.result()

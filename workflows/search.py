@@ -11,6 +11,9 @@
                                     named it; the worker's resolution when it ends)
     AgentFingerprint   Keyword      a hash of that agent's instructions and tool schemas
 
+A turn's memo holds one entry, `pending`: the calls awaiting a decision (a list of
+`PendingApproval`), readable without a worker.
+
 The client sets the first ones when it starts a workflow, and only when the
 namespace has them registered; a workflow upserts the rest only if it was
 started with them, so a server without them still runs every turn.
@@ -32,6 +35,9 @@ TOOLS = SearchAttributeKey.for_keyword_list("AgentTools")
 CONVERSATION = SearchAttributeKey.for_keyword("AgentConversation")
 AGENT = SearchAttributeKey.for_keyword("AgentName")
 FINGERPRINT = SearchAttributeKey.for_keyword("AgentFingerprint")
+
+PENDING_MEMO = "pending"
+"""The memo entry of a turn's calls awaiting a decision (also the patch that added it)."""
 
 ALL: tuple[SearchAttributeKey, ...] = (
     CUSTOMER,

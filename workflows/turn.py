@@ -181,6 +181,16 @@ class AgentTurn:
         call = self._pending[decision.call_id].call
         return ApprovalResult(call_id=call.id, approved=decision.approved, tool=call.name)
 
+    @workflow.signal(name="decide_later")
+    def decide_later(self, decision: ApprovalDecision) -> None:
+        """A decision sent while no worker of the turn's version ran: the server keeps
+        it in the history, and it applies when one runs the turn. The client checked it
+        against the calls the memo lists; one no longer awaiting a decision is dropped."""
+        if decision.call_id in self._pending and decision.call_id not in self._decisions:
+            self._decisions[decision.call_id] = decision
+        else:
+            workflow.logger.warning("decision on %s dropped: not awaiting one", decision.call_id)
+
     @decide.validator
     def _check_decision(self, decision: ApprovalDecision) -> None:
         # Refused here, an update leaves no trace in the history.
@@ -726,6 +736,7 @@ class AgentTurn:
         if not self._pending and self._started is not None:
             self._paused_since = workflow.now()  # a person is deciding: the clock stops
         self._pending[call.id] = PendingApproval(call=call, why=why, since=workflow.now())
+        self._publish_pending()
         self._record(
             iteration, StepKind.APPROVAL, f"{call.render()} awaits approval: {why}", calls=[call]
         )
@@ -784,11 +795,19 @@ class AgentTurn:
 
     def _no_longer_pending(self, call: ToolCall) -> None:
         del self._pending[call.id]
+        self._publish_pending()
         if not self._pending:
             if self._paused_since is not None:
                 self._paused += workflow.now() - self._paused_since
                 self._paused_since = None
             self._set_status(search.RUNNING)
+
+    def _publish_pending(self) -> None:
+        """The calls awaiting a decision, in the memo: `pending` lists them, and a
+        decision can be taken, while no worker of the turn's version runs to answer."""
+        if workflow.patched("pending-in-memo"):
+            pending = [p.model_dump(mode="json") for p in self._pending.values()]
+            workflow.upsert_memo({search.PENDING_MEMO: pending})
 
     def _set_status(self, status: str) -> None:
         if status != self._status and _indexed():

@@ -616,6 +616,7 @@ async def cmd_pending(args: argparse.Namespace) -> None:
             print(
                 f"{w.workflow_id}  {w.approval.call.id}  {w.approval.call.render()}  {w.age(now)}"
                 + (f"  {build}" if build else "")
+                + (f"  (waiting for workers of {build or 'its task queue'})" if w.stalled else "")
             )
 
 
@@ -641,6 +642,12 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         else:
             result = await turn.reject(call_id, by=args.by, reason=reason)
         print(f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})")
+        if result.later:
+            print(
+                "no worker of the turn's version runs now: the decision is recorded, and "
+                "applies when one runs the turn (start a worker of that version; see "
+                "`versions`)"
+            )
         if not args.wait:
             return 0
         return await print_result(conn, turn, await turn.result())

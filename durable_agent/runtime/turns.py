@@ -23,11 +23,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus
-from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWorkersRequest
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
@@ -51,7 +52,7 @@ from durable_agent.runtime import search as registered
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.streams import turn_events
 from durable_agent.stream import TurnEvent
-from durable_agent.types import PendingApproval, TurnInput, TurnProgress
+from durable_agent.types import PendingApproval, ToolCall, TurnInput, TurnProgress
 from durable_agent.workflows import AgentTurn, Conversation, search
 from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
 
@@ -173,6 +174,7 @@ async def send(conversation: WorkflowHandle, text: str, message_id: str = "") ->
     message: the server runs an update id once per run of the conversation."""
     try:
         message = _message(text)
+        await _version_served(conversation)
         accepted = await _update(
             lambda update_id: conversation.execute_update(Conversation.send, message, id=update_id),
             message_id,
@@ -184,6 +186,21 @@ async def send(conversation: WorkflowHandle, text: str, message_id: str = "") ->
             ended = ": start a new one"
             raise UnknownTurn(conversation.id, "running conversation", ended) from None
         raise
+
+
+async def _version_served(conversation: WorkflowHandle) -> None:
+    """Refuse at once a message to a conversation pinned to a version whose workers
+    are gone: an update would wait for one for as long as the caller lets it, and
+    could still be applied after the caller gave up."""
+    described = await conversation.describe()
+    build = _build(described.typed_search_attributes.get(VERSION) or "")
+    client = conversation._client  # the handle's own client
+    if build and build not in await live_builds(client, described.task_queue):
+        raise NoWorker(
+            f"conversation {conversation.id} runs on version {build}, and no worker of it "
+            f"runs: start a worker of that release ({worker_command()}), then send again; "
+            f"`{client_command()} versions` shows what needs which workers"
+        )
 
 
 async def _turn_started(client: Client, accepted: MessageAccepted) -> None:
@@ -279,9 +296,19 @@ async def live_identities(client: Client, task_queue: str) -> dict[str, datetime
     return {who: seen[who] for who in live}
 
 
-async def _live(client: Client, task_queue: str) -> tuple[set[str], dict[str, datetime]]:
+async def live_builds(client: Client, task_queue: str) -> set[str]:
+    """The build ids of the live workers of `task_queue` (as `workers` counts them;
+    an unversioned worker's is empty)."""
+    polls = await _poll_records(client, task_queue)
+    live, _ = await _live(client, task_queue, polls)
+    return {p.deployment_options.build_id for p in polls if p.identity in live}
+
+
+async def _live(
+    client: Client, task_queue: str, polls: list[PollerInfo] | None = None
+) -> tuple[set[str], dict[str, datetime]]:
     """The identities of the live workers, and when each worker was last seen."""
-    polled = await _pollers(client, task_queue)
+    polled = _last_polls(polls if polls is not None else await _poll_records(client, task_queue))
     now = datetime.now(timezone.utc)
     seen = dict(polled)
     gone_at: dict[str, datetime] = {}
@@ -321,8 +348,9 @@ HEARTBEAT_GRACE = timedelta(seconds=5)
 """Slack for a heartbeat on a busy machine, beyond two of its intervals."""
 
 
-async def _pollers(client: Client, task_queue: str) -> dict[str, datetime]:
-    """Each poller's identity and last poll."""
+async def _poll_records(client: Client, task_queue: str) -> list[PollerInfo]:
+    """The workers that polled `task_queue` for workflow tasks lately, as the server
+    lists them."""
     resp = await client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=client.namespace,
@@ -330,7 +358,12 @@ async def _pollers(client: Client, task_queue: str) -> dict[str, datetime]:
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
         )
     )
-    return {p.identity: p.last_access_time.ToDatetime(tzinfo=timezone.utc) for p in resp.pollers}
+    return list(resp.pollers)
+
+
+def _last_polls(polls: list[PollerInfo]) -> dict[str, datetime]:
+    """Each poller's identity and last poll."""
+    return {p.identity: p.last_access_time.ToDatetime(tzinfo=timezone.utc) for p in polls}
 
 
 async def history_view(handle: WorkflowHandle) -> list[str]:
@@ -376,6 +409,9 @@ class Waiting:
     approval: PendingApproval
     version: str = ""
     """The worker version the turn runs on, `DEPLOYMENT:BUILD_ID` (empty: unversioned)."""
+    stalled: bool = False
+    """No worker of that version runs: the turn waits for one (a decision is kept
+    until then)."""
 
     def age(self, now: datetime) -> str:
         seconds = max(0, int((now - self.approval.since).total_seconds()))
@@ -387,7 +423,8 @@ class Waiting:
 
 
 async def pending(client: Client, customer_id: str | None = None) -> list[Waiting]:
-    """Every call awaiting consent, oldest first (of the customer's turns, if given)."""
+    """Every call awaiting consent, oldest first (of the customer's turns, if given).
+    A turn whose version has no worker running is listed from its memo, `stalled`."""
     if await registered.available(client):
         query = (
             f"WorkflowType = 'AgentTurn' AND {search.STATUS.name} = '{search.AWAITING_APPROVAL}'"
@@ -397,15 +434,51 @@ async def pending(client: Client, customer_id: str | None = None) -> list[Waitin
     else:  # no search attributes: look at every running turn
         query = "WorkflowType = 'AgentTurn' AND ExecutionStatus = 'Running'"
     found: list[Waiting] = []
+    live: dict[str, set[str]] = {}  # task queue: build ids of its live workers
     async for wf in client.list_workflows(query):
-        handle = client.get_workflow_handle(wf.id)
-        try:
-            progress = await progress_of(handle)
-        except (AgentClientError, RPCError):
-            continue  # finished meanwhile
-        for p in progress.pending:
-            found.append(Waiting(wf.id, p, wf.typed_search_attributes.get(VERSION) or ""))
+        version = wf.typed_search_attributes.get(VERSION) or ""
+        if wf.task_queue not in live:
+            live[wf.task_queue] = await live_builds(client, wf.task_queue)
+        waiting: list[PendingApproval] | None = None
+        stalled = _build(version) not in live[wf.task_queue]
+        if not stalled:
+            try:
+                waiting = (
+                    await progress_of(client.get_workflow_handle(wf.id), QUERY_WAIT_S)
+                ).pending
+            except WorkerNeeded:
+                stalled = True
+            except (AgentClientError, RPCError):
+                continue  # finished meanwhile
+        if waiting is None:
+            waiting = await _memo_pending(wf.memo_value)
+        found += [Waiting(wf.id, p, version, stalled) for p in waiting]
     return sorted(found, key=lambda w: w.approval.since)
+
+
+QUERY_WAIT_S = 5.0
+"""How long `pending` and `decide` wait for a worker to answer before they read the
+turn's memo instead (its version's workers are gone, or busy for that long)."""
+
+DECIDE_WAIT_S = 15.0
+"""How long a decision waits for a worker of the turn's version to take it before it
+is recorded for later instead (see `decide`)."""
+
+
+async def _memo_pending(memo_value: Callable[..., Awaitable[Any]]) -> list[PendingApproval]:
+    """The calls a turn's memo lists as awaiting a decision (none in a memo-less turn:
+    one started before turns kept them there)."""
+    try:
+        return list(
+            await memo_value(search.PENDING_MEMO, [], type_hint=list[PendingApproval])
+        )
+    except (KeyError, ValueError, TypeError):
+        return []
+
+
+def _build(version: str) -> str:
+    """The build id of a `DEPLOYMENT:BUILD_ID` version (empty: unversioned)."""
+    return version.rpartition(":")[2]
 
 
 async def decide(
@@ -417,30 +490,66 @@ async def decide(
     by: str,
     reason: str = "",
 ) -> ApprovalResult:
-    """Approve or reject a waiting call; without `call_id`, the turn's only one."""
+    """Approve or reject a waiting call; without `call_id`, the turn's only one.
+
+    A worker of the turn's version takes the decision as an update, and the result
+    says it applied. While none runs (its workers are gone), the decision is sent as a
+    signal the server keeps in the turn's history: it applies when a worker runs the
+    turn again, and the result says so (`later`). So a decision never waits for
+    minutes, and one the caller was told failed is never applied afterwards."""
     handle = client.get_workflow_handle(workflow_id)
-    await _running(handle)
-    if call_id is None:
-        waiting = (await progress_of(handle)).pending
-        if len(waiting) != 1:
-            listed = ", ".join(f"{p.call.id} ({p.call.render()})" for p in waiting)
-            raise NothingPending(
-                f"turn {workflow_id} has no call awaiting approval"
-                if not waiting
-                else f"turn {workflow_id} has {len(waiting)} calls awaiting approval: {listed}; "
-                "name the CALL_ID"
-            )
-        call_id = waiting[0].call.id
+    described = await _running(handle)
+    version = described.typed_search_attributes.get(VERSION) or ""
+    alive = _build(version) in await live_builds(client, described.task_queue)
+    waiting: list[PendingApproval] | None = None
+    if alive:
+        try:
+            waiting = (await progress_of(handle, QUERY_WAIT_S)).pending
+        except WorkerNeeded:
+            alive = False
+    if waiting is None:
+        waiting = await _memo_pending(described.memo_value)
+    call = _the_call(workflow_id, call_id, waiting)
     try:
-        decision = ApprovalDecision(call_id=call_id, approved=approved, by=by, reason=reason)
+        decision = ApprovalDecision(call_id=call.id, approved=approved, by=by, reason=reason)
     except ValueError as e:
         raise AgentClientError(_first_error(e)) from None
-    return await _update(
-        lambda update_id: handle.execute_update(AgentTurn.decide, decision, id=update_id)
-    )
+    if alive:
+        try:
+            return await asyncio.wait_for(
+                _update(lambda u: handle.execute_update(AgentTurn.decide, decision, id=u)),
+                DECIDE_WAIT_S,
+            )
+        except (asyncio.TimeoutError, NoWorker):
+            pass  # its worker went away meanwhile: recorded for later, below
+    # Whichever of an update left behind and this signal the turn reads first applies;
+    # the other finds the call decided and is dropped.
+    await handle.signal(AgentTurn.decide_later, decision)
+    return ApprovalResult(call_id=call.id, approved=approved, tool=call.name, later=True)
 
 
-async def _running(handle: WorkflowHandle) -> None:
+def _the_call(workflow_id: str, call_id: str | None, waiting: list[PendingApproval]) -> ToolCall:
+    """The waiting call named `call_id`, or the only one."""
+    if call_id is not None:
+        for p in waiting:
+            if p.call.id == call_id:
+                return p.call
+        listed = ", ".join(p.call.id for p in waiting) or "none"
+        raise NothingPending(
+            f"call {call_id!r} is not awaiting approval in turn {workflow_id} (awaiting: {listed})"
+        )
+    if len(waiting) != 1:
+        listed = ", ".join(f"{p.call.id} ({p.call.render()})" for p in waiting)
+        raise NothingPending(
+            f"turn {workflow_id} has no call awaiting approval"
+            if not waiting
+            else f"turn {workflow_id} has {len(waiting)} calls awaiting approval: {listed}; "
+            "name the CALL_ID"
+        )
+    return waiting[0].call
+
+
+async def _running(handle: WorkflowHandle) -> WorkflowExecutionDescription:
     """Refuse, without needing a worker, a turn that does not exist or has ended."""
     try:
         desc = await handle.describe()
@@ -451,6 +560,7 @@ async def _running(handle: WorkflowHandle) -> None:
     if desc.status != WorkflowExecutionStatus.RUNNING:
         state = desc.status.name.lower() if desc.status else "ended"
         raise NothingPending(f"turn {handle.id} is {state}: no call awaits approval")
+    return desc
 
 
 @dataclass(frozen=True)
