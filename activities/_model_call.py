@@ -15,6 +15,7 @@ from temporalio import activity
 
 from durable_agent.activities._common import heartbeating, server_suggested_delay
 from durable_agent.activities._tools import turn_tools
+from durable_agent.bounds import bounded_reply
 from durable_agent.conversation import Message, calls_so_far, check
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.pricing import Pricing, format_cost
@@ -112,7 +113,8 @@ class ModelCaller:
             format_cost(cost),
         )
         _name_calls(reply, messages)
-        return reply
+        # What the model said enters the turn's history here: within its bounds.
+        return bounded_reply(reply, served.agent.max_calls_per_round)
 
     async def _conversation(self, input: ModelCallInput) -> list[Message]:
         """The whole conversation: the previous call's, as this worker kept it or as

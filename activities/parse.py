@@ -20,6 +20,7 @@ from temporalio import activity
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.shield import screen
 from durable_agent.approval import ApprovalPolicy
+from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS
 from durable_agent.errors import InvalidCall
 from durable_agent.provenance import Source, roles_of, traced
 from durable_agent.serving import Agents
@@ -43,6 +44,10 @@ class ValidCall(BaseModel):
     side_effects: bool = False
     quick: bool = False
     """A quick read: dispatched as a local activity."""
+    result_chars: int = 0
+    """How much of its result the model reads (the tool's limit): the turn runs no
+    more calls at once than one workflow task can take the results of (0: no bound,
+    as turns recorded before it had)."""
     approval: str = ""
     """Why the call needs a person's consent before it runs; empty when it does not."""
     return_direct: bool = False
@@ -103,6 +108,9 @@ class ParseActivity:
         tools = await turn_tools(served, input.tools_version)
         valid, rejected, normalised_calls = [], [], []
         roles: frozenset[str] | None = None
+        # Quick reads run as local activities, whose results the turn's next workflow
+        # task records all at once: only as many as fit one task's budget run so.
+        quick_left = MAX_RESULTS_IN_FLIGHT_CHARS
         for at, call in enumerate(input.calls):
             try:
                 args = tools.validate(call, tools.offered(input.tools))
@@ -121,6 +129,10 @@ class ParseActivity:
                 # Nothing said (no question recorded): nothing is theirs, all asks.
                 foreign = traced(normalised, tool.spec.parameters, input.said, input.sources, roles)
             normalised_calls.append(normalised)
+            limit = served.result_limit(call.name, tools)
+            quick = tool.quick and limit <= quick_left
+            if quick:
+                quick_left -= limit
             valid.append(
                 ValidCall(
                     call=AS_ASKED if normalised == call else normalised,
@@ -128,7 +140,8 @@ class ParseActivity:
                     timeout=tool.timeout,
                     max_attempts=tool.max_attempts,
                     side_effects=tool.side_effects,
-                    quick=tool.quick,
+                    quick=quick,
+                    result_chars=limit,
                     approval=_why_approval(tool, served.approvals, foreign),
                     return_direct=tool.return_direct,
                     agent=_answered_by(tool, served.name),

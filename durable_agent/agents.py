@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
+from durable_agent.bounds import MAX_CALLS_PER_ROUND, MAX_CALLS_PER_ROUND_LIMIT
 from durable_agent.render import MAX_OBSERVATION_CHARS, MAX_RESULT_CHARS_LIMIT
 from durable_agent.shields import ShieldSettings
 from durable_agent.tools import Tool, ToolRegistry
@@ -122,6 +123,9 @@ class Agent:
     max_result_chars: int = MAX_OBSERVATION_CHARS
     """How much of one tool result the model reads, for tools that set no limit of
     their own (`@tool(max_result_chars=)`)."""
+    max_calls_per_round: int = MAX_CALLS_PER_ROUND
+    """How many of one reply's tool calls run; the calls past them get one result
+    saying so, and the model makes them in a later round."""
     deps: Any = None
     """What tools get as `ctx.deps`: a value, or a zero-argument callable that opens it
     once per worker — its result, or what it yields if it is a context manager (sync
@@ -143,6 +147,11 @@ class Agent:
             raise ValueError(
                 f"agent {self.name!r}: max_result_chars must be from 1 to "
                 f"{MAX_RESULT_CHARS_LIMIT:,}, not {self.max_result_chars:,}"
+            )
+        if not 1 <= self.max_calls_per_round <= MAX_CALLS_PER_ROUND_LIMIT:
+            raise ValueError(
+                f"agent {self.name!r}: max_calls_per_round must be from 1 to "
+                f"{MAX_CALLS_PER_ROUND_LIMIT:,}, not {self.max_calls_per_round:,}"
             )
         if self.unknown_outcomes not in ("ask", "model"):
             raise ValueError(

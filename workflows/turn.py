@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         ValidCall,
     )
     from durable_agent.approval import ApprovalDecision, ApprovalResult, declined, expired
+    from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round
     from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
     from durable_agent.errors import (
         ModelRequestRejected,
@@ -148,6 +149,8 @@ class AgentTurn:
         self._decisions: dict[str, ApprovalDecision] = {}
         self._model = ""
         self._tools_used: list[str] = []
+        self._in_flight = 0
+        """The result sizes of the calls running now (`ValidCall.result_chars`)."""
         self._status = search.RUNNING
         self._tainted = False
         """A tool result carried instruction-like text: later writes need consent."""
@@ -506,6 +509,8 @@ class AgentTurn:
         if vc.agent is not None:
             return await self._ask_subagent(turn, iteration, index, call, vc.agent)
         self._record(iteration, StepKind.TOOL_CALL, call.render(), calls=[call])
+        size = vc.result_chars
+        await self._room_for(size)
         try:
             dispatched = await self._send(turn, iteration, index, vc)
             parsed = await workflow.execute_local_activity_method(
@@ -532,6 +537,8 @@ class AgentTurn:
             self._if_out_of_time()
             text = _failure_text(e, call, vc)
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
+        finally:
+            self._in_flight -= size
         if call.name not in self._tools_used:
             self._tools_used.append(call.name)
         # The model reads the result whole (its message); the story shows its start.
@@ -540,6 +547,19 @@ class AgentTurn:
             iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
         )
         return observation
+
+    async def _room_for(self, size: int) -> None:
+        """Until a call whose result may be `size` characters can run: the results of
+        the calls running at once, and their parse_output records, reach one workflow
+        task together, which must stay within Temporal's message size. A call alone
+        always runs; old turns' calls have no size, and never wait."""
+        # A loop: every call waiting is woken by the same change, and those woken first
+        # may have taken the room again.
+        while self._in_flight and self._in_flight + size > MAX_RESULTS_IN_FLIGHT_CHARS:
+            await workflow.wait_condition(
+                lambda: not self._in_flight or self._in_flight + size <= MAX_RESULTS_IN_FLIGHT_CHARS
+            )
+        self._in_flight += size
 
     async def _send(
         self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
@@ -782,7 +802,9 @@ class AgentTurn:
         return observation
 
     def _answer(self, reply: Reply, results: dict[str, Observation]) -> None:
-        """The model's message, then one result per call, in the order it made them."""
+        """The model's message, then one result per call, in the order it made them
+        (together within what one model call's input may carry)."""
+        results = fit_round(results)
         self._messages.append(reply.message())
         self._messages.extend(ToolResult.of(results[c.id]) for c in reply.calls)
 

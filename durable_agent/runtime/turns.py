@@ -469,9 +469,7 @@ async def _memo_pending(memo_value: Callable[..., Awaitable[Any]]) -> list[Pendi
     """The calls a turn's memo lists as awaiting a decision (none in a memo-less turn:
     one started before turns kept them there)."""
     try:
-        return list(
-            await memo_value(search.PENDING_MEMO, [], type_hint=list[PendingApproval])
-        )
+        return list(await memo_value(search.PENDING_MEMO, [], type_hint=list[PendingApproval]))
     except (KeyError, ValueError, TypeError):
         return []
 
