@@ -251,9 +251,8 @@ def repair(text: str, calls: list[ToolCall], error: str) -> list[Message]:
 
 @functools.lru_cache(maxsize=64)
 def _cached_validator(schema_json: str) -> Any:
-    from durable_agent.tools import _validators
+    import jsonschema  # imported when first needed: most turns are text
 
-    jsonschema = _validators()
     schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema)
     try:

@@ -199,7 +199,9 @@ class AgentTurn:
         with agent_span(turn.agent, turn.model, turn.conversation_id) as span:
             result = await self._run(turn)
             record_turn(span, result.agent, result.outcome.value, result.usage)
-        done = DoneEvent(outcome=result.outcome, answer=result.answer, usage=result.usage)
+        done = DoneEvent(
+            outcome=result.outcome, answer=result.answer, usage=result.usage, output=result.output
+        )
         self._events.publish(done.model_dump(mode="json"))
         # Readers waiting on the stream get its last events before the turn closes;
         # later ones read them by query.
