@@ -292,3 +292,23 @@ def test_bedrock_is_made_to_end_with_the_output_tool() -> None:
     assert model.request(ask)["toolConfig"]["toolChoice"] == {"any": {}}
     plain = ask.model_copy(update={"final_tool": ""})
     assert "toolChoice" not in model.request(plain)["toolConfig"]
+
+
+class Tracking(BaseModel):
+    order_id: str
+    link: str
+
+
+async def test_a_return_direct_result_does_not_end_a_typed_turn(harness: Harness) -> None:
+    """The tool's text would be the answer of a text turn; a typed one needs the value."""
+    track = ToolCall(id="c1", name="tracking_link", arguments={"order_id": "123456"})
+    value = {"order_id": "123456", "link": "https://shop.example/track/123456"}
+    model = ScriptedModel(plans=[Reply(calls=[track])], decisions=[final(value)])
+    typed = replace(harness.agent(), output_type=Tracking)
+    async with harness.worker(model, agents=[typed]) as task_queue:
+        turn = TurnInput(question="Tracking link for 123456?", model="scripted")
+        result = await (await start_turn(harness.client, turn, task_queue)).result()
+
+    assert result.outcome is Outcome.ANSWERED and result.output == value
+    assert kinds(result) == ["plan", "tool_call", "observation", "answer"]
+    assert [k for k, _ in model.requests] == ["plan", "interpret"]
