@@ -8,21 +8,25 @@ conversation together (`durable_agent/transcript.py`).
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent import outputs
 from durable_agent.activities._common import heartbeating, server_suggested_delay
 from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import bounded_reply
 from durable_agent.conversation import Message, calls_so_far, check
+from durable_agent.errors import ModelRequestRejected
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.pricing import Pricing, format_cost
 from durable_agent.runtime import metrics, streams
 from durable_agent.serving import Agents
 from durable_agent.telemetry import model_span, record_cost, record_reply
 from durable_agent.transcript import Delta, Transcripts, replay
+from durable_agent.types import OutputSpec
 
 
 class ModelCallInput(BaseModel):
@@ -47,6 +51,8 @@ class ModelCallInput(BaseModel):
     conversation (turns recorded before calls carried what is new)."""
     call: int = 0
     """This call's number in its run (1, 2, ...)."""
+    output: OutputSpec | None = None
+    """The turn's own output type; None: its agent's, if it has one (`outputs`)."""
 
     @property
     def delta(self) -> Delta:
@@ -88,6 +94,14 @@ class ModelCaller:
             tools=(await turn_tools(served, input.tools_version)).specs_for(input.tools),
             instructions=input.instructions or served.instructions,
         )
+        output = _output(input.output) if input.output else served.output
+        how = outputs.mode(getattr(model, "native_output", False), output) if output else "tool"
+        if output is not None and how == "native":
+            strict = outputs.strict_schema(output.spec)
+            request.output = output.spec.model_copy(update={"json_schema": strict})
+        elif output is not None:
+            request.tools = [*request.tools, output.tool()]
+            request.final_tool = outputs.OUTPUT_TOOL
         async with heartbeating(), streams.model_text(input.stream) as sink:
             with (
                 model_span(step, model.provider, model.name) as span,
@@ -114,7 +128,10 @@ class ModelCaller:
         )
         _name_calls(reply, messages)
         # What the model said enters the turn's history here: within its bounds.
-        return bounded_reply(reply, served.agent.max_calls_per_round)
+        reply = bounded_reply(reply, served.agent.max_calls_per_round)
+        if output is not None:
+            _read_output(reply, output, how)
+        return reply
 
     async def _conversation(self, input: ModelCallInput) -> list[Message]:
         """The whole conversation: the previous call's, as this worker kept it or as
@@ -149,6 +166,28 @@ async def recorded_conversation(own_id: str) -> list[Message]:
         )
         deltas.append(earlier.delta)
     return replay([], deltas)
+
+
+@functools.lru_cache(maxsize=64)
+def _output_of(spec_json: str) -> outputs.Output:
+    return outputs.Output.of_spec(OutputSpec.model_validate_json(spec_json))
+
+
+def _output(spec: OutputSpec) -> outputs.Output:
+    """A turn's own output type, checked by its JSON schema (the worker has no type)."""
+    try:
+        return _output_of(spec.model_dump_json())
+    except TypeError as e:
+        raise ModelRequestRejected(f"the turn's output type: {e}") from None
+
+
+def _read_output(reply: Reply, output: outputs.Output, how: outputs.Mode) -> None:
+    """The value the reply gives, validated, into `reply.output`; or why it does not fit,
+    into `reply.output_error`. A valid value ends the turn: calls made with it are dropped."""
+    read = outputs.read(reply.text, reply.calls, output, how)
+    if read.value is not None:
+        reply.output, reply.calls = read.value, []
+    reply.output_error = read.error
 
 
 def _name_calls(reply: Reply, messages: list[Message]) -> None:

@@ -82,6 +82,7 @@ def _info(served: ServedAgent) -> AgentInfo:
         unknown_outcomes=served.unknown_outcomes,
         tools_version=served.fingerprint if served.live else "",
         offered=served.recorded_tools() if served.live else {},
+        output=served.output.spec if served.output else None,
     )
 
 

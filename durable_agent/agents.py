@@ -39,6 +39,7 @@ from pydantic import BaseModel
 from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.bounds import MAX_CALLS_PER_ROUND, MAX_CALLS_PER_ROUND_LIMIT
+from durable_agent.outputs import output_spec
 from durable_agent.render import MAX_OBSERVATION_CHARS, MAX_RESULT_CHARS_LIMIT
 from durable_agent.shields import ShieldSettings
 from durable_agent.tools import Tool, ToolRegistry
@@ -141,6 +142,11 @@ class Agent:
     idempotency key: an MCP server's, say) is never sent again by itself. `ask`: a
     person decides whether to send it again. `model`: the model is told it may have
     run, and goes on from there (looks it up, or tells the customer)."""
+    output_type: Any = None
+    """What its turns end with instead of text: a pydantic model, a dataclass, a
+    TypedDict, a list or a scalar type (`durable_agent/outputs.py`). The model gives a
+    value of it as its final step; the turn validates it, and `TurnResult.output` holds
+    it. None: text. A turn may name its own (`AgentClient.ask(..., output_type=...)`)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_result_chars <= MAX_RESULT_CHARS_LIMIT:
@@ -163,6 +169,11 @@ class Agent:
                 f"agent name {self.name!r}: use 1-64 letters, digits, '_', '.' or '-', "
                 "starting with a letter"
             )
+        if self.output_type is not None:
+            try:
+                output_spec(self.output_type)
+            except TypeError as e:
+                raise ValueError(f"agent {self.name!r}: {e}") from None
 
     @property
     def registry(self) -> ToolRegistry:
@@ -209,9 +220,10 @@ class Agent:
         the agent a model sees changes."""
         registry = self.registry
         specs = [t.spec.model_dump(mode="json") for t in registry.tools.values()]
-        blob = json.dumps(
-            {"instructions": self.system_prompt, "tools": specs}, sort_keys=True, default=str
-        )
+        given: dict[str, Any] = {"instructions": self.system_prompt, "tools": specs}
+        if self.output_type is not None:  # only then: other agents' fingerprints stay
+            given["output"] = output_spec(self.output_type).json_schema
+        blob = json.dumps(given, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -53,6 +53,14 @@ def token_limit(max_tokens: int, steps: list[Step]) -> str:
     return f"Sorry, I used up this question's budget of {max_tokens} tokens." + _found_so_far(steps)
 
 
+def invalid_output(reason: str, repairs: int) -> str:
+    tries = f" after {repairs} correction(s)" if repairs else ""
+    return (
+        f"Sorry, I could not give the answer in the form asked for{tries}: the last value "
+        f"did not fit ({reason})."
+    )
+
+
 REFUSED_QUESTION = "Sorry, I can't help with that request."
 """What a turn answers when an input shield refused its question and its agent's own
 words are unknown (a turn recorded before agents said them)."""

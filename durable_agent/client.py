@@ -32,19 +32,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import re
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
-from durable_agent.errors import AgentClientError, NoWorker, UnknownTurn
+from durable_agent.errors import AgentClientError, NoWorker, OutputMismatch, UnknownTurn
+from durable_agent.outputs import output_spec
 from durable_agent.runtime import server, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
@@ -80,7 +82,9 @@ __all__ = [
 
 class TurnResult(TurnOutput):
     """A finished turn: its answer and outcome, the steps it took, its usage and cost,
-    the agent that answered (and its fingerprint), and the turn's workflow id."""
+    the agent that answered (and its fingerprint), and the turn's workflow id. A typed
+    turn's `output` is its value: an object of the `output_type` the turn was started
+    with, else (an agent's own type, a turn picked up by id) the value as JSON."""
 
     workflow_id: str
 
@@ -155,10 +159,12 @@ class AgentClient:
         limits: TurnLimits | None = None,
         request_id: str = "",
         no_worker_after: float | None = NO_WORKER_AFTER,
+        output_type: Any = None,
     ) -> TurnResult:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
-        stays: it runs once one starts; ask again with the same `request_id`)."""
+        stays: it runs once one starts; ask again with the same `request_id`).
+        `output_type`: the answer is a value of this type (`result.output`), see `start`."""
         turn = await self.start(
             question,
             agent=agent,
@@ -166,6 +172,7 @@ class AgentClient:
             model=model,
             limits=limits,
             request_id=request_id,
+            output_type=output_type,
         )
         return await turn.result(no_worker_after=no_worker_after)
 
@@ -179,11 +186,15 @@ class AgentClient:
         limits: TurnLimits | None = None,
         request_id: str = "",
         stream: bool = False,
+        output_type: Any = None,
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
         the worker's first); `customer`: who asks, trusted (tools get it); `model`: a
         model spec (empty: the agent's); `limits`: exactly these caps (None: the
-        agent's); `stream`: publish the model's text as it writes (`events`).
+        agent's); `stream`: publish the model's text as it writes (`events`);
+        `output_type`: the turn ends with a value of this type instead of text (a
+        pydantic model, dataclass, TypedDict, list or scalar type; None: the agent's
+        own, if any), which `result().output` gives as an object of it.
         With `request_id`, a turn already started with it is the one returned."""
         try:
             turn = TurnInput(
@@ -193,10 +204,15 @@ class AgentClient:
                 model=model,
                 limits=limits,
                 stream=stream,
+                output=None if output_type is None else output_spec(output_type),
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
-        return await self.start_turn(turn, request_id=request_id)
+        except TypeError as e:  # a type pydantic cannot describe
+            raise AgentClientError(str(e)) from None
+        handle = await self.start_turn(turn, request_id=request_id)
+        handle.output_type = output_type
+        return handle
 
     async def start_turn(
         self, turn: TurnInput, *, request_id: str = "", workflow_id: str = ""
@@ -214,9 +230,12 @@ class AgentClient:
             return found
         return TurnHandle(self, handle.id, handle)
 
-    def turn(self, workflow_id: str) -> TurnHandle:
-        """A turn started earlier (by this process or any other), by its workflow id."""
-        return TurnHandle(self, workflow_id)
+    def turn(self, workflow_id: str, output_type: Any = None) -> TurnHandle:
+        """A turn started earlier (by this process or any other), by its workflow id;
+        `output_type`: its value's type, for `result().output` as an object of it."""
+        handle = TurnHandle(self, workflow_id)
+        handle.output_type = output_type
+        return handle
 
     async def pending(self, customer: str | None = None) -> list[PendingCall]:
         """Every call awaiting consent, oldest first (of one customer's turns, if given)."""
@@ -328,6 +347,8 @@ class TurnHandle:
         """The Temporal workflow handle underneath."""
         self.started = True
         """False when a start found the turn of its request id already ended."""
+        self.output_type: Any = None
+        """The type `result().output` is validated as (None: the value as JSON)."""
 
     def __repr__(self) -> str:
         return f"TurnHandle({self.id!r})"
@@ -376,7 +397,10 @@ class TurnHandle:
             raise _rpc_error(e, self.id) from None
         except WorkflowFailureError as e:  # terminated or cancelled by an operator
             raise AgentClientError(f"turn {self.id} did not finish: {e.cause or e}") from None
-        return TurnResult(**dict(output), workflow_id=self.id)
+        result = TurnResult(**dict(output), workflow_id=self.id)
+        if self.output_type is not None and output.output is not None:
+            result.output = _typed(self.output_type, output.output, self.id)
+        return result
 
     async def progress(self, timeout: float | None = None) -> TurnProgress:
         """The steps so far, the usage and the calls awaiting a decision (a worker
@@ -499,6 +523,27 @@ def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> Exception:
             f"see it with `{client_command()} show {workflow_id}` once the server is back"
         )
     return e
+
+
+def _typed(output_type: Any, value: Any, workflow_id: str) -> Any:
+    """A typed turn's value (JSON) as an object of its type."""
+    try:
+        adapter = _adapter(output_type)
+    except TypeError:  # an unhashable type (Annotated with a list, say): not cached
+        adapter = TypeAdapter(output_type)
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as e:
+        raise OutputMismatch(
+            f"turn {workflow_id}: its value fits the type's JSON schema but not "
+            f"{getattr(output_type, '__name__', output_type)!s} itself ({_first_error(e)}); "
+            "give the agent the type (Agent(output_type=...)) so the worker checks it whole"
+        ) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _adapter(output_type: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(output_type)
 
 
 def _first_error(e: ValidationError) -> str:

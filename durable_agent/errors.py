@@ -29,7 +29,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── UnknownTurn                no turn (or conversation) has that workflow id
     ├── NothingPending             no call of the turn awaits a decision (or several: name one)
     ├── NoWorker                   no worker serves the task queue
-    └── WorkerNeeded               no worker answered in time (the turn waits for one)
+    ├── WorkerNeeded               no worker answered in time (the turn waits for one)
+    └── OutputMismatch             a typed turn's value fails its type's own validators
 """
 
 from __future__ import annotations
@@ -155,3 +156,8 @@ class NoWorker(AgentClientError):
 
 class WorkerNeeded(AgentClientError):
     """No worker answered a query in time (the turn is kept, and waits for one)."""
+
+
+class OutputMismatch(AgentClientError):
+    """A typed turn's value, valid by the type's JSON schema (what the worker checks a
+    turn's own type by), fails the type's own validators here at the client."""

@@ -28,7 +28,7 @@ from durable_agent.conversation import AssistantMessage, Message, question
 from durable_agent.errors import UnknownModel
 from durable_agent.stream import TextSink
 from durable_agent.tools import ToolSpec
-from durable_agent.types import ToolCall, Usage
+from durable_agent.types import OutputSpec, ToolCall, Usage
 
 
 class ModelRequest(BaseModel):
@@ -38,6 +38,12 @@ class ModelRequest(BaseModel):
     instructions: str = ""
     """The agent's system prompt: chat backends send it first, unchanged on every call
     of a turn; the offline model reads its decline text from it."""
+    output: OutputSpec | None = None
+    """For a backend with native structured output (`native_output = True`): the
+    strict object schema its reply's text must follow (`durable_agent/outputs.py`)."""
+    final_tool: str = ""
+    """A tool among `tools` the model must end its turn by calling (the output tool):
+    a backend that can make the model call a tool does (Bedrock's `toolChoice`)."""
 
     @property
     def question(self) -> str:
@@ -57,6 +63,12 @@ class Reply(BaseModel):
     only: excluded from the payload, so it never enters the workflow history."""
     response_model: str = Field(default="", exclude=True)
     """The model that answered, when the provider names it (trace only)."""
+    output: str | None = None
+    """For a turn with an output type: the value the reply gave, validated, as JSON text
+    (then `calls` is empty: the value ends the turn)."""
+    output_error: str = ""
+    """For a turn with an output type: why the value the reply gave does not fit (the
+    model reads it and tries again: `durable_agent.outputs.repair`)."""
 
     def message(self) -> AssistantMessage:
         """The reply as it goes back into the conversation."""

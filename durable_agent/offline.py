@@ -33,6 +33,8 @@ interpret parses the results' `Key: value.` sentences back into records and
 composes a short answer for the kind of question: yes/no with dates for
 shipping, the amount for totals, the item, a return's status and next step,
 the best policy document's sentences. Tool errors are passed on as they are.
+In a typed turn (the output tool offered) it gives the value instead: the type's
+fields filled by name from the records of the latest results (`fill`).
 
 What it is not: it does not understand language. Paraphrases far from the
 tools' words are declined or misread, and a question it cannot parse gets the
@@ -46,6 +48,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from durable_agent.answers import decline_text, handoff_text
 from durable_agent.argfill import (
@@ -812,7 +815,7 @@ class OfflineModel:
         return profiles
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
-        profiles = self._profiles_of(request.tools)
+        profiles = self._profiles_of(_tools_to_pick(request))
         talk = _Dialogue.of(request.messages, profiles)
         decided = _decide(talk, profiles, request.instructions)
         prompt = talk.question + " " + " ".join(s.description for s in request.tools)
@@ -830,6 +833,8 @@ class OfflineModel:
         return Reply(calls=made, usage=_usage(prompt, " ".join(c.render() for c in made)))
 
     async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        if request.final_tool:
+            return self._typed(request)
         profiles = self._profiles_of(request.tools)
         talk = _Dialogue.of(request.messages, profiles)
         results = latest_results(request.messages)
@@ -850,6 +855,22 @@ class OfflineModel:
         prompt = talk.question + " " + " ".join(r.text for r in results)
         await write_out(answer, stream)
         return Reply(text=answer, usage=_usage(prompt, answer))
+
+    def _typed(self, request: ModelRequest) -> Reply:
+        """A typed turn's value: the output tool's parameters filled by name from the
+        records of the latest tool results (`fill`)."""
+        spec = next(t for t in request.tools if t.name == request.final_tool)
+        records = [
+            parse_records(m.text)
+            for m in reversed(request.messages)
+            if isinstance(m, ToolResult) and m.ok and m.tool != request.final_tool
+        ]
+        value = fill(spec.parameters, [r for rs in records for r in rs], self._words)
+        call = ToolCall(
+            id=f"call_{calls_so_far(request.messages) + 1}", name=spec.name, arguments=value
+        )
+        prompt = " ".join(m.text for m in request.messages if not isinstance(m, AssistantMessage))
+        return Reply(calls=[call], usage=_usage(prompt, call.render()))
 
     def _read(
         self,
@@ -909,6 +930,54 @@ class OfflineModel:
                         f"{p.phrase()} for {about}."
                     )
         return ""
+
+
+def _tools_to_pick(request: ModelRequest) -> list[ToolSpec]:
+    """The tools a plan picks from: never the output tool (it ends a typed turn)."""
+    return [t for t in request.tools if t.name != request.final_tool]
+
+
+def fill(schema: dict[str, Any], records: Sequence[Record], words: Vocabulary) -> dict[str, Any]:
+    """An object of `schema` with each property whose name (or a word of it) labels a
+    field of a record, newest record first; a list property of objects gets one per
+    record. Values are converted to the property's type; what no record has is left out."""
+    defs = schema.get("$defs", {})
+    out: dict[str, Any] = {}
+    for name, prop in _resolved(schema, defs).get("properties", {}).items():
+        prop = _resolved(prop, defs)
+        if prop.get("type") == "array":
+            item = _resolved(prop.get("items", {}), defs)
+            if item.get("type") == "object" and records:
+                out[name] = [fill({**item, "$defs": defs}, [r], words) for r in records]
+            continue
+        for record in records:
+            found = record.get(name.replace("_", " ").lower()) or record_field(
+                record, words, *name.split("_")
+            )
+            if found:
+                out[name] = _as_type(found, prop)
+                break
+    return out
+
+
+def _resolved(schema: dict[str, Any], defs: Mapping[str, Any]) -> dict[str, Any]:
+    """A `$ref` (to `$defs`) as what it names; a nullable `anyOf` as its other type."""
+    if "$ref" in schema:
+        return _resolved(dict(defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {})), defs)
+    options = [o for o in schema.get("anyOf", []) if o.get("type") != "null"]
+    return _resolved(options[0], defs) if len(options) == 1 else schema
+
+
+def _as_type(text: str, schema: dict[str, Any]) -> Any:
+    kind = schema.get("type")
+    number = re.search(r"-?\d+(?:\.\d+)?", text.replace(",", ""))
+    if kind == "integer" and number and "." not in number.group():
+        return int(number.group())
+    if kind == "number" and number:
+        return float(number.group())
+    if kind == "boolean":
+        return text.strip().lower() in ("yes", "true", "1")
+    return text
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

@@ -31,6 +31,7 @@ from durable_agent.approval import AGENT_POLICY, WORKER_SETTINGS, ApprovalPolicy
 from durable_agent.argfill import id_noun, required_params
 from durable_agent.errors import AgentDefinitionError, UnknownAgent
 from durable_agent.model import ModelCatalog
+from durable_agent.outputs import OUTPUT_TOOL, Output
 from durable_agent.settings import Settings
 from durable_agent.shields import Ids, ShieldConfigError, ShieldSet
 from durable_agent.subagents import view_name
@@ -97,6 +98,13 @@ class ServedAgent:
         self.limits: TurnLimits = agent.limits
         self.unknown_outcomes = agent.unknown_outcomes
         self.refusals = agent.refusals
+        self.output = Output.of_type(agent.output_type) if agent.output_type is not None else None
+        """The agent's output type, as its turns' values are checked (None: text)."""
+        if OUTPUT_TOOL in self.tools:
+            raise AgentDefinitionError(
+                f"agent {self.name!r}: tool name {OUTPUT_TOOL!r} is the output tool's "
+                "(typed outputs); rename the tool (@tool(name=...))"
+            )
         self.question_refusal = agent.question_refusal
         self._deps = deps
         self.fingerprint = (

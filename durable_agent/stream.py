@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
@@ -62,6 +62,8 @@ class DoneEvent(Tagged):
     outcome: Outcome
     answer: str
     usage: Usage = Field(default_factory=Usage)
+    output: Any = None
+    """A typed turn's value, as JSON (`answer` is its text); None for a turn in words."""
 
 
 TurnEvent = Annotated[StepEvent | TokensEvent | DoneEvent, Field(discriminator="type")]

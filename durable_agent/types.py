@@ -194,6 +194,24 @@ class Outcome(str, Enum):
     """A shield stopped the question or the answer."""
     UNKNOWN_AGENT = "unknown_agent"
     """The turn names an agent its worker does not serve."""
+    INVALID_OUTPUT = "invalid_output"
+    """The turn asked for a typed output and the model gave no value that fits, within
+    `max_replans` repairs (`durable_agent/outputs.py`)."""
+
+
+class OutputSpec(BaseModel):
+    """A turn's output type as it travels: the type's JSON schema and name
+    (`durable_agent.outputs.output_spec(SomeType)`)."""
+
+    name: str
+    """The type's name ("Slot"): the schema's name where a provider asks for one."""
+    json_schema: dict[str, Any]
+    """The type's JSON schema, as pydantic's `TypeAdapter(...).json_schema()` gives it."""
+
+    @property
+    def wrapped(self) -> bool:
+        """Not an object (a list, a scalar): the model gives it as `result` of one."""
+        return self.json_schema.get("type") != "object"
 
 
 class TurnLimits(BaseModel):
@@ -238,6 +256,8 @@ class AgentInfo(BaseModel):
     """The agent's limits, for a turn that names none."""
     unknown_outcomes: Literal["ask", "model"] = "ask"
     """Who hears of a write whose outcome is unknown (`Agent.unknown_outcomes`)."""
+    output: OutputSpec | None = None
+    """The agent's output type (`Agent.output_type`): its turns end with a value of it."""
 
 
 class Exchange(BaseModel):
@@ -277,6 +297,9 @@ class TurnInput(BaseModel):
     said: list[str] | None = None
     """The customer's own words, when the question is not (a sub-agent's turn, asked
     by its parent's model): writes are checked against these (`provenance`)."""
+    output: OutputSpec | None = None
+    """The turn's own output type (its JSON schema); None: the agent's, if it has one,
+    else text (`durable_agent/outputs.py`)."""
 
     @field_validator("question")
     @classmethod
@@ -326,6 +349,9 @@ class TurnOutput(BaseModel):
     """The agent that answered (its name), once the worker resolved it."""
     fingerprint: str = ""
     """That agent's fingerprint (`Agent.fingerprint`): a changed agent shows."""
+    output: Any = None
+    """A typed turn's value, as JSON (its `answer` is that JSON's text); None for a
+    turn that answered in words, or ended without a value."""
 
     # The last step of an answered turn is its answer: stored (context LEAN), its
     # line is the answer's own, written once.

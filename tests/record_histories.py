@@ -1,6 +1,7 @@
 """Record the histories that `test_replay.py` replays.
 
-    python -m tests.record_histories
+    python -m tests.record_histories               # all of them
+    python -m tests.record_histories typed         # only these (by name)
 
 Run it when a change to the workflows is *meant* to change their commands, and
 commit the new files with it. Turns and conversations already running are pinned
@@ -14,14 +15,17 @@ decisions from the same history.
 from __future__ import annotations
 
 import asyncio
+import sys
 import tempfile
 from pathlib import Path
 
+from pydantic import BaseModel
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.chat import ConversationInput
 from durable_agent.model import Reply
+from durable_agent.outputs import OUTPUT_TOOL, output_spec
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
 from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
@@ -84,7 +88,32 @@ def scenarios() -> dict[str, tuple[TurnInput, ScriptedModel | None]]:
             scripted("Has order 123456 shipped?", max_steps=2),
             ScriptedModel(plans=[forever], decisions=[forever]),
         ),
+        # A typed turn: a tool, a value that does not fit, its repair, the value.
+        "typed": (
+            TurnInput(
+                question="Which item was ordered for 123456?",
+                model="scripted",
+                output=output_spec(OrderFacts),
+            ),
+            ScriptedModel(
+                plans=[Reply(calls=[_order("123456")])],
+                decisions=[
+                    _final({"order_id": "123456", "item": "Herbal Handsoap"}),
+                    _final({"order_id": "123456", "item": "Herbal Handsoap", "quantity": 2}),
+                ],
+            ),
+        ),
     }
+
+
+class OrderFacts(BaseModel):
+    order_id: str
+    item: str
+    quantity: int
+
+
+def _final(value: dict[str, object]) -> Reply:
+    return Reply(calls=[ToolCall(id="out", name=OUTPUT_TOOL, arguments=value)])
 
 
 async def approving(harness: Harness, task_queue: str, approved: bool) -> WorkflowHandle:
@@ -124,7 +153,7 @@ async def chatting(harness: Harness, task_queue: str) -> WorkflowHandle:
     return conversation
 
 
-async def main() -> None:
+async def main(only: set[str]) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
@@ -143,10 +172,14 @@ async def main() -> None:
                 print(f"recorded {name}")
 
             for name, (turn, model) in scenarios().items():
+                if only and name not in only:
+                    continue
                 async with harness.worker(model) as task_queue:
                     handle = await start_turn(env.client, turn, task_queue)
                     await handle.result()
                 await save(name, handle)
+            if only:
+                return
             for name, approved in (("approved", True), ("declined_by_person", False)):
                 # A shop of its own: the order has no return yet, so consent is asked.
                 fresh = Harness(env.client, ShopStore(Path(tmp) / f"{name}.db"))
@@ -176,4 +209,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(set(sys.argv[1:])))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import re
 import signal
@@ -654,3 +655,30 @@ async def test_a_worker_built_by_hand_is_live_for_as_long_as_it_polls(
         )
     assert asked.returncode == 0, asked.stderr
     assert "no live worker" not in asked.stderr and "shipped" in asked.stdout
+
+
+def test_ask_prints_a_typed_value_as_json(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """An agent with an output type, from a module of one's own: `ask` prints its value."""
+    (tmp_path / "facts_agent.py").write_text(
+        "from dataclasses import replace\n"
+        "from pydantic import BaseModel\n"
+        "from durable_agent.shop.agent import support\n\n"
+        "class OrderFacts(BaseModel):\n"
+        "    order_id: str\n"
+        "    item: str\n"
+        "    quantity: int\n"
+        "    status: str\n\n"
+        "facts = replace(support, name='facts', output_type=OrderFacts)\n"
+    )
+    env = {**cli_env, "PYTHONPATH": str(tmp_path)}
+    question = "Which item was ordered for 123456?"
+    out = run(["client.py", "ask", "--embedded", "--agent", "facts_agent:facts", question], env)
+    assert out.returncode == 0, out.stderr
+    printed = out.stdout.split("output (answered):\n", 1)[1]
+    value = json.loads(printed[: printed.index("\n}") + 2])
+    assert value == {
+        "order_id": "123456",
+        "item": "Herbal Handsoap",
+        "quantity": 2,
+        "status": "shipped",
+    }

@@ -3,9 +3,9 @@ a non-determinism error, or are shown to need the version they started on.
 
 `histories/` holds turns and conversations recorded by the current code
 (`python -m tests.record_histories`): approvals given and refused, a
-conversation, a streamed turn, a sub-agent's turn and its parent. They must
-replay (a worker that picks up a turn after a crash replays it), and a change
-that is not patched is shown to fail them.
+conversation, a streamed turn, a sub-agent's turn and its parent, a typed turn
+whose value was repaired once. They must replay (a worker that picks up a turn
+after a crash replays it), and a change that is not patched is shown to fail them.
 
 Turns and conversations are pinned to the version (code and agents) they
 started on, run by run (`durable_agent/runtime/deployments.py`, the drill in
@@ -78,7 +78,9 @@ async def replay(
 
 def test_histories_are_stored() -> None:
     assert len(HISTORIES) >= 15, "run `python -m tests.record_histories`"
-    assert {"approved", "conversation", "streamed", "sub_agent"} <= {p.stem for p in HISTORIES}
+    assert {"approved", "conversation", "streamed", "sub_agent", "typed"} <= {
+        p.stem for p in HISTORIES
+    }
     assert (len(V01), len(V02), len(MARKED), len(TIMED), len(EARLIER_CHATS)) == (7, 12, 15, 15, 3)
     assert sum(map(started_a_timer, V02_TURNS)) == 10
     assert sum(map(started_a_timer, TIMED_TURNS)) == 13

@@ -19,21 +19,26 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.chat import ConversationInput
 from durable_agent.frontends.web import serve
+from durable_agent.model import Reply
+from durable_agent.outputs import OUTPUT_TOOL
 from durable_agent.runtime.server import LOCAL_UI_PORT, Connection, free_port, is_listening
 from durable_agent.runtime.streams import turn_events
+from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import ShopStore
 from durable_agent.stream import TokensEvent
-from durable_agent.types import StepKind, TurnOutput
+from durable_agent.types import StepKind, ToolCall, TurnOutput
 from tests.conftest import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -495,3 +500,27 @@ async def test_the_web_command_serves_an_agent_whose_definition_names_an_mcp_ser
         web.terminate()
         await asyncio.to_thread(web.wait, 30)
     assert any("time__get_current_time" in s for s in steps), steps
+
+
+async def test_a_typed_answer_reads_as_a_card_of_its_fields(harness: Harness, page: Page) -> None:
+    class Slot(BaseModel):
+        slot_id: str
+        time: str
+        doctor: str
+
+    value = {"slot_id": "s-17", "time": "2026-12-01 09:30", "doctor": "<img src=x onerror=boom()>"}
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="o1", name=OUTPUT_TOOL, arguments=value)])]
+    )
+    typed = replace(harness.agent(), output_type=Slot, model="scripted")
+    async with (
+        harness.worker(model, agents=[typed]) as task_queue,
+        web_chat(harness.client, task_queue) as url,
+    ):
+        await page.goto(url)
+        await say(page, "Book me the first slot with a doctor")
+        card = answer(page, 1).get_by_test_id("card")
+        await expect(card.locator("dt")).to_have_text(["slot id", "time", "doctor"])
+        await expect(card.locator("dd")).to_have_text(list(value.values()))  # as text
+        await expect(page.locator("img")).to_have_count(0)
+        await expect(answer(page, 1)).to_have_attribute("data-outcome", "answered")

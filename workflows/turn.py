@@ -30,6 +30,7 @@ the workflow *task*, which Temporal retries after a fix is deployed.
 """
 
 import asyncio
+import json
 from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -45,7 +46,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent import answers
+    from durable_agent import answers, outputs
     from durable_agent.activities import (
         DispatchActivity,
         DispatchInput,
@@ -211,7 +212,9 @@ class AgentTurn:
         with agent_span(turn.agent, turn.model, turn.conversation_id) as span:
             result = await self._run(turn)
             record_turn(span, result.agent, result.outcome.value, result.usage)
-        done = DoneEvent(outcome=result.outcome, answer=result.answer, usage=result.usage)
+        done = DoneEvent(
+            outcome=result.outcome, answer=result.answer, usage=result.usage, output=result.output
+        )
         self._events.publish(done.model_dump(mode="json"))
         # Readers waiting on the stream get its last events before the turn closes;
         # later ones read them by query.
@@ -274,18 +277,23 @@ class AgentTurn:
             ran = zip(valid, observations, strict=True)
             direct = [o.text for vc, o in ran if vc.return_direct and o.ok]
             whole = len(direct) == len(reply.calls)
-            if direct and whole:
+            if direct and whole and not self._typed(turn):
                 # Return-direct results are the answer: no interpret. Only when every
-                # call of the round is one and succeeded: else the model reads them all.
+                # call of the round is one and succeeded: else the model reads them all
+                # (and in a typed turn, the model gives the value).
                 return await self._answered(turn, iteration, " ".join(direct))
             reply = await self._interpret(turn, iteration, f"interpret: {len(results)} result(s)")
             if reply.calls:
                 iteration, replans, source = iteration + 1, 0, StepKind.CONTINUE
 
+        if reply.output is not None:
+            return await self._answered(turn, iteration, reply.output, typed=True)
         return await self._answered(turn, iteration, reply.text)
 
-    async def _answered(self, turn: TurnInput, iteration: int, answer: str) -> TurnOutput:
-        """The answer, once the output shields let it through."""
+    async def _answered(
+        self, turn: TurnInput, iteration: int, answer: str, typed: bool = False
+    ) -> TurnOutput:
+        """The answer, once the output shields let it through (a typed value: its JSON)."""
         context = self._context(turn)
         request = ShieldRequest(
             position="output", text=answer, context=context, customer_id=turn.customer_id
@@ -295,7 +303,7 @@ class AgentTurn:
             refusal = screened.refusal if screened else ""
             raise _TurnEnded(Outcome.REFUSED, refusal or answers.REFUSED_ANSWER)
         self._record(iteration, StepKind.ANSWER, answer)
-        return self._finish(Outcome.ANSWERED, answer)
+        return self._finish(Outcome.ANSWERED, answer, json.loads(answer) if typed else None)
 
     def _context(self, turn: TurnInput) -> list[str]:
         """What an answer or a call may draw on: the question first, then the tool
@@ -375,14 +383,37 @@ class AgentTurn:
         reply: Reply = out.plan
         self._usage += reply.usage
         self._model = out.model  # the spec the worker resolved, for AgentModel
-        return reply
+        return await self._fitting(turn, iteration, reply)
 
     async def _interpret(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
+        return await self._fitting(turn, iteration, await self._decide(turn, iteration, summary))
+
+    async def _decide(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
         arg = self._conversation(InterpretInput, turn)
         out = await self._model_call(turn, iteration, InterpretActivity.interpret, arg, summary)
         reply: Reply = out.decision
         self._usage += reply.usage
         return reply
+
+    async def _fitting(self, turn: TurnInput, iteration: int, reply: Reply) -> Reply:
+        """In a typed turn: a reply whose value fits the type (or that calls tools
+        first). A value that does not fit goes back to the model with its errors, at
+        most max_replans times; then the turn ends `invalid_output`. A text turn's
+        replies pass as they are (the activity sets no error for them)."""
+        repairs = 0
+        while reply.output_error:
+            self._record(iteration, StepKind.REJECTED, f"output: rejected: {reply.output_error}")
+            if repairs >= self._limits.max_replans:
+                answer = answers.invalid_output(reply.output_error, repairs)
+                raise _TurnEnded(Outcome.INVALID_OUTPUT, answer)
+            repairs += 1
+            self._messages.extend(outputs.repair(reply.text, reply.calls, reply.output_error))
+            reply = await self._decide(turn, iteration, f"repair output #{repairs}")
+        return reply
+
+    def _typed(self, turn: TurnInput) -> bool:
+        """The turn ends with a value of a type (its own, or its agent's)."""
+        return turn.output is not None or self._agent.output is not None
 
     def _conversation(self, kind: type[ModelInput], turn: TurnInput) -> ModelInput:
         """A model call's input: what the conversation gained since the previous call
@@ -400,6 +431,7 @@ class AgentTurn:
             stream=turn.stream,
             agent=self._agent.name,
             tools_version=self._agent.tools_version,
+            output=turn.output,
         )
 
     async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
@@ -846,7 +878,7 @@ class AgentTurn:
             search.FINGERPRINT.value_set(self._agent.fingerprint),
         ]
 
-    def _finish(self, outcome: Outcome, answer: str) -> TurnOutput:
+    def _finish(self, outcome: Outcome, answer: str, output: Any = None) -> TurnOutput:
         if outcome is not Outcome.ANSWERED:
             last = self._steps[-1].iteration if self._steps else 1
             self._record(last, StepKind.LIMIT, f"{outcome.value}: {answer}")
@@ -872,6 +904,7 @@ class AgentTurn:
             usage=self._usage,
             agent=self._agent.name,
             fingerprint=self._agent.fingerprint,
+            output=output,
         )
 
 

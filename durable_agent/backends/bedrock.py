@@ -18,6 +18,10 @@ as it comes, `toolUse` blocks are put together from their input's pieces, and
 the reply is the one `converse` would have given. An error inside the event
 stream is classified as the same error before it would be.
 
+A typed turn offers the output tool (`ModelRequest.final_tool`) and sets `toolChoice`
+so the model answers with a tool call: `any` (it may call other tools first), or that
+tool when it is the only one.
+
 botocore's own retries are off (one attempt per activity attempt): throttling,
 timeouts, 5xx and a model that is not ready yet become `ModelUnavailable`; bad
 credentials, access denied, validation errors and unknown models become
@@ -135,6 +139,12 @@ class BedrockConverseModel:
             if self._cache_point:
                 tools.append(CACHE_POINT)
             kwargs["toolConfig"] = {"tools": tools}
+            if request.final_tool:
+                # A typed turn ends with the output tool: the model must call a tool
+                # (it may call others first), and that one when it is the only one.
+                only = len(request.tools) == 1
+                choice = {"tool": {"name": request.final_tool}} if only else {"any": {}}
+                kwargs["toolConfig"]["toolChoice"] = choice
         return kwargs
 
 

@@ -7,6 +7,10 @@ package. Every request of a turn is the canonical conversation
 first and always the same; the question; then the model's own messages and one
 `tool` message per call. `plan` and `interpret` send the same kind of request.
 
+A typed turn's schema (`ModelRequest.output`, made strict by `durable_agent.outputs`)
+goes as `response_format: {type: json_schema, json_schema: {name, schema, strict}}`:
+the model answers with JSON text that follows it, or calls tools first.
+
 Given a `TextSink`, the request asks for `stream: true` (with usage in a last
 chunk): the text goes to the sink as it comes, the tool calls are put together
 from their pieces, and the reply is the one the whole response would have given.
@@ -41,6 +45,8 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 class OpenAIChatModel:
     provider = "openai"
+    native_output = True
+    """A typed turn's schema goes as `response_format` (strict structured outputs)."""
 
     def __init__(
         self, model: str, client: Any = None, instructions: str = INSTRUCTIONS, timeout: float = 50
@@ -83,6 +89,15 @@ class OpenAIChatModel:
             ]
             or None,
         }
+        if request.output is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.output.name,
+                    "schema": request.output.json_schema,
+                    "strict": True,
+                },
+            }
         try:
             if stream is None:
                 answer = _whole(await self._client.chat.completions.create(**body))
@@ -168,9 +183,10 @@ class _Answer:
                 continue  # one choice is asked for; ignore any other
             self.choices = True
             delta = choice.delta
-            if delta.content:
-                self.text += delta.content
-                sink(delta.content)
+            # A model that refuses a structured output says why in `refusal`.
+            if said := delta.content or getattr(delta, "refusal", None):
+                self.text += said
+                sink(said)
             for piece in delta.tool_calls or []:
                 self._add_call(piece)
             self.finish_reason = choice.finish_reason or self.finish_reason
@@ -218,7 +234,8 @@ def _whole(resp: Any) -> _Answer:
     choice = resp.choices[0]
     message = choice.message
     answer.choices = True
-    answer.text = message.content or ""
+    # A model that refuses a structured output says why in `refusal`, not `content`.
+    answer.text = message.content or getattr(message, "refusal", None) or ""
     answer.finish_reason = choice.finish_reason or ""
     answer.calls = [
         _PartialCall(c.id, c.function.name, c.function.arguments or "")

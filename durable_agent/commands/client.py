@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import getpass
+import json
 import math
 import os
 import re
@@ -131,6 +132,7 @@ UNANSWERED = (
     Outcome.STEP_LIMIT,
     Outcome.TIME_LIMIT,
     Outcome.TOKEN_LIMIT,
+    Outcome.INVALID_OUTPUT,
 )
 
 
@@ -379,7 +381,10 @@ def workflow_id(value: str) -> str:
 
 async def print_result(conn: Connection, turn: TurnHandle, result: TurnOutput) -> int:
     """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
-    print(f"\nanswer ({result.outcome.value}): {result.answer}")
+    if result.output is not None:  # a typed turn's value: its JSON, to read or to pipe
+        print(f"\noutput ({result.outcome.value}):\n{json.dumps(result.output, indent=2)}")
+    else:
+        print(f"\nanswer ({result.outcome.value}): {result.answer}")
     print(usage_line(result.usage))
     if result.agent:
         # No fingerprint: no worker serves an agent of that name.

@@ -14,7 +14,14 @@ It refuses, with a 400 and OpenAI's own wording where OpenAI has one:
   not a string, duplicate call ids; a request that ends with an assistant
   message (the model would be asked to answer itself);
 - tools that are not `function`s with a valid name and an object schema;
-- `stream_options` without `stream: true`, or either of the wrong type.
+- `stream_options` without `stream: true`, or either of the wrong type;
+- a `response_format` that is not `text`, `json_object` or `json_schema`, a
+  `json_schema` without a valid name or schema, and a strict one
+  (`strict: true`) that breaks structured outputs' rules: the root an object,
+  every object closed (`additionalProperties: false`) with every property in
+  `required`, no `$ref` beside other keywords.
+What it answers a `response_format` with is up to the script: the model's text
+follows the schema only when the scripted reply does (`structured`).
 A wrong API key gets 401 and an unknown model 404, as from OpenAI. Usage counts
 about four characters a token and reports as cached the prefix (tools, then
 messages) shared with an earlier request: a prompt that changes between the
@@ -134,6 +141,8 @@ def violation(body: dict[str, Any]) -> str | None:
         previous = role
     if problem := stream_violation(body):
         return problem
+    if problem := format_violation(body.get("response_format")):
+        return problem
     if pending:
         return (
             "An assistant message with 'tool_calls' must be followed by tool messages responding "
@@ -158,6 +167,79 @@ def stream_violation(body: dict[str, Any]) -> str | None:
         return "Invalid type for 'stream_options': expected an object."
     if not isinstance(options.get("include_usage", False), bool):
         return "Invalid type for 'stream_options.include_usage': expected a boolean."
+    return None
+
+
+def format_violation(fmt: Any) -> str | None:
+    """What OpenAI refuses in a request's `response_format`, or None."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind not in ("text", "json_object", "json_schema"):
+        return (
+            "Invalid value for 'response_format.type': expected one of 'text', "
+            f"'json_object' or 'json_schema', got {kind!r}."
+        )
+    if kind != "json_schema":
+        return None
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict):
+        return "Missing required parameter: 'response_format.json_schema'."
+    name = spec.get("name")
+    if not isinstance(name, str) or not TOOL_NAME.match(name):
+        return (
+            "Invalid 'response_format.json_schema.name': string does not match pattern. "
+            "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
+        )
+    schema = spec.get("schema")
+    if not isinstance(schema, dict):
+        return "Invalid type for 'response_format.json_schema.schema': expected an object."
+    if spec.get("strict") is not True:
+        return None
+    if schema.get("type") != "object" or "anyOf" in schema:
+        return (
+            f"Invalid schema for response_format '{name}': schema must be a JSON Schema of "
+            f"'type: \"object\"', got 'type: \"{schema.get('type')}\"'."
+        )
+    if problem := strict_violation(schema, ()):
+        return f"Invalid schema for response_format '{name}': {problem}"
+    return None
+
+
+def strict_violation(node: Any, context: tuple[str, ...]) -> str | None:
+    """Where a strict schema breaks the rules of structured outputs, or None."""
+    if not isinstance(node, dict):
+        return None
+    if "$ref" in node and len(node) > 1:
+        others = sorted(k for k in node if k != "$ref")
+        return f"In context={context}, $ref cannot have keywords {others}."
+    if node.get("type") == "object" or "properties" in node:
+        if node.get("additionalProperties") is not False:
+            return (
+                f"In context={context}, 'additionalProperties' is required to be supplied "
+                "and to be false."
+            )
+        properties = node.get("properties") or {}
+        required = node.get("required")
+        missing = [k for k in properties if not isinstance(required, list) or k not in required]
+        if missing:
+            return (
+                f"In context={context}, 'required' is required to be supplied and to be an "
+                f"array including every key in properties. Missing '{missing[0]}'."
+            )
+        for key, sub in properties.items():
+            if problem := strict_violation(sub, (*context, "properties", key)):
+                return problem
+    for keyword in ("$defs", "definitions"):
+        for key, sub in (node.get(keyword) or {}).items():
+            if problem := strict_violation(sub, (*context, keyword, key)):
+                return problem
+    for keyword in ("anyOf", "allOf"):
+        for i, sub in enumerate(node.get(keyword) or []):
+            if problem := strict_violation(sub, (*context, keyword, str(i))):
+                return problem
+    if isinstance(node.get("items"), dict):
+        return strict_violation(node["items"], (*context, "items"))
     return None
 
 
@@ -214,6 +296,12 @@ def tool_calls(*calls: tuple[str, str, str]) -> Scripted:
 
 def text(content: str, finish: str = "stop") -> Scripted:
     return 200, {}, completion({"role": "assistant", "content": content}, finish)
+
+
+def structured(value: Any) -> Scripted:
+    """A reply whose text is `value` as JSON: what a model gives for a `response_format`
+    (following its schema only if the script's value does)."""
+    return text(json.dumps(value))
 
 
 def error(status: int, headers: dict[str, str] | None = None, message: str = "") -> Scripted:

@@ -190,6 +190,11 @@ class Turn {
 
   done(event) {
     this.finish(event.answer, event.outcome);
+    // A typed turn's value (an object, a list) reads as a card of its fields.
+    if (event.output !== null && typeof event.output === "object") {
+      this.answerNode().replaceChildren(valueCard(event.output));
+      this.answerNode().classList.add("typed");
+    }
   }
 
   answerNode() {
@@ -206,6 +211,22 @@ class Turn {
       this.answer = null;
     }
   }
+}
+
+/** A value as a card: an object's fields as names and values, a list's items one
+ *  under the other; every value goes in as text. */
+function valueCard(value) {
+  if (Array.isArray(value)) {
+    return el("ol", { class: "card-list" }, ...value.map((v) => el("li", {}, valueCard(v))));
+  }
+  if (value === null || typeof value !== "object") {
+    return el("span", {}, value === null ? "—" : String(value));
+  }
+  const card = el("dl", { class: "card", "data-testid": "card" });
+  for (const [name, field] of Object.entries(value)) {
+    card.append(el("dt", {}, name.replaceAll("_", " ")), el("dd", {}, valueCard(field)));
+  }
+  return card;
 }
 
 // --- the conversation's events ---------------------------------------------------
