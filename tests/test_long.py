@@ -3,23 +3,35 @@ and the story shows a preview of each."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 import pytest
 from pydantic import BaseModel
 from temporalio.client import WorkflowHandle
 
 from durable_agent import transcript
 from durable_agent.activities import ModelCallInput
+from durable_agent.approval import ApprovalPolicy
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.render import PREVIEW_CHARS, TRUNCATION_MARKER
 from durable_agent.runtime.codec import data_converter
+from durable_agent.runtime.turns import decide, start_turn
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shields import ShieldRequest, ShieldSettings, Verdict
+from durable_agent.shop import TOOLS
 from durable_agent.tools import ToolContext, ToolRegistry, tool
-from durable_agent.types import Outcome, ToolCall
+from durable_agent.types import Outcome, ToolCall, TurnInput
 from tests.conftest import Harness, last_result
+from tests.test_approvals import awaiting, until
 
 
 class Page(BaseModel):
     n: int
+
+
+class Nothing(BaseModel):
+    pass
 
 
 def _page(n: int, size: int) -> str:
@@ -129,3 +141,52 @@ def test_a_result_limit_stays_within_what_one_payload_can_carry() -> None:
     with pytest.raises(ValueError, match="max_result_chars must be from 1 to 250,000"):
         Agent(name="reader", tools=[read_page], max_result_chars=10_000_000)
     assert tool(max_result_chars=MAX_RESULT_CHARS_LIMIT)(read_page.fn).max_result_chars
+
+
+class _ForeignIds:
+    """Flags an order id the request's context does not hold."""
+
+    name = "ids"
+
+    async def check(self, request: ShieldRequest) -> Verdict:
+        context = " ".join(request.context)
+        foreign = [i for i in re.findall(r"\b\d{6}\b", request.text) if i not in context]
+        return Verdict(shield=self.name, allowed=not foreign, category="foreign_id")
+
+
+@tool
+def notes(args: Nothing, ctx: ToolContext[object]) -> str:
+    """The customer's notes on file."""
+    return "The parcel of order 123456 arrived broken."
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "rebuilt"])
+async def test_the_checks_read_the_conversation_they_are_not_given(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """Parse (where a write's arguments came from, the tool-input shields' context) and
+    the answer's screen read the tool results from the conversation, by reference:
+    from their worker's copy, or (none kept) from the turn's record."""
+    if not kept:
+        monkeypatch.setattr(transcript, "MAX_TURNS", 0)
+    write = ToolCall(
+        id="c2", name="start_return", arguments={"order_id": "123456", "reason": "broken"}
+    )
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="c1", name="notes")])],
+        decisions=[Reply(calls=[write]), Reply(text="Order 123456 was not returned.")],
+    )
+    shields = replace(ShieldSettings.none(), tool_input=(_ForeignIds(),), output=(_ForeignIds(),))
+    tools = ToolRegistry([notes, *TOOLS.tools.values()])
+    waived = ApprovalPolicy(waived=frozenset({"*"}))
+    async with harness.worker(model, tools, shields=shields, approvals=waived) as tq:
+        turn = TurnInput(question="Q", model="scripted")
+        handle = await start_turn(harness.client, turn, tq)
+        (pending,) = (await until(handle, awaiting)).pending
+        # The id came from a tool result: the write asks, though writes are waived.
+        assert "from a result of notes" in pending.why
+        await decide(harness.client, handle.id, None, approved=False, by="operator")
+        result = await handle.result()
+    # Both screens found the id in what the model read: the call and the answer passed.
+    assert result.outcome is Outcome.ANSWERED, result.answer
+    assert result.answer == "Order 123456 was not returned."

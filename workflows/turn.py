@@ -65,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
         ValidCall,
     )
     from durable_agent.approval import ApprovalDecision, ApprovalResult, declined, expired
-    from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
+    from durable_agent.conversation import Message, ToolResult, UserMessage, prior
     from durable_agent.errors import (
         ModelRequestRejected,
         ModelUnavailable,
@@ -81,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent
     from durable_agent.subagents import SubAgent
     from durable_agent.telemetry import agent_span, record_turn
+    from durable_agent.transcript import ConversationRef
     from durable_agent.types import (
         AgentInfo,
         Observation,
@@ -272,28 +273,24 @@ class AgentTurn:
         return await self._answered(turn, iteration, reply.text)
 
     async def _answered(self, turn: TurnInput, iteration: int, answer: str) -> TurnOutput:
-        """The answer, once the output shields let it through."""
-        context = self._context(turn)
-        request = ShieldRequest(
-            position="output", text=answer, context=context, customer_id=turn.customer_id
-        )
-        (stop,), screened = await self._screen(turn, iteration, [request])
+        """The answer, once the output shields let it through. What it may draw on is
+        the conversation, which the shield activity reads (`ConversationRef`)."""
+        request = ShieldRequest(position="output", text=answer, customer_id=turn.customer_id)
+        (stop,), screened = await self._screen(turn, iteration, [request], self._conversation_ref())
         if stop:
             refusal = screened.refusal if screened else ""
             raise _TurnEnded(Outcome.REFUSED, refusal or answers.REFUSED_ANSWER)
         self._record(iteration, StepKind.ANSWER, answer)
         return self._finish(Outcome.ANSWERED, answer)
 
-    def _context(self, turn: TurnInput) -> list[str]:
-        """What an answer or a call may draw on: the question first, then the tool
-        results and the conversation's earlier questions and answers (those answers
-        passed the output shields when they were given)."""
-        rest = [
-            m.text
-            for m in self._messages
-            if not (isinstance(m, AssistantMessage) and m.calls) and m.text != turn.question
-        ]
-        return [turn.question, *rest]
+    def _conversation_ref(self) -> ConversationRef:
+        """The conversation as the activities that read it find it: as the last model
+        call had it (their worker's copy, or the turn's record), and what came since."""
+        return ConversationRef(
+            turn=workflow.info().first_execution_run_id,
+            call=self._model_calls,
+            after=self._messages[self._sent :],
+        )
 
     def _screened(
         self, iteration: int, parsed: ParseOutput, results: dict[str, Observation]
@@ -314,7 +311,11 @@ class AgentTurn:
         return through
 
     async def _screen(
-        self, turn: TurnInput, iteration: int, requests: list[ShieldRequest]
+        self,
+        turn: TurnInput,
+        iteration: int,
+        requests: list[ShieldRequest],
+        conversation: ConversationRef | None = None,
     ) -> tuple[list[Verdict | None], ShieldOutput | None]:
         """Run the shields on each request; per request, its violation (None: allowed),
         and what the shield activity said (None: it could not run at all). A shield step
@@ -324,7 +325,7 @@ class AgentTurn:
         try:
             out = await workflow.execute_local_activity_method(
                 ShieldActivity.shield,
-                ShieldInput(requests=requests, agent=self._agent.name),
+                ShieldInput(requests=requests, agent=self._agent.name, conversation=conversation),
                 start_to_close_timeout=SHIELD_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
                 retry_policy=SHIELD_RETRY,
@@ -382,6 +383,7 @@ class AgentTurn:
             messages=self._messages[since:],
             since=since,
             call=self._model_calls,
+            turn=workflow.info().first_execution_run_id,
             tools=turn.tools,
             instructions=turn.instructions,
             stream=turn.stream,
@@ -421,15 +423,10 @@ class AgentTurn:
         self._record(iteration, StepKind.LIMIT, f"model unavailable: {reason}")
         return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._steps))
 
-    def _sources(self, turn: TurnInput) -> list[Source]:
-        """What the model read that the customer did not write."""
-        results = [
-            Source(what=f"a result of {m.tool}", text=m.text)
-            for m in self._messages
-            if isinstance(m, ToolResult)
-        ]
-        answers_given = [Source(what="an earlier answer", text=e.answer) for e in turn.history]
-        return results + answers_given
+    def _earlier_answers(self, turn: TurnInput) -> list[Source]:
+        """What the model read that the customer did not write, besides the tool results
+        (which parse reads from the conversation)."""
+        return [Source(what="an earlier answer", text=e.answer) for e in turn.history]
 
     async def _parse(
         self, turn: TurnInput, calls: list[ToolCall], tools: list[str] | None
@@ -455,8 +452,8 @@ class AgentTurn:
                 agent=self._agent.name,
                 tools_version=self._agent.tools_version,
                 said=_said(turn),
-                sources=self._sources(turn),
-                context=self._context(turn),
+                sources=self._earlier_answers(turn),
+                conversation=self._conversation_ref(),
                 customer_id=turn.customer_id,
             ),
             start_to_close_timeout=PARSE_TIMEOUT,
