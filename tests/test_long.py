@@ -25,6 +25,7 @@ from durable_agent.runtime.turns import decide, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shields import ShieldRequest, ShieldSettings, Verdict
 from durable_agent.shop import TOOLS
+from durable_agent.stream import DoneEvent
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
 from tests.conftest import Harness, last_result
@@ -351,3 +352,27 @@ def test_a_turn_may_be_allowed_ten_thousand_steps() -> None:
     assert TurnLimits(max_steps=10_000).max_steps == 10_000
     with pytest.raises(ValueError, match="less than or equal to 10000"):
         TurnLimits(max_steps=10_001)
+
+
+async def test_a_turn_that_continued_as_new_rebuilds_its_conversation_from_its_runs(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No worker keeps a copy: every model call and every parse reads the conversation
+    from the turn's record, across the runs it took; a reader of its stream sees one
+    turn, offsets rising to its outcome."""
+    monkeypatch.setattr(transcript, "MAX_TURNS", 0)
+    pages = 12
+    model = _reading(pages)
+    limits = TurnLimits(max_steps=pages + 1, continue_after_events=60)
+    async with harness.worker(model, ToolRegistry([read_page])) as tq:
+        turn = TurnInput(question="read", model="scripted", limits=limits)
+        handle = await start_turn(harness.client, turn, tq)
+        seen = [item async for item in AgentClient(harness.client).turn(handle.id).events()]
+        output = await handle.result()
+    assert output.outcome is Outcome.ANSWERED and output.answer == f"end-of-page-{pages}"
+    assert output.runs >= 3
+    # Every call saw the whole conversation: the question, then 2 messages a round.
+    assert [len(r.messages) for _, r in model.requests] == [1 + 2 * n for n in range(pages + 1)]
+    offsets = [item.offset for item in seen]
+    assert offsets == sorted(set(offsets))
+    assert isinstance(seen[-1].event, DoneEvent) and seen[-1].event.answer == output.answer
