@@ -13,6 +13,9 @@
     the whole turn is bounded by limits.max_duration: every activity is given at most
     the time left (no timer of its own), and the clock stops while a call waits for a
     decision: a person's time is not the agent's
+    a long turn continues as new near Temporal's history limits, between rounds (or
+    while every open call of a round waits for a person), and its next run goes on
+    where it stopped (`durable_agent/workflows/carry.py`): one turn, one workflow id
 
 The model sees one conversation (`durable_agent/conversation.py`): the question, then its
 own messages as it sent them and one result per call, in call order; a rejected
@@ -118,9 +121,8 @@ _REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__)
 
 STREAM_KEEP = 50
 """Events of the turn's stream carried into its next run, within `CARRIED_BYTES`: a
-reader further behind
-starts again from the oldest kept (the steps themselves are all kept, run by run, in
-the runs' inputs)."""
+reader further behind starts again from the oldest kept (the steps themselves are all
+kept, run by run, in the runs' inputs)."""
 
 
 class _Continue(Exception):
