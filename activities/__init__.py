@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from durable_agent.activities._conversation import Conversations
 from durable_agent.activities._model_call import ModelCallInput
 from durable_agent.activities.dispatch import DispatchActivity, DispatchInput, DispatchOutput
 from durable_agent.activities.interpret import InterpretActivity, InterpretInput, InterpretOutput
@@ -29,12 +30,14 @@ from durable_agent.transcript import Transcripts
 def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
     """All activities of a turn, bound to the agents one worker serves: each resolves
     the turn's agent by name (its tools, instructions, models, shields, approvals, deps).
-    The two model calls share the conversations they put together (`Transcripts`)."""
+    The two model calls share the conversations they put together (`Transcripts`) with
+    the activities that read them (parse, shield)."""
     transcripts = Transcripts()
+    conversations = Conversations(transcripts)
     return [
-        ShieldActivity(agents).shield,
+        ShieldActivity(agents, conversations).shield,
         PlanActivity(agents, transcripts=transcripts).plan,
-        ParseActivity(agents).parse,
+        ParseActivity(agents, conversations).parse,
         *_both(DispatchActivity(agents)),
         ParseOutputActivity(agents).parse_output,
         InterpretActivity(agents, transcripts=transcripts).interpret,

@@ -16,6 +16,7 @@ from temporalio import activity
 
 from durable_agent import outputs
 from durable_agent.activities._common import heartbeating, server_suggested_delay
+from durable_agent.activities._conversation import recorded_conversation, turn_key
 from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import bounded_reply
 from durable_agent.conversation import Message, calls_so_far, check
@@ -25,7 +26,7 @@ from durable_agent.pricing import Pricing, format_cost
 from durable_agent.runtime import metrics, streams
 from durable_agent.serving import Agents
 from durable_agent.telemetry import model_span, record_cost, record_reply
-from durable_agent.transcript import Delta, Transcripts, replay
+from durable_agent.transcript import Delta, Transcripts
 from durable_agent.types import OutputSpec
 
 
@@ -50,17 +51,16 @@ class ModelCallInput(BaseModel):
     before `messages` (`durable_agent.transcript.Delta`). None: `messages` is the whole
     conversation (turns recorded before calls carried what is new)."""
     call: int = 0
-    """This call's number in its run (1, 2, ...)."""
+    """This call's number in its turn (1, 2, ...), across the turn's runs."""
+    turn: str = ""
+    """The turn's first run id: the conversation goes on across the turn's runs (empty:
+    recorded before turns continued as new; the conversation is this run's)."""
     output: OutputSpec | None = None
     """The turn's own output type; None: its agent's, if it has one (`outputs`)."""
 
     @property
     def delta(self) -> Delta:
         return Delta(call=self.call, since=self.since, messages=self.messages)
-
-
-MODEL_CALLS = ("plan", "interpret")
-"""The activity types whose inputs carry a turn's conversation."""
 
 
 class ModelCaller:
@@ -76,7 +76,7 @@ class ModelCaller:
         self._agents = agents
         # Read at worker start, so a malformed AGENT_MODEL_PRICES stops the worker there.
         self._pricing = pricing if pricing is not None else Pricing.from_env()
-        self._transcripts = transcripts or Transcripts()
+        self._transcripts = transcripts if transcripts is not None else Transcripts()
 
     def spec(self, input: ModelCallInput) -> str:
         """The model spec this call uses: the turn's, else its agent's default."""
@@ -136,36 +136,10 @@ class ModelCaller:
     async def _conversation(self, input: ModelCallInput) -> list[Message]:
         """The whole conversation: the previous call's, as this worker kept it or as
         the run's record says, with what this call's input brings."""
-        info = activity.info()
-        run = f"{info.workflow_id}/{info.workflow_run_id}"
+        own = activity.info().activity_id
         return await self._transcripts.assemble(
-            run, input.delta, lambda: recorded_conversation(info.activity_id)
+            turn_key(input.turn), input.delta, lambda: recorded_conversation(before=own)
         )
-
-
-async def recorded_conversation(own_id: str) -> list[Message]:
-    """The conversation as the running turn's model calls before activity `own_id` had
-    it: their inputs replayed from the run's history (references to stored payloads
-    are read from the store as the inputs are decoded)."""
-    info = activity.info()
-    if not info.workflow_id:
-        raise RuntimeError("a model call carrying what is new runs for a turn's workflow")
-    client = activity.client()
-    handle = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
-    deltas: list[Delta] = []
-    async for event in handle.fetch_history_events():
-        if not event.HasField("activity_task_scheduled_event_attributes"):
-            continue
-        scheduled = event.activity_task_scheduled_event_attributes
-        if scheduled.activity_id == own_id:
-            break
-        if scheduled.activity_type.name not in MODEL_CALLS:
-            continue
-        [earlier] = await client.data_converter.decode(
-            list(scheduled.input.payloads), [ModelCallInput]
-        )
-        deltas.append(earlier.delta)
-    return replay([], deltas)
 
 
 @functools.lru_cache(maxsize=64)

@@ -17,16 +17,19 @@ from datetime import timedelta
 from pydantic import BaseModel, Field
 from temporalio import activity
 
+from durable_agent.activities._conversation import Conversations
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.shield import screen
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS
+from durable_agent.conversation import Message
 from durable_agent.errors import InvalidCall
 from durable_agent.provenance import Source, roles_of, traced
 from durable_agent.serving import Agents
 from durable_agent.shields import ShieldRequest, Verdict
 from durable_agent.subagents import SubAgent, view_name
 from durable_agent.tools import Tool
+from durable_agent.transcript import ConversationRef, context_of, results_of
 from durable_agent.types import ToolCall
 
 AS_ASKED = ToolCall(id="", name="")
@@ -74,12 +77,17 @@ class ParseInput(BaseModel):
     """The customer's own words (this question, the conversation's earlier ones): a
     write whose arguments are not all in them needs consent, waived or not."""
     sources: list[Source] = Field(default_factory=list)
-    """What else the model read (tool results, earlier answers), to say where such an
-    argument came from. A local activity's input is not recorded: this costs no history."""
+    """What else the model read (earlier answers; tool results unless `conversation`
+    says where they are), to say where such an argument came from."""
     context: list[str] = Field(default_factory=list)
     """What a call may draw on (the question, tool results, the conversation), for the
-    tool-input shields."""
+    tool-input shields; read from `conversation` when that is given."""
     customer_id: str = ""
+    conversation: ConversationRef | None = None
+    """Where the tool results and the rest of the conversation are, when the input
+    does not carry them: a local activity's input is not recorded in the history, but
+    a payload store writes it, so an input carrying every result so far would make a
+    turn of N steps store O(N²) bytes."""
 
 
 class ParseOutput(BaseModel):
@@ -99,13 +107,15 @@ class ParseOutput(BaseModel):
 
 
 class ParseActivity:
-    def __init__(self, agents: Agents) -> None:
+    def __init__(self, agents: Agents, conversations: Conversations | None = None) -> None:
         self._agents = agents
+        self._conversations = conversations or Conversations()
 
     @activity.defn(name="parse")
     async def parse(self, input: ParseInput) -> ParseOutput:
         served = self._agents.get(input.agent)
         tools = await turn_tools(served, input.tools_version)
+        read = _Read(input, self._conversations)
         valid, rejected, normalised_calls = [], [], []
         roles: frozenset[str] | None = None
         # Quick reads run as local activities, whose results the turn's next workflow
@@ -127,7 +137,8 @@ class ParseActivity:
                 if roles is None:
                     roles = roles_of(t.spec.parameters for t in tools.tools.values())
                 # Nothing said (no question recorded): nothing is theirs, all asks.
-                foreign = traced(normalised, tool.spec.parameters, input.said, input.sources, roles)
+                sources = await read.sources()
+                foreign = traced(normalised, tool.spec.parameters, input.said, sources, roles)
             normalised_calls.append(normalised)
             limit = served.result_limit(call.name, tools)
             quick = tool.quick and limit <= quick_left
@@ -148,18 +159,46 @@ class ParseActivity:
                     checked=tool.check is not None,
                 )
             )
+        # Only shields that are there read the context (the conversation, maybe rebuilt).
+        context = await read.context() if served.shields.at("tool_input") else input.context
         requests = [
             ShieldRequest(
                 position="tool_input",
                 text=call.render(),
                 call=call,
-                context=input.context,
+                context=context,
                 customer_id=input.customer_id,
             )
             for call in normalised_calls
         ]
         verdicts = await screen(served, requests)
         return ParseOutput(valid=valid, rejected=rejected, verdicts=verdicts)
+
+
+class _Read:
+    """What parse reads of the conversation, read once, and only if it is needed."""
+
+    def __init__(self, input: ParseInput, conversations: Conversations) -> None:
+        self._input = input
+        self._conversations = conversations
+        self._messages: list[Message] | None = None
+
+    async def _conversation(self, ref: ConversationRef) -> list[Message]:
+        if self._messages is None:
+            self._messages = await self._conversations.of(ref)
+        return self._messages
+
+    async def sources(self) -> list[Source]:
+        ref = self._input.conversation
+        if ref is None:
+            return self._input.sources
+        return [*results_of(await self._conversation(ref)), *self._input.sources]
+
+    async def context(self) -> list[str]:
+        ref = self._input.conversation
+        if ref is None:
+            return self._input.context
+        return context_of(await self._conversation(ref))
 
 
 def _answered_by(tool: Tool, owner: str) -> SubAgent | None:

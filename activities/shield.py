@@ -13,8 +13,10 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent.activities._conversation import Conversations
 from durable_agent.serving import Agents, ServedAgent
 from durable_agent.shields import ShieldConfigError, ShieldRequest, ShieldSet, Verdict
+from durable_agent.transcript import ConversationRef, context_of
 from durable_agent.types import AgentInfo
 
 
@@ -22,6 +24,9 @@ class ShieldInput(BaseModel):
     requests: list[ShieldRequest]
     agent: str = ""
     """The turn's agent (empty: the worker's first)."""
+    conversation: ConversationRef | None = None
+    """The requests' context is this conversation's (`context_of`): the input names it
+    rather than carrying it (an answer's screen of a long turn)."""
 
 
 class ShieldOutput(BaseModel):
@@ -35,8 +40,9 @@ class ShieldOutput(BaseModel):
 
 
 class ShieldActivity:
-    def __init__(self, agents: Agents) -> None:
+    def __init__(self, agents: Agents, conversations: Conversations | None = None) -> None:
         self._agents = agents
+        self._conversations = conversations or Conversations()
 
     @activity.defn(name="shield")
     async def shield(self, input: ShieldInput) -> ShieldOutput:
@@ -44,7 +50,11 @@ class ShieldActivity:
         position = input.requests[0].position if input.requests else "input"
         if position == "input" and served.live:
             await served.refresh_tools()  # between turns: this is a turn's first step
-        verdicts = await screen(served, input.requests)
+        requests = input.requests
+        if input.conversation is not None and served.shields.at(position):
+            context = context_of(await self._conversations.of(input.conversation))
+            requests = [r.model_copy(update={"context": context}) for r in requests]
+        verdicts = await screen(served, requests)
         refused = any(not v.allowed for vs in verdicts for v in vs)
         return ShieldOutput(
             verdicts=verdicts,

@@ -397,15 +397,24 @@ class TurnHandle:
             raise _rpc_error(e, self.id) from None
         except WorkflowFailureError as e:  # terminated or cancelled by an operator
             raise AgentClientError(f"turn {self.id} did not finish: {e.cause or e}") from None
-        result = TurnResult(**dict(output), workflow_id=self.id)
+        # A turn that continued as new: its earlier runs' steps too, one story.
+        steps = await turns.whole(self.temporal, output)
+        result = TurnResult(
+            **{**dict(output), "steps": steps, "earlier_steps": 0}, workflow_id=self.id
+        )
         if self.output_type is not None and output.output is not None:
             result.output = _typed(self.output_type, output.output, self.id)
         return result
 
     async def progress(self, timeout: float | None = None) -> TurnProgress:
-        """The steps so far, the usage and the calls awaiting a decision (a worker
-        answers: with `timeout`, `WorkerNeeded` after that many seconds)."""
-        return await turns.progress_of(self.temporal, timeout)
+        """The steps so far (of all the turn's runs), the usage and the calls awaiting
+        a decision (a worker answers: with `timeout`, `WorkerNeeded` after that many
+        seconds)."""
+        progress = await turns.progress_of(self.temporal, timeout)
+        if not progress.earlier_steps:
+            return progress
+        steps = await turns.whole(self.temporal, progress)
+        return progress.model_copy(update={"steps": steps, "earlier_steps": 0})
 
     async def pending(self) -> list[PendingApproval]:
         """The calls of this turn that await a decision."""

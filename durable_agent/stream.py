@@ -29,14 +29,38 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from durable_agent.types import Outcome, Step, Tagged, Usage
 
 TURN_TOPIC = "turn"
 CHAT_TOPIC = "chat"
+
+CARRIED_BYTES = 256 * 1024
+"""The most of a stream's recent events a workflow carries into its next run, as
+bytes: a payload is at most 2 MB, and an answer may be long."""
+
+
+def carried(
+    state: WorkflowStreamState, items: int, size: int = CARRIED_BYTES
+) -> WorkflowStreamState:
+    """A stream's state for the workflow's next run (continue-as-new): its latest
+    events, at most `items` of them and `size` bytes, at the offsets they had. A reader
+    further behind reads on from the oldest kept; one event larger than `size` is not
+    carried (what it said is also in the turn's or conversation's own record)."""
+    kept, total = 0, 0
+    for item in reversed(state.log[-items:] if items > 0 else []):
+        total += len(item.data) + len(item.topic)
+        if total > size:
+            break
+        kept += 1
+    dropped = len(state.log) - kept
+    return replace(state, log=state.log[dropped:], base_offset=state.base_offset + dropped)
+
 
 TextSink = Callable[[str], None]
 """Where a model writes its text as it comes (each call gets the next piece)."""

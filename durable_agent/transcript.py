@@ -6,10 +6,15 @@ conversation as the previous call had it. Each message then enters the turn's
 history once, so a turn of N steps writes O(N) bytes, not O(N²) as when every call
 carried the whole conversation.
 
-The worker keeps each running turn's conversation (`Transcripts`, a bounded LRU).
-A call whose previous one ran on another worker, or before this worker started,
-finds no usable copy here: it reads the run's history and replays the deltas
-(`rebuild`), which is what the previous calls had, whatever ran them.
+The worker keeps each running turn's conversation (`Transcripts`, a bounded LRU),
+by turn: a turn that continued as new keeps its conversation and numbers its calls
+on. A call whose previous one ran on another worker, or before this worker started,
+finds no usable copy here: it reads the turn's history (its runs') and replays the
+deltas (`rebuild`), which is what the previous calls had, whatever ran them.
+
+Other activities that read the conversation (parse's checks of where a call's
+arguments came from, the shields' context) are given a `ConversationRef` instead of
+the conversation: it names the call whose conversation they read, from the same copy.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from durable_agent.conversation import Message
+from pydantic import BaseModel, Field
+
+from durable_agent.conversation import AssistantMessage, Message, ToolResult, question
+from durable_agent.provenance import Source
 
 MAX_TURNS = 64
 """Conversations a worker keeps at hand (a running turn's is used again at its next call)."""
@@ -51,15 +59,50 @@ Rebuild = Callable[[], Awaitable[list[Message]]]
 """The conversation as the call before this one had it, read from the run's record."""
 
 
+class ConversationRef(BaseModel):
+    """The turn's conversation, for an activity that reads it without carrying it: as
+    the turn's model call number `call` had it, then `after`. Its input then grows with
+    what is new only, not with the whole conversation at every step."""
+
+    turn: str
+    """The turn's first run id: with the workflow id, which turn (across its runs)."""
+    call: int
+    """The model call (numbered from 1 across the turn's runs) whose conversation it is."""
+    after: list[Message] = Field(default_factory=list)
+    """What the conversation gained since that call (a round answered directly)."""
+
+
+def context_of(messages: Sequence[Message]) -> list[str]:
+    """What an answer or a call may draw on: the question first, then the tool results
+    and the conversation's earlier questions and answers (those answers passed the
+    output shields when they were given)."""
+    asked = question(messages)
+    rest = [
+        m.text
+        for m in messages
+        if not (isinstance(m, AssistantMessage) and m.calls) and m.text != asked
+    ]
+    return [asked, *rest]
+
+
+def results_of(messages: Sequence[Message]) -> list[Source]:
+    """The tool results the model read: text the customer did not write."""
+    return [
+        Source(what=f"a result of {m.tool}", text=m.text)
+        for m in messages
+        if isinstance(m, ToolResult)
+    ]
+
+
 class Transcripts:
-    """The conversations of the turns this worker runs model calls for, by run."""
+    """The conversations of the turns this worker runs activities for, by turn."""
 
     def __init__(self, max_turns: int | None = None) -> None:
         self._max = MAX_TURNS if max_turns is None else max_turns
         self._kept: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
 
     async def assemble(self, run: str, delta: Delta, rebuild: Rebuild) -> list[Message]:
-        """The whole conversation of `delta`'s call in `run`, kept for the next call."""
+        """The whole conversation of `delta`'s call in turn `run`, kept for the next call."""
         if delta.since is None:
             conversation = list(delta.messages)
         else:
@@ -69,11 +112,25 @@ class Transcripts:
             usable = kept is not None and kept[0] in (delta.call - 1, delta.call)
             before = kept[1] if usable and kept is not None else await rebuild()
             conversation = delta.apply(before)
-        self._kept[run] = (delta.call, conversation)
+        self._keep(run, delta.call, conversation)
+        return conversation
+
+    async def at(self, run: str, call: int, rebuild: Rebuild) -> list[Message]:
+        """The conversation of turn `run` as its call number `call` had it (`rebuild`
+        reads it from the turn's record when no copy of it is kept here)."""
+        kept = self._kept.get(run)
+        if kept is not None and kept[0] == call:
+            self._kept.move_to_end(run)
+            return kept[1]
+        conversation = await rebuild()
+        self._keep(run, call, conversation)
+        return conversation
+
+    def _keep(self, run: str, call: int, conversation: list[Message]) -> None:
+        self._kept[run] = (call, conversation)
         self._kept.move_to_end(run)
         while len(self._kept) > self._max:
             self._kept.popitem(last=False)
-        return conversation
 
     def forget(self, run: str) -> None:
         self._kept.pop(run, None)

@@ -29,6 +29,9 @@ DEFAULT_CUSTOMER = "demo"
 
 CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}\Z"  # `$` would pass "demo\n"
 
+MAX_STEPS = 10_000
+"""The most rounds of tool calls a turn may be allowed (`TurnLimits.max_steps`)."""
+
 MAX_QUESTION_CHARS = 4000
 """The question is sent with every model call and stored in every activity's
 input, so a huge one would bloat the history of the whole turn."""
@@ -217,9 +220,11 @@ class OutputSpec(BaseModel):
 class TurnLimits(BaseModel):
     """Caps the workflow enforces. At a cap the turn ends with a graceful answer."""
 
-    max_steps: int = Field(default=10, ge=1, le=100)
+    max_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
     """Rounds of tool calls (parse → dispatch → parse_output → interpret) before the
-    turn gives up; a turn of N rounds costs N + 1 model calls."""
+    turn gives up; a turn of N rounds costs N + 1 model calls. A long turn's history
+    stays within Temporal's limits: it continues as new when it nears them
+    (`continue_after_events`, `continue_after_bytes`, or Temporal's suggestion)."""
     max_duration: timedelta = Field(
         default=timedelta(seconds=120), gt=timedelta(0), le=timedelta(days=7)
     )
@@ -235,6 +240,13 @@ class TurnLimits(BaseModel):
     )
     """How long a call that needs consent waits for a decision; then it is not run.
     Time spent waiting does not count towards `max_duration`."""
+    continue_after_events: int = Field(default=10_000, ge=10, le=50_000)
+    """A run of the turn whose history holds this many events continues as new at its
+    next safe point (between rounds, or while every call of a round waits for a
+    person), as it does when Temporal suggests it. Temporal warns at 10,240 events and
+    ends a workflow at 51,200."""
+    continue_after_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=40 * 1024 * 1024)
+    """The same for the history's size in bytes (Temporal warns at 10 MB, ends at 50 MB)."""
 
 
 class AgentInfo(BaseModel):
@@ -300,6 +312,9 @@ class TurnInput(BaseModel):
     output: OutputSpec | None = None
     """The turn's own output type (its JSON schema); None: the agent's, if it has one,
     else text (`durable_agent/outputs.py`)."""
+    carry: dict[str, Any] | None = None
+    """Set by the turn itself when it continues as new: where its previous run left off
+    (`durable_agent/workflows/carry.py`). A caller never sets it."""
 
     @field_validator("question")
     @classmethod
@@ -352,6 +367,12 @@ class TurnOutput(BaseModel):
     output: Any = None
     """A typed turn's value, as JSON (its `answer` is that JSON's text); None for a
     turn that answered in words, or ended without a value."""
+    earlier_steps: int = 0
+    """Steps the turn's earlier runs recorded (a turn that continued as new), which
+    `steps` leaves out; each run's are in the input of the run after it
+    (`AgentClient` puts them back: `durable_agent/runtime/turns.py`, `earlier_steps`)."""
+    runs: int = 1
+    """The runs the turn took (one more each time it continued as new)."""
 
     # The last step of an answered turn is its answer: stored (context LEAN), its
     # line is the answer's own, written once.
@@ -395,6 +416,8 @@ class TurnProgress(BaseModel):
     done: bool = False
     pending: list[PendingApproval] = Field(default_factory=list)
     """Calls waiting for a decision (the turn's `decide` update)."""
+    earlier_steps: int = 0
+    """Steps of the turn's earlier runs, which `steps` leaves out (`TurnOutput`)."""
 
 
 def compact_json(value: Any) -> str:

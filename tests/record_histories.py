@@ -28,9 +28,17 @@ from durable_agent.model import Reply
 from durable_agent.outputs import OUTPUT_TOOL, output_spec
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
-from durable_agent.runtime.turns import decide, progress_of, send, start_chat, start_turn
+from durable_agent.runtime.turns import (
+    decide,
+    progress_of,
+    runs,
+    send,
+    start_chat,
+    start_turn,
+)
 from durable_agent.scripted import ScriptedModel
-from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT, ShopStore
+from durable_agent.shop import TOOLS, TOOLS_WITH_POLICY_EXPERT, ShopStore
+from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import ToolCall, TurnInput, TurnLimits
 from durable_agent.workflows import Conversation, search
 from tests.conftest import Harness, last_result
@@ -140,6 +148,62 @@ def approval_model() -> ScriptedModel:
     )
 
 
+class Page(BaseModel):
+    n: int
+
+
+@tool
+def read_note(args: Page, ctx: ToolContext[object]) -> str:
+    """Note 2 is 12,000 characters long, the others 100."""
+    return f"note {args.n} " + "w" * (12_000 if args.n == 2 else 100)
+
+
+def _read(n: int, call_id: str = "") -> ToolCall:
+    return ToolCall(id=call_id or f"n{n}", name="read_note", arguments={"n": n})
+
+
+LONG_NOTES = 12
+READING = ToolRegistry([read_note, *TOOLS.tools.values()])
+
+
+def reading_model() -> ScriptedModel:
+    """Reads notes 1, 3, 4, ... (never the long one), one a round, then answers."""
+    notes = [n for n in range(1, LONG_NOTES + 2) if n != 2]
+    return ScriptedModel(
+        plans=[Reply(calls=[_read(notes[0])])],
+        decisions=[
+            *(Reply(calls=[_read(n)]) for n in notes[1:]),
+            lambda req: Reply(text=last_result(req)),
+        ],
+    )
+
+
+def consent_model() -> ScriptedModel:
+    """Reads note 1, then the long note 2 while a write waits for consent."""
+    write = ToolCall(
+        id="w", name="start_return", arguments={"order_id": "123456", "reason": "damaged"}
+    )
+    return ScriptedModel(
+        plans=[Reply(calls=[_read(1)])],
+        decisions=[Reply(calls=[_read(2), write]), lambda req: Reply(text=last_result(req))],
+    )
+
+
+async def consenting_across_runs(harness: Harness, task_queue: str) -> WorkflowHandle:
+    """The write waits for consent as the turn continues as new; approved in run 2."""
+    turn = TurnInput(
+        question="Return order 123456.",
+        model="scripted",
+        limits=TurnLimits(continue_after_bytes=10_000),
+    )
+    handle = await start_turn(harness.client, turn, task_queue)
+    while not (p := await progress_of(handle)).pending or not p.earlier_steps:
+        await asyncio.sleep(0.05)
+    await decide(harness.client, handle.id, "w", approved=True, by="recorder")
+    await handle.result()
+    return handle
+
+
 async def chatting(harness: Harness, task_queue: str) -> WorkflowHandle:
     """A conversation of two messages, ended by the customer."""
     conversation, first = await start_chat(
@@ -154,6 +218,8 @@ async def chatting(harness: Harness, task_queue: str) -> WorkflowHandle:
 
 
 async def main(only: set[str]) -> None:
+    """Record every scenario, or (`only`) those named: one of `scenarios()`, or
+    `long_turn`, `consent_across_runs`."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
@@ -171,6 +237,18 @@ async def main(only: set[str]) -> None:
                 (HISTORIES / f"{name}.id").write_text(handle.id + "\n")
                 print(f"recorded {name}")
 
+            async def save_runs(name: str, handle: WorkflowHandle, least: int) -> None:
+                """Each run of a turn that continued as new: `<name>.run<n>`."""
+                chain = await runs(handle)
+                assert len(chain) >= least, f"{name}: {len(chain)} run(s), not {least}"
+                for n, (run_id, _) in enumerate(chain, 1):
+                    run = env.client.get_workflow_handle(handle.id, run_id=run_id)
+                    await save(f"{name}.run{n}", run)
+
+            runs_of = {"long_turn", "consent_across_runs"}
+            await continued(harness, save_runs, tmp, sorted(only & runs_of if only else runs_of))
+            if only and only <= runs_of:
+                return
             for name, (turn, model) in scenarios().items():
                 if only and name not in only:
                     continue
@@ -206,6 +284,23 @@ async def main(only: set[str]) -> None:
                 )
     finally:
         await env.shutdown()
+
+
+async def continued(harness: Harness, save_runs, tmp: str, names: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """The turns that continue as new: a long one, and one whose write waits across."""
+    if "long_turn" in names:
+        async with harness.worker(reading_model(), READING) as task_queue:
+            limits = TurnLimits(max_steps=LONG_NOTES + 1, continue_after_events=50)
+            turn = TurnInput(question="Read the notes.", model="scripted", limits=limits)
+            handle = await start_turn(harness.client, turn, task_queue)
+            await handle.result()
+            await save_runs("long_turn", handle, 3)
+    if "consent_across_runs" in names:
+        fresh = Harness(harness.client, ShopStore(Path(tmp) / "consent.db"))
+        async with fresh.worker(consent_model(), READING) as task_queue:
+            await save_runs(
+                "consent_across_runs", await consenting_across_runs(fresh, task_queue), 2
+            )
 
 
 if __name__ == "__main__":

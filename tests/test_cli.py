@@ -218,6 +218,10 @@ def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
         (["ask", "Has order \udcff123456 shipped?"], "error: QUESTION: the question is not valid"),
         (["ask", "hi", "--customer", "x/../y"], "error: --customer: customer id must be"),
         (["ask", "hi", "--max-steps", "0"], "error: --max-steps: Input should be greater than"),
+        (
+            ["ask", "hi", "--max-steps", "10001"],
+            "error: --max-steps: Input should be less than or equal to 10000",
+        ),
         (["chat", "--approval-timeout", "0"], "error: --approval-timeout: give more than 0"),
         (["chat", "--idle-timeout", "0"], "error: --idle-timeout: give more than 0"),
         (["ask", "hi", "--max-duration", "inf"], "error: --max-duration: give a number of"),

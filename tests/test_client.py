@@ -65,7 +65,10 @@ async def test_a_turn_is_followed_then_approved_from_code(
                 break
         (waiting,) = await turn.pending()
         assert waiting.call.name == "start_return"
-        assert [p.workflow_id for p in await agents.pending()] == [turn.id]
+        # Every turn of the namespace awaiting consent is listed (other tests' turns
+        # too, their workers gone: marked `stalled`); this one's worker runs.
+        (listed,) = [p for p in await agents.pending() if p.workflow_id == turn.id]
+        assert listed.approval.call.id == waiting.call.id and not listed.stalled
         decided = await turn.approve(by="alice")
         assert (decided.approved, decided.call_id) == (True, waiting.call.id)
         # The stream resumes where the reader left off, and ends with the outcome.

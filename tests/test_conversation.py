@@ -143,8 +143,10 @@ async def settled(conversation: WorkflowHandle) -> ConversationState:
     return state
 
 
-async def wait_for_new_run(conversation: WorkflowHandle) -> None:
-    first_run = (await conversation.describe()).run_id
+async def wait_for_new_run(conversation: WorkflowHandle, first_run: str = "") -> None:
+    """Until the conversation runs in another run than `first_run` (default: its
+    current one, which may already be the new one)."""
+    first_run = first_run or (await conversation.describe()).run_id
     deadline = time.monotonic() + 20
     while (await conversation.describe()).run_id == first_run:
         assert time.monotonic() < deadline, "no continue-as-new"
@@ -222,3 +224,26 @@ async def history_per_run(harness: Harness, workflow_id: str) -> list[tuple[int,
         run_id = started.continued_execution_run_id
         if not run_id:
             return runs
+
+
+async def test_a_conversation_of_long_answers_carries_a_bounded_stream(harness: Harness) -> None:
+    """Answers of 100,000 characters: the conversation still continues as new, and
+    what it carries into its next run (memory, stream) stays bounded by size, not by
+    how long its answers were (a run's input is one payload, at most 2 MB)."""
+
+    def long_answer(request: ModelRequest) -> Reply:
+        return Reply(text=f"{request.question}: " + "x" * 100_000)
+
+    async with harness.worker(ScriptedModel(plans=[long_answer])) as task_queue:
+        chat = ConversationInput(model="scripted", max_turns_per_run=3)
+        conversation, accepted = await start_chat(harness.client, chat, "q0", task_queue)
+        first_run = (await conversation.describe()).run_id
+        await answer(harness, accepted.turn_id)
+        for i in (1, 2):
+            await answer(harness, (await send(conversation, f"q{i}")).turn_id)
+        await wait_for_new_run(conversation, first_run)
+        result = await answer(harness, (await send(conversation, "q3")).turn_id)
+        runs = await history_per_run(harness, conversation.id)
+    assert result.answer.startswith("q3: ") and len(result.answer) == 100_004
+    assert len(runs) == 2  # one continue-as-new, after 3 turns of long answers
+    assert runs[1][2] < FAR_UNDER_CARRIED, runs[1][2]

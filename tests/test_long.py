@@ -1,25 +1,43 @@
 """Long-horizon turns: tool results reach the model whole (up to a per-tool limit),
-and the story shows a preview of each."""
+and the story shows a preview of each; activities read the conversation rather than
+carry it; a long turn continues as new near Temporal's limits and stays one turn."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
 import pytest
 from pydantic import BaseModel
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
-from durable_agent import transcript
+from durable_agent import AgentClient, transcript
 from durable_agent.activities import ModelCallInput
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.conversation import ToolResult
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.render import PREVIEW_CHARS, TRUNCATION_MARKER
+from durable_agent.runtime import turns
 from durable_agent.runtime.codec import data_converter
+from durable_agent.runtime.turns import decide, start_turn
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shields import ShieldRequest, ShieldSettings, Verdict
+from durable_agent.shop import TOOLS
+from durable_agent.stream import DoneEvent
 from durable_agent.tools import ToolContext, ToolRegistry, tool
-from durable_agent.types import Outcome, ToolCall
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
 from tests.conftest import Harness, last_result
+from tests.test_approvals import awaiting, until
 
 
 class Page(BaseModel):
     n: int
+
+
+class Nothing(BaseModel):
+    pass
 
 
 def _page(n: int, size: int) -> str:
@@ -129,3 +147,232 @@ def test_a_result_limit_stays_within_what_one_payload_can_carry() -> None:
     with pytest.raises(ValueError, match="max_result_chars must be from 1 to 250,000"):
         Agent(name="reader", tools=[read_page], max_result_chars=10_000_000)
     assert tool(max_result_chars=MAX_RESULT_CHARS_LIMIT)(read_page.fn).max_result_chars
+
+
+class _ForeignIds:
+    """Flags an order id the request's context does not hold."""
+
+    name = "ids"
+
+    async def check(self, request: ShieldRequest) -> Verdict:
+        context = " ".join(request.context)
+        foreign = [i for i in re.findall(r"\b\d{6}\b", request.text) if i not in context]
+        return Verdict(shield=self.name, allowed=not foreign, category="foreign_id")
+
+
+@tool
+def notes(args: Nothing, ctx: ToolContext[object]) -> str:
+    """The customer's notes on file."""
+    return "The parcel of order 123456 arrived broken."
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "rebuilt"])
+async def test_the_checks_read_the_conversation_they_are_not_given(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """Parse (where a write's arguments came from, the tool-input shields' context) and
+    the answer's screen read the tool results from the conversation, by reference:
+    from their worker's copy, or (none kept) from the turn's record."""
+    if not kept:
+        monkeypatch.setattr(transcript, "MAX_TURNS", 0)
+    write = ToolCall(
+        id="c2", name="start_return", arguments={"order_id": "123456", "reason": "broken"}
+    )
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="c1", name="notes")])],
+        decisions=[Reply(calls=[write]), Reply(text="Order 123456 was not returned.")],
+    )
+    shields = replace(ShieldSettings.none(), tool_input=(_ForeignIds(),), output=(_ForeignIds(),))
+    tools = ToolRegistry([notes, *TOOLS.tools.values()])
+    waived = ApprovalPolicy(waived=frozenset({"*"}))
+    async with harness.worker(model, tools, shields=shields, approvals=waived) as tq:
+        turn = TurnInput(question="Q", model="scripted")
+        handle = await start_turn(harness.client, turn, tq)
+        (pending,) = (await until(handle, awaiting)).pending
+        # The id came from a tool result: the write asks, though writes are waived.
+        assert "from a result of notes" in pending.why
+        await decide(harness.client, handle.id, None, approved=False, by="operator")
+        result = await handle.result()
+    # Both screens found the id in what the model read: the call and the answer passed.
+    assert result.outcome is Outcome.ANSWERED, result.answer
+    assert result.answer == "Order 123456 was not returned."
+
+
+LONG_PAGES = 300
+LONG_PAGE_CHARS = 50_000
+KEYS: list[str] = []
+"""The idempotency keys the long turn's tool was given, in order."""
+
+
+@tool
+def read_long_page(args: Page, ctx: ToolContext[object]) -> str:
+    """A 50,000-character page."""
+    KEYS.append(ctx.idempotency_key)
+    return _page(args.n, LONG_PAGE_CHARS)
+
+
+class Reader:
+    """Reads pages 1..`pages`, one a round, then answers with the last one's last word.
+    Its reply depends on the conversation only (a retried call gets the same), and it
+    keeps nothing of it (the scripted model's memo of every request would cost the
+    test time quadratic in the pages)."""
+
+    provider = "scripted"
+    name = "reader"
+
+    def __init__(self, pages: int) -> None:
+        self.pages = pages
+        self.longest = 0
+        """The most messages one request held."""
+
+    async def plan(self, request: ModelRequest, stream: object = None) -> Reply:
+        return self._next(request)
+
+    async def interpret(self, request: ModelRequest, stream: object = None) -> Reply:
+        return self._next(request)
+
+    def _next(self, request: ModelRequest) -> Reply:
+        self.longest = max(self.longest, len(request.messages))
+        results = [m for m in request.messages if isinstance(m, ToolResult)]
+        if len(results) < self.pages:
+            n = len(results) + 1
+            return Reply(calls=[ToolCall(id=f"c{n}", name="read_long_page", arguments={"n": n})])
+        return Reply(text=results[-1].text.split()[-1])
+
+
+def _history_sizes(histories: list[WorkflowHistory]) -> tuple[int, int]:
+    """Bytes (as JSON, as the Web UI and `temporal workflow show` give them) and events."""
+    return sum(len(h.to_json()) for h in histories), sum(len(h.events) for h in histories)
+
+
+async def _histories(handle: WorkflowHandle) -> list[WorkflowHistory]:
+    """The histories of every run of the turn, oldest first."""
+    chain = await turns.runs(handle)
+    client = handle._client
+    return [await client.get_workflow_handle(handle.id, run_id=r).fetch_history() for r, _ in chain]
+
+
+async def test_a_long_turn_continues_as_new_and_its_history_grows_with_its_steps(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 rounds, each reading a 50 KB page, with the payload store: the turn moves to
+    a new run when its history nears the limit it is given, the client sees one turn
+    and its whole story, the answer uses the last page, no write key repeats, and what
+    the turn wrote (histories and store) grows with the rounds, not their square."""
+    store = tmp_path / "payloads"
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{store}")
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    harness = Harness(Client(**config), harness.store)
+    KEYS.clear()
+    model = Reader(LONG_PAGES)
+    limits = TurnLimits(
+        max_steps=LONG_PAGES + 1,
+        max_duration=timedelta(minutes=30),
+        continue_after_events=1000,
+    )
+    output, handle = await harness.ask_with_handle(
+        "read", model=model, tools=ToolRegistry([read_long_page]), limits=limits
+    )
+    assert output.outcome is Outcome.ANSWERED
+    assert output.answer == f"end-of-page-{LONG_PAGES}"  # the last result, read whole
+    assert model.longest == 1 + 2 * LONG_PAGES  # the question, then each round
+    # It continued as new, and each run stayed near the events it was allowed.
+    histories = await _histories(handle)
+    assert output.runs == len(histories) >= 4
+    assert all(len(h.events) <= limits.continue_after_events + 50 for h in histories)
+    # The client sees one turn: its id, its whole story, every round once.
+    result = await AgentClient(harness.client).turn(handle.id).result()
+    assert result.workflow_id == handle.id and result.answer == output.answer
+    read = [s for s in result.steps if s.kind is StepKind.OBSERVATION]
+    assert [s.iteration for s in read] == list(range(1, LONG_PAGES + 1))
+    assert result.earlier_steps == 0 and len(result.steps) > len(output.steps)
+    assert result.usage.model_calls == LONG_PAGES + 1
+    # Idempotency keys are built from the step: each round's is its own.
+    assert len(KEYS) == len(set(KEYS)) == LONG_PAGES
+    # Linear: the pages are 15 MB; the histories hold references, the store each
+    # page a few times (the tool's result, its text, the model call carrying it).
+    pages = LONG_PAGES * LONG_PAGE_CHARS
+    size, events = _history_sizes(histories)
+    assert size < 6_000_000 and events < 20 * LONG_PAGES
+    stored = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
+    assert stored < 5 * pages
+
+
+@tool
+def read_any_page(args: Page, ctx: ToolContext[object]) -> str:
+    """Page 1 is short; any other, 100,000 characters. Not a quick read: a local
+    activity's result enters the history as its workflow task ends, after the turn
+    looked at the history's size, and a turn waiting for a person runs no other task."""
+    return _page(args.n, 1000 if args.n == 1 else 100_000)
+
+
+async def test_a_call_waits_for_consent_across_a_continue_as_new_and_runs_once(
+    harness: Harness,
+) -> None:
+    """A round reads a long page and asks to write: the page pushes the history past
+    the turn's threshold while the write waits for a person, so the turn continues as
+    new with the write still waiting. Approved in the new run, it runs once."""
+    write = ToolCall(
+        id="w", name="start_return", arguments={"order_id": "123456", "reason": "damaged"}
+    )
+    page = ToolCall(id="p2", name="read_any_page", arguments={"n": 2})
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="p1", name="read_any_page", arguments={"n": 1})])],
+        decisions=[Reply(calls=[page, write]), lambda req: Reply(text=last_result(req))],
+    )
+    limits = TurnLimits(continue_after_bytes=100_000)
+    tools = ToolRegistry([read_any_page, *TOOLS.tools.values()])
+    before = len(harness.store.returns_for("123456"))
+    agents = AgentClient(harness.client)
+    async with harness.worker(model, tools) as tq:
+        turn = TurnInput(question="Return order 123456", model="scripted", limits=limits)
+        handle = await start_turn(harness.client, turn, tq)
+        first_run = (await handle.describe()).run_id
+        progress = await until(handle, lambda p: p.pending and p.earlier_steps)
+        # Still waiting, in the turn's second run; nothing was written.
+        assert (await handle.describe()).run_id != first_run
+        assert [p.call.id for p in progress.pending] == ["w"]
+        assert len(harness.store.returns_for("123456")) == before
+        await agents.turn(handle.id).approve(by="operator")
+        result = await agents.turn(handle.id).result()
+    assert result.outcome is Outcome.ANSWERED and result.runs == 2
+    assert len(harness.store.returns_for("123456")) == before + 1  # once
+    assert "rtn" in result.answer
+    # One story: asked once (in the first run), decided and run once (in the second),
+    # the page's result carried over from the first run.
+    kinds = [(s.kind, s.calls[0].id if s.calls else "") for s in result.steps]
+    assert kinds.count((StepKind.APPROVAL, "w")) == 1
+    assert kinds.count((StepKind.DECISION, "w")) == 1
+    assert kinds.count((StepKind.TOOL_CALL, "w")) == 1
+    assert [s.iteration for s in result.steps if s.kind is StepKind.OBSERVATION] == [1, 2, 2]
+
+
+def test_a_turn_may_be_allowed_ten_thousand_steps() -> None:
+    assert TurnLimits(max_steps=10_000).max_steps == 10_000
+    with pytest.raises(ValueError, match="less than or equal to 10000"):
+        TurnLimits(max_steps=10_001)
+
+
+async def test_a_turn_that_continued_as_new_rebuilds_its_conversation_from_its_runs(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No worker keeps a copy: every model call and every parse reads the conversation
+    from the turn's record, across the runs it took; a reader of its stream sees one
+    turn, offsets rising to its outcome."""
+    monkeypatch.setattr(transcript, "MAX_TURNS", 0)
+    pages = 12
+    model = _reading(pages)
+    limits = TurnLimits(max_steps=pages + 1, continue_after_events=60)
+    async with harness.worker(model, ToolRegistry([read_page])) as tq:
+        turn = TurnInput(question="read", model="scripted", limits=limits)
+        handle = await start_turn(harness.client, turn, tq)
+        seen = [item async for item in AgentClient(harness.client).turn(handle.id).events()]
+        output = await handle.result()
+    assert output.outcome is Outcome.ANSWERED and output.answer == f"end-of-page-{pages}"
+    assert output.runs >= 3
+    # Every call saw the whole conversation: the question, then 2 messages a round.
+    assert [len(r.messages) for _, r in model.requests] == [1 + 2 * n for n in range(pages + 1)]
+    offsets = [item.offset for item in seen]
+    assert offsets == sorted(set(offsets))
+    assert isinstance(seen[-1].event, DoneEvent) and seen[-1].event.answer == output.answer

@@ -4,8 +4,10 @@ a non-determinism error, or are shown to need the version they started on.
 `histories/` holds turns and conversations recorded by the current code
 (`python -m tests.record_histories`): approvals given and refused, a
 conversation, a streamed turn, a sub-agent's turn and its parent, a typed turn
-whose value was repaired once. They must replay (a worker that picks up a turn
-after a crash replays it), and a change that is not patched is shown to fail them.
+whose value was repaired once, and turns that continued as new, run by run
+(`<name>.run<n>`: a long turn, and one whose write waited for consent across a
+continue-as-new). They must replay (a worker that picks up a turn after a crash
+replays it), and a change that is not patched is shown to fail them.
 
 Turns and conversations are pinned to the version (code and agents) they
 started on, run by run (`durable_agent/runtime/deployments.py`, the drill in
@@ -81,6 +83,8 @@ def test_histories_are_stored() -> None:
     assert {"approved", "conversation", "streamed", "sub_agent", "typed"} <= {
         p.stem for p in HISTORIES
     }
+    continued = {p.stem for p in HISTORIES if ".run" in p.stem}
+    assert {"long_turn.run3", "consent_across_runs.run2"} <= continued
     assert (len(V01), len(V02), len(MARKED), len(TIMED), len(EARLIER_CHATS)) == (7, 12, 15, 15, 3)
     assert sum(map(started_a_timer, V02_TURNS)) == 10
     assert sum(map(started_a_timer, TIMED_TURNS)) == 13
@@ -94,7 +98,9 @@ async def test_history_replays(path: Path) -> None:
     assert await replay(path) is None
 
 
-@pytest.mark.parametrize("name", ["approved", "order_answered"])
+@pytest.mark.parametrize(
+    "name", ["approved", "order_answered", "long_turn.run2", "consent_across_runs.run2"]
+)
 async def test_the_gate_catches_a_change_that_is_not_patched(name: str) -> None:
     """The deploy drill's version 2 (one step more, not behind `workflow.patched`)."""
     from tests.drill_worker import ChangedTurn

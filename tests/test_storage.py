@@ -18,17 +18,34 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
+import pytest
+from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent import AgentClient
+from durable_agent.model import Reply
 from durable_agent.runtime.codec import EncryptionCodec, KeyRing, data_converter
 from durable_agent.runtime.codec_server import build_server
-from durable_agent.runtime.storage import FolderStorageDriver, external_storage, sweep
+from durable_agent.runtime.storage import (
+    FolderStorageDriver,
+    StorageConfigError,
+    external_storage,
+    sweep,
+)
 from durable_agent.runtime.turns import start_turn
+from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import ShopStore
-from durable_agent.types import Outcome, TurnInput
+from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.types import Outcome, ToolCall, TurnInput
+from tests.conftest import Harness
 from tests.test_codec import UI_ORIGIN, as_json, call, new_key
 from tests.test_crash import ROOT, wait_for
+
+
+class Nothing(BaseModel):
+    pass
 
 
 def _spawn(env: WorkflowEnvironment, environ: dict[str, str], *args: str) -> subprocess.Popen[str]:
@@ -153,3 +170,61 @@ def _claiming(reference: dict[str, Any], key: str) -> dict[str, Any]:
     data = json.loads(base64.b64decode(reference["data"]))
     data["claimData"]["key"] = key
     return {**reference, "data": base64.b64encode(json.dumps(data).encode()).decode()}
+
+
+async def test_the_s3_store_holds_the_payloads_a_turn_refers_to(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`AGENT_PAYLOAD_STORE=s3://BUCKET`: Temporal's S3 driver, over boto3, against
+    moto's S3. The history holds references; the bucket holds the payloads, under the
+    turn's workflow id, encrypted; a client of its own reads the turn's result."""
+    from moto import mock_aws
+
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AGENT_PAYLOAD_STORE", "s3://agent-payloads"),
+        ("AGENT_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode()),
+    ):
+        monkeypatch.setenv(name, value)
+
+    @tool
+    def dump(args: Nothing, ctx: ToolContext[object]) -> dict[str, str]:
+        """Returns far too much."""
+        return {"log": "secret-line " * 30_000}
+
+    with mock_aws():
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="agent-payloads")
+        config = harness.client.config()
+        config["data_converter"] = data_converter()
+        stored = Harness(Client(**config), harness.store)
+        model = ScriptedModel(
+            plans=[Reply(calls=[ToolCall(id="c1", name="dump")])], decisions=[Reply(text="ok")]
+        )
+        result, handle = await stored.ask_with_handle(
+            "anything", model=model, tools=ToolRegistry([dump])
+        )
+        assert result.outcome is Outcome.ANSWERED and result.answer == "ok"
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="agent-payloads")["Contents"]]
+        bodies = [s3.get_object(Bucket="agent-payloads", Key=k)["Body"].read() for k in keys]
+        history = await handle.fetch_history()
+        config["data_converter"] = data_converter()  # another client, as client.py is
+        again = await AgentClient(Client(**config)).turn(handle.id).result()
+    assert keys and all(f"/wi/{handle.id}/" in k for k in keys)
+    assert sum(map(len, bodies)) > 300_000  # the result, whole, is in the bucket...
+    assert not any(b"secret-line" in b for b in bodies)  # ...encrypted
+    assert max(e.ByteSize() for e in history.events) < 16 * 1024  # references only
+    assert b"secret-line" not in history.to_json().encode()
+    assert again.answer == "ok" and again.steps == result.steps
+
+
+def test_an_s3_store_needs_a_bucket_name() -> None:
+    for spec in ("s3://", "s3://Bad_Bucket", "s3:/x"):
+        try:
+            external_storage({"AGENT_PAYLOAD_STORE": spec})
+        except StorageConfigError as e:
+            assert "s3://a-bucket" in str(e)
+        else:
+            raise AssertionError(f"{spec} was taken")

@@ -27,7 +27,6 @@ refused by the update's validator, which leaves no trace in the history.
 """
 
 import asyncio
-from dataclasses import replace
 from typing import NoReturn
 
 from temporalio import workflow
@@ -45,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
         MessageAccepted,
         WaitingMessage,
     )
-    from durable_agent.stream import CHAT_TOPIC, ChatEnded, TurnAnswered, TurnStarted
+    from durable_agent.stream import CHAT_TOPIC, ChatEnded, TurnAnswered, TurnStarted, carried
     from durable_agent.types import Exchange, Outcome, TurnInput, TurnOutput
     from durable_agent.workflows import search
     from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
@@ -53,8 +52,9 @@ with workflow.unsafe.imports_passed_through():
 
 MAX_WAITING = 5
 STREAM_KEEP = 200
-"""Events of the conversation's stream carried over continue-as-new (the rest are
-dropped: a reader that far behind starts again from the oldest kept)."""
+"""Events of the conversation's stream carried over continue-as-new, within
+`CARRIED_BYTES` (the rest are dropped: a reader that far behind starts again from
+the oldest kept)."""
 
 
 @workflow.defn(name="Conversation", versioning_behavior=VersioningBehavior.PINNED)
@@ -113,9 +113,7 @@ class Conversation:
         self._moving = True
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        state = self._stream.get_state()
-        dropped = max(0, len(state.log) - STREAM_KEEP)
-        state = replace(state, log=state.log[dropped:], base_offset=state.base_offset + dropped)
+        state = carried(self._stream.get_state(), STREAM_KEEP)
         workflow.continue_as_new(
             self._input.model_copy(
                 update={

@@ -13,6 +13,9 @@
     the whole turn is bounded by limits.max_duration: every activity is given at most
     the time left (no timer of its own), and the clock stops while a call waits for a
     decision: a person's time is not the agent's
+    a long turn continues as new near Temporal's history limits, between rounds (or
+    while every open call of a round waits for a person), and its next run goes on
+    where it stopped (`durable_agent/workflows/carry.py`): one turn, one workflow id
 
 The model sees one conversation (`durable_agent/conversation.py`): the question, then its
 own messages as it sent them and one result per call, in call order; a rejected
@@ -67,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.approval import ApprovalDecision, ApprovalResult, declined, expired
     from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round
-    from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
+    from durable_agent.conversation import Message, ToolResult, UserMessage, prior
     from durable_agent.errors import (
         ModelRequestRejected,
         ModelUnavailable,
@@ -80,9 +83,10 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.provenance import Source
     from durable_agent.render import preview
     from durable_agent.shields import ShieldRequest, Verdict
-    from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent
+    from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent, carried
     from durable_agent.subagents import SubAgent
     from durable_agent.telemetry import agent_span, record_turn
+    from durable_agent.transcript import ConversationRef
     from durable_agent.types import (
         AgentInfo,
         Observation,
@@ -98,6 +102,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from durable_agent.workflows import search
+    from durable_agent.workflows.carry import CarriedRound, TurnCarry
     from durable_agent.workflows.policies import (
         HEARTBEAT_TIMEOUT,
         MODEL_RETRY,
@@ -116,6 +121,19 @@ ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 # Model errors that say the request can never succeed as configured.
 _REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__)
 
+STREAM_KEEP = 50
+"""Events of the turn's stream carried into its next run, within `CARRIED_BYTES`: a
+reader further behind starts again from the oldest kept (the steps themselves are all
+kept, run by run, in the runs' inputs)."""
+
+
+class _Continue(Exception):
+    """Raised inside the loop at a safe point: the turn goes on in a new run."""
+
+    def __init__(self, carry: TurnCarry) -> None:
+        super().__init__(f"continue as new: run {carry.run}")
+        self.carry = carry
+
 
 class _TurnEnded(Exception):
     """Raised inside the loop to end the turn with an answer (model failure, etc.)."""
@@ -132,41 +150,70 @@ class AgentTurn:
     version, code and agents, it started on, however long it waits for a person;
     its sub-agents' turns follow it (`durable_agent/runtime/deployments.py`)."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, turn: TurnInput) -> None:
+        # State comes from the input here, not in `run`: a decision sent as the turn
+        # continued as new may be the new run's first job, before `run` starts.
+        carry = TurnCarry.of(turn)
+        self._carry = carry
         self._names_agent = False
         """The turn sets AgentName and AgentFingerprint (started with AgentName)."""
         self._steps: list[Step] = []
+        """The steps this run recorded (earlier runs': in each next run's input)."""
+        self._earlier: list[Step] = carry.steps if carry else []
+        """The steps the run before recorded (for the answers that sum up what was found)."""
+        self._steps_before = carry.steps_before if carry else 0
+        self._run_number = carry.run if carry else 1
         self._story: list[str] = []
         """The steps' lines in the Web UI's current details, each rendered once."""
-        self._usage = Usage(cost_usd=0.0)  # a turn's total starts at zero
+        if carry is not None:
+            self._story.append(
+                answers.markdown_safe(
+                    f"(run {carry.run} of this turn, after {carry.steps_before} steps "
+                    "in its earlier runs)"
+                )
+            )
+        self._usage = carry.usage if carry else Usage(cost_usd=0.0)  # starts at zero
         self._done = False
         self._messages: list[Message] = []
-        self._sent = 0
-        """How many of `_messages` the previous model call had: the next one carries
-        only the rest (`durable_agent/transcript.py`)."""
-        self._model_calls = 0
-        """Model calls of this run, for the number each one carries."""
-        self._pending: dict[str, PendingApproval] = {}
-        self._decisions: dict[str, ApprovalDecision] = {}
-        self._model = ""
-        self._tools_used: list[str] = []
+        self._first = carry.sent if carry else 0
+        """The place in the conversation of `_messages[0]`: a run that continues the
+        turn starts with none of it in memory (the activities read it by reference)."""
+        self._sent = self._first
+        """How many messages the previous model call had: the next one carries only the
+        rest (`durable_agent/transcript.py`)."""
+        self._model_calls = carry.model_calls if carry else 0
+        """Model calls of the turn so far (all runs), for the number each one carries."""
+        self._progressed = False
+        """This run has made a model call: it may continue as new (each run makes one)."""
+        self._moving = False
+        """Continuing as new: decisions that come now are carried, not acted on."""
+        self._pending: dict[str, PendingApproval] = (
+            {p.call.id: p for p in carry.pending} if carry else {}
+        )
+        self._decisions: dict[str, ApprovalDecision] = (
+            {d.call_id: d for d in carry.decisions} if carry else {}
+        )
+        self._model = carry.model if carry else ""
+        self._tools_used: list[str] = list(carry.tools_used) if carry else []
         self._in_flight = 0
         """The result sizes of the calls running now (`ValidCall.result_chars`)."""
-        self._status = search.RUNNING
-        self._tainted = False
+        self._status = carry.status if carry and carry.status else search.RUNNING
+        self._tainted = carry.tainted if carry else False
         """A tool result carried instruction-like text: later writes need consent."""
-        self._agent = AgentInfo(name="")
+        self._agent = carry.agent if carry else AgentInfo(name="")
         """Who answers, once the screen of the question has resolved the turn's agent."""
         self._limits = TurnLimits()
-        self._started: datetime | None = None
+        self._started: datetime | None = carry.started if carry else None
         """When the clock of max_duration started (after the question's screen)."""
-        self._paused = timedelta(0)
-        self._paused_since: datetime | None = None
+        self._paused = carry.paused if carry else timedelta(0)
+        self._paused_since: datetime | None = carry.paused_since if carry else None
         """The clock stands still while some call waits for a person's decision."""
         # The turn's story for whoever watches (`durable_agent/stream.py`): steps are added
         # here as they are recorded, which writes nothing to the history; the model
-        # calls publish their text to it by signal when the turn asks them to.
-        self._stream = WorkflowStream()
+        # calls publish their text to it by signal when the turn asks them to. Its
+        # offsets go on across the turn's runs.
+        self._stream = WorkflowStream(carry.stream if carry else None)
         self._events = self._stream.topic(TURN_TOPIC)
 
     @workflow.query
@@ -176,6 +223,7 @@ class AgentTurn:
             usage=self._usage,
             done=self._done,
             pending=list(self._pending.values()),
+            earlier_steps=self._steps_before,
         )
 
     @workflow.update
@@ -211,7 +259,11 @@ class AgentTurn:
     async def run(self, turn: TurnInput) -> TurnOutput:
         with agent_span(turn.agent, turn.model, turn.conversation_id) as span:
             result = await self._run(turn)
-            record_turn(span, result.agent, result.outcome.value, result.usage)
+            if isinstance(result, TurnOutput):
+                record_turn(span, result.agent, result.outcome.value, result.usage)
+        if isinstance(result, TurnCarry):
+            # The same turn, by the same workflow id, in a new run: a new history.
+            workflow.continue_as_new(result.input(turn))
         done = DoneEvent(
             outcome=result.outcome, answer=result.answer, usage=result.usage, output=result.output
         )
@@ -222,8 +274,12 @@ class AgentTurn:
         await workflow.wait_condition(workflow.all_handlers_finished)
         return result
 
-    async def _run(self, turn: TurnInput) -> TurnOutput:
+    async def _run(self, turn: TurnInput) -> TurnOutput | TurnCarry:
         self._names_agent = _named()
+        if self._carry is not None:
+            # A run that continues the turn: its question was screened, its agent known.
+            self._limits = turn.limits or self._agent.limits or TurnLimits()
+            return await self._looping(turn)
         # Screen the question first: it also resolves the turn's agent, who answers
         # and with which limits.
         question = ShieldRequest(position="input", text=turn.question)
@@ -242,36 +298,56 @@ class AgentTurn:
         # left (`_within`), so the one running when the time is up stops then, and the
         # answer uses what the steps found so far.
         self._started = workflow.now()
+        return await self._looping(turn)
+
+    async def _looping(self, turn: TurnInput) -> TurnOutput | TurnCarry:
+        """The loop's answer, or where it stopped for the next run to go on."""
         try:
-            return await self._loop(turn)
+            return await self._loop(turn, self._carry)
         except _TurnEnded as end:
             return self._finish(end.outcome, end.answer)
+        except _Continue as moving:
+            return moving.carry
 
-    async def _loop(self, turn: TurnInput) -> TurnOutput:
-        self._messages = [*prior(turn.history), UserMessage(text=turn.question)]
-        iteration, replans, source = 1, 0, StepKind.PLAN
-        reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
+    async def _loop(self, turn: TurnInput, carry: TurnCarry | None) -> TurnOutput:
+        carried: CarriedRound | None = None
+        if carry is None:
+            self._messages = [*prior(turn.history), UserMessage(text=turn.question)]
+            iteration, replans, source = 1, 0, StepKind.PLAN
+            reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
+        else:
+            iteration, replans, source = carry.iteration, carry.replans, carry.source
+            reply, carried = carry.reply, carry.round
         while reply.calls:
-            self._record(iteration, source, _describe(reply), calls=reply.calls)
-            if iteration > self._limits.max_steps:
-                # The model still wants tools: stop here, with what was found.
-                answer = answers.step_limit(self._limits.max_steps, self._steps)
-                return self._finish(Outcome.STEP_LIMIT, answer)
+            if carried is not None:
+                # The round the run before left while its calls waited for people.
+                valid, results = carried.valid, dict(carried.done)
+                carried = None
+            else:
+                if self._due():
+                    # Between rounds: the history nears Temporal's limits.
+                    raise await self._move(turn, reply, iteration, replans, source)
+                self._record(iteration, source, _describe(reply), calls=reply.calls)
+                if iteration > self._limits.max_steps:
+                    # The model still wants tools: stop here, with what was found.
+                    answer = answers.step_limit(self._limits.max_steps, self._found())
+                    return self._finish(Outcome.STEP_LIMIT, answer)
 
-            parsed = await self._parse(turn, reply.calls, turn.tools)
-            results = {r.call.id: self._reject(iteration, r.call, r.error) for r in parsed.rejected}
-            valid = self._screened(iteration, parsed, results)
-            if not valid and replans < self._limits.max_replans and parsed.rejected:
-                # Nothing can run: the model reads the errors and fixes its calls.
-                replans += 1
-                self._answer(reply, results)
-                reply = await self._plan(turn, iteration, f"re-plan #{replans}")
-                source = StepKind.PLAN
-                continue
+                parsed = await self._parse(turn, reply.calls, turn.tools)
+                results = {
+                    r.call.id: self._reject(iteration, r.call, r.error) for r in parsed.rejected
+                }
+                valid = self._screened(iteration, parsed, results)
+                if not valid and replans < self._limits.max_replans and parsed.rejected:
+                    # Nothing can run: the model reads the errors and fixes its calls.
+                    replans += 1
+                    self._answer(reply, results)
+                    reply = await self._plan(turn, iteration, f"re-plan #{replans}")
+                    source = StepKind.PLAN
+                    continue
 
-            observations = await _all(
-                [self._run_call(turn, iteration, i, vc) for i, vc in enumerate(valid)]
-            )
+            here = (turn, reply, iteration, replans, source)
+            observations = await self._round(here, valid, results)
             results.update((o.call_id, o) for o in observations)
             self._answer(reply, results)
             ran = zip(valid, observations, strict=True)
@@ -293,28 +369,25 @@ class AgentTurn:
     async def _answered(
         self, turn: TurnInput, iteration: int, answer: str, typed: bool = False
     ) -> TurnOutput:
-        """The answer, once the output shields let it through (a typed value: its JSON)."""
-        context = self._context(turn)
-        request = ShieldRequest(
-            position="output", text=answer, context=context, customer_id=turn.customer_id
-        )
-        (stop,), screened = await self._screen(turn, iteration, [request])
+        """The answer, once the output shields let it through (a typed value: its JSON).
+        What it may draw on is the conversation, which the shield activity reads
+        (`ConversationRef`)."""
+        request = ShieldRequest(position="output", text=answer, customer_id=turn.customer_id)
+        (stop,), screened = await self._screen(turn, iteration, [request], self._conversation_ref())
         if stop:
             refusal = screened.refusal if screened else ""
             raise _TurnEnded(Outcome.REFUSED, refusal or answers.REFUSED_ANSWER)
         self._record(iteration, StepKind.ANSWER, answer)
         return self._finish(Outcome.ANSWERED, answer, json.loads(answer) if typed else None)
 
-    def _context(self, turn: TurnInput) -> list[str]:
-        """What an answer or a call may draw on: the question first, then the tool
-        results and the conversation's earlier questions and answers (those answers
-        passed the output shields when they were given)."""
-        rest = [
-            m.text
-            for m in self._messages
-            if not (isinstance(m, AssistantMessage) and m.calls) and m.text != turn.question
-        ]
-        return [turn.question, *rest]
+    def _conversation_ref(self) -> ConversationRef:
+        """The conversation as the activities that read it find it: as the last model
+        call had it (their worker's copy, or the turn's record), and what came since."""
+        return ConversationRef(
+            turn=workflow.info().first_execution_run_id,
+            call=self._model_calls,
+            after=self._messages[self._sent - self._first :],
+        )
 
     def _screened(
         self, iteration: int, parsed: ParseOutput, results: dict[str, Observation]
@@ -335,7 +408,11 @@ class AgentTurn:
         return through
 
     async def _screen(
-        self, turn: TurnInput, iteration: int, requests: list[ShieldRequest]
+        self,
+        turn: TurnInput,
+        iteration: int,
+        requests: list[ShieldRequest],
+        conversation: ConversationRef | None = None,
     ) -> tuple[list[Verdict | None], ShieldOutput | None]:
         """Run the shields on each request; per request, its violation (None: allowed),
         and what the shield activity said (None: it could not run at all). A shield step
@@ -345,7 +422,7 @@ class AgentTurn:
         try:
             out = await workflow.execute_local_activity_method(
                 ShieldActivity.shield,
-                ShieldInput(requests=requests, agent=self._agent.name),
+                ShieldInput(requests=requests, agent=self._agent.name, conversation=conversation),
                 start_to_close_timeout=SHIELD_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
                 retry_policy=SHIELD_RETRY,
@@ -419,13 +496,14 @@ class AgentTurn:
         """A model call's input: what the conversation gained since the previous call
         (the activity puts it together with what that call had), and what the turn sets.
         Each message enters the history once: a turn's history grows with its steps."""
-        since, self._sent = self._sent, len(self._messages)
+        since, self._sent = self._sent, self._first + len(self._messages)
         self._model_calls += 1
         return kind(
             model=turn.model,
-            messages=self._messages[since:],
+            messages=self._messages[since - self._first :],
             since=since,
             call=self._model_calls,
+            turn=workflow.info().first_execution_run_id,
             tools=turn.tools,
             instructions=turn.instructions,
             stream=turn.stream,
@@ -438,9 +516,9 @@ class AgentTurn:
         budget = self._limits.max_tokens
         if budget is not None and self._usage.total_tokens >= budget:
             # Checked before a call, never after: an answer already paid for is kept.
-            raise _TurnEnded(Outcome.TOKEN_LIMIT, answers.token_limit(budget, self._steps))
+            raise _TurnEnded(Outcome.TOKEN_LIMIT, answers.token_limit(budget, self._found()))
         try:
-            return await workflow.execute_activity_method(
+            out = await workflow.execute_activity_method(
                 method,
                 arg,
                 start_to_close_timeout=MODEL_TIMEOUT,
@@ -449,6 +527,8 @@ class AgentTurn:
                 retry_policy=MODEL_RETRY,
                 summary=answers.markdown_safe(summary),
             )
+            self._progressed = True
+            return out
         except ActivityError as e:
             self._if_out_of_time()
             raise self._model_failed(iteration, e) from e
@@ -464,17 +544,12 @@ class AgentTurn:
             return _TurnEnded(Outcome.MODEL_ERROR, answers.model_unusable(cause.message))
         reason = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
         self._record(iteration, StepKind.LIMIT, f"model unavailable: {reason}")
-        return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._steps))
+        return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._found()))
 
-    def _sources(self, turn: TurnInput) -> list[Source]:
-        """What the model read that the customer did not write."""
-        results = [
-            Source(what=f"a result of {m.tool}", text=m.text)
-            for m in self._messages
-            if isinstance(m, ToolResult)
-        ]
-        answers_given = [Source(what="an earlier answer", text=e.answer) for e in turn.history]
-        return results + answers_given
+    def _earlier_answers(self, turn: TurnInput) -> list[Source]:
+        """What the model read that the customer did not write, besides the tool results
+        (which parse reads from the conversation)."""
+        return [Source(what="an earlier answer", text=e.answer) for e in turn.history]
 
     async def _parse(
         self, turn: TurnInput, calls: list[ToolCall], tools: list[str] | None
@@ -500,8 +575,8 @@ class AgentTurn:
                 agent=self._agent.name,
                 tools_version=self._agent.tools_version,
                 said=_said(turn),
-                sources=self._sources(turn),
-                context=self._context(turn),
+                sources=self._earlier_answers(turn),
+                conversation=self._conversation_ref(),
                 customer_id=turn.customer_id,
             ),
             start_to_close_timeout=PARSE_TIMEOUT,
@@ -518,25 +593,117 @@ class AgentTurn:
         )
         return observation
 
-    async def _run_call(
-        self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
-    ) -> Observation:
-        call = vc.call
-        why = vc.approval
-        if vc.side_effects and self._tainted:
-            tainted = (
-                "a tool result earlier in this turn carried instruction-like text, so every "
-                "write after it needs consent"
+    async def _round(
+        self,
+        here: tuple[TurnInput, Reply, int, int, StepKind],
+        valid: list[ValidCall],
+        results: dict[str, Observation],
+    ) -> list[Observation]:
+        """The round's valid calls, run together; a call with its result already (in a
+        round carried from the run before) is not run again. Once every call not done
+        waits for a person, the turn may continue as new (`_due`): they go on waiting
+        in the next run."""
+        turn, _, iteration, _, _ = here
+        open_ = {vc.call.id for vc in valid if vc.call.id not in results}
+
+        async def one(index: int, vc: ValidCall) -> Observation:
+            if vc.call.id in results:
+                return results[vc.call.id]
+            observation = await self._run_call(
+                turn, iteration, index, vc, self._pending.get(vc.call.id)
             )
-            why = f"{why}; {tainted}" if why else tainted
-        if why and vc.checked:
-            # Nobody is asked to approve what cannot happen; the approval says what will.
-            change, refusal = await self._check(turn, iteration, index, vc)
-            if refusal is not None:
-                return refusal
-            if change:
-                why = f"{why}; it will: {change}"
-        if why and (refused := await self._consent(turn, iteration, call, why)):
+            results[vc.call.id] = observation
+            open_.discard(vc.call.id)
+            return observation
+
+        def parked() -> bool:
+            return all(c in self._pending and c not in self._decisions for c in open_)
+
+        async def move_when_parked() -> None:
+            await workflow.wait_condition(lambda: not open_ or (parked() and self._due()))
+            if open_:
+                raise await self._move(*here, round=(valid, results))
+
+        *observations, _ = await _all(
+            [*(one(i, vc) for i, vc in enumerate(valid)), move_when_parked()]
+        )
+        return observations
+
+    def _due(self) -> bool:
+        """Time to continue as new: the history nears Temporal's limits (Temporal says
+        so, or it passed the turn's own thresholds), and this run has made a model
+        call (so that every run makes progress)."""
+        if not self._progressed:
+            return False
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._limits.continue_after_events
+            or info.get_current_history_size() >= self._limits.continue_after_bytes
+        )
+
+    async def _move(
+        self,
+        turn: TurnInput,
+        reply: Reply,
+        iteration: int,
+        replans: int,
+        source: StepKind,
+        round: tuple[list[ValidCall], dict[str, Observation]] | None = None,
+    ) -> _Continue:
+        """Where the turn stands, for its next run (`round`: the round under way, its
+        valid calls and the results so far). Every handler finishes first; a decision
+        that comes meanwhile is carried, not acted on (`_moving`)."""
+        self._moving = True
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        state = carried(self._stream.get_state(), STREAM_KEEP)
+        # The round as it stands now (a wait may have run out meanwhile).
+        under_way = None if round is None else CarriedRound(valid=round[0], done=round[1])
+        carry = TurnCarry(
+            run=self._run_number + 1,
+            agent=self._agent,
+            steps=self._steps,
+            steps_before=self._steps_before + len(self._steps),
+            usage=self._usage,
+            model=self._model,
+            tools_used=self._tools_used,
+            tainted=self._tainted,
+            status=self._status,
+            model_calls=self._model_calls,
+            sent=self._sent,
+            started=self._started,
+            paused=self._paused,
+            paused_since=self._paused_since,
+            iteration=iteration,
+            replans=replans,
+            source=source,
+            reply=reply,
+            round=under_way,
+            pending=list(self._pending.values()),
+            decisions=[d for c, d in self._decisions.items() if c in self._pending],
+            stream=state,
+        )
+        return _Continue(carry)
+
+    def _found(self) -> list[Step]:
+        """The steps an answer at a limit sums up (this run's, after the run before's)."""
+        return [*self._earlier, *self._steps]
+
+    async def _run_call(
+        self,
+        turn: TurnInput,
+        iteration: int,
+        index: int,
+        vc: ValidCall,
+        waiting: PendingApproval | None = None,
+    ) -> Observation:
+        """One call of the round; `waiting`: its consent, asked in the run before."""
+        call = vc.call
+        if waiting is not None:
+            if refused := await self._consent(turn, iteration, call, waiting.why, waiting):
+                return refused
+        elif refused := await self._checked_and_consented(turn, iteration, index, vc):
             return refused
         if vc.agent is not None:
             return await self._ask_subagent(turn, iteration, index, call, vc.agent)
@@ -592,6 +759,29 @@ class AgentTurn:
                 lambda: not self._in_flight or self._in_flight + size <= MAX_RESULTS_IN_FLIGHT_CHARS
             )
         self._in_flight += size
+
+    async def _checked_and_consented(
+        self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
+    ) -> Observation | None:
+        """None when the call may run; otherwise the result the model reads instead."""
+        call = vc.call
+        why = vc.approval
+        if vc.side_effects and self._tainted:
+            tainted = (
+                "a tool result earlier in this turn carried instruction-like text, so every "
+                "write after it needs consent"
+            )
+            why = f"{why}; {tainted}" if why else tainted
+        if why and vc.checked:
+            # Nobody is asked to approve what cannot happen; the approval says what will.
+            change, refusal = await self._check(turn, iteration, index, vc)
+            if refusal is not None:
+                return refusal
+            if change:
+                why = f"{why}; it will: {change}"
+        if why:
+            return await self._consent(turn, iteration, call, why)
+        return None
 
     async def _send(
         self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
@@ -772,7 +962,7 @@ class AgentTurn:
         return left if timeout is None else min(timeout, left)
 
     def _out_of_time(self) -> _TurnEnded:
-        answer = answers.time_limit(self._limits.max_duration, self._steps)
+        answer = answers.time_limit(self._limits.max_duration, self._found())
         return _TurnEnded(Outcome.TIME_LIMIT, answer)
 
     def _if_out_of_time(self) -> None:
@@ -781,30 +971,46 @@ class AgentTurn:
             raise self._out_of_time()
 
     async def _consent(
-        self, turn: TurnInput, iteration: int, call: ToolCall, why: str
+        self,
+        turn: TurnInput,
+        iteration: int,
+        call: ToolCall,
+        why: str,
+        waiting: PendingApproval | None = None,
     ) -> Observation | None:
         """Wait, durably and holding no worker slot, for a person's decision on `call`.
-        None when approved; otherwise the result the model reads instead."""
-        if not self._pending and self._started is not None:
-            self._paused_since = workflow.now()  # a person is deciding: the clock stops
-        self._pending[call.id] = PendingApproval(call=call, why=why, since=workflow.now())
-        self._publish_pending()
-        self._record(
-            iteration, StepKind.APPROVAL, f"{call.render()} awaits approval: {why}", calls=[call]
-        )
-        self._set_status(search.AWAITING_APPROVAL)
+        None when approved; otherwise the result the model reads instead. `waiting`:
+        the turn's run before asked, and the wait goes on (for what is left of it)."""
         wait = self._limits.approval_timeout
-        try:
-            await workflow.wait_condition(
-                lambda: call.id in self._decisions,
-                timeout=wait,
-                timeout_summary=answers.markdown_safe(f"approval of {call.name}"),
+        if waiting is None:
+            if not self._pending and self._started is not None:
+                self._paused_since = workflow.now()  # a person is deciding: the clock stops
+            self._pending[call.id] = PendingApproval(call=call, why=why, since=workflow.now())
+            self._record(
+                iteration,
+                StepKind.APPROVAL,
+                f"{call.render()} awaits approval: {why}",
+                calls=[call],
             )
-            decision: ApprovalDecision | None = self._decisions[call.id]
+        else:
+            wait -= workflow.now() - waiting.since
+        self._publish_pending()
+        self._set_status(search.AWAITING_APPROVAL)
+        decision: ApprovalDecision | None = self._decisions.get(call.id)
+        try:
+            if decision is None and wait > timedelta(0):
+                # Not while the turn moves to its next run: the decision is carried there.
+                await workflow.wait_condition(
+                    lambda: call.id in self._decisions and not self._moving,
+                    timeout=wait,
+                    timeout_summary=answers.markdown_safe(f"approval of {call.name}"),
+                )
+                decision = self._decisions[call.id]
         except asyncio.TimeoutError:
             decision = None
         except asyncio.CancelledError:
-            self._no_longer_pending(call)
+            if not self._moving:  # moving, it is carried as it is
+                self._no_longer_pending(call)
             raise
         # Not in a `finally`: a workflow evicted from the worker's cache unwinds its
         # coroutines outside the workflow's event loop, where nothing may be asked of it.
@@ -880,7 +1086,8 @@ class AgentTurn:
 
     def _finish(self, outcome: Outcome, answer: str, output: Any = None) -> TurnOutput:
         if outcome is not Outcome.ANSWERED:
-            last = self._steps[-1].iteration if self._steps else 1
+            found = self._found()
+            last = found[-1].iteration if found else 1
             self._record(last, StepKind.LIMIT, f"{outcome.value}: {answer}")
         self._done = True
         usage = answers.markdown_safe(usage_line(self._usage))
@@ -905,10 +1112,12 @@ class AgentTurn:
             agent=self._agent.name,
             fingerprint=self._agent.fingerprint,
             output=output,
+            earlier_steps=self._steps_before,
+            runs=self._run_number,
         )
 
 
-async def _all(calls: list[Coroutine[Any, Any, Observation]]) -> list[Observation]:
+async def _all(calls: list[Coroutine[Any, Any, Any]]) -> list[Any]:
     """The round's calls, run together; if one ends the turn (its time is up), the
     others are cancelled with their activities."""
     tasks = [asyncio.create_task(c) for c in calls]

@@ -404,7 +404,11 @@ def record_turn(turn: TurnOutput) -> None:
     )
     named = _names.attributes({"gen_ai.agent.name": turn.agent})
     _histogram(meter, TURN_MODEL_CALLS).record(usage.model_calls, named)
-    _histogram(meter, TURN_STEPS).record(tool_rounds(turn.steps), named)
+    # A turn that continued as new returns its last run's steps: its rounds are
+    # numbered on from the earlier runs', so the last number counts them all.
+    last = turn.steps[-1].iteration if turn.steps else 0
+    rounds = tool_rounds(turn.steps) if turn.runs == 1 else last
+    _histogram(meter, TURN_STEPS).record(rounds, named)
     cost = cost_of(usage)
     if cost is not None:
         _float_histogram(meter, TURN_COST).record(cost, named)

@@ -11,7 +11,9 @@ it is stored: the store holds ciphertext only.
                               local: a folder under AGENT_STATE_DIR, `<state
                               dir>/payloads`, shared by the processes of one machine
                               (the embedded server's); local:/some/folder (a shared
-                              one, for several machines)
+                              one, for several machines); s3://BUCKET: an S3 bucket,
+                              through Temporal's S3 driver (boto3, the `aws` extra;
+                              its usual AWS_* settings, AWS_ENDPOINT_URL_S3 included)
     AGENT_PAYLOAD_THRESHOLD   bytes from which a payload is stored (default 4096)
 
 Every process that reads the turns (workers, `client.py`, the codec server) must see
@@ -21,7 +23,9 @@ another cannot see would leave a turn unreadable there.
 The folder holds one file per payload, `<namespace>/<workflow id>/<sha256>`: a payload
 stored twice by a workflow is one file. `sweep` deletes the folders of workflows
 closed for longer than a retention (the namespace's), as the server deletes their
-histories: `python -m durable_agent.runtime.storage sweep --retention 7d`.
+histories: `python -m durable_agent.runtime.storage sweep --retention 7d`. In S3, the
+driver's keys name the namespace, workflow and run (`v0/ns/…/wi/<workflow id>/ri/…`);
+a lifecycle rule on the bucket expires them after the namespace's retention.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import importlib
 import os
 import re
 import shutil
@@ -38,10 +43,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote
 
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
 from temporalio.converter import (
     ExternalStorage,
     StorageDriver,
@@ -60,6 +67,8 @@ DEFAULT_THRESHOLD = 4096
 """Bytes: a tool result of a few kilobytes already costs the history only a reference."""
 FOLDER_DRIVER = "durable-agent.folder"
 
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+"""An S3 bucket's name, as S3 allows it."""
 _KEY = re.compile(r"^[A-Za-z0-9%._-]{1,255}/[A-Za-z0-9%._-]{1,255}/[0-9a-f]{64}$")
 """A stored payload's key: nothing a claim names can leave the store's folder."""
 
@@ -133,6 +142,50 @@ class FolderStorageDriver(StorageDriver):
         ]
 
 
+class Boto3S3Client(S3StorageDriverClient):
+    """Temporal's S3 driver over a boto3 client (the project's `aws` extra), its calls
+    in threads so the worker's event loop goes on meanwhile."""
+
+    def __init__(self, s3: Any) -> None:
+        self._s3 = s3
+
+    async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self._s3.put_object, Bucket=bucket, Key=key, Body=data)
+
+    async def object_exists(self, *, bucket: str, key: str) -> bool:
+        try:
+            await asyncio.to_thread(self._s3.head_object, Bucket=bucket, Key=key)
+        except self._s3.exceptions.ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    async def get_object(self, *, bucket: str, key: str) -> bytes:
+        def read() -> bytes:
+            body: bytes = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            return body
+
+        return await asyncio.to_thread(read)
+
+    def describe(self) -> Mapping[str, str]:
+        return {"region": str(self._s3.meta.region_name), "endpoint": self._s3.meta.endpoint_url}
+
+
+def s3_driver(bucket: str, s3: Any = None) -> S3StorageDriver:
+    """Temporal's S3 driver for `bucket` (which must exist), with a boto3 client made
+    from the environment's AWS settings unless `s3` is given."""
+    if s3 is None:
+        try:
+            boto3 = importlib.import_module("boto3")
+        except ImportError:
+            raise StorageConfigError(
+                f"{STORE_ENV}=s3://{bucket} needs boto3: pip install 'durable-agent[aws]'"
+            ) from None
+        s3 = boto3.client("s3")
+    return S3StorageDriver(client=Boto3S3Client(s3), bucket=bucket)
+
+
 def _folder_of(context: StorageDriverStoreContext) -> str:
     """`<namespace>/<workflow id>`, each percent-encoded (a long id: its hash)."""
     target = context.target
@@ -160,8 +213,12 @@ def external_storage(environ: Mapping[str, str] | None = None) -> ExternalStorag
         driver = FolderStorageDriver(state_dir(env) / "payloads")
     elif spec.startswith("local:"):
         driver = FolderStorageDriver(spec.removeprefix("local:"))
+    elif spec.startswith("s3://") and _BUCKET.match(spec.removeprefix("s3://").rstrip("/")):
+        driver = s3_driver(spec.removeprefix("s3://").rstrip("/"))
     else:
-        raise StorageConfigError(f"{STORE_ENV}={spec!r}: use local, local:/a/folder or off")
+        raise StorageConfigError(
+            f"{STORE_ENV}={spec!r}: use local, local:/a/folder, s3://a-bucket or off"
+        )
     return ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
 
 
@@ -233,7 +290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     storage = external_storage()
     driver = storage.drivers[0] if storage is not None else None
     if not isinstance(driver, FolderStorageDriver):
-        print(f"{STORE_ENV} names no local folder: nothing to sweep", file=sys.stderr)
+        print(
+            f"{STORE_ENV} names no local folder: nothing to sweep (in S3, a lifecycle rule "
+            "on the bucket expires stored payloads)",
+            file=sys.stderr,
+        )
         return 2
 
     async def go() -> list[str]:

@@ -9,6 +9,7 @@ What every front end does (`client.py` today), in one place:
     find_turns(client, customer=..., ...)         recent turns, by search attributes
     workers(client, task_queue)                   is anyone serving the queue, truly?
     history_view(handle)                          what a turn's history holds, no worker needed
+    whole(handle, output) / earlier_steps(...)    a turn's story across the runs it took
 
 Errors a person can act on are `AgentClientError`s with a one-line message.
 """
@@ -52,8 +53,16 @@ from durable_agent.runtime import search as registered
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.streams import turn_events
 from durable_agent.stream import TurnEvent
-from durable_agent.types import PendingApproval, ToolCall, TurnInput, TurnProgress
+from durable_agent.types import (
+    PendingApproval,
+    Step,
+    ToolCall,
+    TurnInput,
+    TurnOutput,
+    TurnProgress,
+)
 from durable_agent.workflows import AgentTurn, Conversation, search
+from durable_agent.workflows.carry import TurnCarry
 from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
 
 T = TypeVar("T")
@@ -366,9 +375,69 @@ def _last_polls(polls: list[PollerInfo]) -> dict[str, datetime]:
     return {p.identity: p.last_access_time.ToDatetime(tzinfo=timezone.utc) for p in polls}
 
 
+async def runs(
+    handle: WorkflowHandle, run_id: str | None = None
+) -> list[tuple[str, TurnCarry | None]]:
+    """The runs of a turn, oldest first, up to `run_id` (default: its latest), each
+    with what it took over from the run before (None: the first). A long turn
+    continues as new (`durable_agent/workflows/carry.py`): one workflow id, several runs."""
+    client = handle._client  # the handle's own, encryption and payload store included
+    run_id = run_id or (await handle.describe()).run_id
+    found: list[tuple[str, TurnCarry | None]] = []
+    while run_id:
+        first = client.get_workflow_handle(handle.id, run_id=run_id).fetch_history_events(
+            page_size=1
+        )
+        async for event in first:
+            started = event.workflow_execution_started_event_attributes
+            break
+        else:
+            break
+        [turn] = await client.data_converter.decode(list(started.input.payloads), [TurnInput])
+        carry = TurnCarry.of(turn)
+        found.append((run_id, carry))
+        run_id = started.continued_execution_run_id if carry is not None else ""
+    return found[::-1]
+
+
+async def earlier_steps(handle: WorkflowHandle, run_id: str | None = None) -> list[Step]:
+    """The steps of a turn's runs before `run_id` (default: its latest), oldest first:
+    each run's are in the input of the run after it."""
+    return [s for _, carry in await runs(handle, run_id) if carry for s in carry.steps]
+
+
+async def whole(handle: WorkflowHandle, output: TurnOutput | TurnProgress) -> list[Step]:
+    """The story of a turn that continued as new: the earlier runs' steps, then those
+    of `output` (a result, or the latest run's progress); `output.steps` if it did not."""
+    if not output.earlier_steps:
+        return list(output.steps)
+    for _ in range(3):  # the turn may move to a new run between the two reads
+        before = await earlier_steps(handle)
+        if len(before) == output.earlier_steps:
+            return [*before, *output.steps]
+        if isinstance(output, TurnProgress):
+            output = await progress_of(handle)
+    raise AgentClientError(
+        f"turn {handle.id}: its earlier runs hold {len(before)} steps, its result says "
+        f"{output.earlier_steps}; see its runs in the Web UI"
+    )
+
+
 async def history_view(handle: WorkflowHandle) -> list[str]:
     """A turn's activities as its history records them (with their Web UI summaries),
-    for when no worker is there to answer the `progress` query."""
+    for when no worker is there to answer the `progress` query; a turn that continued
+    as new, run by run."""
+    chain = await runs(handle)
+    lines: list[str] = []
+    for number, (run_id, _) in enumerate(chain, 1):
+        if len(chain) > 1:
+            lines.append(f"-- run {number} of {len(chain)} ({run_id})")
+        run = handle._client.get_workflow_handle(handle.id, run_id=run_id)
+        lines += await _run_view(run)
+    return lines
+
+
+async def _run_view(handle: WorkflowHandle) -> list[str]:
     converter = handle._client.data_converter  # the client's own, encryption included
     scheduled: dict[int, str] = {}
     lines: list[str] = []
