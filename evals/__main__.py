@@ -7,12 +7,13 @@ python -m durable_agent.evals questions [--model offline] [--table seed|situatio
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
 the environment names (else this folder's own, else one this process starts), prints
 each episode as it ends and a total, and writes the report as JSON and CSV. Running
-the same command again continues the same run. `--chaos` serves the episodes from
-two worker processes with injected faults, one SIGKILLed every few seconds
-(`evals/chaos.py`); `--plain` runs the same episodes in a plain loop with no
-Temporal, the floor the durable run's time is reported against. A real model
-(`evals/conversations.py`) runs each task `--trials` times as a conversation with
-τ²-bench's own user simulator as the customer, and reports pass^k.
+the same command again (with the same AGENT_STATE_DIR) continues the same run; a
+server lost mid-run stops it in one line, and the same command goes on once it is
+back. `--chaos` serves the episodes from two worker processes with injected faults,
+one SIGKILLed every few seconds (`evals/chaos.py`); `--plain` runs the same episodes
+in a plain loop with no Temporal, the floor the durable run's time is reported
+against. A real model (`evals/conversations.py`) runs each task `--trials` times as a
+conversation with τ²-bench's own user simulator as the customer, and reports pass^k.
 """
 
 from __future__ import annotations
@@ -21,8 +22,14 @@ import argparse
 import asyncio
 import json
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from temporalio.service import RPCError
+
+if TYPE_CHECKING:
+    from durable_agent.runtime.server import Connection
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +117,7 @@ async def _tau2(args: argparse.Namespace) -> int:
         totals,
         write_reports,
     )
-    from durable_agent.runtime.server import ServerUnavailable, connect
+    from durable_agent.runtime.server import ServerUnavailable
     from durable_agent.settings import state_dir
 
     real = args.model != "oracle"
@@ -132,7 +139,10 @@ async def _tau2(args: argparse.Namespace) -> int:
             raise tau2.EvalSetupError(
                 "--user-model and --trials are for real models: the oracle has no customer"
             )
-        ids = [i.strip() for i in args.tasks.split(",") if i.strip()] if args.tasks else None
+        ids = task_ids(args.tasks)
+        if args.split is not None and not args.split.strip():
+            raise tau2.EvalSetupError("--split: give a split's name (e.g. base), or leave it out")
+        writable(args.report)
         tasks = tau2.tasks(args.domain, ids, args.split)
         for task in tasks:
             (tau2.conversation_scope if real else tau2.expected_actions)(task)
@@ -145,7 +155,7 @@ async def _tau2(args: argparse.Namespace) -> int:
         return await _tau2_real(args, tasks)
     state = state_dir() / "evals"
     ids = [t.id for t in tasks]
-    run = run_id(args.domain, "oracle", ids, args.chaos)
+    run = run_id(args.domain, "oracle", ids, args.chaos, state_dir=state)
     floor = args.report / f"plain-{run_id(args.domain, 'oracle', ids)}.json"
     if args.plain:
         plain = await plain_run(args.domain, tasks, state_dir=state, concurrency=args.concurrency)
@@ -162,7 +172,7 @@ async def _tau2(args: argparse.Namespace) -> int:
         )
         return 0 if all(plain.passed) else 1
     try:
-        conn = await connect(start_embedded=True)
+        conn = await _connect()
     except ServerUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -176,8 +186,11 @@ async def _tau2(args: argparse.Namespace) -> int:
             ui_url=conn.ui_url or "",
             chaos=args.chaos,
         )
-    except ChaosError as e:
+    except (ChaosError, ServerUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except RPCError as e:
+        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
         return 1
     finally:
         await conn.aclose()
@@ -197,6 +210,70 @@ async def _tau2(args: argparse.Namespace) -> int:
         f"{total['longest_history_bytes'] / 1e6:.2f} MB; report: {as_json}, {as_csv}"
     )
     return 0 if total["passed"] == total["episodes"] else 1
+
+
+async def _connect() -> Connection:
+    """The run's Temporal server (`runtime.server.connect`), through a runtime whose
+    Core reports errors only: its warnings (each retry of each call while a server is
+    away, a task another worker already completed) are not the run's to show; a lost
+    server is said once, by the run."""
+    from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+    from durable_agent.runtime import runtimes
+    from durable_agent.runtime.server import connect
+
+    quiet = LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+    runtime = runtimes.track(Runtime(telemetry=TelemetryConfig(logging=quiet)))
+    return await connect(start_embedded=True, runtime=runtime)
+
+
+def task_ids(text: str | None) -> list[str] | None:
+    """The ids `--tasks` names, each once; None when it is not given (all tasks).
+    An empty list, an empty id or one named twice is refused: never a run of every
+    task, or an episode counted twice."""
+    from durable_agent.evals.tau2 import EvalSetupError
+
+    if text is None:
+        return None
+    ids = [i.strip() for i in text.split(",")]
+    if not any(ids):
+        raise EvalSetupError(
+            f"--tasks {text!r} names no task: give ids, comma-separated (e.g. 0,4,7), "
+            "or leave it out for all"
+        )
+    if "" in ids:
+        raise EvalSetupError(f"--tasks {text!r}: an id is empty (two commas, or one at an end)")
+    twice = next((i for n, i in enumerate(ids) if i in ids[:n]), None)
+    if twice is not None:
+        raise EvalSetupError(f"--tasks {text!r}: task {twice} is named twice; name each once")
+    return ids
+
+
+def writable(folder: Path) -> None:
+    """`--report`'s folder exists (made if need be) and takes files, checked before any
+    episode runs: a run's reports are never lost at its end."""
+    from durable_agent.evals.tau2 import EvalSetupError
+
+    if folder.exists() and not folder.is_dir():
+        raise EvalSetupError(f"--report {folder} is a file: give a folder for the reports")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise EvalSetupError(
+            f"--report {folder}: cannot write there ({why}); give a folder you can write to"
+        ) from None
+
+
+def lost(where: str, e: RPCError) -> str:
+    """A run that lost its Temporal server, in one line."""
+    return (
+        f"the Temporal server ({where}) stopped answering mid-run: {e.message}; what "
+        "finished is kept there: run the same command again once it is back, and the run "
+        "goes on where it was"
+    )
 
 
 def _timing(total: dict[str, Any], earlier: int) -> str:
@@ -221,13 +298,13 @@ async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
     """A real model's run: conversations with the benchmark's customer, pass^k."""
     from durable_agent.evals.conversations import RealRun, real_totals, run_conversations
     from durable_agent.evals.run import write_reports
-    from durable_agent.runtime.server import ServerUnavailable, connect
+    from durable_agent.runtime.server import ServerUnavailable
     from durable_agent.settings import state_dir
 
     run = RealRun(args.domain, args.model, args.user_model or args.model, args.trials)
     state = state_dir() / "evals"
     try:
-        conn = await connect(start_embedded=True)
+        conn = await _connect()
     except ServerUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -240,6 +317,12 @@ async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
             concurrency=args.concurrency,
             ui_url=conn.ui_url or "",
         )
+    except ServerUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except RPCError as e:
+        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
+        return 1
     finally:
         await conn.aclose()
     total = real_totals(reports, run.trials)
@@ -265,15 +348,22 @@ async def _questions(args: argparse.Namespace) -> int:
 
     from durable_agent.backends import default_models
     from durable_agent.evals.questions import TABLES, rows, run_questions, summary
-    from durable_agent.runtime.server import ServerUnavailable, connect
+    from durable_agent.runtime.server import ServerUnavailable
     from durable_agent.settings import state_dir
 
     kinds = default_models().kinds
     if args.model.partition(":")[0] not in kinds:
         print(f"error: --model {args.model!r}: use one of {', '.join(kinds)}", file=sys.stderr)
         return 2
+    from durable_agent.evals.tau2 import EvalSetupError
+
     try:
-        conn = await connect(start_embedded=True)
+        writable(args.report)
+    except EvalSetupError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        conn = await _connect()
     except ServerUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -282,6 +372,12 @@ async def _questions(args: argparse.Namespace) -> int:
         reports = await run_questions(
             conn.client, TABLES[args.table], model=args.model, state_dir=state
         )
+    except ServerUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except RPCError as e:
+        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
+        return 1
     finally:
         await conn.aclose()
     total = summary(reports)

@@ -1,7 +1,8 @@
 """A τ²-bench run: every task an episode, each a durable turn of the domain's agent.
 
-The run has an id made of what it runs (domain, model, tasks), and each episode a
-workflow id made of the run's and the task's: running the same command again
+The run has an id made of what it runs (domain, model, tasks) and where its records
+live (the state folder), and each episode a workflow id made of the run's and the
+task's: running the same command again
 (after the client, the worker or the server died) finds the episodes already
 finished and takes them as they are, follows the ones still running, and starts
 only the rest. The episodes' databases live in one SQLite file per run
@@ -99,12 +100,17 @@ def run_id(
     *,
     user_model: str = "",
     trials: int = 1,
+    state_dir: Path | None = None,
 ) -> str:
     """The run's id: what it runs (with a real model, who plays the customer and how
-    many trials too), and whether under chaos (a run of its own)."""
+    many trials too), whether under chaos (a run of its own), and where its records
+    live (`state_dir`): a run in another state folder is another run, never one that
+    takes the episodes an earlier one finished elsewhere as its own."""
     what: list[Any] = [domain, model, task_ids] + (["chaos"] if chaos else [])
     if user_model:
         what += [user_model, trials]
+    if state_dir is not None:
+        what.append(str(state_dir.resolve()))
     digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()
     return f"tau2-{domain}-{digest[:8]}"
 
@@ -552,7 +558,7 @@ async def run_tasks(
     (with `chaos`, on worker processes killed at random: `evals/chaos.py`; without
     `serve_here`, on workers started elsewhere: `python -m durable_agent.evals worker`)."""
 
-    run = run_id(domain, "oracle", [t.id for t in tasks], chaos)
+    run = run_id(domain, "oracle", [t.id for t in tasks], chaos, state_dir=state_dir)
     store = tau2.EpisodeStore(state_dir / f"{run}.db", domain)
     records = Records(store.path)
     agent = tau2.domain_agent(domain, store)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -71,7 +72,8 @@ async def test_oracle_episodes_pass_by_the_benchmarks_evaluator_and_a_rerun_redo
     from durable_agent.evals.run import Records, against_floor, plain_run, run_id
 
     tasks = tau2.tasks("retail", ["0", "4", "7"])
-    records = Records(_store_path(tmp_path, run_id("retail", "oracle", ["0", "4", "7"])))
+    run = run_id("retail", "oracle", ["0", "4", "7"], state_dir=tmp_path)
+    records = Records(_store_path(tmp_path, run))
     out = ScoredYet(records)
     reports = await run_tasks(env.client, "retail", tasks, state_dir=tmp_path, out=out)
     assert [r.passed for r in reports] == [True, True, True], out.getvalue()
@@ -181,6 +183,14 @@ def test_progress_on_a_terminal_is_one_line_drawn_again() -> None:
         (["--model", "openai:m", "--trials", "0"], "--trials: give 1 to 100"),
         (["--model", "openai:m", "--domain", "mock"], "starts from a state of its own"),
         (["--concurrency", "0"], "--concurrency: give 1 to 64"),
+        (["--tasks", ""], "--tasks '' names no task: give ids"),
+        (["--tasks", ",,,"], "--tasks ',,,' names no task: give ids"),
+        (["--tasks", " , "], "--tasks ' , ' names no task: give ids"),
+        (["--tasks", "0,,4"], "--tasks '0,,4': an id is empty"),
+        (["--tasks", "4,"], "--tasks '4,': an id is empty"),
+        (["--tasks", "0,0"], "--tasks '0,0': task 0 is named twice; name each once"),
+        (["--tasks", "4,7, 4"], "task 4 is named twice"),
+        (["--split", ""], "--split: give a split's name"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> None:
@@ -195,6 +205,65 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> No
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("suite", [["tau2", "--tasks", "0"], ["tau2", "--plain"], ["questions"]])
+def test_a_report_folder_it_cannot_write_to_is_refused_before_anything_runs(
+    tmp_path: Path, suite: list[str]
+) -> None:
+    """`--report` under a file (or a file itself): one line, exit 2, before the server
+    is asked for anything (here there is none) and before any episode runs."""
+    (tmp_path / "a-file").write_text("")
+    for report in (tmp_path / "a-file" / "reports", tmp_path / "a-file"):
+        done = subprocess.run(
+            [sys.executable, "-m", "durable_agent.evals", *suite, "--report", str(report)],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "AGENT_STATE_DIR": str(tmp_path / "state"),
+                "TEMPORAL_ADDRESS": "127.0.0.1:1",
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert lines in (
+            [
+                f"error: --report {report}: cannot write there (Not a directory); give a "
+                "folder you can write to"
+            ],
+            [f"error: --report {report} is a file: give a folder for the reports"],
+        ), done.stderr
+        assert not (tmp_path / "state" / "evals").exists()
+
+
+def test_a_run_in_another_state_folder_is_a_run_of_its_own(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The same tasks on the same server, run from two state folders (AGENT_STATE_DIR):
+    the second is a run of its own, with its own episodes, never the first's finished
+    workflows scored against a store that has none of their writes."""
+    reports = []
+    for folder in ("one", "two"):
+        done = subprocess.run(
+            [sys.executable, "-m", "durable_agent.evals", "tau2", "--tasks", "0"]
+            + ["--report", str(tmp_path / folder / "report")],
+            cwd=ROOT,
+            env=_worker_env(env, tmp_path, AGENT_STATE_DIR=str(tmp_path / folder)),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "1/1 passed" in done.stdout and "earlier run" not in done.stdout, done.stdout
+        (report,) = (tmp_path / folder / "report").glob("*.json")
+        reports.append(json.loads(report.read_text())["episodes"][0])
+    first, second = reports
+    assert first["workflow_id"] != second["workflow_id"]
+    assert not first["from_earlier"] and not second["from_earlier"]
+    assert first["writes"] == second["writes"] == first["expected_writes"] >= 1
 
 
 def test_an_uninstalled_extra_is_one_line(tmp_path: Path) -> None:
@@ -285,13 +354,61 @@ def test_a_run_killed_whole_goes_on_where_it_was(tmp_path: Path) -> None:
         episode = next(e for e in _episodes(store) if e.endswith(f"-{task.id}"))
         expected = [a for a in tau2.expected_actions(task) if _writes(store, a[0])]
         assert [w[0] for w in store.writes(episode)] == [a[0] for a in expected]
-    import json
 
     (report,) = (tmp_path / "again").glob("*.json")
     episodes = {e["task"]: e for e in json.loads(report.read_text())["episodes"]}
     done_first = episodes[ended[1]]
     assert done_first["timed_whole"] and f"{done_first['seconds']:.1f}" == ended[2]
     assert all(e["seconds"] >= 0.05 for e in episodes.values()), episodes
+
+
+def test_a_run_whose_server_goes_away_stops_in_one_line(tmp_path: Path) -> None:
+    """The run's own server SIGKILLed once the first episode's turn has ended: the run
+    stops by itself, exit 1, with one line saying what happened and what to do (no
+    traceback, no retries of the SDK's scrolling by)."""
+    command = [sys.executable, "-m", "durable_agent.evals", "tau2", "--tasks", "0,4,7,30"]
+    errors = tmp_path / "stderr"
+    with errors.open("w") as stderr:
+        run = subprocess.Popen(
+            [*command, "--concurrency", "1", "--report", str(tmp_path / "report")],
+            cwd=ROOT,
+            env=_own_server_env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+    try:
+        assert run.stdout is not None
+        for line in run.stdout:
+            if re.match(r"\[  1/4\] task\s+\d+\s+turn ", line):
+                break
+        else:
+            raise AssertionError(f"the run ended before its first turn did: {errors.read_text()}")
+        os.kill(_child_of(run.pid, "start-dev"), signal.SIGKILL)
+        run.stdout.read()
+        assert run.wait(timeout=300) == 1
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    lines = [line for line in errors.read_text().splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: the Temporal server (") and "mid-run" in lines[0], lines
+    assert "run the same command again" in lines[0]
+
+
+def _own_server_env(tmp_path: Path) -> dict[str, str]:
+    """A run's environment with a server of its own (the embedded one)."""
+    from durable_agent.runtime.server import free_port
+
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))},
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+        "AGENT_STATE_DIR": str(tmp_path / "state"),
+        "AGENT_SERVER_PORT": str(free_port()),
+        "AGENT_UI_PORT": str(free_port()),
+    }
 
 
 def test_a_chaos_runs_worker_processes_go_with_it(env: WorkflowEnvironment, tmp_path: Path) -> None:
@@ -378,7 +495,7 @@ async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
     from durable_agent.evals.run import run_id
 
     (task,) = tau2.tasks("retail", ["0"])
-    queue = run_id("retail", "oracle", ["0"])
+    queue = run_id("retail", "oracle", ["0"], state_dir=tmp_path / "state" / "evals")
     store_path = tmp_path / "state" / "evals" / f"{queue}.db"
     marker = tmp_path / "killed"
     serve = [

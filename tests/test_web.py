@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+from playwright.async_api import Browser, Locator, Page, Route, async_playwright, expect
 from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -308,6 +309,93 @@ async def test_problems_show_as_a_line_in_the_chat(harness: Harness, page: Page)
     assert foreign.status_code == 403
     assert other.status_code == 404 and "customer demo" in other.json()["error"]
     assert rebound.status_code == 400
+
+
+# Every text the status line and the chat's notices show, from the page's start.
+SHOWN = """
+document.addEventListener("DOMContentLoaded", () => {
+  window.shown = [];
+  const note = (node) => window.shown.push(node.textContent);
+  const status = document.getElementById("status");
+  new MutationObserver(() => note(status)).observe(status, {
+    childList: true, characterData: true, subtree: true,
+  });
+  new MutationObserver((changes) => {
+    for (const c of changes) {
+      for (const n of c.addedNodes) if (n.dataset?.testid === "notice") note(n);
+    }
+  }).observe(document.getElementById("log"), { childList: true, subtree: true });
+});
+"""
+
+
+async def test_reopening_a_conversation_never_says_the_server_cannot_be_reached(
+    harness: Harness, page: Page
+) -> None:
+    """A conversation's URL loaded again and again: the page shows the conversation,
+    who it chats as and the agent's title, and never a line saying the server cannot
+    be reached. Half the loads hold the page's `/api/session` until the conversation
+    has shown (its first turn takes the greeting away): the order a reload of an
+    ended conversation often took, where the page failed on the missing greeting."""
+    async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
+        await page.goto(url)
+        await say(page, "Has order 123456 shipped?")
+        await expect(answer(page, 1)).to_have_text(SHIPPED_ANSWER)
+        await page.add_init_script(SHOWN)
+        hold = {"session": False}
+
+        async def session(route: Route) -> None:
+            if hold["session"]:
+                await answer(page, 1).wait_for()
+            await route.continue_()
+
+        await page.route("**/api/session", session)
+        for n in range(8):
+            hold["session"] = n % 2 == 1
+            await page.reload()
+            await expect(answer(page, 1)).to_have_text(SHIPPED_ANSWER)
+            await expect(page.locator("#who")).to_have_text("as customer demo")
+            await expect(page.locator("#title")).to_have_text("Assistant")
+            await expect(page).to_have_title("Assistant")
+            shown: list[str] = await page.evaluate("window.shown")
+            assert not [t for t in shown if "cannot be reached" in t], (n, shown)
+            await expect(page.locator("[data-testid=notice]")).to_have_count(0)
+
+
+async def test_a_value_put_to_consent_shows_its_invisible_characters_written_out(
+    harness: Harness, page: Page
+) -> None:
+    """A call awaiting consent whose values hide characters (a right-to-left override
+    that makes `ACC-\\u202e987` read "ACC-789", a zero-width space, a no-break space):
+    the card writes each out as its escape, marked, and keeps nothing hidden."""
+    from durable_agent.model import Reply
+    from durable_agent.scripted import ScriptedModel
+    from durable_agent.types import ToolCall
+
+    reason = "refund to ACC-\u202e987 for 123\u200b456\u00a0now \u2067x\u2069"
+    call = ToolCall(
+        id="c1", name="start_return", arguments={"order_id": "123456", "reason": reason}
+    )
+    model = ScriptedModel(plans=[Reply(calls=[call])], decisions=[Reply(text="Not done.")])
+    chat = ConversationInput(customer_id="demo", model="scripted")
+    async with (
+        harness.worker(model) as task_queue,
+        web_chat(harness.client, task_queue, chat) as url,
+    ):
+        await page.goto(url)
+        await say(page, RETURN)
+        card = page.locator("[data-kind=approval] .consent")
+        shown = card.locator("dd").nth(1)
+        await expect(shown).to_have_text(
+            r"refund to ACC-\u202e987 for 123\u200b456\u00a0now \u2067x\u2069"
+        )
+        await expect(shown.locator("mark.hidden-char")).to_have_count(5)
+        await expect(shown).to_have_attribute("dir", "ltr")
+        text = await card.evaluate("node => node.textContent")
+        hidden = [c for c in text if unicodedata.category(c) in ("Cf", "Cc", "Zl", "Zp")]
+        assert not hidden and "\u00a0" not in text, text
+        await page.get_by_test_id("reject").click()
+        await expect(answer(page, 1)).to_have_text("Not done.")
 
 
 # A worker that writes its answers slowly (a word every 0.25 s), so it can be killed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import time
 import uuid
@@ -23,23 +24,30 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import Agent
 from durable_agent.chat import ConversationInput
+from durable_agent.client import AgentClient, TurnHandle
 from durable_agent.commands.worker import build_worker
 from durable_agent.errors import AgentClientError
 from durable_agent.frontends.web.app import MAX_BODY_BYTES, create_app
 from durable_agent.frontends.web.server import serve
 from durable_agent.runtime.server import Connection, free_port, is_listening
 from durable_agent.settings import Settings
+from durable_agent.stream import StepEvent
+from durable_agent.types import StepKind
 from tests.conftest import Harness
 
 
 @asynccontextmanager
-async def chat_server(env: WorkflowEnvironment, host: str, **limits: Any) -> AsyncIterator[str]:
+async def chat_server(
+    env: WorkflowEnvironment, host: str, task_queue: str = "q", **limits: Any
+) -> AsyncIterator[str]:
     """The chat on `host` and a free port (with `limits`: request_timeout,
-    max_connections); its base URL."""
+    max_connections), for turns on `task_queue`; its base URL."""
     port = free_port()
     conn = Connection(client=env.client, ui_url="http://localhost:8233")
     chat = ConversationInput(customer_id="demo")
-    serving = asyncio.create_task(serve(conn, chat, host=host, port=port, task_queue="q", **limits))
+    serving = asyncio.create_task(
+        serve(conn, chat, host=host, port=port, task_queue=task_queue, **limits)
+    )
     shown = f"[{host}]" if ":" in host else host
     probe = "127.0.0.1" if host == "0.0.0.0" else host
     while not is_listening(probe, port):
@@ -280,3 +288,126 @@ async def test_the_page_speaks_in_the_words_of_the_agent_that_answers(harness: H
             "description": "",
             "examples": [],
         }
+
+
+async def test_new_conversations_and_messages_are_limited_per_client(
+    env: WorkflowEnvironment, harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its rate, a client's new conversation or message is answered 429 with
+    Retry-After, and starts nothing; X-Forwarded-For names nobody unless the request
+    comes from a gateway named as trusted, and then only its rightmost hop counts (an
+    IPv6 client by its /64)."""
+    monkeypatch.setenv("AGENT_WEB_CHAT_RATE", "2/hour")
+    monkeypatch.setenv("AGENT_WEB_MESSAGE_RATE", "3/hour")
+    monkeypatch.delenv("AGENT_WEB_TRUSTED_PROXIES", raising=False)
+    hi = {"text": "Has order 123456 shipped?"}
+    async with (
+        harness.worker() as task_queue,
+        chat_server(env, "127.0.0.1", task_queue) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+        started = [await http.post("/api/chats", json=hi) for _ in range(2)]
+        assert [r.status_code for r in started] == [201, 201], started[-1].text
+        chats_before = await _chats(harness)
+        refused = await http.post("/api/chats", json=hi)
+        spoofed = await http.post("/api/chats", json=hi, headers={"X-Forwarded-For": "192.0.2.1"})
+        for response in (refused, spoofed):
+            assert response.status_code == 429, response.text
+            assert 1 <= int(response.headers["Retry-After"]) <= 1800
+            assert "too many new conversations" in response.json()["error"]
+            assert "at most 2 an hour" in response.json()["error"]
+        assert await _chats(harness) == chats_before  # nothing started
+        # Each new conversation's first message counted: one message is left.
+        chat_id = started[0].json()["chat_id"]
+        sent = await http.post(f"/api/chats/{chat_id}/messages", json={"text": "Thanks!"})
+        assert sent.status_code == 202, sent.text
+        again = await http.post(f"/api/chats/{chat_id}/messages", json={"text": "Thanks!"})
+        assert again.status_code == 429 and "too many messages" in again.json()["error"]
+        assert int(again.headers["Retry-After"]) >= 1
+        # A request that would start nothing is refused for what it is.
+        empty = await http.post(f"/api/chats/{chat_id}/messages", json={"text": " "})
+        assert empty.status_code == 400
+
+    monkeypatch.setenv("AGENT_WEB_CHAT_RATE", "1/hour")
+    monkeypatch.setenv("AGENT_WEB_TRUSTED_PROXIES", "127.0.0.0/8")
+    async with (
+        harness.worker() as task_queue,
+        chat_server(env, "127.0.0.1", task_queue) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+
+        async def via_gateway(forwarded: str | None) -> int:
+            headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+            return (await http.post("/api/chats", json=hi, headers=headers)).status_code
+
+        assert await via_gateway("2001:db8::1") == 201
+        assert await via_gateway("2001:db8::2") == 429  # the same /64
+        assert await via_gateway("2001:db8:0:1::5, 2001:db8::3") == 429  # its own hop counts
+        assert await via_gateway("203.0.113.9") == 201  # another client
+        assert await via_gateway("203.0.113.9, 127.0.0.1") == 429  # through two gateways
+        assert await via_gateway(None) == 201  # the gateway's own requests
+
+
+async def _chats(harness: Harness) -> int:
+    """Conversations of customer demo the server knows."""
+    query = "WorkflowType = 'Conversation' AND WorkflowId STARTS_WITH 'chat-demo-'"
+    return (await harness.client.count_workflows(query)).count
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("AGENT_WEB_CHAT_RATE", "lots", "AGENT_WEB_CHAT_RATE='lots': give a rate"),
+        ("AGENT_WEB_MESSAGE_RATE", "0/minute", "AGENT_WEB_MESSAGE_RATE='0/minute'"),
+        ("AGENT_WEB_TRUSTED_PROXIES", "gateway", "'gateway' is not an address or network"),
+    ],
+)
+async def test_a_bad_rate_setting_is_one_line_before_the_chat_listens(
+    env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    port = free_port()
+    conn = Connection(client=env.client, ui_url=None)
+    with pytest.raises(AgentClientError, match=re.escape(says)):
+        await serve(conn, None, host="127.0.0.1", port=port, task_queue="q")
+    assert not is_listening("127.0.0.1", port)
+
+
+async def test_a_decision_reason_over_its_limit_is_a_bad_request(
+    env: WorkflowEnvironment, harness: Harness
+) -> None:
+    """A reason over 500 characters is refused as the bad request it is (400), on a
+    turn that waits for consent (which goes on waiting) as on one that has ended."""
+    async with (
+        harness.worker() as task_queue,
+        chat_server(env, "127.0.0.1", task_queue) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+        started = await http.post(
+            "/api/chats",
+            json={"text": "Please start a return for order 123456, the soap arrived damaged"},
+        )
+        assert started.status_code == 201, started.text
+        turn = AgentClient(harness.client).turn(started.json()["turn_id"])
+        call_id = await _awaiting_consent(turn)
+        decisions = f"/api/turns/{turn.id}/decisions"
+        for reason in ("x" * 501, "why " * 200):
+            body = {"call_id": call_id, "approved": False, "reason": reason}
+            refused = await http.post(decisions, json=body)
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"].startswith("reason: "), refused.text
+        assert [p.call.id for p in await turn.pending()] == [call_id]
+        body = {"call_id": call_id, "approved": False, "reason": "not now"}
+        assert (await http.post(decisions, json=body)).status_code == 200
+        await turn.result()
+        body["reason"] = "x" * 501
+        ended = await http.post(decisions, json=body)
+        assert ended.status_code == 400, ended.text
+
+
+async def _awaiting_consent(turn: TurnHandle) -> str:
+    """The id of the turn's first call to await consent, once it does."""
+    async for streamed in turn.events():
+        if isinstance(streamed.event, StepEvent) and streamed.event.step.kind is StepKind.APPROVAL:
+            return streamed.event.step.calls[0].id
+    raise AssertionError(f"turn {turn.id} ended without asking for consent")

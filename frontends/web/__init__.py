@@ -11,7 +11,8 @@ in the Temporal Web UI. A page reads its conversation from the stream's start, s
 a reload (or a second tab) shows the same conversation and goes on live. The page
 is plain HTML, CSS and JavaScript served from `static/`: no build step, nothing
 fetched from elsewhere. No authentication: bound to loopback unless told otherwise;
-behind a gateway, AGENT_WEB_HOSTS names the host names it serves (`app.py`).
+behind a gateway, AGENT_WEB_HOSTS names the host names it serves (`app.py`). Each
+client's new conversations and messages are rate-limited (`limits.py`).
 
 Starlette and uvicorn come with the `web` extra; they are imported only when the
 chat is served, and their absence is a one-line `AgentClientError` saying so.

@@ -9,6 +9,9 @@
     POST /api/turns/{id}/decisions {call_id, approved, reason?}
                                             approve or reject a call awaiting consent
 
+New conversations and messages are limited per client (`limits.py`: 429 with
+`Retry-After` past them).
+
 Everything goes through `runtime.turns`, as `client.py chat` does. Errors are JSON
 `{"error": "..."}` in one line, which the page shows as a line of the chat.
 
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
@@ -44,10 +48,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.agents import Agent, AgentCard
+from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient
 from durable_agent.errors import AgentClientError
 from durable_agent.frontends.web.events import Position, conversation, with_keepalive
+from durable_agent.frontends.web.limits import Buckets, RateLimits, client_key, retry_after
 from durable_agent.runtime import deployments
 from durable_agent.runtime.server import LOOPBACK_NAMES, Connection, host_allowed
 from durable_agent.runtime.settings import TASK_QUEUE
@@ -69,11 +75,13 @@ MAX_BODY_BYTES = 64 * 1024
 
 
 class Problem(Exception):
-    """A request the chat cannot serve, said in one line, with its HTTP status."""
+    """A request the chat cannot serve, said in one line, with its HTTP status (and
+    headers to send with it)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -86,17 +94,36 @@ def create_app(
     task_queue: str = TASK_QUEUE,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
     agent: Agent | None = None,
+    rate_limits: RateLimits | None = None,
 ) -> Starlette:
     """The chat for `chat`'s customer (model and limits too; its turns always stream),
     talking to Temporal through `conn` on `task_queue`, for requests to
     `allowed_hosts` (host names; `*`: any), in `agent`'s words (its card; None: the
-    card of the agent that answers on the task queue, read as each page opens)."""
+    card of the agent that answers on the task queue, read as each page opens), with
+    `rate_limits` per client (None: as the environment sets them, `limits.py`)."""
     template = (chat or ConversationInput()).model_copy(update={"stream": True})
     client = conn.client
     agents = AgentClient(client, task_queue=task_queue, ui_url=conn.ui_url)
     # This customer's conversations (`runtime.turns.chat_id`) and their turns: the
     # only ones this chat reads or decides.
     own_chat = rf"chat-{re.escape(template.customer_id)}-[0-9a-f]+"
+    limits = rate_limits or RateLimits.from_env()
+    new_chats, messages = Buckets(limits.chats), Buckets(limits.messages)
+
+    def within(request: Request, buckets: Buckets, what: str) -> None:
+        """Refused (429) when this request's client has sent `what` too often."""
+        peer = request.client.host if request.client else ""
+        client = client_key(
+            peer, request.headers.getlist("x-forwarded-for"), limits.trusted_proxies
+        )
+        wait = buckets.take(client)
+        if wait is not None:
+            raise Problem(
+                429,
+                f"too many {what} from your address (at most {buckets.rate}): "
+                f"try again in {retry_after(wait)} s",
+                {"Retry-After": retry_after(wait)},
+            )
 
     def chat_id(request: Request) -> str:
         value = str(request.path_params["chat_id"])
@@ -112,6 +139,8 @@ def create_app(
 
     async def new_chat(request: Request) -> Response:
         text = _text(await _body(request))
+        within(request, new_chats, "new conversations")
+        within(request, messages, "messages")
         started = agents.chat_from(template)
         turn = await started.start(text)
         return JSONResponse({"chat_id": started.id, "turn_id": turn.id}, status_code=201)
@@ -119,6 +148,7 @@ def create_app(
     async def message(request: Request) -> Response:
         ongoing = agents.conversation(chat_id(request))
         text = _text(await _body(request))
+        within(request, messages, "messages")
         try:
             turn = await ongoing.start(text)
         except AgentClientError as e:
@@ -134,6 +164,10 @@ def create_app(
         body = await _body(request)
         call_id, approved = _field(body, "call_id", str), _field(body, "approved", bool)
         reason = _field(body, "reason", str) if "reason" in body else ""
+        try:  # refused as the request it is (400), whatever the turn's state
+            ApprovalDecision(call_id=call_id, approved=approved, by=DECIDED_BY, reason=reason)
+        except ValidationError as e:
+            raise Problem(400, _invalid(e)) from None
         result = await agents.turn(turn_id).decide(
             call_id, approved=approved, by=DECIDED_BY, reason=reason
         )
@@ -198,7 +232,7 @@ def _guarded(handler: Handler) -> Handler:
                 _same_origin_json(request)
             return await handler(request)
         except Problem as e:
-            return _error(e.status, str(e))
+            return _error(e.status, str(e), e.headers)
         except ClientDisconnect:  # gone before its body arrived (the server's deadline)
             return _error(400, "the request ended before its body did")
         except AgentClientError as e:  # the validator's or the client's own words
@@ -334,8 +368,14 @@ def _named(name: str, message: str) -> str:
     return f"retry: {PROBLEM_RETRY_MS}\nevent: {name}\ndata: {data}\n\n"
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _invalid(e: ValidationError) -> str:
+    """A refused field, in one line: `reason: String should have at most 500 characters`."""
+    first = e.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
 
 
 def _one_line(e: BaseException) -> str:

@@ -27,6 +27,7 @@ from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.errors import AgentClientError
 from durable_agent.frontends.web.app import create_app
+from durable_agent.frontends.web.limits import RateLimits
 from durable_agent.runtime.server import Connection, answered_hosts, is_loopback
 
 SHUTDOWN_S = 2
@@ -182,7 +183,10 @@ async def serve(
             f"behind your own gateway), or {HOSTS_SETTING}='*' for any"
         )
     hosts = answered_hosts(host, named)
-    app = create_app(conn, chat, task_queue=task_queue, allowed_hosts=hosts, agent=agent)
+    limits = RateLimits.from_env()  # a bad setting is one line, before anything listens
+    app = create_app(
+        conn, chat, task_queue=task_queue, allowed_hosts=hosts, agent=agent, rate_limits=limits
+    )
     sock = _listen(host, port)
     config = uvicorn.Config(
         app,
@@ -193,6 +197,9 @@ async def serve(
         timeout_graceful_shutdown=SHUTDOWN_S,
         timeout_keep_alive=KEEP_ALIVE_S,
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        # Who the client is, the app decides (`limits.py`): uvicorn's own reading of
+        # X-Forwarded-For believes any local peer.
+        proxy_headers=False,
         # Connections are capped as they come (ChatProtocol); this caps requests whose
         # handlers still run after their connection is gone.
         limit_concurrency=max_connections + 1,

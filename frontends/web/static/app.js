@@ -3,7 +3,9 @@
 // it, its outcome. A page (or a reload, or a second tab) reads the conversation
 // from the start into an empty log, so nothing shows twice; EventSource resumes a
 // dropped connection from its last event id by itself. Every text from the model,
-// a tool or a person goes in with textContent, never as HTML.
+// a tool or a person goes in with textContent, never as HTML; in a call put to a
+// person for consent, characters that show nothing or reorder the text around them
+// are written out (`visible`).
 "use strict";
 
 const log = document.getElementById("log");
@@ -26,6 +28,32 @@ const LABELS = {
 
 const chat = { id: null, source: null, turns: new Map() };
 let sending = Promise.resolve();
+let leaving = false; // the page is being left (a reload): its requests are cut, not failing
+
+/** Characters that show nothing, or change how the text around them shows: format
+ *  characters (bidirectional controls such as U+202E, zero-width ones such as U+200B),
+ *  controls, line and paragraph separators, spaces other than the plain one, private
+ *  use, lone surrogates, unassigned code points, and the Hangul fillers. */
+const HIDDEN = /[\p{Cf}\p{Cc}\p{Zl}\p{Zp}\p{Co}\p{Cs}\p{Cn}\u115f\u1160\u3164\uffa0]|(?! )\p{Zs}/gu;
+
+/** `text` as nodes a person can read as it is: each hidden character written out as
+ *  its escape (`\u202e`), marked, with its code point as a tooltip. "ACC-\u202e987"
+ *  shows as ACC-\u202e987, never as "ACC-789". */
+function visible(text) {
+  const nodes = [];
+  let last = 0;
+  for (const found of text.matchAll(HIDDEN)) {
+    if (found.index > last) nodes.push(text.slice(last, found.index));
+    const code = found[0].codePointAt(0);
+    const hex = code.toString(16).toUpperCase().padStart(4, "0");
+    const escape = code > 0xffff ? `\\u{${hex.toLowerCase()}}` : `\\u${hex.toLowerCase()}`;
+    const title = `an invisible or reordering character, U+${hex}`;
+    nodes.push(el("mark", { class: "hidden-char", title }, escape));
+    last = found.index + found[0].length;
+  }
+  if (last < text.length) nodes.push(text.slice(last));
+  return nodes;
+}
 
 /** An element with its children; strings become text nodes. */
 function el(tag, attributes = {}, ...children) {
@@ -127,7 +155,12 @@ class Turn {
     const args = el("dl", { class: "args" });
     for (const [name, value] of Object.entries(call.arguments)) {
       const shown = typeof value === "string" ? value : JSON.stringify(value);
-      args.append(el("dt", {}, name), el("dd", {}, shown));
+      // Each name and value isolated, left to right, and every hidden character in
+      // them (keys of nested objects too) written out.
+      args.append(
+        el("dt", { dir: "ltr" }, ...visible(name)),
+        el("dd", { dir: "ltr" }, ...visible(shown)),
+      );
     }
     const button = (name, label) =>
       el("button", { type: "button", class: name, "data-testid": name }, label);
@@ -140,9 +173,9 @@ class Turn {
     return el(
       "div",
       { class: "consent" },
-      el("div", { class: "tool" }, call.name),
+      el("div", { class: "tool", dir: "ltr" }, ...visible(call.name)),
       args,
-      el("p", { class: "why" }, why),
+      el("p", { class: "why" }, ...visible(why)),
       actions,
     );
   }
@@ -263,6 +296,7 @@ function listen() {
   on("problem", (e) => notice(e.message, "error"));
   source.addEventListener("open", () => status(""));
   source.addEventListener("error", () => {
+    if (leaving) return;
     status(source.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting…");
   });
 }
@@ -370,11 +404,13 @@ function grow() {
   input.style.height = `${Math.min(input.scrollHeight + 2, 200)}px`; // with its borders
 }
 
-/** The agent's own words: its title, what it helps with, questions to start from. */
+/** The agent's own words: its title, what it helps with, questions to start from (the
+ *  greeting only while it shows: the conversation's first turn takes it away). */
 function introduce(agent) {
   document.title = agent.title;
   document.getElementById("title").textContent = agent.title;
   const hello = document.getElementById("hello");
+  if (!hello) return;
   hello.replaceChildren(agent.description ? `Ask about ${agent.description}` : "Ask a question");
   if (agent.examples.length) {
     hello.append(", for example ");
@@ -394,14 +430,23 @@ function introduce(agent) {
   hello.append(".");
 }
 
+/** Who the page chats as, and with which agent. Only a request that got no answer
+ *  says the server cannot be reached; an answer that is an error says what it says. */
 async function whoAmI() {
+  let response;
   try {
-    const session = await (await fetch("/api/session")).json();
-    document.getElementById("who").textContent = `as customer ${session.customer_id}`;
-    introduce(session.agent);
+    response = await fetch("/api/session");
   } catch {
-    status("the chat server cannot be reached");
+    if (!leaving) status("the chat server cannot be reached");
+    return;
   }
+  const session = await response.json().catch(() => ({}));
+  if (!response.ok || !session.agent) {
+    notice(session.error ?? `the chat server answered ${response.status}`, "error");
+    return;
+  }
+  document.getElementById("who").textContent = `as customer ${session.customer_id}`;
+  introduce(session.agent);
 }
 
 document.getElementById("composer").addEventListener("submit", submit);
@@ -417,6 +462,12 @@ const applyChecks = () => document.body.classList.toggle("show-checks", showChec
 showChecks.addEventListener("change", applyChecks);
 applyChecks(); // a reload keeps the box as it was
 window.addEventListener("hashchange", () => location.reload());
+window.addEventListener("pagehide", () => {
+  leaving = true;
+});
+window.addEventListener("pageshow", (event) => {
+  if (event.persisted) leaving = false; // back from the back-forward cache
+});
 window.addEventListener("unhandledrejection", (event) => {
   notice(String(event.reason?.message ?? event.reason), "error");
 });
