@@ -82,6 +82,8 @@ def _info(served: ServedAgent) -> AgentInfo:
         unknown_outcomes=served.unknown_outcomes,
         tools_version=served.fingerprint if served.live else "",
         offered=served.recorded_tools() if served.live else {},
+        models=served.model_specs if len(served.model_specs) > 1 else [],
+        dynamic_instructions=served.dynamic is not None,
     )
 
 

@@ -33,6 +33,10 @@ MAX_QUESTION_CHARS = 4000
 """The question is sent with every model call and stored in every activity's
 input, so a huge one would bloat the history of the whole turn."""
 
+MAX_CONTEXT_BYTES = 16 * 1024
+"""A turn's context (`TurnInput.context`), as compact JSON: it travels with the turn's
+input and with every tool call's, so it is kept to what a prompt or a tool needs."""
+
 
 class Tagged(BaseModel):
     """A member of a discriminated union (a message's `role`, an event's `type`): its
@@ -128,6 +132,8 @@ class StepKind(str, Enum):
     """The final answer."""
     LIMIT = "limit"
     """A cap (steps, time) or a failing model ended the turn."""
+    FALLBACK = "fallback"
+    """A model failed for good; the next model of the turn's list gets the request."""
 
 
 class Step(BaseModel):
@@ -140,6 +146,9 @@ class Step(BaseModel):
     """One human-readable line."""
     calls: list[ToolCall] = Field(default_factory=list)
     observation: Observation | None = None
+    model: str = ""
+    """The model spec whose reply this step is, in a turn that names several models
+    (fallback); empty otherwise."""
 
     def render(self) -> str:
         return f"[{self.iteration}] {self.kind.value:<11} {self.text}"
@@ -194,6 +203,9 @@ class Outcome(str, Enum):
     """A shield stopped the question or the answer."""
     UNKNOWN_AGENT = "unknown_agent"
     """The turn names an agent its worker does not serve."""
+    COST_LIMIT = "cost_limit"
+    """The turn's spending cap (`TurnLimits.max_cost`) was reached, or it could not be
+    kept: a model of the turn has no known price."""
 
 
 class TurnLimits(BaseModel):
@@ -217,6 +229,10 @@ class TurnLimits(BaseModel):
     )
     """How long a call that needs consent waits for a decision; then it is not run.
     Time spent waiting does not count towards `max_duration`."""
+    max_cost: float | None = Field(default=None, ge=0, le=1_000_000)
+    """Spending cap in US dollars (model calls, priced by `durable_agent.pricing`),
+    checked before each model call; none by default. A turn with a cap whose models'
+    prices are unknown is refused before its first call: never silently uncapped."""
 
 
 class AgentInfo(BaseModel):
@@ -238,6 +254,13 @@ class AgentInfo(BaseModel):
     """The agent's limits, for a turn that names none."""
     unknown_outcomes: Literal["ask", "model"] = "ask"
     """Who hears of a write whose outcome is unknown (`Agent.unknown_outcomes`)."""
+    models: list[str] = []
+    """The agent's model specs, in order (`Agent.model`), when it names more than one:
+    the next gets a request the one before failed for good (fallback)."""
+    dynamic_instructions: bool = False
+    """The agent's instructions are a function of the turn's context: the turn has them
+    evaluated once, first (`activities/instructions.py`), and its fingerprint covers
+    the text it got."""
 
 
 class Exchange(BaseModel):
@@ -277,6 +300,13 @@ class TurnInput(BaseModel):
     said: list[str] | None = None
     """The customer's own words, when the question is not (a sub-agent's turn, asked
     by its parent's model): writes are checked against these (`provenance`)."""
+    context: dict[str, Any] = Field(default_factory=dict)
+    """Trusted, from the caller: a JSON object about who asks and where (name, plan,
+    locale, tenant, today's date), at most `MAX_CONTEXT_BYTES`. Tools read it as
+    `ctx.context`; instructions given as a function get it; sub-agents get it too."""
+    cost_left: float | None = None
+    """What is left of a conversation's spending cap (`ConversationInput.max_cost`):
+    the turn stops there too, whatever its own limits say."""
 
     @field_validator("question")
     @classmethod
@@ -287,6 +317,30 @@ class TurnInput(BaseModel):
     @classmethod
     def _customer_id_shape(cls, v: str) -> str:
         return check_customer_id(v)
+
+    @field_validator("context")
+    @classmethod
+    def _context_shape(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_context(v)
+
+
+def check_context(v: Any) -> dict[str, Any]:
+    """A turn's context as it travels: a JSON object of at most `MAX_CONTEXT_BYTES`;
+    ValueError, saying which, otherwise."""
+    if not isinstance(v, dict):
+        raise ValueError(f"the context must be a JSON object, not {type(v).__name__}")
+    try:
+        size = len(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"the context must be JSON data (strings, numbers, lists, objects): {e}"
+        ) from None
+    if size > MAX_CONTEXT_BYTES:
+        raise ValueError(
+            f"the context is too large ({size:,} bytes of JSON; at most {MAX_CONTEXT_BYTES:,}): "
+            "give what a prompt or a tool needs, and let tools look the rest up"
+        )
+    return v
 
 
 def check_customer_id(v: str) -> str:
