@@ -303,3 +303,44 @@ def test_the_cli_refuses_a_bad_context_in_one_line(given: str, said: str) -> Non
     assert done.stderr.startswith(f"error: {said}")
     assert len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
+
+
+async def test_the_pages_instructions_function_adapts_the_bookstore_to_each_user(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/your-own-agent.md's bookstore, with the page's instructions function: each
+    turn gets instructions of its own user's words, and answers."""
+    from tests.test_examples import DOC, code_blocks
+
+    module, *rest = code_blocks(DOC.read_text(), "python")
+    (snippet,) = [block for block in rest if block.startswith("def instructions")]
+    monkeypatch.chdir(tmp_path)  # the shelf's SQLite file
+    namespace: dict[str, Any] = {"__name__": "bookstore"}
+    exec(module + "\n" + snippet, namespace)
+    seen: list[str] = []
+    model = ScriptedModel(
+        plans=[
+            lambda req: (
+                seen.append(req.instructions)
+                or Reply(calls=[ToolCall(id="c1", name="book_price", arguments={"isbn": ISBN})])
+            )
+        ],
+        decisions=[lambda req: Reply(text=last_result(req))],
+    )
+    agent = replace(namespace["agent"], model="scripted", models={"scripted": lambda _: model})
+    async with harness.worker(agents=[agent]) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        pro = await client.ask(
+            f"How much is the book {ISBN}?", context={"name": "Ada", "plan": "pro"}
+        )
+        free = await client.ask(
+            f"How much is the book {ISBN}?", context={"name": "Bo", "locale": "sv-SE"}
+        )
+
+    assert pro.outcome is free.outcome is Outcome.ANSWERED
+    assert "$9.99" in pro.answer
+    assert "speaking to Ada (locale en-GB)" in seen[0] and "hold 5 book(s)" in seen[0]
+    assert "speaking to Bo (locale sv-SE)" in seen[1] and "hold 1 book(s)" in seen[1]
+
+
+ISBN = "9780141187761"
