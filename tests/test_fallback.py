@@ -204,3 +204,13 @@ def test_an_agent_names_each_model_once() -> None:
         Agent(name="a", model=["offline", "offline"])
     with pytest.raises(ValueError, match="no spaces"):
         Agent(name="a", model=["open ai:x"])
+
+
+def test_the_cli_takes_models_in_order() -> None:
+    from durable_agent.commands.client import parser
+
+    args = parser().parse_args(["ask", "Hi", "--model", "openai:gpt-4.1-mini,offline"])
+    assert args.model == "openai:gpt-4.1-mini,offline"
+    with pytest.raises(SystemExit) as refused:
+        parser().parse_args(["ask", "Hi", "--model", "offline,offline"])
+    assert refused.value.code == 1
