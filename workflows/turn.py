@@ -1,5 +1,10 @@
 """AgentTurn: one question, answered through tools, as one durable workflow.
 
+    instructions            the agent's instructions for this turn, when they are a
+                            function of its context (local activity; recorded, so a
+                            replay never calls the function again)
+    prices                  under a spending cap: every model of the turn has a price,
+                            or the turn is refused before its first call (local activity)
     plan                    model: tool calls for the question, or a direct answer
     for each round of calls (iterations, at most limits.max_steps):
         parse               validate the calls (local activity); when none is valid,
@@ -19,6 +24,12 @@ own messages as it sent them and one result per call, in call order; a rejected
 call's result is its error. Nothing else is added, so every call of a turn sends
 the same system prompt and a conversation each provider accepts. A task of N
 sequential rounds costs N + 1 model calls; parallel calls in a round cost none.
+
+A turn may name several models in order (`durable_agent/fallback.py`): a model call
+goes to the first, with its retries; when that model fails for good in a way another
+may not, the next one gets the request, in an activity of its own, and the rest of
+the turn's calls.
+Before every model call the turn checks its token and cost budgets.
 
 Durability notes. This code is replayed from history after a crash, so it must
 be deterministic: no I/O, no clocks, no randomness, only `workflow.*` APIs.
@@ -174,7 +185,7 @@ class AgentTurn:
         """The models the turn asks, in order: the next one when one fails for good."""
         self._replied_by = ""
         """Which of several models gave the latest reply (empty: the turn has one)."""
-        self._fallback = False
+        self._several_models = False
         """The turn names several models (its steps say which one answered)."""
         self._span: Any = None
         # The turn's story for whoever watches (`durable_agent/stream.py`): steps are added
@@ -256,7 +267,7 @@ class AgentTurn:
         instructions for this turn, when they are a function (a plain text costs
         nothing here); and, under a spending cap, a price for every one of the models."""
         self._models = fallback.specs(turn.model) or self._agent.models or [turn.model]
-        self._fallback = len(self._models) > 1
+        self._several_models = len(self._models) > 1
         if self._agent.dynamic_instructions and not turn.instructions:
             self._instructions = await self._instructions_for(turn)
         if self._limits.max_cost is not None:
@@ -475,7 +486,7 @@ class AgentTurn:
         self._within_budget()
         # One activity per model, each with its own retries; the next model gets the
         # request only when one failed for good in a way another may not (fallback.py).
-        models, several = list(self._models), self._fallback
+        models, several = list(self._models), self._several_models
         for i, spec in enumerate(models):
             try:
                 out = await workflow.execute_activity_method(
