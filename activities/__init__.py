@@ -8,6 +8,11 @@ from typing import Any
 from durable_agent.activities._conversation import Conversations
 from durable_agent.activities._model_call import ModelCallInput
 from durable_agent.activities.dispatch import DispatchActivity, DispatchInput, DispatchOutput
+from durable_agent.activities.instructions import (
+    InstructionsActivity,
+    InstructionsInput,
+    InstructionsOutput,
+)
 from durable_agent.activities.interpret import InterpretActivity, InterpretInput, InterpretOutput
 from durable_agent.activities.parse import (
     ParseActivity,
@@ -22,6 +27,7 @@ from durable_agent.activities.parse_output import (
     ParseOutputOutput,
 )
 from durable_agent.activities.plan import PlanActivity, PlanInput, PlanOutput
+from durable_agent.activities.prices import PricesActivity, PricesInput, PricesOutput
 from durable_agent.activities.shield import ShieldActivity, ShieldInput, ShieldOutput
 from durable_agent.serving import Agents
 from durable_agent.transcript import Transcripts
@@ -41,6 +47,8 @@ def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
         *_both(DispatchActivity(agents)),
         ParseOutputActivity(agents).parse_output,
         InterpretActivity(agents, transcripts=transcripts).interpret,
+        InstructionsActivity(agents).instructions,
+        PricesActivity(agents).prices,
     ]
 
 
@@ -53,6 +61,9 @@ __all__ = [
     "DispatchActivity",
     "DispatchInput",
     "DispatchOutput",
+    "InstructionsActivity",
+    "InstructionsInput",
+    "InstructionsOutput",
     "InterpretActivity",
     "InterpretInput",
     "InterpretOutput",
@@ -66,6 +77,9 @@ __all__ = [
     "PlanActivity",
     "PlanInput",
     "PlanOutput",
+    "PricesActivity",
+    "PricesInput",
+    "PricesOutput",
     "Rejection",
     "ShieldActivity",
     "ShieldInput",

@@ -44,6 +44,8 @@ class DispatchInput(BaseModel):
     """The turn's agent, whose tool this is (empty: the worker's first)."""
     tools_version: str = ""
     """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
+    context: dict[str, Any] = {}
+    """The turn's context (`TurnInput.context`), for `ctx.context`."""
 
 
 class DispatchOutput(BaseModel):
@@ -70,7 +72,7 @@ class DispatchActivity:
         tools = await turn_tools(served, input.tools_version)
         tool = tools[input.call.name]
         args = tools.validate(input.call)
-        ctx = ToolContext(input.customer_id, served.deps, input.idempotency_key)
+        ctx = ToolContext(input.customer_id, served.deps, input.idempotency_key, input.context)
         run = tool.fn
         if check:
             if tool.check is None:

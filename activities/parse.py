@@ -207,7 +207,11 @@ def _answered_by(tool: Tool, owner: str) -> SubAgent | None:
         return None
     if tool.agent.agent:
         return tool.agent
-    return SubAgent(agent=view_name(owner, tool.name), model=tool.agent.model)
+    return SubAgent(
+        agent=view_name(owner, tool.name),
+        model=tool.agent.model,
+        shares_context=tool.agent.shares_context,
+    )
 
 
 def _why_approval(tool: Tool, approvals: ApprovalPolicy, foreign: list[str]) -> str:

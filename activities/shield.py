@@ -53,7 +53,8 @@ class ShieldActivity:
         requests = input.requests
         if input.conversation is not None and served.shields.at(position):
             context = context_of(await self._conversations.of(input.conversation))
-            requests = [r.model_copy(update={"context": context}) for r in requests]
+            # And what the turn adds (instructions evaluated for it).
+            requests = [r.model_copy(update={"context": [*context, *r.context]}) for r in requests]
         verdicts = await screen(served, requests)
         refused = any(not v.allowed for vs in verdicts for v in vs)
         return ShieldOutput(
@@ -93,6 +94,8 @@ def _info(served: ServedAgent) -> AgentInfo:
         tools_version=served.fingerprint if served.live else "",
         offered=served.recorded_tools() if served.live else {},
         output=served.output.spec if served.output else None,
+        models=served.model_specs if len(served.model_specs) > 1 else [],
+        dynamic_instructions=served.dynamic is not None,
     )
 
 

@@ -7,7 +7,7 @@ The public API:
     agent_tool                 a narrower view of an agent, as a tool (`durable_agent.subagents`)
     ApprovalPolicy             who needs consent (`durable_agent.approval`)
     ShieldSettings             which shields run where (`durable_agent.shields`)
-    TurnLimits                 steps, time, tokens and approval timeout of a turn
+    TurnLimits                 steps, time, tokens, cost and approval timeout of a turn
     Settings                   a worker's settings (`durable_agent.settings`)
     AgentPlugin, build_worker  serve agents in a Temporal worker (`durable_agent.plugin`)
     AgentClient, TurnResult    ask agents, follow and decide their turns from your own

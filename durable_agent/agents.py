@@ -28,14 +28,16 @@ instructions and tool schemas, so a turn answered by a changed agent shows.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import BaseModel
 
+from durable_agent import fallback
 from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.bounds import MAX_CALLS_PER_ROUND, MAX_CALLS_PER_ROUND_LIMIT
@@ -48,6 +50,10 @@ from durable_agent.types import TurnLimits
 if TYPE_CHECKING:
     from durable_agent.mcp import MCPServer
     from durable_agent.model import ModelFactory
+
+InstructionsFunction = Callable[[dict[str, Any], Any], Union[str, Awaitable[str]]]  # noqa: UP007 - a runtime alias on 3.10
+"""`instructions(context, deps) -> str`, sync or async: an agent's instructions for one
+turn, from the turn's context (`TurnInput.context`) and the agent's `deps`."""
 
 AGENT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}\Z"
 """An agent's name: it is a search attribute's value, a metric label and a CLI word.
@@ -97,15 +103,20 @@ class Agent:
     """One agent: every field but `name` has a default. See the module docstring."""
 
     name: str
-    instructions: str = ""
+    instructions: str | InstructionsFunction = ""
     """The system prompt every chat model is sent first, unchanged on every call of a
-    turn. Empty: a plain one built from `title`, `description` and the decline text."""
+    turn. Empty: a plain one built from `title`, `description` and the decline text.
+    Or a function of the turn's context and the agent's deps, sync or async, that
+    returns it (`InstructionsFunction`): evaluated once per turn, in an activity, so a
+    replay reads the text it gave and never calls it again."""
     tools: Sequence[Tool] | ToolRegistry = ()
     """Python tools (`@tool`), Lambda tools, and agents as tools (`Agent.as_tool`,
     `agent_tool`)."""
-    model: str = ""
+    model: str | Sequence[str] = ""
     """Default model spec of its turns (`offline`, `openai:<model>`, ...); a turn may
-    name another. Empty: the worker's default (`Settings.model`, AGENT_MODEL)."""
+    name another. Empty: the worker's default (`Settings.model`, AGENT_MODEL). A list
+    names models in order: the next gets a request the one before failed for good
+    (`durable_agent.fallback`)."""
     description: str = ""
     """What it helps with, in a few words ("questions about your orders and returns"):
     the default instructions and refusals say it; the web chat shows it."""
@@ -174,6 +185,15 @@ class Agent:
                 output_spec(self.output_type)
             except TypeError as e:
                 raise ValueError(f"agent {self.name!r}: {e}") from None
+        if not isinstance(self.instructions, str) and not callable(self.instructions):
+            raise ValueError(
+                f"agent {self.name!r}: instructions must be text, or a function "
+                f"(context, deps) -> str, not {type(self.instructions).__name__}"
+            )
+        try:
+            fallback.check(self.model)
+        except ValueError as e:
+            raise ValueError(f"agent {self.name!r}: {e}") from None
 
     @property
     def registry(self) -> ToolRegistry:
@@ -188,7 +208,21 @@ class Agent:
 
     @property
     def system_prompt(self) -> str:
+        """The instructions, when they are the same for every turn; for instructions
+        given as a function, what names the function (each turn evaluates it)."""
+        if callable(self.instructions):
+            return instructions_identity(self.instructions)
         return self.instructions or default_instructions(self)
+
+    @property
+    def dynamic_instructions(self) -> InstructionsFunction | None:
+        """The function that gives each turn its instructions, if it has one."""
+        return self.instructions if callable(self.instructions) else None
+
+    @property
+    def model_specs(self) -> list[str]:
+        """Its model specs, in order (empty: the worker's default)."""
+        return fallback.specs(self.model)
 
     @property
     def question_refusal(self) -> str:
@@ -207,12 +241,14 @@ class Agent:
             fingerprint=fingerprint or self.fingerprint(),
         )
 
-    def as_tool(self, name: str = "", description: str = "") -> Tool:
+    def as_tool(self, name: str = "", description: str = "", share_context: bool = True) -> Tool:
         """This agent as another agent's tool: each call is a turn of this agent (a child
-        workflow) asked the call's `question`; its answer is the call's result."""
+        workflow) asked the call's `question`; its answer is the call's result. Its
+        turns get the calling turn's context, unless `share_context=False`."""
         from durable_agent.subagents import delegate_to
 
-        return delegate_to(self, name or self.name.replace("-", "_").replace(".", "_"), description)
+        name = name or self.name.replace("-", "_").replace(".", "_")
+        return delegate_to(self, name, description, share_context)
 
     def fingerprint(self) -> str:
         """12 hex digits of a hash of what the model is given: the instructions and
@@ -225,6 +261,17 @@ class Agent:
             given["output"] = output_spec(self.output_type).json_schema
         blob = json.dumps(given, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def instructions_identity(fn: Callable[..., Any]) -> str:
+    """What an instructions function is known by in the agent's fingerprint: its name
+    and a hash of its source (where Python keeps it), so a change to it shows."""
+    name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        source = ""
+    return f"instructions function {name} {hashlib.sha256(source.encode()).hexdigest()[:12]}"
 
 
 def default_instructions(agent: Agent) -> str:

@@ -61,6 +61,39 @@ def invalid_output(reason: str, repairs: int) -> str:
     )
 
 
+def cost_limit(max_cost: float, spent: float | None, steps: list[Step]) -> str:
+    if spent is None:
+        return (
+            f"Sorry, I had to stop: this question's spending cap is {_dollars(max_cost)} and "
+            "the cost of what I did so far is unknown." + _found_so_far(steps)
+        )
+    return (
+        f"Sorry, I reached this question's spending cap of {_dollars(max_cost)}."
+        + _found_so_far(steps)
+    )
+
+
+def unpriced(max_cost: float, models: list[str]) -> str:
+    named = ", ".join(models)
+    return (
+        f"Sorry, I cannot answer within a spending cap of {_dollars(max_cost)}: the price of "
+        f"model {named} is unknown, so its cost cannot be capped. Whoever runs this agent "
+        "can give it with AGENT_MODEL_PRICES (e.g. MODEL=0.15/0.60, US dollars per million "
+        "input/output tokens), or ask without a cap."
+    )
+
+
+def _dollars(amount: float) -> str:
+    return "$" + f"{amount:.6f}".rstrip("0").rstrip(".")
+
+
+def instructions_failed(reason: str) -> str:
+    return (
+        "Sorry, I cannot answer right now: this agent's instructions could not be "
+        f"prepared ({reason}). Please try again in a moment."
+    )
+
+
 REFUSED_QUESTION = "Sorry, I can't help with that request."
 """What a turn answers when an input shield refused its question and its agent's own
 words are unknown (a turn recorded before agents said them)."""

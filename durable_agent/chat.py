@@ -7,6 +7,7 @@ worker rather than once per workflow run in Temporal's sandbox.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
@@ -15,6 +16,7 @@ from durable_agent.types import (
     DEFAULT_CUSTOMER,
     Exchange,
     TurnLimits,
+    check_context,
     check_customer_id,
     check_question,
 )
@@ -77,6 +79,18 @@ class ConversationInput(BaseModel):
     ended: bool = False
     """Carried over continue-as-new: the customer is done; the waiting messages are
     answered, then the conversation ends."""
+    context: dict[str, Any] = Field(default_factory=dict)
+    """Every turn's context (`TurnInput.context`): who the customer is and where."""
+    max_cost: float | None = Field(default=None, ge=0, le=1_000_000)
+    """Spending cap of the whole conversation in US dollars, across its turns: each
+    turn stops at what is left of it (besides its own `limits.max_cost`)."""
+    spent_usd: float = 0.0
+    """Carried over continue-as-new: what its turns have cost so far."""
+
+    @field_validator("context")
+    @classmethod
+    def _context_shape(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_context(v)
 
 
 class ChatMessage(BaseModel):

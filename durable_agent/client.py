@@ -35,7 +35,7 @@ import dataclasses
 import functools
 import hashlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
@@ -43,9 +43,16 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_agent import fallback
 from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
-from durable_agent.errors import AgentClientError, NoWorker, OutputMismatch, UnknownTurn
+from durable_agent.errors import (
+    AgentClientError,
+    InvalidContext,
+    NoWorker,
+    OutputMismatch,
+    UnknownTurn,
+)
 from durable_agent.outputs import output_spec
 from durable_agent.runtime import server, turns
 from durable_agent.runtime.codec import data_converter
@@ -61,6 +68,7 @@ from durable_agent.types import (
     TurnLimits,
     TurnOutput,
     TurnProgress,
+    check_context,
 )
 from durable_agent.workflows import AgentTurn, Conversation
 
@@ -155,11 +163,12 @@ class AgentClient:
         *,
         agent: str = "",
         customer: str = DEFAULT_CUSTOMER,
-        model: str = "",
+        model: str | Sequence[str] = "",
         limits: TurnLimits | None = None,
         request_id: str = "",
         no_worker_after: float | None = NO_WORKER_AFTER,
         output_type: Any = None,
+        context: dict[str, Any] | None = None,
     ) -> TurnResult:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
@@ -173,6 +182,7 @@ class AgentClient:
             limits=limits,
             request_id=request_id,
             output_type=output_type,
+            context=context,
         )
         return await turn.result(no_worker_after=no_worker_after)
 
@@ -182,29 +192,35 @@ class AgentClient:
         *,
         agent: str = "",
         customer: str = DEFAULT_CUSTOMER,
-        model: str = "",
+        model: str | Sequence[str] = "",
         limits: TurnLimits | None = None,
         request_id: str = "",
         stream: bool = False,
         output_type: Any = None,
+        context: dict[str, Any] | None = None,
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
         the worker's first); `customer`: who asks, trusted (tools get it); `model`: a
-        model spec (empty: the agent's); `limits`: exactly these caps (None: the
-        agent's); `stream`: publish the model's text as it writes (`events`);
-        `output_type`: the turn ends with a value of this type instead of text (a
-        pydantic model, dataclass, TypedDict, list or scalar type; None: the agent's
-        own, if any), which `result().output` gives as an object of it.
-        With `request_id`, a turn already started with it is the one returned."""
+        model spec, or several in order, the next asked when one fails for good
+        (empty: the agent's); `limits`: exactly these caps (None: the agent's);
+        `stream`: publish the model's text as it writes (`events`); `output_type`: the
+        turn ends with a value of this type instead of text (a pydantic model,
+        dataclass, TypedDict, list or scalar type; None: the agent's own, if any), which
+        `result().output` gives as an object of it; `context`: a JSON object about who
+        asks (name, plan, locale, tenant, date) that tools read as `ctx.context` and
+        instructions functions get (`InvalidContext` when it is not one, or larger than
+        16 KB). With `request_id`, a turn already started with it is the one returned."""
+        context = checked_context(context)
         try:
             turn = TurnInput(
                 question=question,
                 customer_id=customer,
                 agent=agent,
-                model=model,
+                model=_models(model),
                 limits=limits,
                 stream=stream,
                 output=None if output_type is None else output_spec(output_type),
+                context=context,
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
@@ -278,25 +294,29 @@ class AgentClient:
         *,
         agent: str = "",
         customer: str = DEFAULT_CUSTOMER,
-        model: str = "",
+        model: str | Sequence[str] = "",
         limits: TurnLimits | None = None,
         memory: Memory | None = None,
         conversation_id: str = "",
         stream: bool = True,
+        context: dict[str, Any] | None = None,
         **options: Any,
     ) -> ConversationHandle:
         """A conversation: each `send` is a turn that sees the earlier exchanges. It
         starts with its first message; with `conversation_id`, one already running
-        under that id is continued instead. `options`: the rest of
-        `ConversationInput` (`idle_timeout`, `max_turns_per_run`)."""
+        under that id is continued instead. `context`: every turn's (see `start`).
+        `options`: the rest of `ConversationInput` (`idle_timeout`,
+        `max_turns_per_run`, `max_cost`: a spending cap across its turns)."""
+        context = checked_context(context)
         try:
             template = ConversationInput(
                 customer_id=customer,
                 agent=agent,
-                model=model,
+                model=_models(model),
                 limits=limits,
                 memory=memory or Memory(),
                 stream=stream,
+                context=context,
                 **options,
             )
         except ValidationError as e:
@@ -313,6 +333,22 @@ class AgentClient:
     def conversation(self, workflow_id: str) -> ConversationHandle:
         """A running conversation, by its workflow id: its next message is a turn of it."""
         return ConversationHandle(self, workflow_id, None)
+
+
+def checked_context(context: dict[str, Any] | None) -> dict[str, Any]:
+    """A turn's context as it may travel; `InvalidContext`, one line, otherwise."""
+    try:
+        return check_context({} if context is None else context)
+    except ValueError as e:
+        raise InvalidContext(str(e)) from None
+
+
+def _models(model: str | Sequence[str]) -> str:
+    """One model spec, or several in order, as a turn carries them (`a,b`)."""
+    try:
+        return fallback.joined(fallback.check(model))
+    except ValueError as e:
+        raise AgentClientError(str(e)) from None
 
 
 def _outcome(outcome: Outcome | str | None) -> str | None:

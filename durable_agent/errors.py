@@ -15,6 +15,8 @@ retried with backoff.
     │   ├── InvalidModelOutput     the model's reply cannot be used
     │   ├── ModelRequestRejected   refused: bad credentials, bad request, no such model
     │   ├── InvalidConversation    the turn's conversation breaks the providers' rules (a bug)
+    │   ├── ModelCannotAnswer      this model will not take this request (its context window,
+    │   │                          its content filter): not retried; a fallback model may
     │   └── ModelUnavailable       transient: retried (throttling, 5xx, timeouts)
     ├── InvalidCall                a tool call fails validation; the model sees the message
     └── ToolError                  a tool could not answer; the model sees the message
@@ -30,7 +32,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── NothingPending             no call of the turn awaits a decision (or several: name one)
     ├── NoWorker                   no worker serves the task queue
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
-    └── OutputMismatch             a typed turn's value fails its type's own validators
+    ├── OutputMismatch             a typed turn's value fails its type's own validators
+    └── InvalidContext             a turn's context is not a JSON object, or too large
 """
 
 from __future__ import annotations
@@ -86,6 +89,12 @@ class InvalidConversation(ModelError):
     """The conversation about to be sent breaks the rules every provider enforces
     (see `agent.conversation.check`). A bug in the turn, never in the model: caught
     before the request, so it reads as what it is rather than as a provider's 400."""
+
+
+class ModelCannotAnswer(ModelError):
+    """This model will not take this request, for a reason of its own: the conversation
+    is longer than its context window, or its content filter stopped the request or the
+    reply. A retry will not help; another model (a turn's fallback) may answer."""
 
 
 class ModelUnavailable(ModelError):
@@ -161,3 +170,8 @@ class WorkerNeeded(AgentClientError):
 class OutputMismatch(AgentClientError):
     """A typed turn's value, valid by the type's JSON schema (what the worker checks a
     turn's own type by), fails the type's own validators here at the client."""
+
+
+class InvalidContext(AgentClientError):
+    """A turn's context is not a JSON object, or too large to travel with the turn
+    (`durable_agent.types.MAX_CONTEXT_BYTES`); the message says which."""

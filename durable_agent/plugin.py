@@ -191,7 +191,9 @@ class AgentPlugin(SimplePlugin):
         if self.settings.versioning and config.get("deployment_config") is None:
             served = self.agents.served.values()
             tools = [t.fn for s in served for t in s.tools.tools.values()]
-            self.code = build_id([s.fingerprint for s in served], sources_of(tools))
+            # Instructions given as a function are the agent's own code, as its tools are.
+            own = tools + [s.dynamic for s in served if s.dynamic is not None]
+            self.code = build_id([s.fingerprint for s in served], sources_of(own))
             self.version = WorkerDeploymentVersion(
                 deployment_name=self.settings.deployment or config["task_queue"],
                 build_id=self.settings.build_id or self.code,

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from durable_agent import fallback
 from durable_agent.agents import Agent
 from durable_agent.approval import AGENT_POLICY, WORKER_SETTINGS, ApprovalPolicy
 from durable_agent.argfill import id_noun, required_params
@@ -81,7 +82,11 @@ class ServedAgent:
         self.agent = agent
         self.name = name or agent.name
         self.tools = tools if tools is not None else _registry(agent)
-        self.instructions = instructions or agent.system_prompt
+        self.dynamic = None if instructions else agent.dynamic_instructions
+        """The function that gives each turn its instructions (`Agent.instructions`)."""
+        self.instructions = instructions or ("" if self.dynamic else agent.system_prompt)
+        """The instructions of every turn; empty when each turn's are evaluated."""
+        self._identity = instructions or agent.system_prompt
         self.approvals: ApprovalPolicy = agent.approvals or settings.approvals
         try:
             self.approvals.check(
@@ -94,7 +99,11 @@ class ServedAgent:
             self.shields = ShieldSet.build(agent.shields or settings.shields, self.ids, environ)
         except ShieldConfigError as e:
             raise AgentDefinitionError(f"agent {self.name!r}: {e}") from None
-        self.models = models.layered(agent.models, agent.model or models.default)
+        self.model_specs = agent.model_specs or fallback.specs(models.default)
+        """Its turns' models, in order, when a turn names none (fallback: the next gets a
+        request the one before failed for good)."""
+        default = self.model_specs[0] if self.model_specs else models.default
+        self.models = models.layered(agent.models, default)
         self.limits: TurnLimits = agent.limits
         self.unknown_outcomes = agent.unknown_outcomes
         self.refusals = agent.refusals
@@ -108,10 +117,15 @@ class ServedAgent:
         self.question_refusal = agent.question_refusal
         self._deps = deps
         self.fingerprint = (
-            agent.fingerprint() if tools is None else _view_fingerprint(self.instructions, tools)
+            agent.fingerprint() if tools is None else _view_fingerprint(self._identity, tools)
         )
         self._versions: OrderedDict[str, ToolRegistry] = OrderedDict()
         """Earlier tool lists of a live agent (MCP servers), by fingerprint."""
+
+    def fingerprint_with(self, instructions: str, tools: ToolRegistry) -> str:
+        """The fingerprint of a turn that got `instructions` (evaluated for it) and
+        `tools`: what its model was given."""
+        return _view_fingerprint(instructions, tools)
 
     def result_limit(self, tool: str, tools: ToolRegistry | None = None) -> int:
         """How much of one result of `tool` the model reads: the tool's own limit, else
@@ -137,7 +151,7 @@ class ServedAgent:
         while len(self._versions) > MAX_TOOL_VERSIONS:
             self._versions.popitem(last=False)
         self.tools = newer
-        self.fingerprint = _view_fingerprint(self.instructions, newer)
+        self.fingerprint = _view_fingerprint(self._identity, newer)
         log.info(
             "agent %s: its MCP servers' tools changed (version %s)", self.name, self.fingerprint
         )
@@ -158,7 +172,7 @@ class ServedAgent:
         versions it saw. None if they cannot be made here, or are another version."""
         recall = getattr(self.tools, "recall", None)
         tools = recall(recorded) if recall is not None else None
-        if tools is None or _view_fingerprint(self.instructions, tools) != version:
+        if tools is None or _view_fingerprint(self._identity, tools) != version:
             return None
         self._versions[version] = tools
         while len(self._versions) > MAX_TOOL_VERSIONS:

@@ -55,6 +55,8 @@ class SubAgent(BaseModel):
     instructions: str = ""
     """A view's system prompt for chat models (turns started before agents were named
     carried it; new turns resolve it by the sub-agent's name)."""
+    shares_context: bool = True
+    """Its turns get the parent turn's context (`TurnInput.context`)."""
 
 
 class AgentQuestion(BaseModel):
@@ -77,9 +79,11 @@ def agent_tool(
     model: str = "",
     instructions: str = "",
     examples: Sequence[str] = (),
+    share_context: bool = True,
 ) -> Tool:
     """A tool answered by a view of its own agent: only `tools`, and `instructions`
-    (empty: the agent's own) and `model` (empty: the turn's)."""
+    (empty: the agent's own) and `model` (empty: the turn's). `share_context=False`:
+    its turns do not get the parent turn's context."""
     if not tools:
         raise ValueError(f"agent tool {name}: give the sub-agent at least one tool")
     return Tool(
@@ -88,11 +92,16 @@ def agent_tool(
         args_model=AgentQuestion,
         fn=_runs_as_a_child,
         examples=tuple(examples),
-        agent=SubAgent(tools=list(tools), model=model, instructions=instructions),
+        agent=SubAgent(
+            tools=list(tools),
+            model=model,
+            instructions=instructions,
+            shares_context=share_context,
+        ),
     )
 
 
-def delegate_to(agent: Agent, name: str, description: str = "") -> Tool:
+def delegate_to(agent: Agent, name: str, description: str = "", share_context: bool = True) -> Tool:
     """`agent` as a tool named `name` (see `Agent.as_tool`)."""
     about = description or agent.description or f"Ask {agent.shown_name} a question."
     return Tool(
@@ -101,7 +110,7 @@ def delegate_to(agent: Agent, name: str, description: str = "") -> Tool:
         args_model=AgentQuestion,
         fn=_runs_as_a_child,
         examples=tuple(agent.examples),
-        agent=SubAgent(agent=agent.name),
+        agent=SubAgent(agent=agent.name, shares_context=share_context),
         delegate=agent,
     )
 

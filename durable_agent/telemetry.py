@@ -148,6 +148,17 @@ def record_turn(span: Span, agent: str, outcome: str, usage: Usage) -> None:
     record_cost(span, cost_of(usage))
 
 
+def record_fallback(span: Span | None, failed: str, then: str, reason: str) -> None:
+    """On the turn's span: a model failed for good and the next got the request (the
+    calls themselves are `chat <model>` spans, the failed ones with `error.type`)."""
+    if span is None:
+        return
+    span.add_event(
+        "model_fallback",
+        {"agent.model.failed": failed, "agent.model.next": then, "agent.model.reason": reason},
+    )
+
+
 def record_cost(span: Span, cost: float | None) -> None:
     """`agent.cost_usd`, when the price is known (no attribute means unknown)."""
     if cost is not None:

@@ -26,7 +26,7 @@ import inspect
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 
@@ -52,6 +52,10 @@ class ToolContext(Generic[Deps]):
     idempotency_key: str = ""
     """Stable across retries and worker restarts of the same call
     (`<workflow id>/<iteration>/<call index>`): side effects key on it."""
+    context: dict[str, Any] = field(default_factory=dict)
+    """The turn's context, as its caller gave it (`TurnInput.context`): who asks and
+    where (name, plan, locale, tenant, date). Trusted like `customer_id`: never from
+    the model."""
 
 
 class ToolSpec(BaseModel):

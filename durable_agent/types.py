@@ -36,6 +36,10 @@ MAX_QUESTION_CHARS = 4000
 """The question is sent with every model call and stored in every activity's
 input, so a huge one would bloat the history of the whole turn."""
 
+MAX_CONTEXT_BYTES = 16 * 1024
+"""A turn's context (`TurnInput.context`), as compact JSON: it travels with the turn's
+input and with every tool call's, so it is kept to what a prompt or a tool needs."""
+
 
 class Tagged(BaseModel):
     """A member of a discriminated union (a message's `role`, an event's `type`): its
@@ -131,6 +135,8 @@ class StepKind(str, Enum):
     """The final answer."""
     LIMIT = "limit"
     """A cap (steps, time) or a failing model ended the turn."""
+    FALLBACK = "fallback"
+    """A model failed for good; the next model of the turn's list gets the request."""
 
 
 class Step(BaseModel):
@@ -143,6 +149,9 @@ class Step(BaseModel):
     """One human-readable line."""
     calls: list[ToolCall] = Field(default_factory=list)
     observation: Observation | None = None
+    model: str = ""
+    """The model spec whose reply this step is, in a turn that names several models
+    (fallback); empty otherwise."""
 
     def render(self) -> str:
         return f"[{self.iteration}] {self.kind.value:<11} {self.text}"
@@ -200,6 +209,9 @@ class Outcome(str, Enum):
     INVALID_OUTPUT = "invalid_output"
     """The turn asked for a typed output and the model gave no value that fits, within
     `max_replans` repairs (`durable_agent/outputs.py`)."""
+    COST_LIMIT = "cost_limit"
+    """The turn's spending cap (`TurnLimits.max_cost`) was reached, or it could not be
+    kept: a model of the turn has no known price."""
 
 
 class OutputSpec(BaseModel):
@@ -247,6 +259,10 @@ class TurnLimits(BaseModel):
     ends a workflow at 51,200."""
     continue_after_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=40 * 1024 * 1024)
     """The same for the history's size in bytes (Temporal warns at 10 MB, ends at 50 MB)."""
+    max_cost: float | None = Field(default=None, ge=0, le=1_000_000)
+    """Spending cap in US dollars (model calls, priced by `durable_agent.pricing`),
+    checked before each model call; none by default. A turn with a cap whose models'
+    prices are unknown is refused before its first call: never silently uncapped."""
 
 
 class AgentInfo(BaseModel):
@@ -270,6 +286,13 @@ class AgentInfo(BaseModel):
     """Who hears of a write whose outcome is unknown (`Agent.unknown_outcomes`)."""
     output: OutputSpec | None = None
     """The agent's output type (`Agent.output_type`): its turns end with a value of it."""
+    models: list[str] = []
+    """The agent's model specs, in order (`Agent.model`), when it names more than one:
+    the next gets a request the one before failed for good (fallback)."""
+    dynamic_instructions: bool = False
+    """The agent's instructions are a function of the turn's context: the turn has them
+    evaluated once, first (`activities/instructions.py`), and its fingerprint covers
+    the text it got."""
 
 
 class Exchange(BaseModel):
@@ -315,6 +338,13 @@ class TurnInput(BaseModel):
     carry: dict[str, Any] | None = None
     """Set by the turn itself when it continues as new: where its previous run left off
     (`durable_agent/workflows/carry.py`). A caller never sets it."""
+    context: dict[str, Any] = Field(default_factory=dict)
+    """Trusted, from the caller: a JSON object about who asks and where (name, plan,
+    locale, tenant, today's date), at most `MAX_CONTEXT_BYTES`. Tools read it as
+    `ctx.context`; instructions given as a function get it; sub-agents get it too."""
+    cost_left: float | None = None
+    """What is left of a conversation's spending cap (`ConversationInput.max_cost`):
+    the turn stops there too, whatever its own limits say."""
 
     @field_validator("question")
     @classmethod
@@ -325,6 +355,30 @@ class TurnInput(BaseModel):
     @classmethod
     def _customer_id_shape(cls, v: str) -> str:
         return check_customer_id(v)
+
+    @field_validator("context")
+    @classmethod
+    def _context_shape(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_context(v)
+
+
+def check_context(v: Any) -> dict[str, Any]:
+    """A turn's context as it travels: a JSON object of at most `MAX_CONTEXT_BYTES`;
+    ValueError, saying which, otherwise."""
+    if not isinstance(v, dict):
+        raise ValueError(f"the context must be a JSON object, not {type(v).__name__}")
+    try:
+        size = len(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"the context must be JSON data (strings, numbers, lists, objects): {e}"
+        ) from None
+    if size > MAX_CONTEXT_BYTES:
+        raise ValueError(
+            f"the context is too large ({size:,} bytes of JSON; at most {MAX_CONTEXT_BYTES:,}): "
+            "give what a prompt or a tool needs, and let tools look the rest up"
+        )
+    return v
 
 
 def check_customer_id(v: str) -> str:

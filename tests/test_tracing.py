@@ -33,7 +33,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import Agent, ToolContext, tool
 from durable_agent.chat import ConversationInput
-from durable_agent.errors import ModelUnavailable
+from durable_agent.errors import InvalidModelOutput, ModelUnavailable
 from durable_agent.model import Reply
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.runtime.server import free_port
@@ -189,6 +189,40 @@ async def test_a_retried_call_shows_each_attempt_and_why_it_failed(
     # A tool's "not found" is the tool's answer, and its span says which error it was.
     (tool,) = [s for s in spans if s.name == "execute_tool order_status"]
     assert tool.attributes and tool.attributes["error.type"] == "NotFound"
+
+
+async def test_a_fallback_shows_on_the_turns_span_once(
+    traced_client: Client, store: ShopStore, exporter: InMemorySpanExporter
+) -> None:
+    """The first model's reply cannot be used: the second answers, and the turn's span
+    says so in one `model_fallback` event, however often the workflow replays."""
+    first = ScriptedModel(plans=[InvalidModelOutput("garbled")], name="first")
+    second = ScriptedModel(plans=[Reply(text="Fine.")], name="second")
+    agent = Agent(
+        name="bookstore",
+        tools=[book_price],
+        model=["first", "second"],
+        models={"first": lambda _: first, "second": lambda _: second},
+    )
+    harness = Harness(traced_client, store)
+    async with harness.worker(agents=[agent], max_cached_workflows=0) as task_queue:
+        turn = TurnInput(question="Are you open?", agent="bookstore")
+        result = await (await start_turn(traced_client, turn, task_queue)).result()
+
+    assert result.outcome is Outcome.ANSWERED and result.answer == "Fine."
+    spans = exporter.get_finished_spans()
+    (agent_span,) = [s for s in spans if s.name == "invoke_agent bookstore"]
+    (event,) = [e for e in agent_span.events if e.name == "model_fallback"]
+    assert event.attributes is not None
+    assert (event.attributes["agent.model.failed"], event.attributes["agent.model.next"]) == (
+        "first",
+        "second",
+    )
+    assert event.attributes["agent.model.reason"] == "garbled"
+    failed = [s for s in spans if s.name == "chat first"]
+    assert len(failed) == 1 and failed[0].attributes
+    assert failed[0].attributes["error.type"] == "InvalidModelOutput"
+    assert len([s for s in spans if s.name == "chat second"]) == 1
 
 
 async def test_a_chats_turns_name_their_conversation(

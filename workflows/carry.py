@@ -83,6 +83,10 @@ class TurnCarry(BaseModel):
     """The model's reply whose calls are this round's."""
     round: CarriedRound | None = None
     """The round under way (None: it starts in the new run)."""
+    models: list[str] = Field(default_factory=list)
+    """The models the turn still asks, in order (one that failed is asked no more)."""
+    instructions: str = ""
+    """Instructions evaluated for this turn (an agent's function): not evaluated again."""
     pending: list[PendingApproval] = Field(default_factory=list)
     decisions: list[ApprovalDecision] = Field(default_factory=list)
     """Decisions on pending calls that came as the run before ended."""

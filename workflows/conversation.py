@@ -71,6 +71,8 @@ class Conversation:
         self._started: set[str] = set()
         self._current: str | None = None
         self._ended = input.ended
+        self._spent = input.spent_usd
+        """What its turns cost so far, against `input.max_cost`."""
         self._moving = False
         """Continuing as new: messages accepted from now on are handed to the next run."""
         # Which turn answers which message, for readers (`durable_agent/stream.py`).
@@ -122,6 +124,7 @@ class Conversation:
                     "stream_state": state,
                     "waiting": [WaitingMessage(text=q, turn_id=t) for q, t in self._inbox],
                     "ended": self._ended,
+                    "spent_usd": self._spent,
                 }
             ),
             # A pinned run would stay on its version; the next run starts on the
@@ -139,6 +142,10 @@ class Conversation:
             history=self._exchanges,
             conversation_id=workflow.info().workflow_id,
             stream=self._input.stream,
+            context=self._input.context,
+            cost_left=None
+            if self._input.max_cost is None
+            else max(0.0, self._input.max_cost - self._spent),
         )
         attributes = workflow.info().typed_search_attributes
         named = turn.agent if search.AGENT in attributes else None
@@ -160,6 +167,7 @@ class Conversation:
         try:
             result: TurnOutput = await handle
             answer, outcome = result.answer, result.outcome
+            self._spent += result.usage.cost_usd or 0.0
         except ChildWorkflowError as e:
             # A turn that failed (terminated, say) must not end the conversation.
             answer = f"(no answer: the turn ended without one: {e.cause or e})"

@@ -1,5 +1,10 @@
 """AgentTurn: one question, answered through tools, as one durable workflow.
 
+    instructions            the agent's instructions for this turn, when they are a
+                            function of its context (local activity; recorded, so a
+                            replay never calls the function again)
+    prices                  under a spending cap: every model of the turn has a price,
+                            or the turn is refused before its first call (local activity)
     plan                    model: tool calls for the question, or a direct answer
     for each round of calls (iterations, at most limits.max_steps):
         parse               validate the calls (local activity); when none is valid,
@@ -22,6 +27,12 @@ own messages as it sent them and one result per call, in call order; a rejected
 call's result is its error. Nothing else is added, so every call of a turn sends
 the same system prompt and a conversation each provider accepts. A task of N
 sequential rounds costs N + 1 model calls; parallel calls in a round cost none.
+
+A turn may name several models in order (`durable_agent/fallback.py`): a model call
+goes to the first, with its retries; when that model fails for good in a way another
+may not, the next one gets the request, in an activity of its own, and the rest of
+the turn's calls.
+Before every model call the turn checks its token and cost budgets.
 
 Durability notes. This code is replayed from history after a crash, so it must
 be deterministic: no I/O, no clocks, no randomness, only `workflow.*` APIs.
@@ -49,11 +60,13 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent import answers, outputs
+    from durable_agent import answers, fallback, outputs
     from durable_agent.activities import (
         DispatchActivity,
         DispatchInput,
         DispatchOutput,
+        InstructionsActivity,
+        InstructionsInput,
         InterpretActivity,
         InterpretInput,
         ParseActivity,
@@ -63,6 +76,8 @@ with workflow.unsafe.imports_passed_through():
         ParseOutputInput,
         PlanActivity,
         PlanInput,
+        PricesActivity,
+        PricesInput,
         ShieldActivity,
         ShieldInput,
         ShieldOutput,
@@ -72,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round
     from durable_agent.conversation import Message, ToolResult, UserMessage, prior
     from durable_agent.errors import (
+        ModelCannotAnswer,
         ModelRequestRejected,
         ModelUnavailable,
         NothingPending,
@@ -82,10 +98,11 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.pricing import usage_line
     from durable_agent.provenance import Source
     from durable_agent.render import preview
+    from durable_agent.runtime.metrics import count_fallback
     from durable_agent.shields import ShieldRequest, Verdict
     from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent, carried
     from durable_agent.subagents import SubAgent
-    from durable_agent.telemetry import agent_span, record_turn
+    from durable_agent.telemetry import agent_span, record_fallback, record_turn
     from durable_agent.transcript import ConversationRef
     from durable_agent.types import (
         AgentInfo,
@@ -105,9 +122,12 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.workflows.carry import CarriedRound, TurnCarry
     from durable_agent.workflows.policies import (
         HEARTBEAT_TIMEOUT,
+        INSTRUCTIONS_RETRY,
+        INSTRUCTIONS_TIMEOUT,
         MODEL_RETRY,
         MODEL_TIMEOUT,
         PARSE_TIMEOUT,
+        PRICES_TIMEOUT,
         QUICK_TIMEOUT,
         SHIELD_RETRY,
         SHIELD_TIMEOUT,
@@ -119,7 +139,7 @@ with workflow.unsafe.imports_passed_through():
 ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 
 # Model errors that say the request can never succeed as configured.
-_REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__)
+_REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__, ModelCannotAnswer.__name__)
 
 STREAM_KEEP = 50
 """Events of the turn's stream carried into its next run, within `CARRIED_BYTES`: a
@@ -209,6 +229,15 @@ class AgentTurn:
         self._paused = carry.paused if carry else timedelta(0)
         self._paused_since: datetime | None = carry.paused_since if carry else None
         """The clock stands still while some call waits for a person's decision."""
+        self._instructions = ""
+        """The agent's instructions as evaluated for this turn (`Agent(instructions=fn)`)."""
+        self._models: list[str] = []
+        """The models the turn asks, in order: the next one when one fails for good."""
+        self._replied_by = ""
+        """Which of several models gave the latest reply (empty: the turn has one)."""
+        self._several_models = False
+        """The turn names several models (its steps say which one answered)."""
+        self._span: Any = None
         # The turn's story for whoever watches (`durable_agent/stream.py`): steps are added
         # here as they are recorded, which writes nothing to the history; the model
         # calls publish their text to it by signal when the turn asks them to. Its
@@ -258,6 +287,7 @@ class AgentTurn:
     @workflow.run
     async def run(self, turn: TurnInput) -> TurnOutput:
         with agent_span(turn.agent, turn.model, turn.conversation_id) as span:
+            self._span = span
             result = await self._run(turn)
             if isinstance(result, TurnOutput):
                 record_turn(span, result.agent, result.outcome.value, result.usage)
@@ -278,7 +308,9 @@ class AgentTurn:
         self._names_agent = _named()
         if self._carry is not None:
             # A run that continues the turn: its question was screened, its agent known.
-            self._limits = turn.limits or self._agent.limits or TurnLimits()
+            self._limits = _capped(
+                turn.limits or self._agent.limits or TurnLimits(), turn.cost_left
+            )
             return await self._looping(turn)
         # Screen the question first: it also resolves the turn's agent, who answers
         # and with which limits.
@@ -290,7 +322,7 @@ class AgentTurn:
             return self._finish(end.outcome, end.answer)
         if screened is not None and screened.agent is not None:
             self._agent = screened.agent
-        self._limits = turn.limits or self._agent.limits or TurnLimits()
+        self._limits = _capped(turn.limits or self._agent.limits or TurnLimits(), turn.cost_left)
         if stop:
             refusal = screened.refusal if screened else ""
             return self._finish(Outcome.REFUSED, refusal or answers.REFUSED_QUESTION)
@@ -303,11 +335,77 @@ class AgentTurn:
     async def _looping(self, turn: TurnInput) -> TurnOutput | TurnCarry:
         """The loop's answer, or where it stopped for the next run to go on."""
         try:
+            if self._carry is None:
+                await self._prepare(turn)
+            else:
+                self._restore(turn, self._carry)
             return await self._loop(turn, self._carry)
         except _TurnEnded as end:
             return self._finish(end.outcome, end.answer)
         except _Continue as moving:
             return moving.carry
+
+    async def _prepare(self, turn: TurnInput) -> None:
+        """What the first model call needs settled: which models, in order; the agent's
+        instructions for this turn, when they are a function (a plain text costs
+        nothing here); and, under a spending cap, a price for every one of the models."""
+        self._models = fallback.specs(turn.model) or self._agent.models or [turn.model]
+        self._several_models = len(self._models) > 1
+        if self._agent.dynamic_instructions and not turn.instructions:
+            self._instructions = await self._instructions_for(turn)
+        if self._limits.max_cost is not None:
+            await self._priced(self._limits.max_cost)
+
+    async def _instructions_for(self, turn: TurnInput) -> str:
+        """Evaluated once, as a local activity whose result the history records: a
+        replay reads the text, and the turn's fingerprint becomes that of the text."""
+        try:
+            out = await workflow.execute_local_activity_method(
+                InstructionsActivity.instructions,
+                InstructionsInput(
+                    agent=self._agent.name,
+                    context=turn.context,
+                    tools_version=self._agent.tools_version,
+                ),
+                start_to_close_timeout=INSTRUCTIONS_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
+                retry_policy=INSTRUCTIONS_RETRY,
+                summary="instructions",
+            )
+        except (ActivityError, ApplicationError) as e:
+            self._if_out_of_time()
+            reason = _failure(e)
+            self._record(1, StepKind.LIMIT, f"instructions: {reason}")
+            raise _TurnEnded(Outcome.MODEL_ERROR, answers.instructions_failed(reason)) from None
+        self._agent = self._agent.model_copy(update={"fingerprint": out.fingerprint})
+        return out.text
+
+    async def _priced(self, cap: float) -> None:
+        """A cap is kept only if every model's calls can be priced: a model whose price
+        nobody knows refuses the turn before its first call, naming the model."""
+        try:
+            out = await workflow.execute_local_activity_method(
+                PricesActivity.prices,
+                PricesInput(models=self._models, agent=self._agent.name),
+                start_to_close_timeout=PRICES_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
+                retry_policy=INSTRUCTIONS_RETRY,
+                summary="prices",
+            )
+            unpriced = out.unpriced
+        except (ActivityError, ApplicationError) as e:
+            self._if_out_of_time()
+            unpriced = [f"{', '.join(self._models) or 'the default'} ({_failure(e)})"]
+        if unpriced:
+            raise _TurnEnded(Outcome.COST_LIMIT, answers.unpriced(cap, unpriced))
+
+    def _restore(self, turn: TurnInput, carry: TurnCarry) -> None:
+        """What `_prepare` settled, as the run before had it: the instructions are not
+        evaluated again, and a model that failed is not asked again."""
+        self._models = carry.models or fallback.specs(turn.model) or self._agent.models
+        self._models = self._models or [turn.model]
+        self._several_models = len(self._models) > 1
+        self._instructions = carry.instructions
 
     async def _loop(self, turn: TurnInput, carry: TurnCarry | None) -> TurnOutput:
         carried: CarriedRound | None = None
@@ -327,7 +425,9 @@ class AgentTurn:
                 if self._due():
                     # Between rounds: the history nears Temporal's limits.
                     raise await self._move(turn, reply, iteration, replans, source)
-                self._record(iteration, source, _describe(reply), calls=reply.calls)
+                self._record(
+                    iteration, source, _describe(reply), calls=reply.calls, model=self._replied_by
+                )
                 if iteration > self._limits.max_steps:
                     # The model still wants tools: stop here, with what was found.
                     answer = answers.step_limit(self._limits.max_steps, self._found())
@@ -363,22 +463,31 @@ class AgentTurn:
                 iteration, replans, source = iteration + 1, 0, StepKind.CONTINUE
 
         if reply.output is not None:
-            return await self._answered(turn, iteration, reply.output, typed=True)
-        return await self._answered(turn, iteration, reply.text)
+            return await self._answered(
+                turn, iteration, reply.output, typed=True, model=self._replied_by
+            )
+        return await self._answered(turn, iteration, reply.text, model=self._replied_by)
 
     async def _answered(
-        self, turn: TurnInput, iteration: int, answer: str, typed: bool = False
+        self, turn: TurnInput, iteration: int, answer: str, typed: bool = False, model: str = ""
     ) -> TurnOutput:
         """The answer, once the output shields let it through (a typed value: its JSON).
         What it may draw on is the conversation, which the shield activity reads
-        (`ConversationRef`)."""
-        request = ShieldRequest(position="output", text=answer, customer_id=turn.customer_id)
+        (`ConversationRef`), and instructions evaluated for this turn."""
+        request = ShieldRequest(
+            position="output", text=answer, context=self._own(), customer_id=turn.customer_id
+        )
         (stop,), screened = await self._screen(turn, iteration, [request], self._conversation_ref())
         if stop:
             refusal = screened.refusal if screened else ""
             raise _TurnEnded(Outcome.REFUSED, refusal or answers.REFUSED_ANSWER)
-        self._record(iteration, StepKind.ANSWER, answer)
+        self._record(iteration, StepKind.ANSWER, answer, model=model)
         return self._finish(Outcome.ANSWERED, answer, json.loads(answer) if typed else None)
+
+    def _own(self) -> list[str]:
+        """Instructions evaluated for this turn, which an answer or a call may draw on as
+        on the agent's own (the shield activity adds them to the conversation's)."""
+        return [self._instructions] if self._instructions else []
 
     def _conversation_ref(self) -> ConversationRef:
         """The conversation as the activities that read it find it: as the last model
@@ -470,6 +579,8 @@ class AgentTurn:
         out = await self._model_call(turn, iteration, InterpretActivity.interpret, arg, summary)
         reply: Reply = out.decision
         self._usage += reply.usage
+        if self._replied_by:
+            self._model = self._replied_by
         return reply
 
     async def _fitting(self, turn: TurnInput, iteration: int, reply: Reply) -> Reply:
@@ -505,7 +616,7 @@ class AgentTurn:
             call=self._model_calls,
             turn=workflow.info().first_execution_run_id,
             tools=turn.tools,
-            instructions=turn.instructions,
+            instructions=turn.instructions or self._instructions,
             stream=turn.stream,
             agent=self._agent.name,
             tools_version=self._agent.tools_version,
@@ -513,25 +624,57 @@ class AgentTurn:
         )
 
     async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
+        self._within_budget()
+        # One activity per model, each with its own retries; the next model gets the
+        # request only when one failed for good in a way another may not (fallback.py).
+        models, several = list(self._models), self._several_models
+        for i, spec in enumerate(models):
+            try:
+                out = await workflow.execute_activity_method(
+                    method,
+                    arg.model_copy(update={"model": spec}),
+                    start_to_close_timeout=MODEL_TIMEOUT,
+                    schedule_to_close_timeout=self._within(
+                        fallback.share(self._time_left(), len(models) - i)
+                    ),
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=MODEL_RETRY,
+                    summary=answers.markdown_safe(f"{summary} ({spec})" if several else summary),
+                )
+            except ActivityError as e:
+                self._if_out_of_time()
+                if i + 1 == len(models) or not fallback.next_may_answer(e.cause):
+                    raise self._model_failed(iteration, e) from e
+                self._fell_back(iteration, spec, models[i + 1], e.cause)
+                # The failed model is asked no more in this turn: the next calls go
+                # straight to the model that answers.
+                self._models = models[i + 1 :]
+                continue
+            self._replied_by = spec if several else ""
+            self._progressed = True
+            return out
+        raise ApplicationError("a turn asks at least one model", non_retryable=True)
+
+    def _within_budget(self) -> None:
+        """Before a model call, never after: an answer already paid for is kept."""
         budget = self._limits.max_tokens
         if budget is not None and self._usage.total_tokens >= budget:
             # Checked before a call, never after: an answer already paid for is kept.
             raise _TurnEnded(Outcome.TOKEN_LIMIT, answers.token_limit(budget, self._found()))
-        try:
-            out = await workflow.execute_activity_method(
-                method,
-                arg,
-                start_to_close_timeout=MODEL_TIMEOUT,
-                schedule_to_close_timeout=self._within(),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=MODEL_RETRY,
-                summary=answers.markdown_safe(summary),
-            )
-            self._progressed = True
-            return out
-        except ActivityError as e:
-            self._if_out_of_time()
-            raise self._model_failed(iteration, e) from e
+        cap = self._limits.max_cost
+        spent = self._usage.cost_usd
+        if cap is not None and (spent is None or spent >= cap):
+            # A cost nobody knows is no cost within the cap.
+            raise _TurnEnded(Outcome.COST_LIMIT, answers.cost_limit(cap, spent, self._found()))
+
+    def _fell_back(
+        self, iteration: int, failed: str, then: str, cause: BaseException | None
+    ) -> None:
+        """The story, the trace and the metrics say that the next model gets the request."""
+        why = fallback.reason(cause)
+        self._record(iteration, StepKind.FALLBACK, f"{failed} failed ({why}); asking {then}")
+        record_fallback(self._span, failed, then, why)
+        count_fallback(self._agent.name, failed, then)
 
     def _model_failed(self, iteration: int, err: ActivityError) -> _TurnEnded:
         """Transient trouble that outlasted every retry, or a request a retry cannot fix."""
@@ -680,6 +823,8 @@ class AgentTurn:
             source=source,
             reply=reply,
             round=under_way,
+            models=self._models,
+            instructions=self._instructions,
             pending=list(self._pending.values()),
             decisions=[d for c, d in self._decisions.items() if c in self._pending],
             stream=state,
@@ -795,6 +940,7 @@ class AgentTurn:
             idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
             agent=self._agent.name,
             tools_version=self._agent.tools_version,
+            context=turn.context,
         )
         try:
             return await self._dispatch(vc, sent)
@@ -834,6 +980,7 @@ class AgentTurn:
                     idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
                     agent=self._agent.name,
                     tools_version=self._agent.tools_version,
+                    context=turn.context,
                 ),
                 start_to_close_timeout=QUICK_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
@@ -899,6 +1046,9 @@ class AgentTurn:
                 "max_tokens": None
                 if self._limits.max_tokens is None
                 else max(1, self._limits.max_tokens - self._usage.total_tokens),
+                "max_cost": None
+                if self._limits.max_cost is None
+                else max(0.0, self._limits.max_cost - (self._usage.cost_usd or 0.0)),
             }
         )
         child = TurnInput(
@@ -914,6 +1064,7 @@ class AgentTurn:
             instructions="" if agent.agent else agent.instructions,
             # The child's question is the model's; its writes answer to the customer's words.
             said=_said(turn),
+            context=turn.context if agent.shares_context else {},
         )
         try:
             result: TurnOutput = await workflow.execute_child_workflow(
@@ -1177,6 +1328,20 @@ def _verdict_line(
 def _describe(reply: Reply) -> str:
     calls = ", ".join(c.render() for c in reply.calls)
     return f"{reply.text.strip()} → {calls}" if reply.text.strip() else calls
+
+
+def _capped(limits: TurnLimits, cost_left: float | None) -> TurnLimits:
+    """The turn's limits, with what is left of its conversation's spending cap."""
+    if cost_left is None:
+        return limits
+    cap = cost_left if limits.max_cost is None else min(limits.max_cost, cost_left)
+    return limits.model_copy(update={"max_cost": max(0.0, cap)})
+
+
+def _failure(err: Exception) -> str:
+    """An activity's failure in its own words."""
+    cause = _cause(err)
+    return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
 
 
 def _cause(err: Exception) -> BaseException | None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from durable_agent.errors import ModelRequestRejected, ModelUnavailable
+from durable_agent.errors import ModelCannotAnswer, ModelRequestRejected, ModelUnavailable
 
 TRANSIENT_CODES = {
     "ThrottlingException",
@@ -17,6 +18,8 @@ TRANSIENT_CODES = {
     "ServiceQuotaExceededException",
     "ModelStreamErrorException",  # the model failed mid-stream: "retry your request"
 }
+_TOO_LONG = re.compile(r"too long|too many (input )?tokens|context (window|length)", re.IGNORECASE)
+"""How Bedrock says a conversation is longer than the model's context window."""
 AUTH_CODES = {
     "AccessDeniedException",
     "UnrecognizedClientException",
@@ -59,6 +62,11 @@ def classify(e: Exception, service: str, what: str) -> Exception:
             return ModelRequestRejected(
                 f"{service} refused the credentials ({code}): check AWS_PROFILE / AWS_REGION "
                 "and the account's access to this resource"
+            )
+        if code == "ValidationException" and _TOO_LONG.search(message):
+            # This model's context window: another model's may be larger.
+            return ModelCannotAnswer(
+                f"{service}: the request is too long for the model ({message})"
             )
         if code == "ResourceNotFoundException":
             return ModelRequestRejected(f"{service}: not found ({message}); check the {what}")

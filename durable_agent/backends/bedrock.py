@@ -38,7 +38,7 @@ from typing import Any
 from durable_agent.backends import _aws
 from durable_agent.backends.prompts import INSTRUCTIONS
 from durable_agent.conversation import AssistantMessage, UserMessage
-from durable_agent.errors import ModelRequestRejected, ModelUnavailable
+from durable_agent.errors import ModelCannotAnswer, ModelRequestRejected, ModelUnavailable
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.stream import TextSink
 from durable_agent.types import ToolCall, Usage
@@ -157,6 +157,8 @@ def _reply(resp: dict[str, Any]) -> Reply:
         calls = []  # the guardrail's message is the answer; run nothing it blocked
         text = text.strip() or GUARDRAIL_ANSWER
     if not calls and not text.strip():
+        if stop == "content_filtered":
+            raise ModelCannotAnswer("the model's content filter withheld its reply")
         raise ModelUnavailable(f"the model returned an empty message (stopReason {stop!r})")
     if stop == "max_tokens" and not calls:
         text = text.rstrip() + " …"  # cut short: still the best answer there is

@@ -35,12 +35,17 @@ from typing import Any
 
 from durable_agent.backends.prompts import INSTRUCTIONS
 from durable_agent.conversation import AssistantMessage, UserMessage
-from durable_agent.errors import ModelRequestRejected, ModelUnavailable
+from durable_agent.errors import ModelCannotAnswer, ModelRequestRejected, ModelUnavailable
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.stream import TextSink
 from durable_agent.types import ToolCall, Usage
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+THIS_MODEL_ONLY = frozenset(
+    {"context_length_exceeded", "content_filter", "string_above_max_length"}
+)
+"""Error codes of a request this model will not take, which another model may: its
+context window, its content filter (`ModelCannotAnswer`: a fallback model is asked)."""
 
 
 class OpenAIChatModel:
@@ -214,6 +219,8 @@ class _Answer:
         calls = [_decode_call(c.id, c.name, c.arguments) for c in self.calls]
         text = self.text
         if not calls and not text.strip():
+            if self.finish_reason == "content_filter":
+                raise ModelCannotAnswer("the model's content filter withheld its reply")
             raise ModelUnavailable("the model returned an empty message")
         if self.finish_reason == "length" and not calls:
             text = text.rstrip() + " …"  # cut short: still the best answer there is
@@ -286,6 +293,8 @@ def classify(e: Exception) -> Exception:
         return ModelUnavailable(
             f"model endpoint answered {status}: {said}", retry_after=retry_after(e)
         )
+    if _error_body(e).get("code") in THIS_MODEL_ONLY:
+        return ModelCannotAnswer(f"the model will not take this request ({status}): {said}")
     if status in (401, 403):
         return ModelRequestRejected(
             f"model endpoint refused the credentials ({status}: {said}); check OPENAI_API_KEY"

@@ -46,8 +46,8 @@ from durable_agent import mcp, telemetry
 from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
-from durable_agent.client import AgentClient, TurnHandle
-from durable_agent.errors import AgentDefinitionError
+from durable_agent.client import AgentClient, TurnHandle, checked_context
+from durable_agent.errors import AgentDefinitionError, InvalidContext
 from durable_agent.pricing import usage_line
 from durable_agent.runtime import deployments, search
 from durable_agent.runtime.cli import (
@@ -113,6 +113,8 @@ FLAGS = {
     "max_steps": "--max-steps",
     "max_duration": "--max-duration",
     "max_tokens": "--max-tokens",
+    "max_cost": "--max-cost",
+    "context": "--context",
     "approval_timeout": "--approval-timeout",
     "idle_timeout": "--idle-timeout",
 }
@@ -133,6 +135,7 @@ UNANSWERED = (
     Outcome.TIME_LIMIT,
     Outcome.TOKEN_LIMIT,
     Outcome.INVALID_OUTPUT,
+    Outcome.COST_LIMIT,
 )
 
 
@@ -339,6 +342,22 @@ def duration(flag: str, value: float, unit: str = "seconds") -> timedelta:
     return timedelta(seconds=value * per)
 
 
+def context_of(args: argparse.Namespace) -> dict[str, object]:
+    """`--context JSON`: the turn's context, a JSON object (checked as the client checks
+    it: `InvalidContext`)."""
+    if args.context is None:
+        return {}
+    try:
+        given = json.loads(args.context)
+    except json.JSONDecodeError as e:
+        example = '{"plan": "pro"}'
+        raise CliError(f"--context: give a JSON object, e.g. '{example}' ({e})") from None
+    try:
+        return checked_context(given)
+    except InvalidContext as e:
+        raise CliError(f"--context: {e}") from None
+
+
 def limits(args: argparse.Namespace) -> TurnLimits | None:
     """The limits the flags set; None when none is given (the agent's apply)."""
     given = {
@@ -347,6 +366,7 @@ def limits(args: argparse.Namespace) -> TurnLimits | None:
         if args.max_duration is None
         else duration("--max-duration", args.max_duration),
         "max_tokens": args.max_tokens,
+        "max_cost": args.max_cost,
         "approval_timeout": None
         if args.approval_timeout is None
         else duration("--approval-timeout", args.approval_timeout),
@@ -417,6 +437,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
             model=args.model,
             limits=limits(args),
             stream=args.follow,
+            context=context_of(args),
         )
     except ValidationError as e:
         raise input_error(e) from None
@@ -484,6 +505,7 @@ def chat_input(args: argparse.Namespace, chosen: Chosen) -> ConversationInput:
             limits=limits(args),
             idle_timeout=idle,
             stream=True,
+            context=context_of(args),
         )
     except ValidationError as e:
         raise input_error(e) from None
@@ -931,7 +953,14 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
         "--model",
         default="",
         type=model_spec,
-        help="model spec, e.g. openai:gpt-4o (default: the agent's)",
+        help="model spec, e.g. openai:gpt-4o, or several separated by commas, each asked "
+        "when the one before fails for good (default: the agent's)",
+    )
+    p.add_argument(
+        "--context",
+        metavar="JSON",
+        help="the turn's context, a JSON object its tools and instructions read, e.g. "
+        '\'{"name": "Ada", "plan": "pro"}\' (at most 16 KB)',
     )
     # Limits: none given, the agent's apply; any given, exactly these (the rest default).
     p.add_argument(
@@ -947,6 +976,13 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-tokens", type=whole_number(), help="token budget of a turn (default: none)"
+    )
+    p.add_argument(
+        "--max-cost",
+        type=number_of("US dollars"),
+        metavar="USD",
+        help="spending cap of a turn in US dollars (default: none); a model with no known "
+        "price is refused (AGENT_MODEL_PRICES gives one)",
     )
     p.add_argument(
         "--approval-timeout",

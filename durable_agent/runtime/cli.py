@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable
 from typing import NoReturn
 
+from durable_agent import fallback
+
 EXIT_USAGE = 1
 """Exit code of a command line it cannot use (argparse's own is 2)."""
 _WHOLE = re.compile(r"[+-]?[0-9]{1,18}")
@@ -91,16 +93,20 @@ MAX_MODEL_CHARS = 200
 
 
 def model_spec(text: str) -> str:
-    """An argparse type: a model spec (`provider:model`, or empty for the agent's), which
-    the worker resolves; here only its shape is checked (it is also a search attribute,
-    whose values Temporal caps)."""
+    """An argparse type: a model spec (`provider:model`, or empty for the agent's), or
+    several in order separated by commas (fallback: `a,b`), which the worker resolves;
+    here only their shape is checked (it is also a search attribute, whose values
+    Temporal caps)."""
     spec = text.strip()
     if len(spec) > MAX_MODEL_CHARS or any(c.isspace() or not c.isprintable() for c in spec):
         raise argparse.ArgumentTypeError(
-            f"give a model spec like openai:gpt-4o (at most {MAX_MODEL_CHARS} characters, "
-            f"no spaces), not {_shown(text)}"
+            f"give a model spec like openai:gpt-4o, or several separated by commas (at most "
+            f"{MAX_MODEL_CHARS} characters, no spaces), not {_shown(text)}"
         )
-    return spec
+    try:
+        return fallback.joined(fallback.check(spec))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _shown(text: str, limit: int = 60) -> str:

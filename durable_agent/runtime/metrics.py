@@ -27,6 +27,8 @@ have a name (Prometheus cannot take dots, so there every dot is `_`:
     agent.tool.calls                  counter    tool call attempts by gen_ai.tool.name and
                                                  agent.tool.result (ok, tool_error,
                                                  retryable_error, cancelled) and error.type
+    agent.model.fallbacks             counter    requests a model failed for good, handed to the
+                                                 next model (agent.model.failed, agent.model.next)
     agent.turns                       counter    turns by agent.outcome
     agent.turn.model_calls            histogram  model calls per turn
     agent.turn.steps                  histogram  rounds of tool calls per turn
@@ -110,6 +112,9 @@ MODEL_CALL_COST = Instrument(
 )
 TOOL_CALLS = Instrument("agent.tool.calls", "Tool call attempts", "{call}")
 TURNS = Instrument("agent.turns", "Turns ended, by outcome", "{turn}")
+FALLBACKS = Instrument(
+    "agent.model.fallbacks", "Requests a model failed for good, given to the next", "{request}"
+)
 TURN_MODEL_CALLS = Instrument(
     "agent.turn.model_calls", "Model calls per turn", "{call}", (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 )
@@ -420,6 +425,25 @@ def record_turn(turn: TurnOutput) -> None:
         usage.output_tokens,
         format_cost(cost),
     )
+
+
+def count_fallback(agent: str, failed: str, then: str) -> None:
+    """In workflow code: a model failed for good and the next gets the request. Nothing
+    is recorded while the workflow replays."""
+    attrs: dict[str, str | int] = {
+        "gen_ai.agent.name": agent,
+        "agent.model.failed": failed,
+        "agent.model.next": then,
+    }
+    try:
+        meter = workflow.metric_meter()
+        counter = meter.create_counter(
+            _names(FALLBACKS.name), FALLBACKS.description, FALLBACKS.unit
+        )
+        counter.add(1, _names.attributes(attrs))
+    except Exception:
+        # A metric must never fail a turn (see TurnMetrics).
+        workflow.logger.exception("recording a model fallback failed")
 
 
 class TurnMetrics(Interceptor):

@@ -24,6 +24,7 @@ const LABELS = {
   decision: "decided",
   shield: "check",
   rejected: "invalid call",
+  fallback: "switches model",
 };
 
 const chat = { id: null, source: null, turns: new Map() };

@@ -1,0 +1,80 @@
+"""instructions (local activity): an agent's instructions for one turn, from the turn's
+context and the agent's deps (`Agent(instructions=fn)`).
+
+The workflow runs it once, before the turn's first model call, and only for an agent
+whose instructions are a function: a plain text costs a turn nothing. Its result is
+recorded in the history (a marker), so a turn that is replayed (a worker picked it up
+after a crash) reads the text it got, and the function is not called again. Like every
+local activity it may run again if its worker dies before the result is recorded,
+which is why the function should only read. The fingerprint it returns covers the
+text: a turn whose instructions differ from another's shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from durable_agent.activities._tools import turn_tools
+from durable_agent.errors import AgentDefinitionError
+from durable_agent.serving import Agents
+
+
+class InstructionsInput(BaseModel):
+    agent: str = ""
+    """The turn's agent (empty: the worker's first)."""
+    context: dict[str, Any] = {}
+    """The turn's context (`TurnInput.context`)."""
+    tools_version: str = ""
+    """The version of the agent's tools the turn started with (its fingerprint covers them)."""
+
+
+class InstructionsOutput(BaseModel):
+    text: str
+    """The instructions every model call of the turn is sent."""
+    fingerprint: str = ""
+    """A hash of them and of the turn's tools (`Agent.fingerprint`)."""
+
+
+class InstructionsActivity:
+    def __init__(self, agents: Agents) -> None:
+        self._agents = agents
+
+    @activity.defn(name="instructions")
+    async def instructions(self, input: InstructionsInput) -> InstructionsOutput:
+        served = self._agents.get(input.agent)
+        fn = served.dynamic
+        text: Any
+        if fn is None:  # served as text now (a worker of another definition)
+            text = served.instructions
+        elif inspect.iscoroutinefunction(fn):
+            text = await fn(dict(input.context), served.deps)
+        else:
+            # A plain function (a database read) runs in a thread, so the worker's event
+            # loop keeps serving other turns meanwhile.
+            text = await asyncio.to_thread(_call, fn, dict(input.context), served.deps)
+            if inspect.isawaitable(text):
+                text = await text
+        if not isinstance(text, str) or not text.strip():
+            raise AgentDefinitionError(
+                f"agent {served.name!r}: its instructions function returned "
+                f"{_shown(text)}; return the instructions as text"
+            )
+        tools = await turn_tools(served, input.tools_version)
+        return InstructionsOutput(text=text, fingerprint=served.fingerprint_with(text, tools))
+
+
+def _call(fn: Callable[..., Any], context: dict[str, Any], deps: Any) -> Any:
+    return fn(context, deps)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return "empty text"
+    shown = repr(value)
+    return f"{shown[:60]}… ({type(value).__name__})" if len(shown) > 60 else shown
