@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from durable_agent.offline import (
     Asked,
@@ -54,7 +55,7 @@ class ShopPhrasebook(Phrasebook):
             words.add("return")  # what returning it does, or that it has a return
         if "late" in found or _NOT_ARRIVED.search(asked.text):
             found |= {"late", "ship"}
-        return Asked(frozenset(found), frozenset(words), asked.yes_no, asked.text)
+        return replace(asked, concepts=frozenset(found), words=frozenset(words))
 
     def answer(self, reading: Reading) -> str | None:
         if not reading.records:
@@ -75,6 +76,9 @@ class ShopPhrasebook(Phrasebook):
     def can_offer(self, tool: str, record: Record, reading: Reading) -> bool:
         """A return can be started for an order that has shipped."""
         return bool(reading.field(record, "shipped"))
+
+
+SORRY = "I'm sorry about that."
 
 
 def offline_model(_arg: str = "") -> OfflineModel:
@@ -147,8 +151,8 @@ def _order_answer(r: Reading, record: Record) -> str:
         sentences.append(_shipping(r, record, subject, asked))
     if not sentences:
         sentences = [f"Order {order_id} is for {what} ({total}).", _shipping(r, record, "it")]
-    if asked.concepts & {"damage", "late"}:
-        sentences.insert(0, "I'm sorry about that.")
+    if asked.concepts & {"damage", "late"} or asked.upset:
+        sentences.insert(0, SORRY)
     if "late" in asked.concepts and r.field(record, "shipped") and _late(r, record):
         sentences.append(f"Ask me for the tracking link of order {order_id} to see where it is.")
     return " ".join(_capitalized(s) for s in sentences)
