@@ -588,9 +588,16 @@ class _Plan:
     """The question is not about what the tools cover: the agent's decline text."""
 
 
-def _decide(talk: _Dialogue, profiles: list[_ToolProfile], instructions: str = "") -> _Plan:
-    """Small talk; the answer to the model's own question; ids in the question;
-    ids of what the conversation was about ("it"); else the tool most about it."""
+def _decide(
+    talk: _Dialogue,
+    profiles: list[_ToolProfile],
+    instructions: str = "",
+    list_finds: bool = False,
+) -> _Plan:
+    """Small talk; the answer to the model's own question; ids in the question; a
+    number that is not an id; the things an earlier answer listed ("which of those");
+    ids of what the conversation was about ("it"); the customer's list, when it finds
+    what they speak of (`Phrasebook.list_finds`); else the tool most about it."""
     question = talk.question
     if is_small_talk(question):
         return _Plan(text=_small_talk(question, profiles))
@@ -607,11 +614,97 @@ def _decide(talk: _Dialogue, profiles: list[_ToolProfile], instructions: str = "
     words = content_words(question)
     allowed = [p for p in profiles if p.allowed(asks_to_change(question), words)]
     chosen = _pick_id_tools(allowed, question, words)
+    if not chosen and (missed := near_miss(question, profiles)) is not None:
+        return _not_an_id(missed, allowed)
+    if not chosen and (listing := _those(talk, allowed)) is not None:
+        return _Plan(calls=[(listing, {})])
+    if not chosen and _MANY.search(_normalize(question)) and talk.earlier:
+        chosen = _pick_id_tools(allowed, talk.earlier[0], words)
     if not chosen and refers_back(question, _nouns(profiles)):
         chosen = _pick_for_subject(allowed, talk.ids_from_subject(profiles), words)
     if chosen:
         return _with_free_text(_add_lookup_for_rest(chosen, allowed, words), talk.said, words)
+    if list_finds and _MINE.search(_normalize(question)):
+        listing = next((p for p in allowed if _lists(p, _nouns(allowed))), None)
+        if listing is not None:
+            return _Plan(calls=[(listing, {})])
     return _topical(allowed, talk, words)
+
+
+_MINE = re.compile(r"\b(?:my|mine|it|its|i|i've|i'm|we|our)\b")
+"""A message about something of the customer's ("my package never came")."""
+_MANY = re.compile(r"\b(?:those|these|them|any of|which one|which of|each of|all of|one of)\b")
+"""A message about the things an earlier answer named ("which one of those is late?")."""
+
+
+def _lists(p: _ToolProfile, nouns: Iterable[str]) -> bool:
+    """A read with no arguments that lists the customer's things an id names
+    (list_orders: "Your orders")."""
+    return not p.params and not p.request_only and any(_stem(n) in p.vocabulary for n in nouns)
+
+
+def _those(talk: _Dialogue, profiles: list[_ToolProfile]) -> _ToolProfile | None:
+    """For a question about the things the latest answer named ("which one of those is
+    late?"), the tool that lists them again; None: they are looked up one by one."""
+    if not talk.earlier or not _MANY.search(_normalize(talk.question)):
+        return None
+    named = talk.earlier[0]
+    for p in profiles:
+        for param in p.ids:
+            if param.pattern is not None and len(find_all_ids(param.pattern, named)) >= 2:
+                return next((t for t in profiles if _lists(t, [id_noun(param)])), None)
+    return None
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A number the customer gave as an id that no id of the tools can be ("order
+    12345": an order ID has 6 digits)."""
+
+    value: str
+    param: Param
+
+    def said(self) -> str:
+        what = self.param.description.strip().rstrip(".")
+        article = "an" if what[:1].lower() in "aeiou" else "a"
+        return f"{self.value} is not {article} {_lowered(what)}."
+
+
+_EXAMPLE = re.compile(r"\blike\s+([A-Za-z]*)(\d+)\b")
+_ID_LIKE = re.compile(r"(?<![\w$.,-])#?([A-Za-z]*)(\d{2,})(?![\w-]|[.,]\d)")
+
+
+def near_miss(text: str, profiles: Iterable[_ToolProfile]) -> NearMiss | None:
+    """The first id-like value in `text` that an id parameter's pattern refuses, though
+    it looks like the parameter's example (`order ID (6 digits, like 123456)`): its
+    letters, and a few digits more or less. A bare number counts only when it follows
+    the id's noun ("order 12345", "order #1234567"), so an amount or a year never does."""
+    for p in profiles:
+        for param in p.ids:
+            example = _EXAMPLE.search(param.description)
+            if param.pattern is None or example is None:
+                continue
+            prefix, digits = example.group(1).lower(), len(example.group(2))
+            noun = re.escape(id_noun(param))
+            after_noun = re.compile(rf"\b{noun}s?\W*(?:(?:id|number|no|num|nr)\b\W*)?$", re.I)
+            for m in _ID_LIKE.finditer(text):
+                letters, number = m.group(1).lower(), m.group(2)
+                if letters != prefix or abs(len(number) - digits) > 2:
+                    continue
+                if find_id(param.pattern, m.group(0).lstrip("#")) is not None:
+                    continue
+                if prefix or after_noun.search(text[: m.start()]):
+                    return NearMiss(m.group(0).lstrip("#"), param)
+    return None
+
+
+def _not_an_id(missed: NearMiss, profiles: list[_ToolProfile]) -> _Plan:
+    """Say the number is not an id, and show the customer's own, when a tool lists them;
+    else ask for the id."""
+    listing = next((p for p in profiles if _lists(p, [id_noun(missed.param)])), None)
+    if listing is not None:
+        return _Plan(calls=[(listing, {})])
+    return _Plan(text=f"{missed.said()} {ASK} the {missed.param.description.strip()}.")
 
 
 _CAN_I_DO = re.compile(r"^(?:can|could|may)\s+(?:i|you|we)\s+(?:please\s+)?([a-z]+)\b")
@@ -935,6 +1028,12 @@ class Phrasebook:
         what the tool would make."""
         return True
 
+    def list_finds(self, asked: Asked) -> bool:
+        """Whether the customer's list of their things (a tool like `list_orders`) finds
+        the one a message speaks of without its id ("my package never came": the late
+        one). Default: no, the model asks for the id."""
+        return False
+
 
 def _usage(prompt: str, reply: str) -> Usage:
     return Usage(model_calls=1, input_tokens=len(prompt.split()), output_tokens=len(reply.split()))
@@ -991,7 +1090,9 @@ class OfflineModel:
             by_name = {p.spec.name: p for p in profiles}
             decided = _Plan(text=" ".join(dict.fromkeys(_sorry(r, by_name) for r in refused)))
         else:
-            decided = _decide(talk, profiles, request.instructions)
+            asked = self._phrasebook.asked(talk.question, Asked.of(talk.question, self._words))
+            finds = self._phrasebook.list_finds(asked)
+            decided = _decide(talk, profiles, request.instructions, finds)
         prompt = talk.question + " " + " ".join(s.description for s in request.tools)
         if not decided.calls:
             # Declined in the words the instructions give ("reply exactly: ..."), as a
@@ -1024,6 +1125,10 @@ class OfflineModel:
         ]
         if language := other_language(talk.question):
             parts.insert(0, ONLY_ENGLISH.format(language=language) + " Here is what I found:")
+        elif not _names_an_id(talk.question, profiles) and (
+            missed := near_miss(talk.question, profiles)
+        ):
+            parts.insert(0, missed.said())
         answer = " ".join(p for p in parts if p) or decline_text(request.instructions)
         if offer := self._offer(readings, profiles, talk):
             answer += " " + offer
