@@ -104,7 +104,7 @@ ENGLISH = {
     "amount": "amount charge cost much paid pay price spend spent total",
     "item": "bought buy item product purchase thing",
     "quantity": "many quantity unit",
-    "status": "happen status update",
+    "status": "going happen status update",
 }
 """Words an LLM knows mean the same thing, by concept. An agent's phrasebook adds the
 words of its own domain (`Phrasebook.synonyms`)."""
@@ -142,7 +142,7 @@ def _normalize(text: str) -> str:
 
 
 FEELINGS = _wordset(
-    """angry annoyed annoying awful bloody crap damn damned dammit disgusting fed freaking
+    """angry annoyed annoying awful bloody crap damn damned dammit disgusting ever fed freaking
     fricking frustrated frustrating fuck fucking furious heck hell horrible joke kidding
     literally omg outrageous pathetic ridiculous rubbish seriously shit sick terrible tired
     unacceptable upset useless worst wtf"""
@@ -817,16 +817,23 @@ def _with_free_text(chosen: list[Choice], question: str, words: list[str]) -> _P
                 args[param.name] = value
         refused = [param for param in p.params if not param.accepts(args.get(param.name, ""))]
         if refused:
-            cannot = cannot or cannot_make(p, refused)
+            cannot = cannot or cannot_make(p, refused, args)
             continue
         calls.append((p, {param.name: args[param.name] for param in p.params}))
     return _Plan(calls=calls) if calls else _Plan(text=cannot)
 
 
-def cannot_make(p: _ToolProfile, params: Sequence[Param]) -> str:
-    """A polite answer for a call the model cannot make valid from the customer's words."""
-    needs = " and ".join(_lowered(param.description.strip().rstrip(".")) for param in params)
-    return f"Sorry, I can't {p.phrase()} from a message like this: it needs {needs}."
+def cannot_make(p: _ToolProfile, params: Sequence[Param], given: Mapping[str, str] = {}) -> str:
+    """A polite answer for a call the model cannot make valid from the customer's words:
+    what the call needs, and how long it may be when the words were too many."""
+    needs = []
+    for param in params:
+        what = _lowered(param.description.strip().rstrip("."))
+        low, high = param.limits
+        if param.name in given and high is not None and len(given[param.name]) > high:
+            what += f" of at most {high} characters"
+        needs.append(what)
+    return f"Sorry, I can't {p.phrase()} from a message like this: it needs {' and '.join(needs)}."
 
 
 def _lowered(text: str) -> str:
