@@ -44,7 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
-from durable_agent.errors import AgentClientError, NoWorker, UnknownTurn
+from durable_agent.errors import AgentClientError, NoWorker, TurnTaskFailing, UnknownTurn
 from durable_agent.runtime import server, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
@@ -493,12 +493,21 @@ def _with_our_converter(client: Client) -> Client:
 def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> Exception:
     if e.status == RPCStatusCode.NOT_FOUND:
         return UnknownTurn(workflow_id, what)
+    if task_failing(e):
+        return TurnTaskFailing(workflow_id, what)
     if e.status == RPCStatusCode.UNAVAILABLE:
         return server.ServerUnavailable(
             f"lost the Temporal server ({e.message}); {what} {workflow_id} is kept there: "
             f"see it with `{client_command()} show {workflow_id}` once the server is back"
         )
     return e
+
+
+def task_failing(e: RPCError) -> bool:
+    """Whether Temporal refused a query or an update because the workflow's task fails."""
+    return e.status == RPCStatusCode.FAILED_PRECONDITION and "task in failed state" in (
+        e.message.lower()
+    )
 
 
 def _first_error(e: ValidationError) -> str:

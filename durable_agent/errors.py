@@ -29,7 +29,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── UnknownTurn                no turn (or conversation) has that workflow id
     ├── NothingPending             no call of the turn awaits a decision (or several: name one)
     ├── NoWorker                   no worker serves the task queue
-    └── WorkerNeeded               no worker answered in time (the turn waits for one)
+    ├── WorkerNeeded               no worker answered in time (the turn waits for one)
+    └── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
 """
 
 from __future__ import annotations
@@ -155,3 +156,17 @@ class NoWorker(AgentClientError):
 
 class WorkerNeeded(AgentClientError):
     """No worker answered a query in time (the turn is kept, and waits for one)."""
+
+
+class TurnTaskFailing(AgentClientError):
+    """The turn's workflow task fails each time a worker runs it (a bug in the workflow
+    code, or a value over Temporal's limits): Temporal answers no query or update of
+    it until a worker that can run it picks it up."""
+
+    def __init__(self, workflow_id: str, what: str = "turn") -> None:
+        super().__init__(
+            f"{what} {workflow_id} cannot be read now: its workflow task fails each time a "
+            "worker runs it (see the worker's log); it stays running, and a worker with the "
+            f"fix goes on with it. Its history so far: `{client_command()} show {workflow_id}`"
+        )
+        self.workflow_id = workflow_id

@@ -1,0 +1,112 @@
+"""What printed a traceback prints one line now, and exits 1: `show --follow` on a turn
+whose workflow task fails, `approve` and `reject` interrupted with Ctrl-C while they
+wait, a question with NUL bytes read from standard input; and a worker stopped with a
+turn in flight logs no OpenTelemetry "Failed to detach context" traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from durable_agent.client import AgentClient, AgentClientError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def command_env(env: WorkflowEnvironment, task_queue: str, tmp_path: Path) -> dict[str, str]:
+    """The commands' environment: the test session's server, this test's task queue."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+    return base | {
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+        "AGENT_TASK_QUEUE": task_queue,
+        "AGENT_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def client_py(*args: str, env: dict[str, str], **options: Any) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "client.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **options,
+    )
+
+
+def one_line(out: subprocess.CompletedProcess, starts: str) -> str:
+    """The command's one line of error: exit 1, no traceback."""
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(lines) == 1, (out.returncode, out.stderr)
+    assert lines[0].startswith(starts), lines[0]
+    return lines[0]
+
+
+@workflow.defn(name="AgentTurn", sandboxed=False)
+class BrokenTurn:
+    """A turn whose workflow code fails every task (a bug): it stays running."""
+
+    @workflow.run
+    async def run(self, turn: Any) -> None:
+        raise RuntimeError("a bug in the turn's workflow code")
+
+
+@asynccontextmanager
+async def broken_turn(client: Client) -> AsyncIterator[tuple[str, str]]:
+    task_queue = f"broken-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=task_queue, workflows=[BrokenTurn]):
+        turn_id = f"turn-demo-broken-{uuid.uuid4().hex[:8]}"
+        await client.start_workflow(
+            "AgentTurn", {"question": "hi"}, id=turn_id, task_queue=task_queue
+        )
+        yield task_queue, turn_id
+
+
+async def test_show_follow_on_a_turn_whose_workflow_task_fails_is_one_line(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with broken_turn(env.client) as (task_queue, turn_id):
+        out = await asyncio_run(
+            client_py, "show", turn_id, "--follow", env=command_env(env, task_queue, tmp_path)
+        )
+    said = one_line(out, f"error: turn {turn_id}")
+    assert "workflow task" in said
+
+
+async def asyncio_run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def test_agent_client_refuses_a_question_with_nul_bytes(env: WorkflowEnvironment) -> None:
+    agents = AgentClient(env.client, task_queue=f"none-{uuid.uuid4().hex[:6]}")
+    for question in ("Has order 123456\x00 shipped?", "\x00", "hi\x1b[2J there", "a\x7fb"):
+        with pytest.raises(AgentClientError, match="control character"):
+            await agents.start(question)
+
+
+@pytest.mark.parametrize("question", ["Has order 123456\x00 shipped?", "\x00\x00", "hi\x07"])
+def test_a_question_with_nul_bytes_from_stdin_is_one_line(
+    env: WorkflowEnvironment, tmp_path: Path, question: str
+) -> None:
+    out = client_py("ask", "-", env=command_env(env, "nobody", tmp_path), input=question)
+    said = one_line(out, "error: QUESTION: ")
+    assert "control character" in said
+    assert "\x00" not in said
