@@ -5,7 +5,9 @@ turn in flight logs no OpenTelemetry "Failed to detach context" traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -20,6 +22,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.client import AgentClient, AgentClientError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,9 +93,81 @@ async def test_show_follow_on_a_turn_whose_workflow_task_fails_is_one_line(
 
 
 async def asyncio_run(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    import asyncio
-
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+@workflow.defn(name="AgentTurn", sandboxed=False)
+class UndecidedTurn:
+    """A turn with a call awaiting consent that takes its time over a decision: `decide`
+    waits (for ever) when the person says `--by slow`, else records it at once; the
+    turn itself never ends."""
+
+    @workflow.run
+    async def run(self, turn: Any) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.update
+    async def decide(self, decision: ApprovalDecision) -> ApprovalResult:
+        if decision.by == "slow":
+            await workflow.wait_condition(lambda: False)
+        return ApprovalResult(call_id=decision.call_id, approved=decision.approved, tool="t")
+
+
+async def update_accepted(client: Client, turn_id: str) -> None:
+    """Once the turn has taken a `decide` update in (it is in its history)."""
+    handle = client.get_workflow_handle(turn_id)
+    for _ in range(600):
+        async for event in handle.fetch_history_events():
+            if event.HasField("workflow_execution_update_accepted_event_attributes"):
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the update never reached the turn")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["approve", "--by", "slow"], "interrupted while turn {} had not yet taken the approval"),
+        (["reject", "--by", "slow"], "interrupted while turn {} had not yet taken the rejection"),
+        (["approve", "--wait"], "stopped waiting; the approval is recorded and the turn goes on"),
+        (["reject", "--wait"], "stopped waiting; the rejection is recorded and the turn goes on"),
+    ],
+)
+async def test_ctrl_c_while_a_decision_waits_is_one_line(
+    env: WorkflowEnvironment, tmp_path: Path, args: list[str], says: str
+) -> None:
+    task_queue = f"undecided-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=task_queue, workflows=[UndecidedTurn]):
+        turn_id = f"turn-demo-undecided-{uuid.uuid4().hex[:8]}"
+        await env.client.start_workflow(
+            "AgentTurn", {"question": "hi"}, id=turn_id, task_queue=task_queue
+        )
+        command, *flags = args
+        deciding = subprocess.Popen(
+            [sys.executable, "client.py", command, turn_id, "call_1", *flags],
+            cwd=ROOT,
+            env=command_env(env, task_queue, tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            if "--wait" in flags:  # it said what was recorded, and waits for the turn
+                assert deciding.stdout is not None
+                recorded = await asyncio.to_thread(deciding.stdout.readline)
+                assert recorded.startswith(("approved: t", "rejected: t")), recorded
+            else:  # the turn has the update, and the command waits for its answer
+                await update_accepted(env.client, turn_id)
+            deciding.send_signal(signal.SIGINT)
+            _, err = await asyncio.to_thread(deciding.communicate, timeout=60)
+        finally:
+            if deciding.poll() is None:
+                deciding.kill()
+    assert "Traceback" not in err, err
+    assert deciding.returncode == 130, err
+    assert err.strip().splitlines() == [err.strip()] and err.strip().startswith(
+        says.format(turn_id)
+    ), err
 
 
 async def test_agent_client_refuses_a_question_with_nul_bytes(env: WorkflowEnvironment) -> None:
