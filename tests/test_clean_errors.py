@@ -24,6 +24,8 @@ from temporalio.worker import Worker
 
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.client import AgentClient, AgentClientError
+from durable_agent.runtime.turns import progress_of, start_turn
+from durable_agent.types import TurnInput
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -185,3 +187,56 @@ def test_a_question_with_nul_bytes_from_stdin_is_one_line(
     said = one_line(out, "error: QUESTION: ")
     assert "control character" in said
     assert "\x00" not in said
+
+
+async def test_a_traced_worker_stopped_with_turns_in_flight_logs_no_detach_traceback(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A worker that traces (`OTEL_TRACES_EXPORTER`), with one turn waiting for consent
+    and one terminated while it ran, then stopped (SIGTERM): each workflow it lets go
+    of mid-way once logged "Failed to detach context" with a traceback."""
+    task_queue = f"traced-{uuid.uuid4().hex[:8]}"
+    environ = command_env(env, task_queue, tmp_path) | {
+        "OTEL_TRACES_EXPORTER": "console",
+        "AGENT_SHOP_DB": str(tmp_path / "shop.db"),
+    }
+    spans = tmp_path / "spans.txt"
+    with spans.open("w") as printed:
+        worker = subprocess.Popen(
+            [sys.executable, "worker.py"],
+            cwd=ROOT,
+            env=environ,
+            stdout=printed,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            for _ in range(1200):
+                if "worker ready" in spans.read_text() or worker.poll() is not None:
+                    break
+                await asyncio.sleep(0.1)
+            assert "worker ready" in spans.read_text(), spans.read_text()
+            waiting, terminated = [
+                await start_turn(
+                    env.client,
+                    TurnInput(question="I want to return order 123456, it arrived damaged"),
+                    task_queue,
+                )
+                for _ in range(2)
+            ]
+            for turn in (waiting, terminated):
+                for _ in range(600):
+                    if (await progress_of(turn)).pending:
+                        break
+                    await asyncio.sleep(0.1)
+                assert (await progress_of(turn)).pending
+            await terminated.terminate("a test")
+            worker.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(worker.communicate, timeout=60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+    assert worker.returncode == 0, err
+    assert "Failed to detach context" not in err, err
+    assert "Traceback" not in err, err
+    assert '"name": "chat offline' in spans.read_text()  # it did trace
