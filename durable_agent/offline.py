@@ -167,11 +167,11 @@ def content_words(text: str) -> list[str]:
 
 def is_upset(text: str) -> bool:
     """Whether the message says the customer is upset: words of feeling, "!!", or
-    shouting (mostly capitals)."""
+    shouting (mostly capitals) with an exclamation mark."""
     letters = [c for c in text if c.isalpha()]
     shouting = len(letters) >= 12 and sum(c.isupper() for c in letters) > 0.6 * len(letters)
     feeling = any(w in FEELINGS for w in re.findall(r"[a-z]+", text.lower()))
-    return feeling or shouting or "!!" in text
+    return feeling or (shouting and "!" in text) or "!!" in text
 
 
 class Spelling:
@@ -624,15 +624,24 @@ def _decide(
         chosen = _pick_for_subject(allowed, talk.ids_from_subject(profiles), words)
     if chosen:
         return _with_free_text(_add_lookup_for_rest(chosen, allowed, words), talk.said, words)
-    if list_finds and _MINE.search(_normalize(question)):
+    if list_finds and _about_theirs(question):
         listing = next((p for p in allowed if _lists(p, _nouns(allowed))), None)
         if listing is not None:
             return _Plan(calls=[(listing, {})])
     return _topical(allowed, talk, words)
 
 
-_MINE = re.compile(r"\b(?:my|mine|it|its|i|i've|i'm|we|our)\b")
-"""A message about something of the customer's ("my package never came")."""
+_MINE = re.compile(r"\b(?:my|mine|our)\b")
+
+
+def _about_theirs(text: str) -> bool:
+    """Whether a message is about something of the customer's ("my package never
+    came", "it was due on the 21st"), not about how things are ("your policy on late
+    parcels", "is it free?")."""
+    t = _DUMMY_IT.sub(" ", _normalize(text))
+    return bool(_MINE.search(t) or _IT.search(t))
+
+
 _MANY = re.compile(r"\b(?:those|these|them|any of|which one|which of|each of|all of|one of)\b")
 """A message about the things an earlier answer named ("which one of those is late?")."""
 

@@ -303,11 +303,19 @@ WORDINGS = [
     case("This is unacceptable. Order 456789 STILL hasn't shipped!!", [O456], [SORRY, "456789"]),
     case("seriously, what did 678901 cost?? worst shop ever", [O678], [SORRY, "$15.90"]),
     case("I'm so fed up. wtf is going on with 123456", [O123], [SORRY, "123456"]),
+    case("PLEASE CHECK ORDER 123456", [O123], [LATE_TAIL], SORRY),  # capitals, no anger
     # A parcel that never came: their orders, and which one is late.
     case("my package never came", [LIST], [SORRY, THE_LATE_ONE, ORDERS]),
     case("My parcel never arrived", [LIST], [SORRY, THE_LATE_ONE, ORDERS]),
     case("I still haven't received my order", [LIST], [THE_LATE_ONE, ORDERS]),
     case("my order is late", [LIST], [THE_LATE_ONE]),
+    # About how things are, not about theirs: the policy, not their list.
+    case(
+        "I want to know your policy on late parcels",
+        ["search_policies(query='I want to know your policy on late parcels')"],
+        ["policy says"],
+        ORDERS,
+    ),
     # A due date instead of an id.
     case("it was due on the 21st, where is it?", [LIST], [THE_LATE_ONE, ORDERS]),
     case("My order was supposed to arrive on the 21st", [LIST], [THE_LATE_ONE]),
