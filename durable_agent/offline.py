@@ -9,6 +9,10 @@ It knows nothing of the shop's code or data, only some English: a handful of
 synonyms ("cost" ~ "total"), what a question looks like, and how to phrase a
 record's fields ("Shipped on", "Expected delivery") in a sentence.
 
+Before it reads a message it puts right typos of the words it knows ("wher is my
+ordr" -> "where is my order"), and words of feeling ("where the hell is ...") are
+not what a message asks (they make the answer say sorry).
+
 plan, in this order:
 - small talk ("hi", "thanks", "what can you do?") gets a greeting that lists
   what the tools do;
@@ -27,7 +31,18 @@ plan, in this order:
   reply, so they run in parallel ("Can I return order 123456?" -> the order and
   the return policy);
 - a question the tools cover less than half of is declined; a missing id or
-  reason is asked for.
+  reason is asked for;
+- a number shaped like an id's example that is not one ("order 12345") is said to
+  be none, with the customer's list when a tool lists them; "which one of those" reads
+  the list the last answer named again; a message about something of theirs without
+  an id ("my package never came") lists them when the phrasebook says the list finds
+  it (`Phrasebook.list_finds`).
+
+Never a write for a question or a request to be shown something: a tool that writes
+(`ToolSpec.side_effects`) is called only for a request that says its action. And
+never a call its schema would refuse: a value it cannot make of the message (a list,
+a number, text over `maxLength`) gets a polite answer saying what the call needs, and
+a refused call it reads back is said in words, never as the schema's message.
 
 interpret parses the results' `Key: value.` sentences back into records and
 composes a short answer for the kind of question: yes/no with dates for
