@@ -37,6 +37,26 @@ class Param:
     saying them is the request, not the reason for it."""
     shape: re.Pattern[str] | None = None
     """For free text its description shows by examples: the examples' shape."""
+    kind: str | None = "string"
+    """Its JSON type (`string`, `array`, ...); None when the schema says none. Words
+    of a message fill only a string."""
+    limits: tuple[int, int | None] = (0, None)
+    """The string's `minLength` and `maxLength`."""
+    choices: tuple[str, ...] = ()
+    """Its `enum`: the values it may take (empty: any)."""
+    exact: re.Pattern[str] | None = None
+    """Its `pattern`, as the schema says it (case and all)."""
+
+    def accepts(self, value: str) -> bool:
+        """Whether `value` is valid for it, as its schema says: a call with a value it
+        does not accept would only be refused."""
+        low, high = self.limits
+        return (
+            self.kind in ("string", None)
+            and low <= len(value) <= (high if high is not None else len(value))
+            and (not self.choices or value in self.choices)
+            and (self.exact is None or self.exact.search(value) is not None)
+        )
 
     @property
     def is_id(self) -> bool:
@@ -67,14 +87,48 @@ def required_params(spec: ToolSpec) -> tuple[Param, ...]:
         if name not in required:
             continue
         pattern = schema.get("pattern")
-        compiled = None
-        if pattern:
+        compiled = exact = None
+        if isinstance(pattern, str) and pattern:
             body = pattern.removeprefix("^").removesuffix("$")
-            compiled = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.IGNORECASE)
-        description = schema.get("description", name)
+            try:
+                compiled = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.IGNORECASE)
+                exact = re.compile(pattern)
+            except re.error:  # a pattern Python does not read: no id to find by it
+                compiled = exact = None
+        description = str(schema.get("description", name))
         shape = None if compiled else shape_of_examples(description)
-        params.append(Param(name, compiled, description, tool_words, shape))
+        low, high = schema.get("minLength", 0), schema.get("maxLength")
+        params.append(
+            Param(
+                name,
+                compiled,
+                description,
+                tool_words,
+                shape,
+                kind=_json_type(schema),
+                limits=(
+                    low if isinstance(low, int) else 0,
+                    high if isinstance(high, int) else None,
+                ),
+                choices=tuple(str(c) for c in schema.get("enum", ()) if isinstance(c, str)),
+                exact=exact,
+            )
+        )
     return tuple(params)
+
+
+def _json_type(schema: dict[str, Any]) -> str | None:
+    """The JSON type a schema gives a value: its `type` (`string` when that is one of
+    several), else the one type its `anyOf` branches agree on; None when it says none."""
+    said = schema.get("type")
+    if isinstance(said, list):
+        return "string" if "string" in said else (said[0] if said else None)
+    if isinstance(said, str):
+        return said
+    kinds = {_json_type(b) for b in schema.get("anyOf", []) if isinstance(b, dict)} - {"null"}
+    if len(kinds) == 1:
+        return kinds.pop()
+    return "string" if "string" in kinds else None
 
 
 QUOTED = re.compile(r"""'([^'\s]{2,40})'|"([^"\s]{2,40})"|`([^`\s]{2,40})`""")
@@ -127,7 +181,10 @@ def fill_arguments(params: tuple[Param, ...], question: str) -> dict[str, str] |
 
 def find_value(param: Param, text: str, taken: tuple[str, ...] = ()) -> str | None:
     """The value of one parameter in `text`, or None if the text does not give it.
-    `taken`: values other parameters of the call have (a shaped value goes to one)."""
+    `taken`: values other parameters of the call have (a shaped value goes to one).
+    Words fill only a string: a value of another type (a list, a number) is never found."""
+    if param.kind not in ("string", None):
+        return None
     if param.pattern is not None:
         return find_id(param.pattern, text)
     if param.shape is not None:

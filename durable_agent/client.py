@@ -51,6 +51,7 @@ from durable_agent.errors import (
     InvalidContext,
     NoWorker,
     OutputMismatch,
+    TurnTaskFailing,
     UnknownTurn,
 )
 from durable_agent.outputs import output_spec
@@ -562,6 +563,8 @@ def _with_our_converter(client: Client) -> Client:
 def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> Exception:
     if e.status == RPCStatusCode.NOT_FOUND:
         return UnknownTurn(workflow_id, what)
+    if task_failing(e):
+        return TurnTaskFailing(workflow_id, what)
     if e.status == RPCStatusCode.UNAVAILABLE:
         return server.ServerUnavailable(
             f"lost the Temporal server ({e.message}); {what} {workflow_id} is kept there: "
@@ -589,6 +592,13 @@ def _typed(output_type: Any, value: Any, workflow_id: str) -> Any:
 @functools.lru_cache(maxsize=64)
 def _adapter(output_type: Any) -> TypeAdapter[Any]:
     return TypeAdapter(output_type)
+
+
+def task_failing(e: RPCError) -> bool:
+    """Whether Temporal refused a query or an update because the workflow's task fails."""
+    return e.status == RPCStatusCode.FAILED_PRECONDITION and "task in failed state" in (
+        e.message.lower()
+    )
 
 
 def _first_error(e: ValidationError) -> str:

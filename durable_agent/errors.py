@@ -33,7 +33,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── NoWorker                   no worker serves the task queue
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
     ├── OutputMismatch             a typed turn's value fails its type's own validators
-    └── InvalidContext             a turn's context is not a JSON object, or too large
+    ├── InvalidContext             a turn's context is not a JSON object, or too large
+    └── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
 """
 
 from __future__ import annotations
@@ -175,3 +176,17 @@ class OutputMismatch(AgentClientError):
 class InvalidContext(AgentClientError):
     """A turn's context is not a JSON object, or too large to travel with the turn
     (`durable_agent.types.MAX_CONTEXT_BYTES`); the message says which."""
+
+
+class TurnTaskFailing(AgentClientError):
+    """The turn's workflow task fails each time a worker runs it (a bug in the workflow
+    code, or a value over Temporal's limits): Temporal answers no query or update of
+    it until a worker that can run it picks it up."""
+
+    def __init__(self, workflow_id: str, what: str = "turn") -> None:
+        super().__init__(
+            f"{what} {workflow_id} cannot be read now: its workflow task fails each time a "
+            "worker runs it (see the worker's log); it stays running, and a worker with the "
+            f"fix goes on with it. Its history so far: `{client_command()} show {workflow_id}`"
+        )
+        self.workflow_id = workflow_id

@@ -9,6 +9,10 @@ It knows nothing of the shop's code or data, only some English: a handful of
 synonyms ("cost" ~ "total"), what a question looks like, and how to phrase a
 record's fields ("Shipped on", "Expected delivery") in a sentence.
 
+Before it reads a message it puts right typos of the words it knows ("wher is my
+ordr" -> "where is my order"), and words of feeling ("where the hell is ...") are
+not what a message asks (they make the answer say sorry).
+
 plan, in this order:
 - small talk ("hi", "thanks", "what can you do?") gets a greeting that lists
   what the tools do;
@@ -27,7 +31,18 @@ plan, in this order:
   reply, so they run in parallel ("Can I return order 123456?" -> the order and
   the return policy);
 - a question the tools cover less than half of is declined; a missing id or
-  reason is asked for.
+  reason is asked for;
+- a number shaped like an id's example that is not one ("order 12345") is said to
+  be none, with the customer's list when a tool lists them; "which one of those" reads
+  the list the last answer named again; a message about something of theirs without
+  an id ("my package never came") lists them when the phrasebook says the list finds
+  it (`Phrasebook.list_finds`).
+
+Never a write for a question or a request to be shown something: a tool that writes
+(`ToolSpec.side_effects`) is called only for a request that says its action. And
+never a call its schema would refuse: a value it cannot make of the message (a list,
+a number, text over `maxLength`) gets a polite answer saying what the call needs, and
+a refused call it reads back is said in words, never as the schema's message.
 
 interpret parses the results' `Key: value.` sentences back into records and
 composes a short answer for the kind of question: yes/no with dates for
@@ -75,7 +90,7 @@ from durable_agent.model import ModelRequest, Reply
 from durable_agent.shields import DATA_MARK
 from durable_agent.shields.offline import reads_as_instructions
 from durable_agent.stream import TextSink, write_out
-from durable_agent.tools import ToolSpec
+from durable_agent.tools import ToolSpec, is_refused_call
 from durable_agent.types import ToolCall, Usage
 
 # The share of the question's content words a tool's vocabulary must cover; a
@@ -107,7 +122,7 @@ ENGLISH = {
     "amount": "amount charge cost much paid pay price spend spent total",
     "item": "bought buy item product purchase thing",
     "quantity": "many quantity unit",
-    "status": "happen status update",
+    "status": "going happen status update",
 }
 """Words an LLM knows mean the same thing, by concept. An agent's phrasebook adds the
 words of its own domain (`Phrasebook.synonyms`)."""
@@ -144,14 +159,98 @@ def _normalize(text: str) -> str:
     return re.sub(r"\bsend(?:ing)?\s+(?:it\s+|them\s+|this\s+|that\s+)?back\b", "return", text)
 
 
+FEELINGS = _wordset(
+    """angry annoyed annoying awful bloody crap damn damned dammit disgusting ever fed freaking
+    fricking frustrated frustrating fuck fucking furious heck hell horrible joke kidding
+    literally omg outrageous pathetic ridiculous rubbish seriously shit sick terrible tired
+    unacceptable upset useless worst wtf"""
+)
+"""Words that say how the customer feels, not what they ask: "where the hell is my order
+123456, this is ridiculous" asks where order 123456 is."""
+
+
 def content_words(text: str) -> list[str]:
-    """The stems of the words that say what a text is about (no ids, no filler)."""
+    """The stems of the words that say what a text is about (no ids, no filler, no
+    feelings)."""
     words = re.findall(r"[a-z0-9]+", _normalize(text))
     return [
         _stem(w)
         for w in words
-        if len(w) > 1 and w not in STOPWORDS and not any(c.isdigit() for c in w)
+        if len(w) > 1
+        and w not in STOPWORDS
+        and w not in FEELINGS
+        and not any(c.isdigit() for c in w)
     ]
+
+
+def is_upset(text: str) -> bool:
+    """Whether the message says the customer is upset: words of feeling, "!!", or
+    shouting (mostly capitals) with an exclamation mark."""
+    letters = [c for c in text if c.isalpha()]
+    shouting = len(letters) >= 12 and sum(c.isupper() for c in letters) > 0.6 * len(letters)
+    feeling = any(w in FEELINGS for w in re.findall(r"[a-z]+", text.lower()))
+    return feeling or (shouting and "!" in text) or "!!" in text
+
+
+class Spelling:
+    """Typos of the words the model knows, put right before it reads a message: "wher
+    is my ordr 123456??" reads as "where is my order 123456??". A word it knows (or
+    whose stem it knows), a short word and one with digits stay as they are. A typo is
+    one letter left out, two swapped, or a letter doubled, and is put right only when
+    one known word (by stem) is that close. A wrong letter is never guessed: it turns
+    real words into others ("world" would read "would", "change" "charge")."""
+
+    MIN_LENGTH = 4
+
+    def __init__(self, known: Iterable[str]) -> None:
+        self.known = frozenset(w for w in known if w.isalpha())
+        # A filler word is known as it is written: "wher" is not "where".
+        self.stems = frozenset(_stem(w) for w in self.known if w not in STOPWORDS)
+        self.by_length: dict[int, list[str]] = {}
+        for w in sorted(self.known):
+            if len(w) >= self.MIN_LENGTH:
+                self.by_length.setdefault(len(w), []).append(w)
+
+    def text(self, text: str) -> str:
+        return re.sub(r"(?<![\w'-])[A-Za-z]+(?![\w'-])", lambda m: self.word(m.group(0)), text)
+
+    def word(self, word: str) -> str:
+        lower = word.lower()
+        if len(lower) < self.MIN_LENGTH or lower in self.known or _stem(lower) in self.stems:
+            return word
+        for kind in (_left_out, _swapped, _doubled):
+            near = {k for n in (-1, 0, 1) for k in self.by_length.get(len(lower) + n, ())}
+            found = sorted(k for k in near if kind(lower, k))
+            if len({_stem(k) for k in found}) == 1:
+                return found[0]
+            if found:
+                return word  # two words are as close: no guess
+        return word
+
+
+def _left_out(typed: str, known: str) -> bool:
+    return len(known) == len(typed) + 1 and any(
+        known[:i] + known[i + 1 :] == typed for i in range(len(known))
+    )
+
+
+def _swapped(typed: str, known: str) -> bool:
+    if len(known) != len(typed):
+        return False
+    diff = [i for i in range(len(typed)) if typed[i] != known[i]]
+    return (
+        len(diff) == 2
+        and diff[1] == diff[0] + 1
+        and typed[diff[0]] == known[diff[1]]
+        and typed[diff[1]] == known[diff[0]]
+    )
+
+
+def _doubled(typed: str, known: str) -> bool:
+    return len(typed) == len(known) + 1 and any(
+        typed[i] == typed[i + 1] and typed[:i] + typed[i + 1 :] == known
+        for i in range(len(typed) - 1)
+    )
 
 
 # --- what the customer's message looks like ---------------------------------------------
@@ -197,6 +296,32 @@ def is_question(text: str) -> bool:
     if _POLITE_REQUEST.match(opening):
         return False
     return "?" in text or _first_word(text) in _INTERROGATIVES
+
+
+_READ_VERBS = _wordset(
+    """browse check describe display explain fetch find list look print read search see
+    show tell view"""
+)
+"""Verbs that ask to be shown something: a request that leads with one asks nothing to
+change ("Show me everything in the knowledge graph")."""
+_ASKING = re.compile(
+    r"^(?:(?:please|kindly|just|(?:can|could|would|will) you|i want(?: to)?|i'd like(?: to)?"
+    r"|i would like(?: to)?|i need(?: to)?|let me|help me|go ahead and)\s+)+"
+)
+
+
+def asks_to_change(text: str) -> bool:
+    """Whether the message asks for something to be done, as opposed to a question or a
+    request to be shown something ("show me ...", "list ...", "can you find ...")."""
+    if is_question(text):
+        return False
+    return lead_verb(text) not in _READ_VERBS
+
+
+def lead_verb(text: str) -> str:
+    """The word a request leads with, after "please", "can you", "I want to"."""
+    verb = re.match(r"[a-z']*", _ASKING.sub("", _opening(text)))
+    return verb.group(0) if verb else ""
 
 
 def is_yes_no(text: str) -> bool:
@@ -289,11 +414,13 @@ class _ToolProfile:
     params: tuple[Param, ...]
     vocabulary: frozenset[str]
     request_only: bool
-    """Every example is a request, none a question: a tool that does something
-    (start a return), called only when the customer asks for it to be done."""
+    """A tool that does something (start a return), called only when the customer asks
+    for it to be done: one that writes (`ToolSpec.side_effects`), or whose every example
+    is a request, none a question."""
     action_words: frozenset[str]
-    """The words of the tool's name every example says ("return"): a request
-    for the tool says one of them."""
+    """The words of the tool's name every example says ("return"), or for a write with
+    no examples its name's verb ("create" of create_entities): a request for the tool
+    says one of them."""
     vocabulary_concepts: frozenset[str]
     words: Vocabulary
 
@@ -305,9 +432,15 @@ class _ToolProfile:
             # A parameter's quoted examples ('Asia/Tokyo') are not what the tool is about.
             + [QUOTED.sub("", p.description) for p in params]
         )
-        name_words = set(content_words(spec.name.replace("_", " ")))
-        action = name_words.intersection(*(content_words(e) for e in spec.examples))
-        request_only = bool(spec.examples) and not any("?" in e for e in spec.examples)
+        # The tool's own name, without its server's (memory__create_entities).
+        own_name = [w for w in re.split(r"[_\W]+", spec.name.rsplit("__", 1)[-1]) if w] or [""]
+        name_words = set(content_words(" ".join(own_name)))
+        if spec.examples:
+            action = name_words.intersection(*(content_words(e) for e in spec.examples))
+        else:
+            action = set(content_words(own_name[0]) if spec.side_effects else name_words)
+        requests = bool(spec.examples) and not any("?" in e for e in spec.examples)
+        request_only = spec.side_effects or requests
         vocabulary = frozenset(content_words(text))
         known = frozenset(words.concepts(vocabulary))
         return cls(spec, params, vocabulary, request_only, frozenset(action), known, words)
@@ -355,9 +488,9 @@ class _ToolProfile:
     def phrase(self) -> str:
         """The tool's name as words, for offering it: start_return -> "start a return",
         time__get_current_time (a tool server's) -> "get current time"."""
-        words = [w for w in self.spec.name.rsplit("__", 1)[-1].split("_") if w]
-        if len(words) == 2:
-            return f"{words[0]} a {words[1]}"
+        words = [w for w in re.split(r"[_\W]+", self.spec.name.rsplit("__", 1)[-1]) if w]
+        if len(words) == 2 and not words[1].endswith("s"):
+            return f"{words[0]} {'an' if words[1][0] in 'aeiou' else 'a'} {words[1]}"
         return " ".join(words)
 
 
@@ -397,14 +530,21 @@ class _Dialogue:
 
     question: str
     """The customer's request: the latest message, completed by the earlier one
-    when it only answers the model's question for an id ("123456")."""
+    when it only answers the model's question for an id ("123456"), typos put right."""
     earlier: tuple[str, ...]
     """What was said before that (customer and model), latest first."""
     last_ask: tuple[_ToolProfile, Param] | None
     """What the model's previous message asked the customer for, if anything."""
+    said: str = ""
+    """The request as the customer wrote it: what a call's free text is made of."""
 
     @classmethod
-    def of(cls, messages: Sequence[Message], profiles: Sequence[_ToolProfile]) -> _Dialogue:
+    def of(
+        cls,
+        messages: Sequence[Message],
+        profiles: Sequence[_ToolProfile],
+        spelling: Spelling | None = None,
+    ) -> _Dialogue:
         said = [m for m in messages if not isinstance(m, ToolResult)]
         last = max((i for i, m in enumerate(said) if isinstance(m, UserMessage)), default=-1)
         if last < 0:
@@ -417,7 +557,8 @@ class _Dialogue:
             start = last - 2  # "123456" answers the question before the model's ask
             question = f"{sentence(said[start].text)} {question}"
         earlier = tuple(m.text for m in reversed(said[:start]) if m.text)
-        return cls(question, earlier, last_ask)
+        read = spelling.text(question) if spelling is not None else question
+        return cls(read, earlier, last_ask, question)
 
     def ids_from_subject(self, profiles: Sequence[_ToolProfile]) -> str:
         """The latest earlier message that names an id: what "it" is about."""
@@ -465,9 +606,16 @@ class _Plan:
     """The question is not about what the tools cover: the agent's decline text."""
 
 
-def _decide(talk: _Dialogue, profiles: list[_ToolProfile], instructions: str = "") -> _Plan:
-    """Small talk; the answer to the model's own question; ids in the question;
-    ids of what the conversation was about ("it"); else the tool most about it."""
+def _decide(
+    talk: _Dialogue,
+    profiles: list[_ToolProfile],
+    instructions: str = "",
+    list_finds: bool = False,
+) -> _Plan:
+    """Small talk; the answer to the model's own question; ids in the question; a
+    number that is not an id; the things an earlier answer listed ("which of those");
+    ids of what the conversation was about ("it"); the customer's list, when it finds
+    what they speak of (`Phrasebook.list_finds`); else the tool most about it."""
     question = talk.question
     if is_small_talk(question):
         return _Plan(text=_small_talk(question, profiles))
@@ -482,14 +630,108 @@ def _decide(talk: _Dialogue, profiles: list[_ToolProfile], instructions: str = "
             text=f"Sorry, I can't {action} that for you here. {handoff}I can help with: {can}."
         )
     words = content_words(question)
-    request = not is_question(question)
-    allowed = [p for p in profiles if p.allowed(request, words)]
+    allowed = [p for p in profiles if p.allowed(asks_to_change(question), words)]
     chosen = _pick_id_tools(allowed, question, words)
+    if not chosen and (missed := near_miss(question, profiles)) is not None:
+        return _not_an_id(missed, allowed)
+    if not chosen and (listing := _those(talk, allowed)) is not None:
+        return _Plan(calls=[(listing, {})])
+    if not chosen and _MANY.search(_normalize(question)) and talk.earlier:
+        chosen = _pick_id_tools(allowed, talk.earlier[0], words)
     if not chosen and refers_back(question, _nouns(profiles)):
         chosen = _pick_for_subject(allowed, talk.ids_from_subject(profiles), words)
     if chosen:
-        return _with_free_text(_add_lookup_for_rest(chosen, allowed, words), question, words)
+        return _with_free_text(_add_lookup_for_rest(chosen, allowed, words), talk.said, words)
+    if list_finds and _about_theirs(question):
+        listing = next((p for p in allowed if _lists(p, _nouns(allowed))), None)
+        if listing is not None:
+            return _Plan(calls=[(listing, {})])
     return _topical(allowed, talk, words)
+
+
+_MINE = re.compile(r"\b(?:my|mine|our)\b")
+
+
+def _about_theirs(text: str) -> bool:
+    """Whether a message is about something of the customer's ("my package never
+    came", "it was due on the 21st"), not about how things are ("your policy on late
+    parcels", "is it free?")."""
+    t = _DUMMY_IT.sub(" ", _normalize(text))
+    return bool(_MINE.search(t) or _IT.search(t))
+
+
+_MANY = re.compile(r"\b(?:those|these|them|any of|which one|which of|each of|all of|one of)\b")
+"""A message about the things an earlier answer named ("which one of those is late?")."""
+
+
+def _lists(p: _ToolProfile, nouns: Iterable[str]) -> bool:
+    """A read with no arguments that lists the customer's things an id names
+    (list_orders: "Your orders")."""
+    return not p.params and not p.request_only and any(_stem(n) in p.vocabulary for n in nouns)
+
+
+def _those(talk: _Dialogue, profiles: list[_ToolProfile]) -> _ToolProfile | None:
+    """For a question about the things the latest answer named ("which one of those is
+    late?"), the tool that lists them again; None: they are looked up one by one."""
+    if not talk.earlier or not _MANY.search(_normalize(talk.question)):
+        return None
+    named = talk.earlier[0]
+    for p in profiles:
+        for param in p.ids:
+            if param.pattern is not None and len(find_all_ids(param.pattern, named)) >= 2:
+                return next((t for t in profiles if _lists(t, [id_noun(param)])), None)
+    return None
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A number the customer gave as an id that no id of the tools can be ("order
+    12345": an order ID has 6 digits)."""
+
+    value: str
+    param: Param
+
+    def said(self) -> str:
+        what = self.param.description.strip().rstrip(".")
+        article = "an" if what[:1].lower() in "aeiou" else "a"
+        return f"{self.value} is not {article} {_lowered(what)}."
+
+
+_EXAMPLE = re.compile(r"\blike\s+([A-Za-z]*)(\d+)\b")
+_ID_LIKE = re.compile(r"(?<![\w$.,-])#?([A-Za-z]*)(\d{2,})(?![\w-]|[.,]\d)")
+
+
+def near_miss(text: str, profiles: Iterable[_ToolProfile]) -> NearMiss | None:
+    """The first id-like value in `text` that an id parameter's pattern refuses, though
+    it looks like the parameter's example (`order ID (6 digits, like 123456)`): its
+    letters, and a few digits more or less. A bare number counts only when it follows
+    the id's noun ("order 12345", "order #1234567"), so an amount or a year never does."""
+    for p in profiles:
+        for param in p.ids:
+            example = _EXAMPLE.search(param.description)
+            if param.pattern is None or example is None:
+                continue
+            prefix, digits = example.group(1).lower(), len(example.group(2))
+            noun = re.escape(id_noun(param))
+            after_noun = re.compile(rf"\b{noun}s?\W*(?:(?:id|number|no|num|nr)\b\W*)?$", re.I)
+            for m in _ID_LIKE.finditer(text):
+                letters, number = m.group(1).lower(), m.group(2)
+                if letters != prefix or abs(len(number) - digits) > 2:
+                    continue
+                if find_id(param.pattern, m.group(0).lstrip("#")) is not None:
+                    continue
+                if prefix or after_noun.search(text[: m.start()]):
+                    return NearMiss(m.group(0).lstrip("#"), param)
+    return None
+
+
+def _not_an_id(missed: NearMiss, profiles: list[_ToolProfile]) -> _Plan:
+    """Say the number is not an id, and show the customer's own, when a tool lists them;
+    else ask for the id."""
+    listing = next((p for p in profiles if _lists(p, [id_noun(missed.param)])), None)
+    if listing is not None:
+        return _Plan(calls=[(listing, {})])
+    return _Plan(text=f"{missed.said()} {ASK} the {missed.param.description.strip()}.")
 
 
 _CAN_I_DO = re.compile(r"^(?:can|could|may)\s+(?:i|you|we)\s+(?:please\s+)?([a-z]+)\b")
@@ -529,10 +771,11 @@ def _explains(words: Sequence[str], covers: Callable[[str], float]) -> bool:
     return share >= MIN_COVERAGE or (bool(covers(words[0])) and share >= MIN_LEAD_COVERAGE)
 
 
-def _key(p: _ToolProfile, words: Sequence[str]) -> tuple[float, bool]:
-    """Rank by words covered; on a tie, a tool that only reads beats one that
-    does something (a write needs a clear request)."""
-    return p.score(words), not p.request_only
+def _key(p: _ToolProfile, words: Sequence[str], verb: str = "") -> tuple[float, bool, bool]:
+    """Rank by words covered; on a tie, a tool whose action the request leads with
+    ("*create* an entity named Alice"), then a tool that only reads beats one that does
+    something (a write needs a clear request)."""
+    return p.score(words), bool(verb) and verb in p.action_words, not p.request_only
 
 
 def _pick_id_tools(profiles: list[_ToolProfile], question: str, words: list[str]) -> list[Choice]:
@@ -544,12 +787,13 @@ def _pick_id_tools(profiles: list[_ToolProfile], question: str, words: list[str]
     is return rtn001 processed": "return" belongs to rtn001).
     """
     groups: dict[tuple[str, ...], list[Choice]] = {}
+    verb = _stem(lead_verb(question))
     for p in profiles:
         for found in p.each_id(question) if p.ids else ():
             groups.setdefault(tuple(v.lower() for v in found.values()), []).append((p, found))
 
     def best(ids: tuple[str, ...], counted: list[str]) -> Choice:
-        return max(groups[ids], key=lambda choice: _key(choice[0], counted))
+        return max(groups[ids], key=lambda choice: _key(choice[0], counted, verb))
 
     chosen = {ids: best(ids, words) for ids in groups}
     for ids in groups:
@@ -582,21 +826,47 @@ def _add_lookup_for_rest(
 
 def _with_free_text(chosen: list[Choice], question: str, words: list[str]) -> _Plan:
     """The calls with their free-text arguments, or a question for a missing reason;
-    a decline when the tools explain too little of the question."""
+    a decline when the tools explain too little of the question. A call whose schema
+    would refuse what the message gives (a list, a value too long) is not made: the
+    others are, or the customer hears politely what it needs."""
     if words and not _explains(words, lambda w: any(p.matches(w) for p, _ in chosen)):
         return _Plan(declined=True)
-    calls = []
+    calls, cannot = [], ""
     for p, ids in chosen:
-        args = dict(ids)
+        args: dict[str, str] = dict(ids)
         for param in p.params:
             if param.is_id:
                 continue
             value = find_value(param, question)
-            if value is None:
+            if value is None and param.kind in ("string", None):
                 return _Plan(text=_ask_for_reason(p, param, ids))
-            args[param.name] = value
+            if value is not None:
+                args[param.name] = value
+        refused = [param for param in p.params if not param.accepts(args.get(param.name, ""))]
+        if refused:
+            cannot = cannot or cannot_make(p, refused, args)
+            continue
         calls.append((p, {param.name: args[param.name] for param in p.params}))
-    return _Plan(calls=calls)
+    return _Plan(calls=calls) if calls else _Plan(text=cannot)
+
+
+def cannot_make(p: _ToolProfile, params: Sequence[Param], given: Mapping[str, str] = {}) -> str:
+    """A polite answer for a call the model cannot make valid from the customer's words:
+    what the call needs, and how long it may be when the words were too many."""
+    needs = []
+    for param in params:
+        what = _lowered(param.description.strip().rstrip("."))
+        low, high = param.limits
+        if param.name in given and high is not None and len(given[param.name]) > high:
+            what += f" of at most {high} characters"
+        needs.append(what)
+    return f"Sorry, I can't {p.phrase()} from a message like this: it needs {' and '.join(needs)}."
+
+
+def _lowered(text: str) -> str:
+    """`text` with a lower-case first letter, unless its first word is an acronym."""
+    first = text.split(" ", 1)[0]
+    return text if first.isupper() and len(first) > 1 else text[:1].lower() + text[1:]
 
 
 def _topical(profiles: list[_ToolProfile], talk: _Dialogue, words: list[str]) -> _Plan:
@@ -610,7 +880,7 @@ def _topical(profiles: list[_ToolProfile], talk: _Dialogue, words: list[str]) ->
     ranked = sorted(
         profiles,
         key=lambda p: (
-            *_key(p, words),
+            *_key(p, words, _stem(lead_verb(talk.question))),
             bool(p.ids) == specific,
             sum(1 / shared[w] for w in words if p.matches(w)),
         ),
@@ -620,13 +890,13 @@ def _topical(profiles: list[_ToolProfile], talk: _Dialogue, words: list[str]) ->
     if best is None or not words or not _explains(words, best.matches):
         return _Plan(declined=True)
     if not best.ids:
-        return _with_free_text([(best, {})], talk.question, words)
+        return _with_free_text([(best, {})], talk.said, words)
     ids = talk.ids_for(best)
     if ids is None:
         offer = f"I can {best.phrase()} for you." if best.request_only else "I can look that up."
         return _Plan(text=f"{offer} {ASK} the {best.ids[0].description}.")
     chosen = _add_lookup_for_rest([(best, ids)], profiles, words)
-    return _with_free_text(chosen, talk.question, words)
+    return _with_free_text(chosen, talk.said, words)
 
 
 def _in_other_language(language: str, question: str, profiles: list[_ToolProfile]) -> _Plan:
@@ -665,7 +935,7 @@ def _complete_asked_request(talk: _Dialogue, profiles: list[_ToolProfile]) -> _P
     if param.is_id or _names_an_id(talk.question, profiles):
         return None  # naming an id is a new request, not the answer
     ids = profile.find_ids(talk.earlier[0])
-    reason = find_reason(talk.question, param.tool_words)
+    reason = find_reason(talk.said, param.tool_words)
     if ids is None or reason is None:
         return None
     return _Plan(calls=[(profile, {**ids, param.name: reason})])
@@ -729,12 +999,16 @@ class Asked:
     yes_no: bool
     text: str = ""
     """The question, in lower case."""
+    upset: bool = False
+    """The customer says they are upset (`is_upset`): the answer says sorry first."""
 
     @classmethod
     def of(cls, question: str, words: Vocabulary) -> Asked:
         said = content_words(question)
         found = frozenset(words.concepts(said))
-        return cls(found, frozenset(said), is_yes_no(question), _normalize(question))
+        return cls(
+            found, frozenset(said), is_yes_no(question), _normalize(question), is_upset(question)
+        )
 
 
 @dataclass(frozen=True)
@@ -788,6 +1062,12 @@ class Phrasebook:
         what the tool would make."""
         return True
 
+    def list_finds(self, asked: Asked) -> bool:
+        """Whether the customer's list of their things (a tool like `list_orders`) finds
+        the one a message speaks of without its id ("my package never came": the late
+        one). Default: no, the model asks for the id."""
+        return False
+
 
 def _usage(prompt: str, reply: str) -> Usage:
     return Usage(model_calls=1, input_tokens=len(prompt.split()), output_tokens=len(reply.split()))
@@ -804,6 +1084,7 @@ class OfflineModel:
         self._phrasebook = phrasebook or Phrasebook()
         self._words = Vocabulary({**ENGLISH, **self._phrasebook.synonyms})
         self._profiles: dict[str, _ToolProfile] = {}
+        self._spellings: dict[tuple[str, ...], Spelling] = {}
 
     def _profiles_of(self, specs: list[ToolSpec]) -> list[_ToolProfile]:
         profiles = []
@@ -814,10 +1095,38 @@ class OfflineModel:
             profiles.append(self._profiles[key])
         return profiles
 
+    def _spelling_of(self, specs: list[ToolSpec]) -> Spelling:
+        """The words the model knows with these tools: their own, and its English."""
+        key = tuple(s.model_dump_json() for s in specs)
+        if (found := self._spellings.get(key)) is None:
+            tools = " ".join(
+                f"{s.name} {s.description} {' '.join(s.examples)} {s.parameters}" for s in specs
+            )
+            languages = " ".join(_OTHER_LANGUAGES.values())
+            synonyms = " ".join([*ENGLISH.values(), *self._phrasebook.synonyms.values()])
+            found = Spelling(
+                re.findall(r"[a-z]+", f"{tools} {synonyms} {languages}".lower())
+                + [*STOPWORDS, *_INTERROGATIVES, *_SMALL_TALK, *FEELINGS, *_READ_VERBS]
+            )
+            self._spellings = {**self._spellings, key: found}
+        return found
+
+    def _dialogue(self, request: ModelRequest, profiles: list[_ToolProfile]) -> _Dialogue:
+        return _Dialogue.of(request.messages, profiles, self._spelling_of(request.tools))
+
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         profiles = self._profiles_of(_tools_to_pick(request))
-        talk = _Dialogue.of(request.messages, profiles)
-        decided = _decide(talk, profiles, request.instructions)
+        talk = self._dialogue(request, profiles)
+        refused = [r for r in latest_results(request.messages) if _refused(r)]
+        if refused:
+            # Asked again because its calls were refused: the same words would make the
+            # same calls, so it says what they need instead.
+            by_name = {p.spec.name: p for p in profiles}
+            decided = _Plan(text=" ".join(dict.fromkeys(_sorry(r, by_name) for r in refused)))
+        else:
+            asked = self._phrasebook.asked(talk.question, Asked.of(talk.question, self._words))
+            finds = self._phrasebook.list_finds(asked)
+            decided = _decide(talk, profiles, request.instructions, finds)
         prompt = talk.question + " " + " ".join(s.description for s in request.tools)
         if not decided.calls:
             # Declined in the words the instructions give ("reply exactly: ..."), as a
@@ -836,7 +1145,7 @@ class OfflineModel:
         if request.final_tool:
             return self._typed(request)
         profiles = self._profiles_of(request.tools)
-        talk = _Dialogue.of(request.messages, profiles)
+        talk = self._dialogue(request, profiles)
         results = latest_results(request.messages)
         calls = {
             c.id: c for m in request.messages if isinstance(m, AssistantMessage) for c in m.calls
@@ -846,9 +1155,16 @@ class OfflineModel:
         readings = [
             self._read(r, calls.get(r.call_id), by_name.get(r.tool), asked, talk) for r in results
         ]
-        parts = [self._phrasebook.answer(r) or r.text for r in readings]
+        parts = [
+            _sorry(result, by_name) if _refused(result) else self._phrasebook.answer(r) or r.text
+            for result, r in zip(results, readings, strict=True)
+        ]
         if language := other_language(talk.question):
             parts.insert(0, ONLY_ENGLISH.format(language=language) + " Here is what I found:")
+        elif not _names_an_id(talk.question, profiles) and (
+            missed := near_miss(talk.question, profiles)
+        ):
+            parts.insert(0, missed.said())
         answer = " ".join(p for p in parts if p) or decline_text(request.instructions)
         if offer := self._offer(readings, profiles, talk):
             answer += " " + offer
@@ -978,6 +1294,18 @@ def _as_type(text: str, schema: dict[str, Any]) -> Any:
     if kind == "boolean":
         return text.strip().lower() in ("yes", "true", "1")
     return text
+
+
+def _refused(result: ToolResult) -> bool:
+    return not result.ok and is_refused_call(result.text)
+
+
+def _sorry(result: ToolResult, by_name: Mapping[str, _ToolProfile]) -> str:
+    """A refused call in words for the customer, never the schema's own."""
+    p = by_name.get(result.tool)
+    if p is None:
+        return "Sorry, I can't do that here."
+    return cannot_make(p, p.params) if p.params else f"Sorry, I couldn't {p.phrase()} just now."
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

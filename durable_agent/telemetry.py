@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanContext, SpanKind
+from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
@@ -88,7 +90,33 @@ def tracing_plugins() -> list[Any]:
         return []
     from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
 
+    quiet = logging.getLogger("opentelemetry.context")
+    if not any(isinstance(f, EvictedWorkflowDetach) for f in quiet.filters):
+        quiet.addFilter(EvictedWorkflowDetach())
     return [OpenTelemetryPlugin(add_temporal_spans=True)]
+
+
+class EvictedWorkflowDetach(logging.Filter):
+    """Leaves out OpenTelemetry's "Failed to detach context" for a workflow the worker
+    let go of mid-way (it stops, its cache is full, the workflow was terminated), and
+    for that alone. The agent's own turn span ends where it opens (`agent_span`); the
+    span of Temporal's plugin around the whole workflow run (`RunWorkflow`) is a `with`
+    across the workflow's awaits in the SDK's code. When the worker lets go of the
+    workflow, garbage collection closes the workflow's coroutine in another
+    `contextvars.Context`, where the token is not valid and there is nothing to detach
+    (the SDK's own `temporalio.contrib.opentelemetry._context` says as much, and
+    guards its own attach so): the log was a traceback per turn in flight, and a false
+    alarm. Known by its cause: a ValueError for a token of another Context, raised as
+    a generator was closed (GeneratorExit)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (
+            record.getMessage() == "Failed to detach context"
+            and isinstance(error, ValueError)
+            and "created in a different Context" in str(error)
+            and isinstance(error.__context__, GeneratorExit)
+        )
 
 
 def flush(timeout_s: float = 5.0) -> None:
@@ -133,10 +161,29 @@ def agent_span(agent: str, model: str, conversation_id: str = "") -> Iterator[Sp
         attributes["gen_ai.agent.name"] = agent
     if conversation_id:
         attributes["gen_ai.conversation.id"] = conversation_id
-    with _tracer.start_as_current_span(
+    span = _tracer.start_span(
         f"invoke_agent {agent}".strip(), kind=SpanKind.INTERNAL, attributes=attributes
-    ) as span:
+    )
+    # Current for the turn's own code, so the activities it starts are its children.
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
         yield span
+    except GeneratorExit:
+        # The worker let go of the turn mid-way (it stops, its cache is full, the turn
+        # was terminated): garbage collection closes the turn's code wherever it runs,
+        # where the token is not valid. Nothing to detach (the turn's task is gone),
+        # and the span stays open, as the turn does: the worker that runs it next ends
+        # it. `start_as_current_span` detached here, and logged "Failed to detach
+        # context" with a traceback for every such turn.
+        raise
+    except BaseException as e:
+        otel_context.detach(token)
+        span.record_exception(e)
+        span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"))
+        span.end()
+        raise
+    otel_context.detach(token)
+    span.end()
 
 
 def record_turn(span: Span, agent: str, outcome: str, usage: Usage) -> None:

@@ -67,6 +67,9 @@ class ToolSpec(BaseModel):
     """JSON schema of the arguments."""
     examples: list[str] = []
     """Questions this tool answers: few-shot material for the model."""
+    side_effects: bool = False
+    """It writes (`Tool.side_effects`): a model calls it only for a request to change
+    something, never to answer a question. Chat backends leave it out of what they send."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class Tool:
             description=self.description,
             parameters=self.parameters,
             examples=list(self.examples),
+            side_effects=self.side_effects,
         )
 
     @property
@@ -289,6 +293,17 @@ class DuplicateTool(ValueError):
         super().__init__(f"tool {name!r}: {fix}")
 
 
+UNKNOWN_TOOL = "unknown tool"
+INVALID_ARGUMENTS = "invalid arguments for"
+"""How `ToolRegistry.validate` begins its refusals, which are the refused call's result."""
+
+
+def is_refused_call(text: str) -> bool:
+    """Whether a call's (failed) result is the registry's refusal of the call itself (an
+    unknown tool, arguments its schema refuses), not something the tool answered."""
+    return text.startswith((f"{UNKNOWN_TOOL} ", f"{INVALID_ARGUMENTS} "))
+
+
 class ToolRegistry:
     """The tools one agent may call, by name."""
 
@@ -345,9 +360,9 @@ class ToolRegistry:
         names = self.offered(offered) if offered is not None else list(self.tools)
         t = self.tools.get(call.name) if call.name in names else None
         if t is None:
-            raise InvalidCall(f"unknown tool {call.name!r}; available tools: {', '.join(names)}")
+            raise InvalidCall(f"{UNKNOWN_TOOL} {call.name!r}; available tools: {', '.join(names)}")
         if call.error:
-            raise InvalidCall(f"invalid arguments for {call.name}: {call.error}")
+            raise InvalidCall(f"{INVALID_ARGUMENTS} {call.name}: {call.error}")
         if t.args_model is None:
             return _check_schema(t, call)
         try:
@@ -358,7 +373,7 @@ class ToolRegistry:
                 + (f" (got {err['input']!r})" if err["type"] != "missing" else "")
                 for err in e.errors()
             )
-            raise InvalidCall(f"invalid arguments for {call.name}: {problems}") from None
+            raise InvalidCall(f"{INVALID_ARGUMENTS} {call.name}: {problems}") from None
 
 
 def _check_schema(t: Tool, call: ToolCall) -> dict[str, Any]:
@@ -369,5 +384,5 @@ def _check_schema(t: Tool, call: ToolCall) -> dict[str, Any]:
         said = "; ".join(
             f"{'.'.join(str(p) for p in e.path) or 'arguments'}: {e.message}" for e in problems
         )
-        raise InvalidCall(f"invalid arguments for {call.name}: {said}")
+        raise InvalidCall(f"{INVALID_ARGUMENTS} {call.name}: {said}")
     return call.arguments

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import unicodedata
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Literal, get_origin
@@ -397,6 +398,13 @@ def check_question(v: str) -> str:
         v.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError("the question is not valid UTF-8 text") from None
+    # A NUL or a terminal escape is no customer's word, and no model API or terminal
+    # takes it as text: the message is refused, not stored in every model call.
+    if bad := next((c for c in v if unicodedata.category(c) == "Cc" and c not in "\t\n\r"), None):
+        raise ValueError(
+            f"the question holds a control character ({ord(bad):#04x} at {v.index(bad) + 1}); "
+            "send text only"
+        )
     v = v.strip()
     if len(v) > MAX_QUESTION_CHARS:
         raise ValueError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from durable_agent.offline import (
     Asked,
@@ -54,7 +55,7 @@ class ShopPhrasebook(Phrasebook):
             words.add("return")  # what returning it does, or that it has a return
         if "late" in found or _NOT_ARRIVED.search(asked.text):
             found |= {"late", "ship"}
-        return Asked(frozenset(found), frozenset(words), asked.yes_no, asked.text)
+        return replace(asked, concepts=frozenset(found), words=frozenset(words))
 
     def answer(self, reading: Reading) -> str | None:
         if not reading.records:
@@ -76,13 +77,82 @@ class ShopPhrasebook(Phrasebook):
         """A return can be started for an order that has shipped."""
         return bool(reading.field(record, "shipped"))
 
+    def list_finds(self, asked: Asked) -> bool:
+        """The customer's orders find the one that is late ("my package never came") or
+        was due on a day they name ("it was due on the 21st")."""
+        return "late" in asked.concepts or _day_asked(asked.text) is not None
+
+
+SORRY = "I'm sorry about that."
+
 
 def offline_model(_arg: str = "") -> OfflineModel:
     """The offline model with the shop's phrasebook (the shop agent's `offline`)."""
     return OfflineModel(ShopPhrasebook())
 
 
+_DAY = re.compile(
+    r"\b(?:on|by|for|the)\s+(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)?\b(?![-/:.]\d)"
+    r"|\b(\d{1,2})(?:st|nd|rd|th)\b|\b\d{4}-\d{2}-(\d{2})\b"
+)
+"""A day of the month the customer names: "on the 21st", "due 21st", "2026-11-21"."""
+
+
+def _day_asked(text: str) -> int | None:
+    m = _DAY.search(text)
+    day = int(next(g for g in m.groups() if g)) if m else 0
+    return day if 1 <= day <= 31 else None
+
+
 def _orders_answer(r: Reading) -> str:
+    """The customer's orders, one line each; first the one the question is about, when
+    it names it by a day or asks which is late ("which one of those is late?"): then
+    only that, when the conversation has just listed them."""
+    listed = _orders_list(r)
+    found = _orders_found(r)
+    if found is None:
+        return listed
+    ids = [r.field(record, "order") for record in r.records]
+    shown = any(all(i in earlier for i in ids) for earlier in r.earlier[:1])
+    return found if shown else f"{found} {listed}"
+
+
+def _orders_found(r: Reading) -> str | None:
+    """The orders the question picks out: due on the day it names, or late."""
+    day = _day_asked(r.asked.text)
+    if day is not None:
+        found = [x for x in r.records if _day_of(r.field(x, "expected", "delivery")) == day]
+        missing = f"None of your orders was due on the {_ordinal(day)}."
+    elif "late" in r.asked.concepts:
+        found = [x for x in r.records if _late(r, x)]
+        missing = "None of your orders is late."
+    else:
+        return None
+    if not found:
+        return missing
+    sentences = [_shipping(r, x, f"order {r.field(x, 'order')} ({_what(r, x)})") for x in found]
+    late = [r.field(x, "order") for x in found if _late(r, x) and r.field(x, "shipped")]
+    sorry = [SORRY] if late or r.asked.upset else []
+    track = [f"Ask me for the tracking link of order {i} to see where it is." for i in late]
+    return " ".join(_capitalized(t) for t in [*sorry, *sentences, *track])
+
+
+def _day_of(date: str) -> int | None:
+    m = re.fullmatch(r"\d{4}-\d{2}-(\d{2})", date.strip())
+    return int(m.group(1)) if m else None
+
+
+def _ordinal(day: int) -> str:
+    suffix = "th" if 10 <= day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    return f"{day}{suffix}"
+
+
+def _what(r: Reading, record: Record) -> str:
+    quantity, item = r.field(record, "quantity"), r.field(record, "item")
+    return f"{quantity} × {item}" if quantity else item
+
+
+def _orders_list(r: Reading) -> str:
     """The customer's orders, one line each."""
     lines = []
     for record in r.records:
@@ -147,8 +217,8 @@ def _order_answer(r: Reading, record: Record) -> str:
         sentences.append(_shipping(r, record, subject, asked))
     if not sentences:
         sentences = [f"Order {order_id} is for {what} ({total}).", _shipping(r, record, "it")]
-    if asked.concepts & {"damage", "late"}:
-        sentences.insert(0, "I'm sorry about that.")
+    if asked.concepts & {"damage", "late"} or asked.upset:
+        sentences.insert(0, SORRY)
     if "late" in asked.concepts and r.field(record, "shipped") and _late(r, record):
         sentences.append(f"Ask me for the tracking link of order {order_id} to see where it is.")
     return " ".join(_capitalized(s) for s in sentences)

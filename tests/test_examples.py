@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -166,6 +167,15 @@ def test_the_your_own_agent_page_works_as_written(
             [str(BIN / "durable-agent"), "approve", turn_id, "--wait"], folder, server_env
         )
         assert "approved: hold_book" in approved and "held for demo" in approved
+        with sqlite3.connect(folder / "books.db") as db:
+            assert db.execute("SELECT count(*) FROM holds").fetchone() == (1,)
+
+        # The same hold again: the tool's check answers at once, as the page says; nobody
+        # is asked and nothing is written.
+        [(command, said)] = re.findall(r"\n(durable-agent ask .*)\n# (answer .*held.*)\n", page)
+        again = run([str(BIN / "durable-agent"), *shlex.split(command)[1:]], folder, server_env)
+        assert said in again.splitlines(), again
+        assert "hold_book" not in run([str(BIN / "durable-agent"), "pending"], folder, server_env)
         with sqlite3.connect(folder / "books.db") as db:
             assert db.execute("SELECT count(*) FROM holds").fetchone() == (1,)
 

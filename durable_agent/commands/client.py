@@ -38,7 +38,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -662,22 +666,48 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         raise CliError(
             "; ".join(f"--{err['loc'][0]}: {err['msg']}" for err in e.errors())
         ) from None
-    async with session(args.task_queue, self_contained=False) as conn:
-        turn = client_of(conn, args).turn(turn_id)
-        if approved:
-            result = await turn.approve(call_id, by=args.by)
-        else:
-            result = await turn.reject(call_id, by=args.by, reason=reason)
-        print(f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})")
-        if result.later:
-            print(
-                "no worker of the turn's version runs now: the decision is recorded, and "
-                "applies when one runs the turn (start a worker of that version; see "
-                "`versions`)"
+    decision = "approval" if approved else "rejection"
+    # What a Ctrl-C leaves, said in one line: the decision is sent or not, taken or not.
+    interrupted = f"interrupted before the {decision} was sent: nothing was decided"
+    try:
+        async with session(args.task_queue, self_contained=False) as conn:
+            turn = client_of(conn, args).turn(turn_id)
+            interrupted = (
+                f"interrupted while turn {turn_id} had not yet taken the {decision}: it may "
+                f"still take it; see `{client_command()} show {turn_id}`"
             )
-        if not args.wait:
-            return 0
-        return await print_result(conn, turn, await turn.result())
+            if approved:
+                result = await turn.approve(call_id, by=args.by)
+            else:
+                result = await turn.reject(call_id, by=args.by, reason=reason)
+            print(
+                f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})"
+            )
+            if result.later:
+                print(
+                    "no worker of the turn's version runs now: the decision is recorded, and "
+                    "applies when one runs the turn (start a worker of that version; see "
+                    "`versions`)"
+                )
+            if not args.wait:
+                return 0
+            interrupted = (
+                f"stopped waiting; the {decision} is recorded and the turn goes on. "
+                f"See it with: {client_command()} show {turn_id}"
+            )
+            return await print_result(conn, turn, await turn.result())
+    except asyncio.CancelledError:
+        print(f"\n{interrupted}", file=sys.stderr)
+        raise
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        # The SDK says a cancelled update (Ctrl-C) so: it is one all the same.
+        if getattr(args, "signals", None):
+            print(f"\n{interrupted}", file=sys.stderr)
+            raise asyncio.CancelledError from None
+        raise CliError(
+            f"turn {turn_id} had not taken the {decision} when the server stopped waiting: "
+            f"it may still take it; see `{client_command()} show {turn_id}`"
+        ) from None
 
 
 async def cmd_list(args: argparse.Namespace) -> None:
@@ -1165,6 +1195,7 @@ async def run_command(args: argparse.Namespace) -> int:
     with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
+    args.signals = got  # a command may tell a cancellation the SDK wrapped from others
     try:
         with telemetry.command_span(f"client.py {args.command}"):
             try:

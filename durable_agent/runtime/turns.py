@@ -33,6 +33,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
@@ -582,13 +583,18 @@ async def decide(
     except ValueError as e:
         raise AgentClientError(_first_error(e)) from None
     if alive:
+        # In this task (no `wait_for`): a Ctrl-C reaches the update as the caller's own.
+        waited = asyncio.timeout(DECIDE_WAIT_S)
         try:
-            return await asyncio.wait_for(
-                _update(lambda u: handle.execute_update(AgentTurn.decide, decision, id=u)),
-                DECIDE_WAIT_S,
-            )
-        except (asyncio.TimeoutError, NoWorker):
+            async with waited:
+                return await _update(
+                    lambda u: handle.execute_update(AgentTurn.decide, decision, id=u)
+                )
+        except (TimeoutError, NoWorker):
             pass  # its worker went away meanwhile: recorded for later, below
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            if not waited.expired():  # cancelled by the caller, not by the wait
+                raise
     # Whichever of an update left behind and this signal the turn reads first applies;
     # the other finds the call decided and is dropped.
     await handle.signal(AgentTurn.decide_later, decision)
