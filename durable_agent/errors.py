@@ -30,7 +30,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── NothingPending             no call of the turn awaits a decision (or several: name one)
     ├── NoWorker                   no worker serves the task queue
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
-    └── OutputMismatch             a typed turn's value fails its type's own validators
+    ├── OutputMismatch             a typed turn's value fails its type's own validators
+    └── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
 """
 
 from __future__ import annotations
@@ -161,3 +162,9 @@ class WorkerNeeded(AgentClientError):
 class OutputMismatch(AgentClientError):
     """A typed turn's value, valid by the type's JSON schema (what the worker checks a
     turn's own type by), fails the type's own validators here at the client."""
+
+
+class CannotFork(AgentClientError):
+    """A turn cannot be forked as asked: it is still running or did not finish, the step
+    is past its end, or the agent that would run the fork is not the one that ran it
+    (then the fork's workflow fails with this type: only a worker knows its agents)."""

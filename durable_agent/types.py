@@ -128,6 +128,9 @@ class StepKind(str, Enum):
     """The final answer."""
     LIMIT = "limit"
     """A cap (steps, time) or a failing model ended the turn."""
+    RECORDED = "recorded"
+    """In a fork (`client.py rerun`): a call the original turn made too, answered by its
+    recorded result instead of running (a write: already done, never done twice)."""
 
 
 class Step(BaseModel):
@@ -300,6 +303,10 @@ class TurnInput(BaseModel):
     output: OutputSpec | None = None
     """The turn's own output type (its JSON schema); None: the agent's, if it has one,
     else text (`durable_agent/outputs.py`)."""
+    fork: Fork | None = None
+    """This turn is a fork of another from one of its steps (`durable_agent/rewind.py`):
+    it starts from that turn's conversation there, and the calls that turn ran answer
+    with their recorded results."""
 
     @field_validator("question")
     @classmethod
@@ -399,3 +406,42 @@ class TurnProgress(BaseModel):
 
 def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False)
+
+
+class RecordedCall(BaseModel):
+    """A call a turn ran, and its result as recorded (`durable_agent/rewind.py`)."""
+
+    call: ToolCall
+    """As it ran: its arguments as the tool validated them, its id in that turn."""
+    step: int
+    """The step (iteration) it ran in."""
+    ok: bool = True
+    text: str | None = None
+    """Its result as that turn's model read it; None: the model never read it (a
+    return-direct result), and `result` is the tool's raw result."""
+    result: Any = None
+
+
+class Fork(BaseModel):
+    """What makes a turn a fork of another (`client.py rerun`): that turn's conversation
+    before step `step`, and every call it ran with its result. Before `step` nothing
+    runs again; from it on, this turn's model decides, and a call that turn ran is
+    answered by its recorded result: a write always (it is never done twice), a read
+    unless `live_reads`."""
+
+    parent: str
+    """The workflow id of the turn forked."""
+    step: int = Field(ge=1)
+    messages: list[dict[str, Any]]
+    """The conversation before step `step`, as JSON (`durable_agent.conversation.Message`:
+    this module comes before that one)."""
+    steps: list[Step] = Field(default_factory=list)
+    """The parent's steps before `step`, which begin this turn's story."""
+    calls: list[RecordedCall] = Field(default_factory=list)
+    fingerprint: str = ""
+    """The parent's agent fingerprint: a fork runs the same agent, or not at all."""
+    live_reads: bool = False
+    """Reads run again, live, instead of answering with their recorded results."""
+
+
+TurnInput.model_rebuild()

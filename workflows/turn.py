@@ -46,7 +46,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent import answers, outputs
+    from durable_agent import answers, outputs, rewind
     from durable_agent.activities import (
         DispatchActivity,
         DispatchInput,
@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round
     from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
     from durable_agent.errors import (
+        CannotFork,
         ModelRequestRejected,
         ModelUnavailable,
         NothingPending,
@@ -85,9 +86,11 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.telemetry import agent_span, record_turn
     from durable_agent.types import (
         AgentInfo,
+        Fork,
         Observation,
         Outcome,
         PendingApproval,
+        RecordedCall,
         Step,
         StepKind,
         ToolCall,
@@ -168,6 +171,8 @@ class AgentTurn:
         # calls publish their text to it by signal when the turn asks them to.
         self._stream = WorkflowStream()
         self._events = self._stream.topic(TURN_TOPIC)
+        self._replayed: set[int] = set()
+        """In a fork: the parent's writes this turn has been answered with (`rewind.match`)."""
 
     @workflow.query
     def progress(self) -> TurnProgress:
@@ -234,6 +239,8 @@ class AgentTurn:
             return self._finish(end.outcome, end.answer)
         if screened is not None and screened.agent is not None:
             self._agent = screened.agent
+        if turn.fork is not None and (mismatch := rewind.agent_mismatch(turn.fork, self._agent)):
+            raise ApplicationError(mismatch, type=CannotFork.__name__, non_retryable=True)
         self._limits = turn.limits or self._agent.limits or TurnLimits()
         if stop:
             refusal = screened.refusal if screened else ""
@@ -250,7 +257,10 @@ class AgentTurn:
     async def _loop(self, turn: TurnInput) -> TurnOutput:
         self._messages = [*prior(turn.history), UserMessage(text=turn.question)]
         iteration, replans, source = 1, 0, StepKind.PLAN
-        reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
+        if turn.fork is not None:
+            reply, iteration, source = await self._forked(turn, turn.fork)
+        else:
+            reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
         while reply.calls:
             self._record(iteration, source, _describe(reply), calls=reply.calls)
             if iteration > self._limits.max_steps:
@@ -522,6 +532,11 @@ class AgentTurn:
         self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
     ) -> Observation:
         call = vc.call
+        if turn.fork is not None:
+            writes = vc.side_effects or vc.agent is not None  # a sub-agent may write
+            recorded = rewind.match(turn.fork, call, writes=writes, used=self._replayed)
+            if recorded is not None:
+                return await self._from_record(turn, iteration, vc, turn.fork, recorded, writes)
         why = vc.approval
         if vc.side_effects and self._tainted:
             tainted = (
@@ -906,6 +921,68 @@ class AgentTurn:
             fingerprint=self._agent.fingerprint,
             output=output,
         )
+
+    async def _forked(self, turn: TurnInput, fork: Fork) -> tuple[Reply, int, StepKind]:
+        """A fork's start: the parent's steps and conversation before step `fork.step`,
+        as recorded (nothing of them runs again); then this turn's model decides that
+        step, as the parent's did. The reply, the step it is of, and its kind."""
+        for step in fork.steps:
+            self._record(
+                step.iteration,
+                step.kind,
+                step.text,
+                calls=step.calls,
+                observation=step.observation,
+            )
+        self._messages = rewind.prefix(fork)
+        summary = f"fork of {fork.parent} from step {fork.step}"
+        if fork.step == 1:
+            return await self._plan(turn, 1, summary), 1, StepKind.PLAN
+        reply = await self._interpret(turn, fork.step - 1, summary)
+        # An answer belongs to the round it read, as in any turn.
+        return reply, fork.step if reply.calls else fork.step - 1, StepKind.CONTINUE
+
+    async def _from_record(
+        self,
+        turn: TurnInput,
+        iteration: int,
+        vc: ValidCall,
+        fork: Fork,
+        recorded: RecordedCall,
+        writes: bool,
+    ) -> Observation:
+        """A fork's call the parent ran too: its recorded result, nothing run (a write
+        is not done twice, so no one is asked to consent to it)."""
+        call = vc.call
+        line = rewind.served_line(fork, recorded, call, writes=writes)
+        self._record(iteration, StepKind.RECORDED, line, calls=[call])
+        if recorded.text is not None:
+            observation = Observation(
+                call_id=call.id, tool=call.name, ok=recorded.ok, text=recorded.text
+            )
+        else:  # a result the parent's model never read (return-direct): rendered here
+            parsed = await workflow.execute_local_activity_method(
+                ParseOutputActivity.parse_output,
+                ParseOutputInput(
+                    call=call,
+                    result=recorded.result,
+                    customer_id=turn.customer_id,
+                    agent=self._agent.name,
+                    tools_version=self._agent.tools_version,
+                ),
+                start_to_close_timeout=SHIELD_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
+                retry_policy=SHIELD_RETRY,
+                summary=answers.markdown_safe(f"parse_output: {call.name} (recorded)"),
+            )
+            observation = parsed.observation
+        if call.name not in self._tools_used:
+            self._tools_used.append(call.name)
+        shown = observation.model_copy(update={"text": preview(observation.text)})
+        self._record(
+            iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
+        )
+        return observation
 
 
 async def _all(calls: list[Coroutine[Any, Any, Observation]]) -> list[Observation]:

@@ -1,0 +1,243 @@
+"""Rewind (`client.py rerun`): a finished turn forked from one of its steps, with another
+model, on a real server. The fork starts from the original's conversation at that step;
+a write the original made is never made again (the same call finds its recorded
+result), reads are answered from the record, and bad input is one line."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+from pydantic import BaseModel
+
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.client import AgentClient, TurnResult
+from durable_agent.conversation import ToolResult
+from durable_agent.errors import AgentClientError, CannotFork, UnknownTurn
+from durable_agent.model import Reply
+from durable_agent.rewind import Origin
+from durable_agent.scripted import ScriptedModel
+from durable_agent.shop import TOOLS
+from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.types import Outcome, StepKind, ToolCall
+from durable_agent.workflows import search
+from tests.conftest import Harness, last_result, story
+
+QUESTION = "Has order 123456 shipped? If so I want to return it, it arrived damaged."
+LOOKUP = ToolCall(id="c1", name="order_status", arguments={"order_id": "123456"})
+RETURN = ToolCall(
+    id="c2", name="start_return", arguments={"order_id": "123456", "reason": "arrived damaged"}
+)
+STOCK = ToolCall(id="c3", name="stock", arguments={"item": "Herbal Handsoap"})
+WAIVED = ApprovalPolicy(waived=frozenset({"start_return"}))
+
+reads: Counter[str] = Counter()
+"""Calls of `stock`, by item: the worker runs in this process."""
+
+
+class Item(BaseModel):
+    item: str
+
+
+@tool(quick=True)
+def stock(args: Item, ctx: ToolContext[object]) -> str:
+    """How many of an item are in stock."""
+    reads[args.item] += 1
+    return f"{args.item}: 12 in stock"
+
+
+TOOLS_AND_STOCK = ToolRegistry([*TOOLS.tools.values(), stock])
+
+
+def three_steps() -> ScriptedModel:
+    """[1] looks the order up, [2] starts its return, [3] reads the stock, then answers."""
+    return ScriptedModel(
+        plans=[Reply(calls=[LOOKUP])],
+        decisions=[
+            Reply(calls=[RETURN]),
+            Reply(calls=[STOCK]),
+            Reply(text="Your return is started."),
+        ],
+    )
+
+
+async def original(harness: Harness, agents: AgentClient) -> TurnResult:
+    result = await agents.ask(QUESTION, model="scripted")
+    assert result.outcome is Outcome.ANSWERED
+    assert [s.iteration for s in story(result) if s.kind is StepKind.TOOL_CALL] == [1, 2, 3]
+    assert len(harness.store.returns_for("123456")) == 1
+    return result
+
+
+class Forking:
+    """The original's model, then the fork's, on one worker (the `scripted` spec),
+    and the `other` spec for the fork when a test gives one."""
+
+    def __init__(self, first: ScriptedModel) -> None:
+        self.models = [first]
+
+    def then(self, model: ScriptedModel) -> None:
+        self.models.append(model)
+
+    @property
+    def current(self) -> ScriptedModel:
+        return self.models[-1]
+
+    async def plan(self, request, stream=None):  # type: ignore[no-untyped-def]
+        return await self.current.plan(request, stream)
+
+    async def interpret(self, request, stream=None):  # type: ignore[no-untyped-def]
+        return await self.current.interpret(request, stream)
+
+    provider = "scripted"
+    name = "scripted"
+
+
+async def test_a_fork_before_the_write_making_the_same_call_writes_nothing(
+    harness: Harness,
+) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        again = ScriptedModel(
+            decisions=[Reply(calls=[RETURN.model_copy(update={"id": "n1"})]), Reply(text="ok")]
+        )
+        model.then(again)
+        fork = await agents.rerun(first.workflow_id, from_step=2)
+        result = await fork.result()
+
+    assert fork.id == f"{first.workflow_id}-fork-1"
+    assert result.outcome is Outcome.ANSWERED
+    assert len(harness.store.returns_for("123456")) == 1  # the world holds one write
+    (served,) = [s for s in result.steps if s.kind is StepKind.RECORDED]
+    assert served.iteration == 2
+    assert served.text == (
+        f"{RETURN.render()}: already done in {first.workflow_id} (step 2); "
+        "its recorded result, not run again"
+    )
+    assert not [s for s in result.steps if s.kind is StepKind.APPROVAL]
+    # The fork's model read the original's result of the write, as its own call's.
+    recorded = next(
+        m
+        for m in model.models[0].requests[-1][1].messages
+        if isinstance(m, ToolResult) and m.tool == "start_return"
+    )
+    assert last_result(again.requests[-1][1]) == recorded.text
+    # Its story starts with the original's step 1, as recorded.
+    assert [s.render() for s in story(result) if s.iteration == 1] == [
+        s.render() for s in story(first) if s.iteration == 1
+    ]
+    assert await fork.origin() == Origin(parent=first.workflow_id, step=2)
+    (row,) = [
+        wf
+        async for wf in harness.client.list_workflows(
+            f"{search.FORK_OF.name} = '{first.workflow_id}'"
+        )
+    ]
+    assert row.id == fork.id
+
+
+async def test_a_fork_after_the_write_reads_its_result_and_writes_nothing(
+    harness: Harness,
+) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        (created,) = harness.store.returns_for("123456")
+        later = ScriptedModel(decisions=[Reply(text="Return started; that is all.")])
+        model.then(later)
+        result = await (await agents.rerun(first.workflow_id, from_step=3, model="")).result()
+
+    assert result.answer == "Return started; that is all."
+    assert harness.store.returns_for("123456") == [created]
+    (request,) = [r for _, r in later.requests]
+    written = [m for m in request.messages if isinstance(m, ToolResult) and m.tool == "start_return"]
+    assert len(written) == 1 and created.return_id in written[0].text
+    # Step 3 was decided anew: its answer is recorded at step 2, the round it read.
+    assert story(result)[-1].kind is StepKind.ANSWER and story(result)[-1].iteration == 2
+
+
+async def test_reads_in_a_fork_are_served_from_the_record(harness: Harness) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        counted = reads["Herbal Handsoap"]
+        same = ScriptedModel(
+            plans=[Reply(calls=[LOOKUP.model_copy(update={"id": "n1"})])],
+            decisions=[
+                Reply(calls=[STOCK.model_copy(update={"id": "n2"})]),
+                Reply(text="In stock."),
+            ],
+        )
+        model.then(same)
+        result = await (await agents.rerun(first.workflow_id, from_step=1)).result()
+        assert reads["Herbal Handsoap"] == counted  # the stock was not read again
+
+        live = ScriptedModel(
+            decisions=[Reply(calls=[STOCK.model_copy(update={"id": "n3"})]), Reply(text="ok")]
+        )
+        model.then(live)
+        await (await agents.rerun(first.workflow_id, from_step=2, live_reads=True)).result()
+        assert reads["Herbal Handsoap"] == counted + 1  # --live-reads: read again
+
+    served = [s.text for s in result.steps if s.kind is StepKind.RECORDED]
+    assert served == [
+        f"{LOOKUP.render()}: read from the record of {first.workflow_id} (step 1)",
+        f"{STOCK.render()}: read from the record of {first.workflow_id} (step 3)",
+    ]
+    assert not [s for s in result.steps if s.kind is StepKind.TOOL_CALL]
+    assert "12 in stock" in last_result(same.requests[-1][1])
+
+
+async def test_a_new_write_in_a_fork_needs_consent_and_runs_once(harness: Harness) -> None:
+    """A write the original did not make runs as in any turn; the second of two
+    identical writes where the original made one is such a write."""
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        other = RETURN.model_copy(update={"id": "n1", "arguments": {**RETURN.arguments}})
+        twice = ScriptedModel(
+            decisions=[Reply(calls=[other]), Reply(calls=[other.model_copy(update={"id": "n2"})])]
+            + [Reply(text="done")]
+        )
+        model.then(twice)
+        result = await (await agents.rerun(first.workflow_id, from_step=2)).result()
+
+    kinds = [s.kind for s in story(result) if s.iteration >= 2]
+    assert StepKind.RECORDED in kinds and StepKind.TOOL_CALL in kinds
+    # The second is a write of its own (one open return per order: the store refuses it).
+    assert len(harness.store.returns_for("123456")) == 1
+
+
+async def test_bad_input_is_one_clear_error(harness: Harness) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        with pytest.raises(UnknownTurn, match="no turn with workflow id 'turn-nope'"):
+            await agents.rerun("turn-nope", from_step=1)
+        with pytest.raises(CannotFork, match=r"has steps 1 to 3 \(see `show`\): give a step"):
+            await agents.rerun(first.workflow_id, from_step=4)
+        with pytest.raises(CannotFork, match="give a step of the turn"):
+            await agents.rerun(first.workflow_id, from_step=0)
+
+
+async def test_a_fork_on_another_version_of_the_agent_is_refused(harness: Harness) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+    changed = replace(
+        harness.agent(TOOLS_AND_STOCK, approvals=WAIVED), instructions="Answer in verse."
+    )
+    async with harness.worker(model, agents=[changed]) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        fork = await agents.rerun(first.workflow_id, from_step=1)
+        with pytest.raises(AgentClientError, match="a fork runs the agent the turn ran"):
+            await fork.result()
+    assert len(harness.store.returns_for("123456")) == 1
