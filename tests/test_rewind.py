@@ -5,8 +5,13 @@ result), reads are answered from the record, and bad input is one line."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -23,6 +28,8 @@ from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, StepKind, ToolCall
 from durable_agent.workflows import search
 from tests.conftest import Harness, last_result, story
+
+ROOT = Path(__file__).resolve().parent.parent
 
 QUESTION = "Has order 123456 shipped? If so I want to return it, it arrived damaged."
 LOOKUP = ToolCall(id="c1", name="order_status", arguments={"order_id": "123456"})
@@ -154,7 +161,9 @@ async def test_a_fork_after_the_write_reads_its_result_and_writes_nothing(
     assert result.answer == "Return started; that is all."
     assert harness.store.returns_for("123456") == [created]
     (request,) = [r for _, r in later.requests]
-    written = [m for m in request.messages if isinstance(m, ToolResult) and m.tool == "start_return"]
+    written = [
+        m for m in request.messages if isinstance(m, ToolResult) and m.tool == "start_return"
+    ]
     assert len(written) == 1 and created.return_id in written[0].text
     # Step 3 was decided anew: its answer is recorded at step 2, the round it read.
     assert story(result)[-1].kind is StepKind.ANSWER and story(result)[-1].iteration == 2
@@ -238,6 +247,86 @@ async def test_a_fork_on_another_version_of_the_agent_is_refused(harness: Harnes
     async with harness.worker(model, agents=[changed]) as task_queue:
         agents = AgentClient(harness.client, task_queue=task_queue)
         fork = await agents.rerun(first.workflow_id, from_step=1)
+        # Its stream ends (as `rerun` reads it), and its result says why.
+        events = [e.event async for e in fork.events()]
+        assert [e.type for e in events] == ["step"]  # its question's screen, then no end
         with pytest.raises(AgentClientError, match="a fork runs the agent the turn ran"):
             await fork.result()
+    assert len(harness.store.returns_for("123456")) == 1
+
+
+def cli(
+    tmp_path: Path, harness: Harness, task_queue: str, *args: str
+) -> subprocess.CompletedProcess:
+    """`client.py --task-queue TASK_QUEUE ARGS` against the test session's server."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+    env.update(
+        TEMPORAL_ADDRESS=harness.client.service_client.config.target_host,
+        TEMPORAL_CONFIG_FILE=str(tmp_path / "no-such-temporal.toml"),
+        AGENT_STATE_DIR=str(tmp_path / "state"),
+        AGENT_PAYLOAD_STORE="off",  # inline payloads, as this process's worker has them
+    )
+    return subprocess.run(
+        [sys.executable, "client.py", "--task-queue", task_queue, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+async def test_rerun_and_show_on_the_command_line(harness: Harness, tmp_path: Path) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        model.then(ScriptedModel(decisions=[Reply(calls=[RETURN]), Reply(text="Done again.")]))
+        instructions = tmp_path / "terse.txt"
+        instructions.write_text("Answer in five words.")
+        args = ["rerun", first.workflow_id, "--from-step", "2", "--instructions", str(instructions)]
+        rerun = await asyncio.to_thread(cli, tmp_path, harness, task_queue, *args)
+        assert rerun.returncode == 0, rerun.stderr
+        fork = f"{first.workflow_id}-fork-1"
+        shown = await asyncio.to_thread(cli, tmp_path, harness, task_queue, "show", fork)
+
+    assert f"[2] recorded    {RETURN.render()}: already done in {first.workflow_id}" in rerun.stdout
+    assert "answer (answered): Done again." in rerun.stdout
+    assert model.current.requests[0][1].instructions == "Answer in five words."
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[:2] == [
+        f"{fork} (completed)",
+        f"fork of {first.workflow_id} from step 2",
+    ]
+    assert len(harness.store.returns_for("123456")) == 1
+
+
+async def test_bad_input_on_the_command_line_is_one_line(harness: Harness, tmp_path: Path) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        first = await original(harness, AgentClient(harness.client, task_queue=task_queue))
+
+        async def rerun(*args: str) -> str:
+            out = await asyncio.to_thread(cli, tmp_path, harness, task_queue, "rerun", *args)
+            assert out.returncode == 1, out.stdout + out.stderr
+            assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+            return out.stderr.strip()
+
+        wid = first.workflow_id
+        assert await rerun("turn-nope", "--from-step", "1") == (
+            "error: no turn with workflow id 'turn-nope'"
+        )
+        assert (await rerun(wid, "--from-step", "7")).startswith(
+            f"error: turn {wid} has steps 1 to 3 (see `show`): give a step from 1 to 3, not 7"
+        )
+        assert (await rerun(wid, "--from-step", "0")).startswith(
+            "error: --from-step: give a step number"
+        )
+        assert (await rerun(wid, "--from-step", "1", "--instructions", "/no/such")).startswith(
+            "error: --instructions: cannot read /no/such"
+        )
+        assert (await rerun(wid, "--from-step", "1", "--model", "nosuch:x")).startswith(
+            f"error: fork {wid}-fork-1: unknown model 'nosuch:x': use one of offline, scripted"
+        )
     assert len(harness.store.returns_for("123456")) == 1

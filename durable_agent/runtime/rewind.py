@@ -15,7 +15,12 @@ import itertools
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+)
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -183,8 +188,13 @@ async def origin(handle: WorkflowHandle) -> Origin | None:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise UnknownTurn(handle.id) from None
         raise
+    return await origin_of(described)
+
+
+async def origin_of(described: WorkflowExecutionDescription) -> Origin | None:
+    """`origin`, from a turn's description (its memo)."""
     try:
         value = await described.memo_value(FORK_MEMO, None)
+        return None if value is None else Origin.model_validate(value)
     except (KeyError, ValueError, TypeError):
         return None
-    return None if value is None else Origin.model_validate(value)
