@@ -9,12 +9,14 @@ import asyncio
 import os
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
+from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.client import AgentClient, TurnResult
@@ -23,11 +25,12 @@ from durable_agent.errors import AgentClientError, CannotFork, UnknownTurn
 from durable_agent.model import Reply
 from durable_agent.rewind import Origin
 from durable_agent.scripted import ScriptedModel
-from durable_agent.shop import TOOLS
+from durable_agent.shop import TOOLS, ShopStore
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, StepKind, ToolCall
 from durable_agent.workflows import search
 from tests.conftest import Harness, last_result, story
+from tests.test_crash import approve_when_asked, spawn_worker, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -330,3 +333,44 @@ async def test_bad_input_on_the_command_line_is_one_line(harness: Harness, tmp_p
             f"error: fork {wid}-fork-1: unknown model 'nosuch:x': use one of offline, scripted"
         )
     assert len(harness.store.returns_for("123456")) == 1
+
+
+async def test_a_fork_survives_a_killed_worker_and_writes_once(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The worker running a fork is SIGKILLed after its model call did its work; a new
+    worker finishes the fork, which makes the original's write again: once in all."""
+    task_queue = f"rewind-crash-{uuid.uuid4().hex[:6]}"
+    db, log, marker = tmp_path / "shop.db", tmp_path / "activities.log", tmp_path / "hung"
+    ShopStore(db)
+    agents = AgentClient(env.client, task_queue=task_queue)
+    workers = [spawn_worker(env, task_queue, str(db))]
+    try:
+        turn = await agents.start("I want to return order 123456, it arrived damaged.")
+        approver = asyncio.create_task(approve_when_asked(env, turn.id))
+        first = await turn.result()
+        assert approver.done() and len(ShopStore(db).returns_for("123456")) == 1
+        workers[0].kill()
+        workers[0].wait()
+
+        crash = ["--log", str(log), "--crash-after", "plan", "--marker", str(marker)]
+        workers.append(spawn_worker(env, task_queue, str(db), *crash))
+        fork = await agents.rerun(first.workflow_id, from_step=1)
+        await wait_for(marker)
+        workers[1].kill()
+        workers[1].wait()
+        workers.append(spawn_worker(env, task_queue, str(db), "--log", str(log)))
+        result = await asyncio.wait_for(fork.result(), timeout=60)
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert result.outcome is Outcome.ANSWERED
+    (created,) = ShopStore(db).returns_for("123456")
+    assert created.return_id in result.answer
+    assert [s.kind for s in result.steps if s.kind is StepKind.RECORDED] == [StepKind.RECORDED]
+    runs = Counter(log.read_text().split())
+    assert runs["plan"] == 2, runs  # the one in flight ran again on the new worker
+    assert runs["dispatch"] == 0 and runs["check"] == 0, runs  # the write never ran again

@@ -104,15 +104,15 @@ async def _read(client: Client, handle: WorkflowHandle) -> Recording:
                 [sent] = await converter.decode(list(attributes.input.payloads), [DispatchInput])
                 scheduled[event.event_id] = (name, sent)
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            attributes = event.activity_task_completed_event_attributes
-            name, sent = scheduled.get(attributes.scheduled_event_id, ("", None))
+            completed = event.activity_task_completed_event_attributes
+            name, sent = scheduled.get(completed.scheduled_event_id, ("", None))
             if not name:
                 continue
-            [result] = await converter.decode(list(attributes.result.payloads), [_OUTPUTS[name]])
+            [result] = await converter.decode(list(completed.result.payloads), [_OUTPUTS[name]])
             if isinstance(result, DispatchOutput) and isinstance(sent, DispatchInput):
                 dispatched[sent.call.id] = result.result
             elif isinstance(result, (PlanOutput, InterpretOutput)):
-                k = replies[attributes.scheduled_event_id]
+                k = replies[completed.scheduled_event_id]
                 reply = result.plan if isinstance(result, PlanOutput) else result.decision
                 model_calls[k] = (model_calls[k][0], reply)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
