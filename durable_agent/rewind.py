@@ -22,7 +22,6 @@ workflow asks `match` for each call of the fork.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +34,7 @@ from durable_agent.transcript import Delta, replay
 from durable_agent.types import (
     AgentInfo,
     Fork,
+    Outcome,
     RecordedCall,
     Step,
     StepKind,
@@ -208,13 +208,16 @@ def agent_mismatch(fork: Fork, agent: AgentInfo) -> str | None:
     )
 
 
-def unknown_model(steps: Sequence[Step]) -> str | None:
-    """The reason a turn stopped at its first model call, when the worker has no such
-    model (its LIMIT step); None otherwise."""
-    for s in steps:
-        if s.kind is StepKind.LIMIT and s.text.startswith(_UNKNOWN_MODEL):
-            return s.text.removeprefix("model request rejected: ")
+def refused_model(output: TurnOutput) -> str | None:
+    """Why the turn's model could not be used at all (an unknown model, a backend the
+    worker cannot start, a model its provider does not have): its first model call was
+    refused, so it took no step of its own. None otherwise."""
+    if output.outcome is not Outcome.MODEL_ERROR or output.usage.model_calls:
+        return None
+    for s in output.steps:
+        if s.kind is StepKind.LIMIT and s.text.startswith(_REFUSED):
+            return s.text.removeprefix(_REFUSED)
     return None
 
 
-_UNKNOWN_MODEL = "model request rejected: unknown model "
+_REFUSED = "model request rejected: "

@@ -50,7 +50,7 @@ from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, TurnHandle
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.pricing import usage_line
-from durable_agent.rewind import unknown_model
+from durable_agent.rewind import refused_model
 from durable_agent.runtime import deployments, rewind, search
 from durable_agent.runtime.cli import (
     OneLineParser,
@@ -1183,9 +1183,10 @@ async def cmd_rerun(args: argparse.Namespace) -> int:
         except AgentClientError:
             pass  # the fork failed: its result says why
         result = await fork.result()
-        if reason := unknown_model(result.steps):
-            raise CliError(f"fork {fork.id}: {reason}")
+        if reason := refused_model(result):
+            raise CliError(f"fork {fork.id}: its model cannot be used: {reason}")
         if not args.follow:
+            print(f"{fork.id}: fork of {turn_id} from step {args.from_step}")
             for step in result.steps:
                 print(step.render())
         return await print_result(conn, fork, result)
