@@ -15,6 +15,9 @@ step N is a new turn (`Fork` in its input) that
   for what does not run), and a read unless `live_reads`. Other calls run as in any
   turn: a new write needs consent as always.
 
+With `live_reads`, the reads of the rounds before step N run again too, and their
+new results replace the recorded ones in the conversation; their writes stand.
+
 Everything here is plain data: the client reads the original's history into a
 `Recording` (`durable_agent/runtime/rewind.py`), `fork_of` makes the `Fork`, and the
 workflow asks `match` for each call of the fork.

@@ -441,7 +441,8 @@ class Fork(BaseModel):
     fingerprint: str = ""
     """The parent's agent fingerprint: a fork runs the same agent, or not at all."""
     live_reads: bool = False
-    """Reads run again, live, instead of answering with their recorded results."""
+    """Reads run again, live, instead of answering with their recorded results (those
+    before `step` too: their new results replace the recorded ones)."""
 
 
 TurnInput.model_rebuild()

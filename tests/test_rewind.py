@@ -193,8 +193,16 @@ async def test_reads_in_a_fork_are_served_from_the_record(harness: Harness) -> N
             decisions=[Reply(calls=[STOCK.model_copy(update={"id": "n3"})]), Reply(text="ok")]
         )
         model.then(live)
-        await (await agents.rerun(first.workflow_id, from_step=2, live_reads=True)).result()
-        assert reads["Herbal Handsoap"] == counted + 1  # --live-reads: read again
+        rerun = await (await agents.rerun(first.workflow_id, from_step=2, live_reads=True)).result()
+        assert reads["Herbal Handsoap"] == counted + 1  # live_reads: read again
+
+    # With live_reads the reads before the step run again too, and the model reads
+    # their new results; the write before it stands.
+    again = [s for s in rerun.steps if "read again, live" in s.text]
+    assert [(s.iteration, s.kind) for s in again] == [(1, StepKind.OBSERVATION)]
+    assert again[0].text.startswith("order_status: read again, live: Order id: 123456.")
+    assert not [s for s in rerun.steps if s.kind is StepKind.RECORDED]
+    assert len(harness.store.returns_for("123456")) == 1
 
     served = [s.text for s in result.steps if s.kind is StepKind.RECORDED]
     assert served == [

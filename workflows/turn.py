@@ -935,6 +935,8 @@ class AgentTurn:
                 observation=step.observation,
             )
         self._messages = rewind.prefix(fork)
+        if fork.live_reads:
+            await self._reread(turn, fork)
         summary = f"fork of {fork.parent} from step {fork.step}"
         if fork.step == 1:
             return await self._plan(turn, 1, summary), 1, StepKind.PLAN
@@ -983,6 +985,56 @@ class AgentTurn:
             iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
         )
         return observation
+
+    async def _reread(self, turn: TurnInput, fork: Fork) -> None:
+        """`live_reads`: the reads of the rounds before the fork's step run again, live,
+        and their results take the recorded ones' places in the conversation (a step
+        each, after the parent's); writes and sub-agents' calls keep their records."""
+        steps = {r.call.id: r.step for r in fork.calls}
+        for m in list(self._messages):
+            if not isinstance(m, AssistantMessage) or not m.calls:
+                continue
+            parsed = await self._parse(turn, m.calls, turn.tools)
+            for index, vc in enumerate(parsed.valid):
+                if vc.side_effects or vc.agent is not None or vc.call.id not in steps:
+                    continue
+                iteration = steps[vc.call.id]
+                try:
+                    dispatched = await self._send(turn, iteration, index, vc)
+                    parsed_output = await workflow.execute_local_activity_method(
+                        ParseOutputActivity.parse_output,
+                        ParseOutputInput(
+                            call=vc.call,
+                            result=dispatched.result,
+                            customer_id=turn.customer_id,
+                            agent=self._agent.name,
+                            tools_version=self._agent.tools_version,
+                        ),
+                        start_to_close_timeout=SHIELD_TIMEOUT,
+                        schedule_to_close_timeout=self._within(),
+                        retry_policy=SHIELD_RETRY,
+                        summary=answers.markdown_safe(f"parse_output: {vc.call.name}"),
+                    )
+                    observation = parsed_output.observation
+                except (ActivityError, ApplicationError, TimeoutError) as e:
+                    self._if_out_of_time()
+                    text = _failure_text(e, vc.call, vc)
+                    observation = Observation(
+                        call_id=vc.call.id, tool=vc.call.name, ok=False, text=text
+                    )
+                self._messages = [
+                    ToolResult.of(observation)
+                    if isinstance(r, ToolResult) and r.call_id == vc.call.id
+                    else r
+                    for r in self._messages
+                ]
+                shown = preview(observation.text)
+                self._record(
+                    iteration,
+                    StepKind.OBSERVATION,
+                    f"{vc.call.name}: read again, live: {shown}",
+                    observation=observation.model_copy(update={"text": shown}),
+                )
 
 
 async def _all(calls: list[Coroutine[Any, Any, Observation]]) -> list[Observation]:
