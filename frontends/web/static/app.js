@@ -22,6 +22,7 @@ const LABELS = {
   decision: "decided",
   shield: "check",
   rejected: "invalid call",
+  recorded: "from the record",
 };
 
 const chat = { id: null, source: null, turns: new Map() };
