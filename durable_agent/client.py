@@ -306,6 +306,29 @@ class AgentClient:
             raise _rpc_error(e, workflow_id) from None
         return TurnHandle(self, handle.id, handle)
 
+    async def replay(
+        self, workflow_id: str, *, model: str = "", instructions: str = "", stream: bool = False
+    ) -> TurnHandle:
+        """Ask `model` the finished turn `workflow_id` again, from its question: while its
+        calls repeat the recording's in order (same tool and arguments), they are answered
+        from the record; from the first that does not, reads run live, and a write the
+        original made is still never made again. Compare the two with
+        `durable_agent.rewind.compare`. Errors as `rerun`'s."""
+        try:
+            handle = await rewind.start_fork(
+                self.temporal,
+                workflow_id,
+                1,
+                model=model,
+                instructions=instructions,
+                stream=stream,
+                task_queue=self.task_queue,
+                replay=True,
+            )
+        except RPCError as e:
+            raise _rpc_error(e, workflow_id) from None
+        return TurnHandle(self, handle.id, handle)
+
     # -- conversations ------------------------------------------------------------------
 
     def chat(

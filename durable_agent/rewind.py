@@ -25,6 +25,7 @@ workflow asks `match` for each call of the fork.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,12 +55,15 @@ _messages = TypeAdapter(list[Message])
 
 
 class Origin(BaseModel):
-    """Which turn a fork was made of, and from which step."""
+    """Which turn a fork was made of, and from which step (a replay: from the start)."""
 
     parent: str
     step: int
+    replay: bool = False
 
     def line(self) -> str:
+        if self.replay:
+            return f"replay of {self.parent}"
         return f"fork of {self.parent} from step {self.step}"
 
 
@@ -80,7 +84,9 @@ def last_step(output: TurnOutput) -> int:
     return max((s.iteration for s in output.steps), default=1)
 
 
-def fork_of(recording: Recording, step: int, *, live_reads: bool = False) -> Fork:
+def fork_of(
+    recording: Recording, step: int, *, live_reads: bool = False, in_order: bool = False
+) -> Fork:
     """The fork of the recorded turn from `step`; CannotFork past its end."""
     last = last_step(recording.output)
     if not 1 <= step <= last:
@@ -97,6 +103,7 @@ def fork_of(recording: Recording, step: int, *, live_reads: bool = False) -> For
         calls=recorded_calls(recording),
         fingerprint=recording.output.fingerprint,
         live_reads=live_reads,
+        in_order=in_order,
     )
 
 
@@ -160,22 +167,49 @@ def prefix(fork: Fork) -> list[Message]:
     return _messages.validate_python(fork.messages)
 
 
-def match(fork: Fork, call: ToolCall, *, writes: bool, used: set[int]) -> RecordedCall | None:
+@dataclass
+class Served:
+    """What a fork has taken from its record so far (the workflow's state)."""
+
+    writes: set[int] = field(default_factory=set)
+    """The recorded writes the fork has been answered with, by index."""
+    next: int = 0
+    """A replay: the recorded call its next call must repeat to be served."""
+    diverged: bool = False
+    """A replay: a call did not repeat the recording's, in order."""
+
+
+def match(fork: Fork, call: ToolCall, *, writes: bool, served: Served) -> RecordedCall | None:
     """The recorded call `call` repeats (same tool, same arguments), if any. A write
-    takes one the fork has not taken yet (`used`, updated): writing twice what the
-    original wrote once writes once more. A read takes any, unless reads run live."""
-    if fork.live_reads and not writes:
+    takes one the fork has not taken yet: writing twice what the original wrote once
+    writes once more. A read takes any, unless reads run live. A replay (`in_order`)
+    takes the recording's calls in their order, until a call differs; from there on
+    its reads run live, and its writes still never repeat one of the recording's."""
+    if fork.in_order and not served.diverged:
+        expected = fork.calls[served.next] if served.next < len(fork.calls) else None
+        if expected is not None and _same(expected.call, call):
+            if writes:
+                served.writes.add(served.next)
+            served.next += 1
+            return expected
+        served.diverged = True
+    if not writes and (fork.live_reads or fork.in_order):
         return None
-    wanted = _arguments(call.arguments)
     for i, recorded in enumerate(fork.calls):
-        if recorded.call.name != call.name or _arguments(recorded.call.arguments) != wanted:
+        if not _same(recorded.call, call):
             continue
         if writes:
-            if i in used:
+            if i in served.writes:
                 continue
-            used.add(i)
+            served.writes.add(i)
         return recorded
     return None
+
+
+def _same(recorded: ToolCall, call: ToolCall) -> bool:
+    return recorded.name == call.name and _arguments(recorded.arguments) == _arguments(
+        call.arguments
+    )
 
 
 def _arguments(arguments: dict[str, Any]) -> str:
@@ -224,3 +258,36 @@ def refused_model(output: TurnOutput) -> str | None:
 
 
 _REFUSED = "model request rejected: "
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A replay against its recording (`client.py replay`)."""
+
+    recorded: int
+    """The tool calls the recording ran."""
+    served: int
+    """The replay's calls answered from the record (none of them ran)."""
+    diverged_at: int | None
+    """The step where the replay's calls first differ from the recording's (None: they
+    never do)."""
+
+
+def compare(recorded: Sequence[Step], replayed: Sequence[Step]) -> Comparison:
+    """Where a replay's calls leave the recording's, in order, and what it was served."""
+    ran = [(s.iteration, s.calls[0]) for s in recorded if _call_step(s)]
+    made = [(s.iteration, s.calls[0]) for s in replayed if _call_step(s)]
+    served = sum(s.kind is StepKind.RECORDED for s in replayed)
+    for (_, was), (step, call) in zip(ran, made, strict=False):  # the shorter one ends it
+        if not _same(was, call):
+            return Comparison(len(ran), served, step)
+    if len(made) > len(ran):
+        return Comparison(len(ran), served, made[len(ran)][0])
+    if len(made) < len(ran):  # it answered (or stopped) before the recording's last call
+        return Comparison(len(ran), served, max((s.iteration for s in replayed), default=1))
+    return Comparison(len(ran), served, None)
+
+
+def _call_step(step: Step) -> bool:
+    """A call that ran, or was answered from a record, or awaited consent first."""
+    return step.kind in (StepKind.TOOL_CALL, StepKind.RECORDED) and bool(step.calls)

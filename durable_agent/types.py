@@ -443,6 +443,9 @@ class Fork(BaseModel):
     live_reads: bool = False
     """Reads run again, live, instead of answering with their recorded results (those
     before `step` too: their new results replace the recorded ones)."""
+    in_order: bool = False
+    """A replay (`client.py replay`): the calls are served from the record while they
+    repeat the parent's in order; from the first that does not, reads run live."""
 
 
 TurnInput.model_rebuild()

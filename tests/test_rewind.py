@@ -23,7 +23,7 @@ from durable_agent.client import AgentClient, TurnResult
 from durable_agent.conversation import ToolResult
 from durable_agent.errors import AgentClientError, CannotFork, UnknownTurn
 from durable_agent.model import Reply
-from durable_agent.rewind import Origin
+from durable_agent.rewind import Comparison, Origin, compare
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import TOOLS, ShopStore
 from durable_agent.tools import ToolContext, ToolRegistry, tool
@@ -383,3 +383,46 @@ async def test_a_fork_survives_a_killed_worker_and_writes_once(
     runs = Counter(log.read_text().split())
     assert runs["plan"] == 2, runs  # the one in flight ran again on the new worker
     assert runs["dispatch"] == 0 and runs["check"] == 0, runs  # the write never ran again
+
+
+async def test_a_replay_is_served_from_the_record_until_it_diverges(
+    harness: Harness, tmp_path: Path
+) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        counted = reads["Herbal Handsoap"]
+
+        model.then(three_steps())  # the same calls, in the same order
+        same = await (await agents.replay(first.workflow_id)).result()
+        assert reads["Herbal Handsoap"] == counted
+
+        wrong = ScriptedModel(  # goes wrong at step 2: reads the stock before the return
+            plans=[Reply(calls=[LOOKUP])],
+            decisions=[Reply(calls=[STOCK]), Reply(calls=[RETURN]), Reply(text="Done.")],
+        )
+        model.then(wrong)
+        shown = await asyncio.to_thread(
+            cli, tmp_path, harness, task_queue, "replay", first.workflow_id
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert reads["Herbal Handsoap"] == counted + 1  # live from the divergence on
+
+    assert compare(first.steps, same.steps) == Comparison(recorded=3, served=3, diverged_at=None)
+    assert [s.kind for s in same.steps if s.calls and s.kind is not StepKind.SHIELD] == [
+        StepKind.PLAN,
+        StepKind.RECORDED,
+        StepKind.CONTINUE,
+        StepKind.RECORDED,
+        StepKind.CONTINUE,
+        StepKind.RECORDED,
+    ]
+    replay = f"{first.workflow_id}-replay-2"
+    assert shown.stdout.splitlines()[0] == f"{replay}: replay of {first.workflow_id}"
+    assert f"[2] tool_call   {STOCK.render()}" in shown.stdout
+    assert f"[3] recorded    {RETURN.render()}: already done in {first.workflow_id}" in shown.stdout
+    assert shown.stdout.splitlines()[-1] == (
+        "replay: diverged at step 2; 2 of 3 recorded tool call(s) answered from the record, not run"
+    )
+    assert len(harness.store.returns_for("123456")) == 1

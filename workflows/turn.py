@@ -171,8 +171,8 @@ class AgentTurn:
         # calls publish their text to it by signal when the turn asks them to.
         self._stream = WorkflowStream()
         self._events = self._stream.topic(TURN_TOPIC)
-        self._replayed: set[int] = set()
-        """In a fork: the parent's writes this turn has been answered with (`rewind.match`)."""
+        self._served = rewind.Served()
+        """In a fork: what its record has answered so far (`rewind.match`)."""
 
     @workflow.query
     def progress(self) -> TurnProgress:
@@ -534,7 +534,7 @@ class AgentTurn:
         call = vc.call
         if turn.fork is not None:
             writes = vc.side_effects or vc.agent is not None  # a sub-agent may write
-            recorded = rewind.match(turn.fork, call, writes=writes, used=self._replayed)
+            recorded = rewind.match(turn.fork, call, writes=writes, served=self._served)
             if recorded is not None:
                 return await self._from_record(turn, iteration, vc, turn.fork, recorded, writes)
         why = vc.approval

@@ -8,6 +8,7 @@ python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
 python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
 python client.py rerun WORKFLOW_ID --from-step N [--model SPEC] [--instructions FILE]
+python client.py replay WORKFLOW_ID --model SPEC   # the turn asked again, tools from the record
 python client.py versions       # the worker deployment's versions, and what needs each
 python client.py move-conversations   # idle conversations onto the current version now
 python client.py server         # a Temporal server alone (for rollouts; Ctrl-C stops it)
@@ -50,7 +51,8 @@ from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, TurnHandle
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.pricing import usage_line
-from durable_agent.rewind import refused_model
+from durable_agent.rewind import Comparison, Origin, refused_model
+from durable_agent.rewind import compare as rewind_compare
 from durable_agent.runtime import deployments, rewind, search
 from durable_agent.runtime.cli import (
     OneLineParser,
@@ -1133,6 +1135,21 @@ def add_rerun(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     )
     rerun.set_defaults(run=cmd_rerun)
 
+    replay = sub.add_parser(
+        "replay",
+        help="ask another model a finished turn again, its tool calls answered from the "
+        "record while they repeat the turn's",
+    )
+    replay.add_argument("workflow_id", help="the turn's workflow id (see `list`)")
+    replay.add_argument(
+        "--model", default="", type=model_spec, help="model spec (default: the original's)"
+    )
+    replay.add_argument(
+        "--instructions", metavar="FILE", help="instructions, from FILE (default: the original's)"
+    )
+    replay.add_argument("--follow", action="store_true", help="print each step as it happens")
+    replay.set_defaults(run=cmd_replay, live_reads=False, no_wait=False)
+
 
 MAX_STEP = 1000
 """`rerun --from-step`: no turn has more steps (`TurnLimits.max_steps` is at most 100)."""
@@ -1152,7 +1169,13 @@ def instructions_of(path: str | None) -> str:
     return text
 
 
-async def cmd_rerun(args: argparse.Namespace) -> int:
+async def cmd_replay(args: argparse.Namespace) -> int:
+    """`rerun` from the start, served from the record while the calls repeat the turn's
+    in order; then where it left the recording, and what the recording saved."""
+    return await cmd_rerun(args, replay=True)
+
+
+async def cmd_rerun(args: argparse.Namespace, replay: bool = False) -> int:
     """A fork of a finished turn from step N (`durable_agent/rewind.py`), once it has
     ended: its steps (the original's before N first) and its answer, as `show` prints
     them; with --follow, each step as it happens. A call waiting for consent is said
@@ -1160,18 +1183,23 @@ async def cmd_rerun(args: argparse.Namespace) -> int:
     turn_id = workflow_id(args.workflow_id)
     instructions = instructions_of(args.instructions)
     async with session(args.task_queue, self_contained=False) as conn:
-        fork = await client_of(conn, args).rerun(
-            turn_id,
-            from_step=args.from_step,
-            model=args.model,
-            instructions=instructions,
-            live_reads=args.live_reads,
-        )
+        agents = client_of(conn, args)
+        if replay:
+            fork = await agents.replay(turn_id, model=args.model, instructions=instructions)
+        else:
+            fork = await agents.rerun(
+                turn_id,
+                from_step=args.from_step,
+                model=args.model,
+                instructions=instructions,
+                live_reads=args.live_reads,
+            )
+        origin = Origin(parent=turn_id, step=getattr(args, "from_step", 1), replay=replay)
         if args.no_wait:
             print(fork.id)
             return 0
         if args.follow:
-            print(f"fork {fork.id} of {turn_id} from step {args.from_step}", file=sys.stderr)
+            print(f"{fork.id}: {origin.line()}", file=sys.stderr)
         try:
             async for _, event in fork.events():
                 if not isinstance(event, StepEvent):
@@ -1186,10 +1214,25 @@ async def cmd_rerun(args: argparse.Namespace) -> int:
         if reason := refused_model(result):
             raise CliError(f"fork {fork.id}: its model cannot be used: {reason}")
         if not args.follow:
-            print(f"{fork.id}: fork of {turn_id} from step {args.from_step}")
+            print(f"{fork.id}: {origin.line()}")
             for step in result.steps:
                 print(step.render())
-        return await print_result(conn, fork, result)
+        code = await print_result(conn, fork, result)
+        if replay:
+            print(
+                replay_line(
+                    rewind_compare((await agents.turn(turn_id).result()).steps, result.steps)
+                )
+            )
+        return code
+
+
+def replay_line(c: Comparison) -> str:
+    where = f"diverged at step {c.diverged_at}" if c.diverged_at else "followed the recording"
+    return (
+        f"replay: {where}; {c.served} of {c.recorded} recorded tool call(s) answered from "
+        "the record, not run"
+    )
 
 
 class Terminated(Exception):

@@ -136,12 +136,15 @@ async def start_fork(
     live_reads: bool = False,
     stream: bool = False,
     task_queue: str = TASK_QUEUE,
+    replay: bool = False,
 ) -> WorkflowHandle:
     """Fork the finished turn `workflow_id` from `step` (`durable_agent/rewind.py`): a new
     turn, `<workflow id>-fork-<n>`, with `model` and `instructions` when given (else the
-    original's). `UnknownTurn`, or `CannotFork` (running, unfinished, a step past its end)."""
+    original's). `UnknownTurn`, or `CannotFork` (running, unfinished, a step past its end).
+    `replay`: from step 1, served from the record while its calls repeat the original's in
+    order (`<workflow id>-replay-<n>`)."""
     original = await recording(client, workflow_id)
-    fork = fork_of(original, step, live_reads=live_reads)
+    fork = fork_of(original, step, live_reads=live_reads, in_order=replay)
     turn = original.turn.model_copy(
         update={
             "model": model or original.turn.model,
@@ -153,7 +156,7 @@ async def start_fork(
             "fork": fork,
         }
     )
-    origin = Origin(parent=workflow_id, step=step)
+    origin = Origin(parent=workflow_id, step=step, replay=replay)
     attributes: TypedSearchAttributes | None = None
     if await registered.available(client):
         at_start = search.at_start(turn.customer_id, turn.model, agent=turn.agent)
@@ -165,7 +168,7 @@ async def start_fork(
             return await client.start_workflow(
                 AgentTurn.run,
                 turn,
-                id=f"{workflow_id}-fork-{n}",
+                id=f"{workflow_id}-{'replay' if replay else 'fork'}-{n}",
                 task_queue=task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
