@@ -48,6 +48,7 @@ from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.errors import (
     AgentClientError,
+    CannotFork,
     InvalidContext,
     NoWorker,
     OutputMismatch,
@@ -55,7 +56,8 @@ from durable_agent.errors import (
     UnknownTurn,
 )
 from durable_agent.outputs import output_spec
-from durable_agent.runtime import server, turns
+from durable_agent.rewind import Origin
+from durable_agent.runtime import rewind, server, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.streams import turn_events
@@ -288,6 +290,63 @@ class AgentClient:
         """Who serves the task queue right now, as Temporal judges it."""
         return await turns.workers(self.temporal, self.task_queue)
 
+    async def rerun(
+        self,
+        workflow_id: str,
+        *,
+        from_step: int,
+        model: str = "",
+        instructions: str = "",
+        live_reads: bool = False,
+        stream: bool = False,
+    ) -> TurnHandle:
+        """Fork the finished turn `workflow_id` from its step `from_step` (the `[N]` of
+        its steps): a new turn that starts from its conversation before that step and
+        goes on with `model` and `instructions` (empty: the original's). Calls the
+        original ran answer with their recorded results: writes always (never done
+        twice), reads unless `live_reads` (`durable_agent/rewind.py`). `UnknownTurn`;
+        `CannotFork` for a turn still running or a step past its end (and, from
+        `result()`, when the worker serves another version of the turn's agent)."""
+        if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 1:
+            raise CannotFork(f"from_step: give a step of the turn (1, 2, ...), not {from_step!r}")
+        try:
+            handle = await rewind.start_fork(
+                self.temporal,
+                workflow_id,
+                from_step,
+                model=model,
+                instructions=instructions,
+                live_reads=live_reads,
+                stream=stream,
+                task_queue=self.task_queue,
+            )
+        except RPCError as e:
+            raise _rpc_error(e, workflow_id) from None
+        return TurnHandle(self, handle.id, handle)
+
+    async def replay(
+        self, workflow_id: str, *, model: str = "", instructions: str = "", stream: bool = False
+    ) -> TurnHandle:
+        """Ask `model` the finished turn `workflow_id` again, from its question: while its
+        calls repeat the recording's in order (same tool and arguments), they are answered
+        from the record; from the first that does not, reads run live, and a write the
+        original made is still never made again. Compare the two with
+        `durable_agent.rewind.compare`. Errors as `rerun`'s."""
+        try:
+            handle = await rewind.start_fork(
+                self.temporal,
+                workflow_id,
+                1,
+                model=model,
+                instructions=instructions,
+                stream=stream,
+                task_queue=self.task_queue,
+                replay=True,
+            )
+        except RPCError as e:
+            raise _rpc_error(e, workflow_id) from None
+        return TurnHandle(self, handle.id, handle)
+
     # -- conversations ------------------------------------------------------------------
 
     def chat(
@@ -483,6 +542,17 @@ class TurnHandle:
         return await turns.decide(
             self.client.temporal, self.id, call_id, approved=approved, by=by, reason=reason
         )
+
+    async def rerun(self, from_step: int, **options: Any) -> TurnHandle:
+        """This turn forked from `from_step` (`AgentClient.rerun`, which takes `options`)."""
+        return await self.client.rerun(self.id, from_step=from_step, **options)
+
+    async def origin(self) -> Origin | None:
+        """Which turn this one is a fork of, and from which step (None: not a fork)."""
+        try:
+            return await rewind.origin(self.temporal)
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from None
 
 
 class ConversationHandle:

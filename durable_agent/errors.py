@@ -34,7 +34,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
     ├── OutputMismatch             a typed turn's value fails its type's own validators
     ├── InvalidContext             a turn's context is not a JSON object, or too large
-    └── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
+    ├── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
+    └── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
 """
 
 from __future__ import annotations
@@ -190,3 +191,9 @@ class TurnTaskFailing(AgentClientError):
             f"fix goes on with it. Its history so far: `{client_command()} show {workflow_id}`"
         )
         self.workflow_id = workflow_id
+
+
+class CannotFork(AgentClientError):
+    """A turn cannot be forked as asked: it is still running or did not finish, the step
+    is past its end, or the agent that would run the fork is not the one that ran it
+    (then the fork's workflow fails with this type: only a worker knows its agents)."""

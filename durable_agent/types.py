@@ -138,6 +138,9 @@ class StepKind(str, Enum):
     """A cap (steps, time) or a failing model ended the turn."""
     FALLBACK = "fallback"
     """A model failed for good; the next model of the turn's list gets the request."""
+    RECORDED = "recorded"
+    """In a fork (`client.py rerun`): a call the original turn made too, answered by its
+    recorded result instead of running (a write: already done, never done twice)."""
 
 
 class Step(BaseModel):
@@ -346,6 +349,10 @@ class TurnInput(BaseModel):
     cost_left: float | None = None
     """What is left of a conversation's spending cap (`ConversationInput.max_cost`):
     the turn stops there too, whatever its own limits say."""
+    fork: Fork | None = None
+    """This turn is a fork of another from one of its steps (`durable_agent/rewind.py`):
+    it starts from that turn's conversation there, and the calls that turn ran answer
+    with their recorded results."""
 
     @field_validator("question")
     @classmethod
@@ -484,3 +491,46 @@ class TurnProgress(BaseModel):
 
 def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False)
+
+
+class RecordedCall(BaseModel):
+    """A call a turn ran, and its result as recorded (`durable_agent/rewind.py`)."""
+
+    call: ToolCall
+    """As it ran: its arguments as the tool validated them, its id in that turn."""
+    step: int
+    """The step (iteration) it ran in."""
+    ok: bool = True
+    text: str | None = None
+    """Its result as that turn's model read it; None: the model never read it (a
+    return-direct result), and `result` is the tool's raw result."""
+    result: Any = None
+
+
+class Fork(BaseModel):
+    """What makes a turn a fork of another (`client.py rerun`): that turn's conversation
+    before step `step`, and every call it ran with its result. Before `step` nothing
+    runs again; from it on, this turn's model decides, and a call that turn ran is
+    answered by its recorded result: a write always (it is never done twice), a read
+    unless `live_reads`."""
+
+    parent: str
+    """The workflow id of the turn forked."""
+    step: int = Field(ge=1)
+    messages: list[dict[str, Any]]
+    """The conversation before step `step`, as JSON (`durable_agent.conversation.Message`:
+    this module comes before that one)."""
+    steps: list[Step] = Field(default_factory=list)
+    """The parent's steps before `step`, which begin this turn's story."""
+    calls: list[RecordedCall] = Field(default_factory=list)
+    fingerprint: str = ""
+    """The parent's agent fingerprint: a fork runs the same agent, or not at all."""
+    live_reads: bool = False
+    """Reads run again, live, instead of answering with their recorded results (those
+    before `step` too: their new results replace the recorded ones)."""
+    in_order: bool = False
+    """A replay (`client.py replay`): the calls are served from the record while they
+    repeat the parent's in order; from the first that does not, reads run live."""
+
+
+TurnInput.model_rebuild()

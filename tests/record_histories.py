@@ -24,6 +24,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.chat import ConversationInput
+from durable_agent.client import AgentClient
 from durable_agent.model import Reply
 from durable_agent.outputs import OUTPUT_TOOL, output_spec
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
@@ -217,6 +218,28 @@ async def chatting(harness: Harness, task_queue: str) -> WorkflowHandle:
     return conversation
 
 
+async def forking(harness: Harness) -> WorkflowHandle:
+    """A fork (`client.py rerun`) from step 2 of a turn of three steps, whose model makes
+    the original's write again (answered from the record) and a new read."""
+    from tests.test_rewind import RETURN, TOOLS_AND_STOCK, WAIVED, Forking, three_steps
+
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await agents.ask("Return order 123456, it arrived damaged.", model="scripted")
+        model.then(
+            ScriptedModel(
+                decisions=[
+                    Reply(calls=[RETURN.model_copy(update={"id": "n1"}), _order("234567")]),
+                    Reply(text="Done."),
+                ]
+            )
+        )
+        fork = await agents.rerun(first.workflow_id, from_step=2)
+        await fork.result()
+        return fork.temporal
+
+
 async def main(only: set[str]) -> None:
     """Record every scenario, or (`only`) those named: one of `scenarios()`, or
     `long_turn`, `consent_across_runs`."""
@@ -256,6 +279,8 @@ async def main(only: set[str]) -> None:
                     handle = await start_turn(env.client, turn, task_queue)
                     await handle.result()
                 await save(name, handle)
+            if not only or "forked" in only:
+                await save("forked", await forking(harness))
             if only:
                 return
             for name, approved in (("approved", True), ("declined_by_person", False)):

@@ -4,10 +4,11 @@ a non-determinism error, or are shown to need the version they started on.
 `histories/` holds turns and conversations recorded by the current code
 (`python -m tests.record_histories`): approvals given and refused, a
 conversation, a streamed turn, a sub-agent's turn and its parent, a typed turn
-whose value was repaired once, and turns that continued as new, run by run
-(`<name>.run<n>`: a long turn, and one whose write waited for consent across a
-continue-as-new). They must replay (a worker that picks up a turn after a crash
-replays it), and a change that is not patched is shown to fail them.
+whose value was repaired once, a fork of a turn (`client.py rerun`), and turns that
+continued as new, run by run (`<name>.run<n>`: a long turn, and one whose write
+waited for consent across a continue-as-new). They must replay (a worker that picks
+up a turn after a crash replays it), and a change that is not patched is shown to
+fail them.
 
 Turns and conversations are pinned to the version (code and agents) they
 started on, run by run (`durable_agent/runtime/deployments.py`, the drill in

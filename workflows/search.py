@@ -10,6 +10,7 @@
     AgentName          Keyword      the agent that answers (named at start if the caller
                                     named it; the worker's resolution when it ends)
     AgentFingerprint   Keyword      a hash of that agent's instructions and tool schemas
+    AgentForkOf        Keyword      the turn a fork was made of (`client.py rerun`)
 
 A turn's memo holds one entry, `pending`: the calls awaiting a decision (a list of
 `PendingApproval`), readable without a worker.
@@ -35,6 +36,7 @@ TOOLS = SearchAttributeKey.for_keyword_list("AgentTools")
 CONVERSATION = SearchAttributeKey.for_keyword("AgentConversation")
 AGENT = SearchAttributeKey.for_keyword("AgentName")
 FINGERPRINT = SearchAttributeKey.for_keyword("AgentFingerprint")
+FORK_OF = SearchAttributeKey.for_keyword("AgentForkOf")
 
 PENDING_MEMO = "pending"
 """The memo entry of a turn's calls awaiting a decision (also the patch that added it)."""
@@ -48,6 +50,7 @@ ALL: tuple[SearchAttributeKey, ...] = (
     CONVERSATION,
     AGENT,
     FINGERPRINT,
+    FORK_OF,
 )
 
 RUNNING = "running"

@@ -60,7 +60,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent import answers, fallback, outputs
+    from durable_agent import answers, fallback, outputs, rewind
     from durable_agent.activities import (
         DispatchActivity,
         DispatchInput,
@@ -85,8 +85,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.approval import ApprovalDecision, ApprovalResult, declined, expired
     from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round
-    from durable_agent.conversation import Message, ToolResult, UserMessage, prior
+    from durable_agent.conversation import (
+        AssistantMessage,
+        Message,
+        ToolResult,
+        UserMessage,
+        prior,
+    )
     from durable_agent.errors import (
+        CannotFork,
         ModelCannotAnswer,
         ModelRequestRejected,
         ModelUnavailable,
@@ -106,9 +113,11 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.transcript import ConversationRef
     from durable_agent.types import (
         AgentInfo,
+        Fork,
         Observation,
         Outcome,
         PendingApproval,
+        RecordedCall,
         Step,
         StepKind,
         ToolCall,
@@ -244,6 +253,8 @@ class AgentTurn:
         # offsets go on across the turn's runs.
         self._stream = WorkflowStream(carry.stream if carry else None)
         self._events = self._stream.topic(TURN_TOPIC)
+        self._served = rewind.Served()
+        """In a fork: what its record has answered so far (`rewind.match`)."""
 
     @workflow.query
     def progress(self) -> TurnProgress:
@@ -322,6 +333,8 @@ class AgentTurn:
             return self._finish(end.outcome, end.answer)
         if screened is not None and screened.agent is not None:
             self._agent = screened.agent
+        if turn.fork is not None and (mismatch := rewind.agent_mismatch(turn.fork, self._agent)):
+            raise ApplicationError(mismatch, type=CannotFork.__name__, non_retryable=True)
         self._limits = _capped(turn.limits or self._agent.limits or TurnLimits(), turn.cost_left)
         if stop:
             refusal = screened.refusal if screened else ""
@@ -412,7 +425,11 @@ class AgentTurn:
         if carry is None:
             self._messages = [*prior(turn.history), UserMessage(text=turn.question)]
             iteration, replans, source = 1, 0, StepKind.PLAN
-            reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
+            if turn.fork is not None:
+                # Another turn's conversation up to one of its steps (`client.py rerun`).
+                reply, iteration, source = await self._forked(turn, turn.fork)
+            else:
+                reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
         else:
             iteration, replans, source = carry.iteration, carry.replans, carry.source
             reply, carried = carry.reply, carry.round
@@ -845,6 +862,11 @@ class AgentTurn:
     ) -> Observation:
         """One call of the round; `waiting`: its consent, asked in the run before."""
         call = vc.call
+        if turn.fork is not None:
+            writes = vc.side_effects or vc.agent is not None  # a sub-agent may write
+            recorded = rewind.match(turn.fork, call, writes=writes, served=self._served)
+            if recorded is not None:
+                return await self._from_record(turn, iteration, vc, turn.fork, recorded, writes)
         if waiting is not None:
             if refused := await self._consent(turn, iteration, call, waiting.why, waiting):
                 return refused
@@ -1266,6 +1288,120 @@ class AgentTurn:
             earlier_steps=self._steps_before,
             runs=self._run_number,
         )
+
+    async def _forked(self, turn: TurnInput, fork: Fork) -> tuple[Reply, int, StepKind]:
+        """A fork's start: the parent's steps and conversation before step `fork.step`,
+        as recorded (nothing of them runs again); then this turn's model decides that
+        step, as the parent's did. The reply, the step it is of, and its kind."""
+        for step in fork.steps:
+            self._record(
+                step.iteration,
+                step.kind,
+                step.text,
+                calls=step.calls,
+                observation=step.observation,
+            )
+        self._messages = rewind.prefix(fork)
+        if fork.live_reads:
+            await self._reread(turn, fork)
+        summary = f"fork of {fork.parent} from step {fork.step}"
+        if fork.step == 1:
+            return await self._plan(turn, 1, summary), 1, StepKind.PLAN
+        reply = await self._interpret(turn, fork.step - 1, summary)
+        # An answer belongs to the round it read, as in any turn.
+        return reply, fork.step if reply.calls else fork.step - 1, StepKind.CONTINUE
+
+    async def _from_record(
+        self,
+        turn: TurnInput,
+        iteration: int,
+        vc: ValidCall,
+        fork: Fork,
+        recorded: RecordedCall,
+        writes: bool,
+    ) -> Observation:
+        """A fork's call the parent ran too: its recorded result, nothing run (a write
+        is not done twice, so no one is asked to consent to it)."""
+        call = vc.call
+        line = rewind.served_line(fork, recorded, call, writes=writes)
+        self._record(iteration, StepKind.RECORDED, line, calls=[call])
+        if recorded.text is not None:
+            observation = Observation(
+                call_id=call.id, tool=call.name, ok=recorded.ok, text=recorded.text
+            )
+        else:  # a result the parent's model never read (return-direct): rendered here
+            parsed = await workflow.execute_local_activity_method(
+                ParseOutputActivity.parse_output,
+                ParseOutputInput(
+                    call=call,
+                    result=recorded.result,
+                    customer_id=turn.customer_id,
+                    agent=self._agent.name,
+                    tools_version=self._agent.tools_version,
+                ),
+                start_to_close_timeout=SHIELD_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
+                retry_policy=SHIELD_RETRY,
+                summary=answers.markdown_safe(f"parse_output: {call.name} (recorded)"),
+            )
+            observation = parsed.observation
+        if call.name not in self._tools_used:
+            self._tools_used.append(call.name)
+        shown = observation.model_copy(update={"text": preview(observation.text)})
+        self._record(
+            iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
+        )
+        return observation
+
+    async def _reread(self, turn: TurnInput, fork: Fork) -> None:
+        """`live_reads`: the reads of the rounds before the fork's step run again, live,
+        and their results take the recorded ones' places in the conversation (a step
+        each, after the parent's); writes and sub-agents' calls keep their records."""
+        steps = {r.call.id: r.step for r in fork.calls}
+        for m in list(self._messages):
+            if not isinstance(m, AssistantMessage) or not m.calls:
+                continue
+            parsed = await self._parse(turn, m.calls, turn.tools)
+            for index, vc in enumerate(parsed.valid):
+                if vc.side_effects or vc.agent is not None or vc.call.id not in steps:
+                    continue
+                iteration = steps[vc.call.id]
+                try:
+                    dispatched = await self._send(turn, iteration, index, vc)
+                    parsed_output = await workflow.execute_local_activity_method(
+                        ParseOutputActivity.parse_output,
+                        ParseOutputInput(
+                            call=vc.call,
+                            result=dispatched.result,
+                            customer_id=turn.customer_id,
+                            agent=self._agent.name,
+                            tools_version=self._agent.tools_version,
+                        ),
+                        start_to_close_timeout=SHIELD_TIMEOUT,
+                        schedule_to_close_timeout=self._within(),
+                        retry_policy=SHIELD_RETRY,
+                        summary=answers.markdown_safe(f"parse_output: {vc.call.name}"),
+                    )
+                    observation = parsed_output.observation
+                except (ActivityError, ApplicationError, TimeoutError) as e:
+                    self._if_out_of_time()
+                    text = _failure_text(e, vc.call, vc)
+                    observation = Observation(
+                        call_id=vc.call.id, tool=vc.call.name, ok=False, text=text
+                    )
+                self._messages = [
+                    ToolResult.of(observation)
+                    if isinstance(r, ToolResult) and r.call_id == vc.call.id
+                    else r
+                    for r in self._messages
+                ]
+                shown = preview(observation.text)
+                self._record(
+                    iteration,
+                    StepKind.OBSERVATION,
+                    f"{vc.call.name}: read again, live: {shown}",
+                    observation=observation.model_copy(update={"text": shown}),
+                )
 
 
 async def _all(calls: list[Coroutine[Any, Any, Any]]) -> list[Any]:

@@ -7,6 +7,8 @@ python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
 python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
 python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
+python client.py rerun WORKFLOW_ID --from-step N [--model SPEC] [--instructions FILE]
+python client.py replay WORKFLOW_ID --model SPEC   # the turn asked again, tools from the record
 python client.py versions       # the worker deployment's versions, and what needs each
 python client.py move-conversations   # idle conversations onto the current version now
 python client.py server         # a Temporal server alone (for rollouts; Ctrl-C stops it)
@@ -53,7 +55,9 @@ from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, TurnHandle, checked_context
 from durable_agent.errors import AgentDefinitionError, InvalidContext
 from durable_agent.pricing import usage_line
-from durable_agent.runtime import deployments, search
+from durable_agent.rewind import Comparison, Origin, refused_model
+from durable_agent.rewind import compare as rewind_compare
+from durable_agent.runtime import deployments, rewind, search
 from durable_agent.runtime.cli import (
     OneLineParser,
     model_spec,
@@ -864,6 +868,8 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 raise CliError(f"no turn with workflow id {turn_id!r}") from None
             raise
         print(f"{desc.id} ({desc.status.name.lower() if desc.status else 'unknown'})")
+        if origin := await rewind.origin_of(desc):
+            print(origin.line())
         if args.follow and desc.status == WorkflowExecutionStatus.RUNNING:
             writing = Writing(f"[~] {'writing':<11} ")
             async for _, event in turn.events():
@@ -1158,7 +1164,141 @@ def parser() -> argparse.ArgumentParser:
         help="address to listen on (default: %(default)s; the page has no login)",
     )
     web.set_defaults(run=cmd_web)
+    add_rerun(sub)
     return p
+
+
+def add_rerun(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    rerun = sub.add_parser(
+        "rerun",
+        help="fork a finished turn from one of its steps, with another model or instructions",
+    )
+    rerun.add_argument("workflow_id", help="the turn's workflow id (see `list`)")
+    rerun.add_argument(
+        "--from-step",
+        type=whole_number(1, MAX_STEP, "a step number (the [N] `show` prints)"),
+        required=True,
+        metavar="N",
+        help="the step the fork decides anew (the [N] of `show`); before it, the "
+        "original's conversation and results stand",
+    )
+    rerun.add_argument(
+        "--model", default="", type=model_spec, help="model spec (default: the original's)"
+    )
+    rerun.add_argument(
+        "--instructions",
+        metavar="FILE",
+        help="other instructions, from FILE (default: the agent's)",
+    )
+    rerun.add_argument(
+        "--live-reads",
+        action="store_true",
+        help="run the reads the original made again, live (default: their recorded results)",
+    )
+    rerun.add_argument("--follow", action="store_true", help="print each step as it happens")
+    rerun.add_argument(
+        "--no-wait", action="store_true", help="print the fork's workflow id and return at once"
+    )
+    rerun.set_defaults(run=cmd_rerun)
+
+    replay = sub.add_parser(
+        "replay",
+        help="ask another model a finished turn again, its tool calls answered from the "
+        "record while they repeat the turn's",
+    )
+    replay.add_argument("workflow_id", help="the turn's workflow id (see `list`)")
+    replay.add_argument(
+        "--model", default="", type=model_spec, help="model spec (default: the original's)"
+    )
+    replay.add_argument(
+        "--instructions", metavar="FILE", help="instructions, from FILE (default: the original's)"
+    )
+    replay.add_argument("--follow", action="store_true", help="print each step as it happens")
+    replay.set_defaults(run=cmd_replay, live_reads=False, no_wait=False)
+
+
+MAX_STEP = 1000
+"""`rerun --from-step`: no turn has more steps (`TurnLimits.max_steps` is at most 100)."""
+
+
+def instructions_of(path: str | None) -> str:
+    """`--instructions FILE`: its text; a file that cannot be read or is empty is a CliError."""
+    if path is None:
+        return ""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise CliError(f"--instructions: cannot read {path}: {reason}") from None
+    if not text.strip():
+        raise CliError(f"--instructions: {path} is empty; give the instructions the fork uses")
+    return text
+
+
+async def cmd_replay(args: argparse.Namespace) -> int:
+    """`rerun` from the start, served from the record while the calls repeat the turn's
+    in order; then where it left the recording, and what the recording saved."""
+    return await cmd_rerun(args, replay=True)
+
+
+async def cmd_rerun(args: argparse.Namespace, replay: bool = False) -> int:
+    """A fork of a finished turn from step N (`durable_agent/rewind.py`), once it has
+    ended: its steps (the original's before N first) and its answer, as `show` prints
+    them; with --follow, each step as it happens. A call waiting for consent is said
+    at once, with how to decide it."""
+    turn_id = workflow_id(args.workflow_id)
+    instructions = instructions_of(args.instructions)
+    async with session(args.task_queue, self_contained=False) as conn:
+        agents = client_of(conn, args)
+        if replay:
+            fork = await agents.replay(turn_id, model=args.model, instructions=instructions)
+        else:
+            fork = await agents.rerun(
+                turn_id,
+                from_step=args.from_step,
+                model=args.model,
+                instructions=instructions,
+                live_reads=args.live_reads,
+            )
+        origin = Origin(parent=turn_id, step=getattr(args, "from_step", 1), replay=replay)
+        if args.no_wait:
+            print(fork.id)
+            return 0
+        if args.follow:
+            print(f"{fork.id}: {origin.line()}", file=sys.stderr)
+        try:
+            async for _, event in fork.events():
+                if not isinstance(event, StepEvent):
+                    continue
+                if args.follow or event.step.kind is StepKind.APPROVAL:
+                    print(event.step.render(), flush=True)
+                if event.step.kind is StepKind.APPROVAL:
+                    print(decide_hint(fork.id, event.step), flush=True)
+        except AgentClientError:
+            pass  # the fork failed: its result says why
+        result = await fork.result()
+        if reason := refused_model(result):
+            raise CliError(f"fork {fork.id}: its model cannot be used: {reason}")
+        if not args.follow:
+            print(f"{fork.id}: {origin.line()}")
+            for step in result.steps:
+                print(step.render())
+        code = await print_result(conn, fork, result)
+        if replay:
+            print(
+                replay_line(
+                    rewind_compare((await agents.turn(turn_id).result()).steps, result.steps)
+                )
+            )
+        return code
+
+
+def replay_line(c: Comparison) -> str:
+    where = f"diverged at step {c.diverged_at}" if c.diverged_at else "followed the recording"
+    return (
+        f"replay: {where}; {c.served} of {c.recorded} recorded tool call(s) answered from "
+        "the record, not run"
+    )
 
 
 class Terminated(Exception):

@@ -33,7 +33,6 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
@@ -583,18 +582,19 @@ async def decide(
     except ValueError as e:
         raise AgentClientError(_first_error(e)) from None
     if alive:
-        # In this task (no `wait_for`): a Ctrl-C reaches the update as the caller's own.
-        waited = asyncio.timeout(DECIDE_WAIT_S)
+        sent = asyncio.ensure_future(
+            _update(lambda u: handle.execute_update(AgentTurn.decide, decision, id=u))
+        )
         try:
-            async with waited:
-                return await _update(
-                    lambda u: handle.execute_update(AgentTurn.decide, decision, id=u)
-                )
-        except (TimeoutError, NoWorker):
-            pass  # its worker went away meanwhile: recorded for later, below
-        except WorkflowUpdateRPCTimeoutOrCancelledError:
-            if not waited.expired():  # cancelled by the caller, not by the wait
-                raise
+            await asyncio.wait({sent}, timeout=DECIDE_WAIT_S)
+        finally:
+            waited_out = not sent.done()  # or the caller was cancelled (Ctrl-C)
+            if waited_out:
+                sent.cancel()
+                await asyncio.gather(sent, return_exceptions=True)
+        if not waited_out and not isinstance(sent.exception(), NoWorker):
+            return sent.result()
+        # Its worker went away meanwhile: recorded for later, below.
     # Whichever of an update left behind and this signal the turn reads first applies;
     # the other finds the call decided and is dropped.
     await handle.signal(AgentTurn.decide_later, decision)

@@ -25,6 +25,7 @@ const LABELS = {
   shield: "check",
   rejected: "invalid call",
   fallback: "switches model",
+  recorded: "from the record",
 };
 
 const chat = { id: null, source: null, turns: new Map() };

@@ -1,0 +1,293 @@
+"""Rewind: a turn forked from one of its steps, with another model or instructions.
+
+    client.py rerun WORKFLOW_ID --from-step N [--model SPEC] [--instructions FILE]
+
+A step is what `client.py show` numbers: `[N]` is the N-th round of tool calls (the
+model's decision that opens it, the calls, their results). A fork of a turn from
+step N is a new turn (`Fork` in its input) that
+
+- starts from the original's conversation before step N: the question, and every
+  round before N with its results as the original's model read them (nothing of it
+  runs again), and its story begins with the original's steps before N;
+- asks its own model (`--model`, `--instructions`) to decide step N, and goes on live;
+- answers a call the original ran (same tool, same arguments) with the original's
+  recorded result: a write always, so it is never done twice (no consent is asked
+  for what does not run), and a read unless `live_reads`. Other calls run as in any
+  turn: a new write needs consent as always.
+
+With `live_reads`, the reads of the rounds before step N run again too, and their
+new results replace the recorded ones in the conversation; their writes stand.
+
+Everything here is plain data: the client reads the original's history into a
+`Recording` (`durable_agent/runtime/rewind.py`), `fork_of` makes the `Fork`, and the
+workflow asks `match` for each call of the fork.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
+from durable_agent.errors import CannotFork
+from durable_agent.model import Reply
+from durable_agent.transcript import Delta, replay
+from durable_agent.types import (
+    AgentInfo,
+    Fork,
+    Outcome,
+    RecordedCall,
+    Step,
+    StepKind,
+    ToolCall,
+    TurnInput,
+    TurnOutput,
+    compact_json,
+)
+
+FORK_MEMO = "fork"
+"""A fork's memo entry: its `Origin`, readable without a worker (`client.py show`)."""
+
+_messages = TypeAdapter(list[Message])
+
+
+class Origin(BaseModel):
+    """Which turn a fork was made of, and from which step (a replay: from the start)."""
+
+    parent: str
+    step: int
+    replay: bool = False
+
+    def line(self) -> str:
+        if self.replay:
+            return f"replay of {self.parent}"
+        return f"fork of {self.parent} from step {self.step}"
+
+
+@dataclass
+class Recording:
+    """What a finished turn's history holds, decoded."""
+
+    workflow_id: str
+    turn: TurnInput
+    output: TurnOutput
+    model_calls: list[tuple[Delta, Reply | None]] = field(default_factory=list)
+    """Each model call, in order: what its input carried, and its reply (None: it failed)."""
+    dispatched: dict[str, Any] = field(default_factory=dict)
+    """The raw results of the dispatches that completed, by call id."""
+
+
+def last_step(output: TurnOutput) -> int:
+    return max((s.iteration for s in output.steps), default=1)
+
+
+def fork_of(
+    recording: Recording, step: int, *, live_reads: bool = False, in_order: bool = False
+) -> Fork:
+    """The fork of the recorded turn from `step`; CannotFork past its end."""
+    last = last_step(recording.output)
+    if not 1 <= step <= last:
+        raise CannotFork(
+            f"turn {recording.workflow_id} has steps 1 to {last} (see `show`): "
+            f"give a step from 1 to {last}, not {step}"
+        )
+    before = [s for s in recording.output.steps if s.iteration < step and not _screened_question(s)]
+    return Fork(
+        parent=recording.workflow_id,
+        step=step,
+        messages=[m.model_dump(mode="json") for m in _conversation_before(recording, step)],
+        steps=before,
+        calls=recorded_calls(recording),
+        fingerprint=recording.output.fingerprint,
+        live_reads=live_reads,
+        in_order=in_order,
+    )
+
+
+def _screened_question(step: Step) -> bool:
+    """The question's shield step: a fork screens its question itself."""
+    return step.kind is StepKind.SHIELD and step.text.startswith("input:")
+
+
+def _conversation_before(recording: Recording, step: int) -> list[Message]:
+    """The conversation the model decided step `step` from: the input of the model call
+    whose reply opened it; or, for a step a fork took over from its own parent, the
+    fork's conversation up to that reply."""
+    turn = recording.turn
+    if step == 1:
+        return [*prior(turn.history), UserMessage(text=turn.question)]
+    opening = next(
+        (s for s in recording.output.steps if s.iteration == step and s.kind is StepKind.CONTINUE),
+        None,
+    )
+    first = opening.calls[0].id if opening and opening.calls else None
+    deltas = [delta for delta, _ in recording.model_calls]
+    for k, (_, reply) in enumerate(recording.model_calls):
+        if first and reply and reply.calls and reply.calls[0].id == first:
+            return replay([], deltas[: k + 1])
+    whole = replay([], deltas) if deltas else (prefix(turn.fork) if turn.fork else [])
+    for k, m in enumerate(whole):
+        if first and isinstance(m, AssistantMessage) and m.calls and m.calls[0].id == first:
+            return whole[:k]
+    raise CannotFork(
+        f"turn {recording.workflow_id}: its history holds no model call that opened "
+        f"step {step}; fork it from another step"
+    )
+
+
+def recorded_calls(recording: Recording) -> list[RecordedCall]:
+    """Every call the turn ran, with its result; a fork's own record first (the calls
+    its parent ran stay done in a fork of a fork)."""
+    inherited = list(recording.turn.fork.calls) if recording.turn.fork else []
+    # A fork's story begins with its parent's steps: their calls are the inherited ones.
+    known = {r.call.id for r in inherited}
+    deltas = [delta for delta, _ in recording.model_calls]
+    read = {m.call_id: m for m in replay([], deltas) if isinstance(m, ToolResult)}
+    ran: list[RecordedCall] = []
+    for s in recording.output.steps:
+        if s.kind is not StepKind.TOOL_CALL or not s.calls:
+            continue
+        call = s.calls[0]
+        if call.id in known:
+            continue
+        if call.id in read:
+            result = read[call.id]
+            ran.append(RecordedCall(call=call, step=s.iteration, ok=result.ok, text=result.text))
+        elif call.id in recording.dispatched:
+            raw = recording.dispatched[call.id]
+            ran.append(RecordedCall(call=call, step=s.iteration, result=raw))
+    return inherited + ran
+
+
+def prefix(fork: Fork) -> list[Message]:
+    """The conversation a fork starts from."""
+    return _messages.validate_python(fork.messages)
+
+
+@dataclass
+class Served:
+    """What a fork has taken from its record so far (the workflow's state)."""
+
+    writes: set[int] = field(default_factory=set)
+    """The recorded writes the fork has been answered with, by index."""
+    next: int = 0
+    """A replay: the recorded call its next call must repeat to be served."""
+    diverged: bool = False
+    """A replay: a call did not repeat the recording's, in order."""
+
+
+def match(fork: Fork, call: ToolCall, *, writes: bool, served: Served) -> RecordedCall | None:
+    """The recorded call `call` repeats (same tool, same arguments), if any. A write
+    takes one the fork has not taken yet: writing twice what the original wrote once
+    writes once more. A read takes any, unless reads run live. A replay (`in_order`)
+    takes the recording's calls in their order, until a call differs; from there on
+    its reads run live, and its writes still never repeat one of the recording's."""
+    if fork.in_order and not served.diverged:
+        expected = fork.calls[served.next] if served.next < len(fork.calls) else None
+        if expected is not None and _same(expected.call, call):
+            if writes:
+                served.writes.add(served.next)
+            served.next += 1
+            return expected
+        served.diverged = True
+    if not writes and (fork.live_reads or fork.in_order):
+        return None
+    for i, recorded in enumerate(fork.calls):
+        if not _same(recorded.call, call):
+            continue
+        if writes:
+            if i in served.writes:
+                continue
+            served.writes.add(i)
+        return recorded
+    return None
+
+
+def _same(recorded: ToolCall, call: ToolCall) -> bool:
+    return recorded.name == call.name and _arguments(recorded.arguments) == _arguments(
+        call.arguments
+    )
+
+
+def _arguments(arguments: dict[str, Any]) -> str:
+    return compact_json(_sorted(arguments))
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def served_line(fork: Fork, recorded: RecordedCall, call: ToolCall, *, writes: bool) -> str:
+    """The step of a call answered from the record."""
+    where = f"{fork.parent} (step {recorded.step})"
+    if writes:
+        return f"{call.render()}: already done in {where}; its recorded result, not run again"
+    return f"{call.render()}: read from the record of {where}"
+
+
+def agent_mismatch(fork: Fork, agent: AgentInfo) -> str | None:
+    """Why the agent that would run the fork cannot (None: it can): another version
+    would read the record with other instructions or tools."""
+    if not fork.fingerprint or not agent.fingerprint or fork.fingerprint == agent.fingerprint:
+        return None
+    name = agent.name or "the worker's first agent"
+    return (
+        f"turn {fork.parent} ran {name} at fingerprint {fork.fingerprint}, and this worker "
+        f"serves it at {agent.fingerprint} (other instructions or tools): a fork runs the "
+        "agent the turn ran; fork it where that version is served"
+    )
+
+
+def refused_model(output: TurnOutput) -> str | None:
+    """Why the turn's model could not be used at all (an unknown model, a backend the
+    worker cannot start, a model its provider does not have): its first model call was
+    refused, so it took no step of its own. None otherwise."""
+    if output.outcome is not Outcome.MODEL_ERROR or output.usage.model_calls:
+        return None
+    for s in output.steps:
+        if s.kind is StepKind.LIMIT and s.text.startswith(_REFUSED):
+            return s.text.removeprefix(_REFUSED)
+    return None
+
+
+_REFUSED = "model request rejected: "
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A replay against its recording (`client.py replay`)."""
+
+    recorded: int
+    """The tool calls the recording ran."""
+    served: int
+    """The replay's calls answered from the record (none of them ran)."""
+    diverged_at: int | None
+    """The step where the replay's calls first differ from the recording's (None: they
+    never do)."""
+
+
+def compare(recorded: Sequence[Step], replayed: Sequence[Step]) -> Comparison:
+    """Where a replay's calls leave the recording's, in order, and what it was served."""
+    ran = [(s.iteration, s.calls[0]) for s in recorded if _call_step(s)]
+    made = [(s.iteration, s.calls[0]) for s in replayed if _call_step(s)]
+    served = sum(s.kind is StepKind.RECORDED for s in replayed)
+    for (_, was), (step, call) in zip(ran, made, strict=False):  # the shorter one ends it
+        if not _same(was, call):
+            return Comparison(len(ran), served, step)
+    if len(made) > len(ran):
+        return Comparison(len(ran), served, made[len(ran)][0])
+    if len(made) < len(ran):  # it answered (or stopped) before the recording's last call
+        return Comparison(len(ran), served, max((s.iteration for s in replayed), default=1))
+    return Comparison(len(ran), served, None)
+
+
+def _call_step(step: Step) -> bool:
+    """A call that ran, or was answered from a record, or awaited consent first."""
+    return step.kind in (StepKind.TOOL_CALL, StepKind.RECORDED) and bool(step.calls)

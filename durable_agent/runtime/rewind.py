@@ -1,0 +1,203 @@
+"""Forking a turn from the client: read its history, start the fork (`durable_agent/rewind.py`).
+
+    recording(client, workflow_id)          what a finished turn's history holds, decoded
+    start_fork(client, workflow_id, step)   the fork, as a new turn `<workflow id>-fork-<n>`
+    origin(handle)                          which turn a fork was made of, and from which step
+
+The fork is linked to its parent by the search attribute `AgentForkOf` (`list` and the
+Web UI find a turn's forks: `AgentForkOf = '<workflow id>'`), its memo (`show`) and its
+summary and details in the Web UI.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_agent.activities import DispatchInput, DispatchOutput, ModelCallInput
+from durable_agent.activities.interpret import InterpretOutput
+from durable_agent.activities.plan import PlanOutput
+from durable_agent.answers import markdown_safe
+from durable_agent.errors import CannotFork, UnknownTurn
+from durable_agent.model import Reply
+from durable_agent.rewind import FORK_MEMO, Origin, Recording, fork_of
+from durable_agent.runtime import search as registered
+from durable_agent.runtime.settings import TASK_QUEUE, client_command
+from durable_agent.runtime.turns import details
+from durable_agent.transcript import Delta
+from durable_agent.types import TurnInput, TurnOutput
+from durable_agent.workflows import AgentTurn, search
+from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
+
+_OUTPUTS: dict[str, type[PlanOutput] | type[InterpretOutput] | type[DispatchOutput]] = {
+    "plan": PlanOutput,
+    "interpret": InterpretOutput,
+    "dispatch": DispatchOutput,
+}
+
+
+async def recording(client: Client, workflow_id: str) -> Recording:
+    """The finished turn `workflow_id` as its history records it: its input, its
+    result, its model calls and the results of its dispatches. `UnknownTurn`, or
+    `CannotFork` for a turn that has not finished or is no turn."""
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        described = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise UnknownTurn(workflow_id) from None
+        raise
+    if described.workflow_type != "AgentTurn":
+        raise CannotFork(
+            f"{workflow_id} is a {described.workflow_type}, not a turn: fork one of its "
+            f"turns (`{client_command()} list`)"
+        )
+    if described.status == WorkflowExecutionStatus.RUNNING:
+        raise CannotFork(
+            f"turn {workflow_id} is still running: fork it once it has ended "
+            f"(`{client_command()} show {workflow_id}`)"
+        )
+    if described.status != WorkflowExecutionStatus.COMPLETED:
+        state = described.status.name.lower() if described.status else "unfinished"
+        raise CannotFork(f"turn {workflow_id} ended {state}, with no steps to fork from")
+    return await _read(client, handle)
+
+
+async def _read(client: Client, handle: WorkflowHandle) -> Recording:
+    converter = client.data_converter
+    turn: TurnInput | None = None
+    output: TurnOutput | None = None
+    scheduled: dict[int, tuple[str, Any]] = {}
+    model_calls: list[tuple[Delta, Reply | None]] = []
+    replies: dict[int, int] = {}  # scheduled event id: index in model_calls
+    dispatched: dict[str, Any] = {}
+    async for event in handle.fetch_history_events():
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            [turn] = await converter.decode(list(payloads), [TurnInput])
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attributes = event.activity_task_scheduled_event_attributes
+            name = attributes.activity_type.name
+            if name in ("plan", "interpret"):
+                [call] = await converter.decode(list(attributes.input.payloads), [ModelCallInput])
+                replies[event.event_id] = len(model_calls)
+                model_calls.append((call.delta, None))
+                scheduled[event.event_id] = (name, None)
+            elif name == "dispatch":
+                [sent] = await converter.decode(list(attributes.input.payloads), [DispatchInput])
+                scheduled[event.event_id] = (name, sent)
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            completed = event.activity_task_completed_event_attributes
+            name, sent = scheduled.get(completed.scheduled_event_id, ("", None))
+            if not name:
+                continue
+            [result] = await converter.decode(list(completed.result.payloads), [_OUTPUTS[name]])
+            if isinstance(result, DispatchOutput) and isinstance(sent, DispatchInput):
+                dispatched[sent.call.id] = result.result
+            elif isinstance(result, (PlanOutput, InterpretOutput)):
+                k = replies[completed.scheduled_event_id]
+                reply = result.plan if isinstance(result, PlanOutput) else result.decision
+                model_calls[k] = (model_calls[k][0], reply)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            payloads = event.workflow_execution_completed_event_attributes.result.payloads
+            [output] = await converter.decode(list(payloads), [TurnOutput])
+    if turn is None or output is None:
+        raise CannotFork(
+            f"turn {handle.id}: its history has no input or no result here (it continued "
+            "as new, or ended otherwise); it cannot be forked"
+        )
+    return Recording(handle.id, turn, output, model_calls, dispatched)
+
+
+async def start_fork(
+    client: Client,
+    workflow_id: str,
+    step: int,
+    *,
+    model: str = "",
+    instructions: str = "",
+    live_reads: bool = False,
+    stream: bool = False,
+    task_queue: str = TASK_QUEUE,
+    replay: bool = False,
+) -> WorkflowHandle:
+    """Fork the finished turn `workflow_id` from `step` (`durable_agent/rewind.py`): a new
+    turn, `<workflow id>-fork-<n>`, with `model` and `instructions` when given (else the
+    original's). `UnknownTurn`, or `CannotFork` (running, unfinished, a step past its end).
+    `replay`: from step 1, served from the record while its calls repeat the original's in
+    order (`<workflow id>-replay-<n>`)."""
+    original = await recording(client, workflow_id)
+    fork = fork_of(original, step, live_reads=live_reads, in_order=replay)
+    turn = original.turn.model_copy(
+        update={
+            "model": model or original.turn.model,
+            "instructions": instructions or original.turn.instructions,
+            # Not a turn of the original's conversation: its earlier exchanges are in
+            # the fork's conversation, but the conversation never hears of the fork.
+            "conversation_id": "",
+            "stream": stream,
+            "fork": fork,
+        }
+    )
+    origin = Origin(parent=workflow_id, step=step, replay=replay)
+    attributes: TypedSearchAttributes | None = None
+    if await registered.available(client):
+        at_start = search.at_start(turn.customer_id, turn.model, agent=turn.agent)
+        attributes = TypedSearchAttributes(
+            [*at_start.search_attributes, SearchAttributePair(search.FORK_OF, workflow_id)]
+        )
+    for n in itertools.count(1):
+        try:
+            return await client.start_workflow(
+                AgentTurn.run,
+                turn,
+                id=f"{workflow_id}-{'replay' if replay else 'fork'}-{n}",
+                task_queue=task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                static_summary=markdown_safe(f"{origin.line()}: {turn.question[:160]}"),
+                static_details=markdown_safe(f"{origin.line()} · {details(turn)}"),
+                search_attributes=attributes,
+                memo={FORK_MEMO: origin.model_dump(mode="json")},
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
+            )
+        except WorkflowAlreadyStartedError:
+            continue  # that fork exists: the next number
+    raise AssertionError("unreachable")
+
+
+async def origin(handle: WorkflowHandle) -> Origin | None:
+    """Which turn this one is a fork of, and from which step (None: no fork)."""
+    try:
+        described = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise UnknownTurn(handle.id) from None
+        raise
+    return await origin_of(described)
+
+
+async def origin_of(described: WorkflowExecutionDescription) -> Origin | None:
+    """`origin`, from a turn's description (its memo)."""
+    try:
+        value = await described.memo_value(FORK_MEMO, None)
+        return None if value is None else Origin.model_validate(value)
+    except (KeyError, ValueError, TypeError):
+        return None

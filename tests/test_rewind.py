@@ -1,0 +1,428 @@
+"""Rewind (`client.py rerun`): a finished turn forked from one of its steps, with another
+model, on a real server. The fork starts from the original's conversation at that step;
+a write the original made is never made again (the same call finds its recorded
+result), reads are answered from the record, and bad input is one line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from temporalio.testing import WorkflowEnvironment
+
+from durable_agent.approval import ApprovalPolicy
+from durable_agent.client import AgentClient, TurnResult
+from durable_agent.conversation import ToolResult
+from durable_agent.errors import AgentClientError, CannotFork, UnknownTurn
+from durable_agent.model import Reply
+from durable_agent.rewind import Comparison, Origin, compare
+from durable_agent.scripted import ScriptedModel
+from durable_agent.shop import TOOLS, ShopStore
+from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.types import Outcome, StepKind, ToolCall
+from durable_agent.workflows import search
+from tests.conftest import Harness, last_result, story
+from tests.test_crash import approve_when_asked, spawn_worker, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+QUESTION = "Has order 123456 shipped? If so I want to return it, it arrived damaged."
+LOOKUP = ToolCall(id="c1", name="order_status", arguments={"order_id": "123456"})
+RETURN = ToolCall(
+    id="c2", name="start_return", arguments={"order_id": "123456", "reason": "arrived damaged"}
+)
+STOCK = ToolCall(id="c3", name="stock", arguments={"item": "Herbal Handsoap"})
+WAIVED = ApprovalPolicy(waived=frozenset({"start_return"}))
+
+reads: Counter[str] = Counter()
+"""Calls of `stock`, by item: the worker runs in this process."""
+
+
+class Item(BaseModel):
+    item: str
+
+
+@tool(quick=True)
+def stock(args: Item, ctx: ToolContext[object]) -> str:
+    """How many of an item are in stock."""
+    reads[args.item] += 1
+    return f"{args.item}: 12 in stock"
+
+
+TOOLS_AND_STOCK = ToolRegistry([*TOOLS.tools.values(), stock])
+
+
+def three_steps() -> ScriptedModel:
+    """[1] looks the order up, [2] starts its return, [3] reads the stock, then answers."""
+    return ScriptedModel(
+        plans=[Reply(calls=[LOOKUP])],
+        decisions=[
+            Reply(calls=[RETURN]),
+            Reply(calls=[STOCK]),
+            Reply(text="Your return is started."),
+        ],
+    )
+
+
+async def original(harness: Harness, agents: AgentClient) -> TurnResult:
+    result = await agents.ask(QUESTION, model="scripted")
+    assert result.outcome is Outcome.ANSWERED
+    assert [s.iteration for s in story(result) if s.kind is StepKind.TOOL_CALL] == [1, 2, 3]
+    assert len(harness.store.returns_for("123456")) == 1
+    return result
+
+
+class Forking:
+    """The original's model, then the fork's, on one worker (the `scripted` spec),
+    and the `other` spec for the fork when a test gives one."""
+
+    def __init__(self, first: ScriptedModel) -> None:
+        self.models = [first]
+
+    def then(self, model: ScriptedModel) -> None:
+        self.models.append(model)
+
+    @property
+    def current(self) -> ScriptedModel:
+        return self.models[-1]
+
+    async def plan(self, request, stream=None):  # type: ignore[no-untyped-def]
+        return await self.current.plan(request, stream)
+
+    async def interpret(self, request, stream=None):  # type: ignore[no-untyped-def]
+        return await self.current.interpret(request, stream)
+
+    provider = "scripted"
+    name = "scripted"
+
+
+async def test_a_fork_before_the_write_making_the_same_call_writes_nothing(
+    harness: Harness,
+) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        again = ScriptedModel(
+            decisions=[Reply(calls=[RETURN.model_copy(update={"id": "n1"})]), Reply(text="ok")]
+        )
+        model.then(again)
+        fork = await agents.rerun(first.workflow_id, from_step=2)
+        result = await fork.result()
+
+    assert fork.id == f"{first.workflow_id}-fork-1"
+    assert result.outcome is Outcome.ANSWERED
+    assert len(harness.store.returns_for("123456")) == 1  # the world holds one write
+    (served,) = [s for s in result.steps if s.kind is StepKind.RECORDED]
+    assert served.iteration == 2
+    assert served.text == (
+        f"{RETURN.render()}: already done in {first.workflow_id} (step 2); "
+        "its recorded result, not run again"
+    )
+    assert not [s for s in result.steps if s.kind is StepKind.APPROVAL]
+    # The fork's model read the original's result of the write, as its own call's.
+    recorded = next(
+        m
+        for m in model.models[0].requests[-1][1].messages
+        if isinstance(m, ToolResult) and m.tool == "start_return"
+    )
+    assert last_result(again.requests[-1][1]) == recorded.text
+    # Its story starts with the original's step 1, as recorded.
+    assert [s.render() for s in story(result) if s.iteration == 1] == [
+        s.render() for s in story(first) if s.iteration == 1
+    ]
+    assert await fork.origin() == Origin(parent=first.workflow_id, step=2)
+    (row,) = [
+        wf
+        async for wf in harness.client.list_workflows(
+            f"{search.FORK_OF.name} = '{first.workflow_id}'"
+        )
+    ]
+    assert row.id == fork.id
+
+
+async def test_a_fork_after_the_write_reads_its_result_and_writes_nothing(
+    harness: Harness,
+) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        (created,) = harness.store.returns_for("123456")
+        later = ScriptedModel(decisions=[Reply(text="Return started; that is all.")])
+        model.then(later)
+        result = await (await agents.rerun(first.workflow_id, from_step=3, model="")).result()
+
+    assert result.answer == "Return started; that is all."
+    assert harness.store.returns_for("123456") == [created]
+    (request,) = [r for _, r in later.requests]
+    written = [
+        m for m in request.messages if isinstance(m, ToolResult) and m.tool == "start_return"
+    ]
+    assert len(written) == 1 and created.return_id in written[0].text
+    # Step 3 was decided anew: its answer is recorded at step 2, the round it read.
+    assert story(result)[-1].kind is StepKind.ANSWER and story(result)[-1].iteration == 2
+
+
+async def test_reads_in_a_fork_are_served_from_the_record(harness: Harness) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        counted = reads["Herbal Handsoap"]
+        same = ScriptedModel(
+            plans=[Reply(calls=[LOOKUP.model_copy(update={"id": "n1"})])],
+            decisions=[
+                Reply(calls=[STOCK.model_copy(update={"id": "n2"})]),
+                Reply(text="In stock."),
+            ],
+        )
+        model.then(same)
+        result = await (await agents.rerun(first.workflow_id, from_step=1)).result()
+        assert reads["Herbal Handsoap"] == counted  # the stock was not read again
+
+        live = ScriptedModel(
+            decisions=[Reply(calls=[STOCK.model_copy(update={"id": "n3"})]), Reply(text="ok")]
+        )
+        model.then(live)
+        rerun = await (await agents.rerun(first.workflow_id, from_step=2, live_reads=True)).result()
+        assert reads["Herbal Handsoap"] == counted + 1  # live_reads: read again
+
+    # With live_reads the reads before the step run again too, and the model reads
+    # their new results; the write before it stands.
+    again = [s for s in rerun.steps if "read again, live" in s.text]
+    assert [(s.iteration, s.kind) for s in again] == [(1, StepKind.OBSERVATION)]
+    assert again[0].text.startswith("order_status: read again, live: Order id: 123456.")
+    assert not [s for s in rerun.steps if s.kind is StepKind.RECORDED]
+    assert len(harness.store.returns_for("123456")) == 1
+
+    served = [s.text for s in result.steps if s.kind is StepKind.RECORDED]
+    assert served == [
+        f"{LOOKUP.render()}: read from the record of {first.workflow_id} (step 1)",
+        f"{STOCK.render()}: read from the record of {first.workflow_id} (step 3)",
+    ]
+    assert not [s for s in result.steps if s.kind is StepKind.TOOL_CALL]
+    assert "12 in stock" in last_result(same.requests[-1][1])
+
+
+async def test_a_new_write_in_a_fork_needs_consent_and_runs_once(harness: Harness) -> None:
+    """A write the original did not make runs as in any turn; the second of two
+    identical writes where the original made one is such a write."""
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        other = RETURN.model_copy(update={"id": "n1", "arguments": {**RETURN.arguments}})
+        twice = ScriptedModel(
+            decisions=[Reply(calls=[other]), Reply(calls=[other.model_copy(update={"id": "n2"})])]
+            + [Reply(text="done")]
+        )
+        model.then(twice)
+        result = await (await agents.rerun(first.workflow_id, from_step=2)).result()
+
+    kinds = [s.kind for s in story(result) if s.iteration >= 2]
+    assert StepKind.RECORDED in kinds and StepKind.TOOL_CALL in kinds
+    # The second is a write of its own (one open return per order: the store refuses it).
+    assert len(harness.store.returns_for("123456")) == 1
+
+
+async def test_bad_input_is_one_clear_error(harness: Harness) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        with pytest.raises(UnknownTurn, match="no turn with workflow id 'turn-nope'"):
+            await agents.rerun("turn-nope", from_step=1)
+        with pytest.raises(CannotFork, match=r"has steps 1 to 3 \(see `show`\): give a step"):
+            await agents.rerun(first.workflow_id, from_step=4)
+        with pytest.raises(CannotFork, match="give a step of the turn"):
+            await agents.rerun(first.workflow_id, from_step=0)
+
+
+async def test_a_fork_on_another_version_of_the_agent_is_refused(harness: Harness) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+    changed = replace(
+        harness.agent(TOOLS_AND_STOCK, approvals=WAIVED), instructions="Answer in verse."
+    )
+    async with harness.worker(model, agents=[changed]) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        fork = await agents.rerun(first.workflow_id, from_step=1)
+        # Its stream ends (as `rerun` reads it), and its result says why.
+        events = [e.event async for e in fork.events()]
+        assert [e.type for e in events] == ["step"]  # its question's screen, then no end
+        with pytest.raises(AgentClientError, match="a fork runs the agent the turn ran"):
+            await fork.result()
+    assert len(harness.store.returns_for("123456")) == 1
+
+
+def cli(
+    tmp_path: Path, harness: Harness, task_queue: str, *args: str
+) -> subprocess.CompletedProcess:
+    """`client.py --task-queue TASK_QUEUE ARGS` against the test session's server."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+    env.update(
+        TEMPORAL_ADDRESS=harness.client.service_client.config.target_host,
+        TEMPORAL_CONFIG_FILE=str(tmp_path / "no-such-temporal.toml"),
+        AGENT_STATE_DIR=str(tmp_path / "state"),
+        AGENT_PAYLOAD_STORE="off",  # inline payloads, as this process's worker has them
+    )
+    return subprocess.run(
+        [sys.executable, "client.py", "--task-queue", task_queue, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+async def test_rerun_and_show_on_the_command_line(harness: Harness, tmp_path: Path) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        model.then(ScriptedModel(decisions=[Reply(calls=[RETURN]), Reply(text="Done again.")]))
+        instructions = tmp_path / "terse.txt"
+        instructions.write_text("Answer in five words.")
+        args = ["rerun", first.workflow_id, "--from-step", "2", "--instructions", str(instructions)]
+        rerun = await asyncio.to_thread(cli, tmp_path, harness, task_queue, *args)
+        assert rerun.returncode == 0, rerun.stderr
+        fork = f"{first.workflow_id}-fork-1"
+        shown = await asyncio.to_thread(cli, tmp_path, harness, task_queue, "show", fork)
+
+    assert f"[2] recorded    {RETURN.render()}: already done in {first.workflow_id}" in rerun.stdout
+    assert "answer (answered): Done again." in rerun.stdout
+    assert model.current.requests[0][1].instructions == "Answer in five words."
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[:2] == [
+        f"{fork} (completed)",
+        f"fork of {first.workflow_id} from step 2",
+    ]
+    assert len(harness.store.returns_for("123456")) == 1
+
+
+async def test_bad_input_on_the_command_line_is_one_line(harness: Harness, tmp_path: Path) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        first = await original(harness, AgentClient(harness.client, task_queue=task_queue))
+
+        async def rerun(*args: str) -> str:
+            out = await asyncio.to_thread(cli, tmp_path, harness, task_queue, "rerun", *args)
+            assert out.returncode == 1, out.stdout + out.stderr
+            assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+            return out.stderr.strip()
+
+        wid = first.workflow_id
+        assert await rerun("turn-nope", "--from-step", "1") == (
+            "error: no turn with workflow id 'turn-nope'"
+        )
+        assert (await rerun(wid, "--from-step", "7")).startswith(
+            f"error: turn {wid} has steps 1 to 3 (see `show`): give a step from 1 to 3, not 7"
+        )
+        assert (await rerun(wid, "--from-step", "0")).startswith(
+            "error: --from-step: give a step number"
+        )
+        assert (await rerun(wid, "--from-step", "1", "--instructions", "/no/such")).startswith(
+            "error: --instructions: cannot read /no/such"
+        )
+        assert (await rerun(wid, "--from-step", "1", "--model", "nosuch:x")).startswith(
+            f"error: fork {wid}-fork-1: its model cannot be used: unknown model 'nosuch:x': "
+            "use one of offline, scripted"
+        )
+    assert len(harness.store.returns_for("123456")) == 1
+
+
+async def test_a_fork_survives_a_killed_worker_and_writes_once(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The worker running a fork is SIGKILLed after its model call did its work; a new
+    worker finishes the fork, which makes the original's write again: once in all."""
+    task_queue = f"rewind-crash-{uuid.uuid4().hex[:6]}"
+    db, log, marker = tmp_path / "shop.db", tmp_path / "activities.log", tmp_path / "hung"
+    ShopStore(db)
+    agents = AgentClient(env.client, task_queue=task_queue)
+    workers = [spawn_worker(env, task_queue, str(db))]
+    try:
+        turn = await agents.start("I want to return order 123456, it arrived damaged.")
+        approver = asyncio.create_task(approve_when_asked(env, turn.id))
+        first = await turn.result()
+        assert approver.done() and len(ShopStore(db).returns_for("123456")) == 1
+        workers[0].kill()
+        workers[0].wait()
+
+        crash = ["--log", str(log), "--crash-after", "plan", "--marker", str(marker)]
+        workers.append(spawn_worker(env, task_queue, str(db), *crash))
+        fork = await agents.rerun(first.workflow_id, from_step=1)
+        await wait_for(marker)
+        workers[1].kill()
+        workers[1].wait()
+        workers.append(spawn_worker(env, task_queue, str(db), "--log", str(log)))
+        result = await asyncio.wait_for(fork.result(), timeout=60)
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert result.outcome is Outcome.ANSWERED
+    (created,) = ShopStore(db).returns_for("123456")
+    assert created.return_id in result.answer
+    assert [s.kind for s in result.steps if s.kind is StepKind.RECORDED] == [StepKind.RECORDED]
+    runs = Counter(log.read_text().split())
+    assert runs["plan"] == 2, runs  # the one in flight ran again on the new worker
+    assert runs["dispatch"] == 0 and runs["check"] == 0, runs  # the write never ran again
+
+
+async def test_a_replay_is_served_from_the_record_until_it_diverges(
+    harness: Harness, tmp_path: Path
+) -> None:
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await original(harness, agents)
+        counted = reads["Herbal Handsoap"]
+
+        model.then(three_steps())  # the same calls, in the same order
+        same = await (await agents.replay(first.workflow_id)).result()
+        assert reads["Herbal Handsoap"] == counted
+
+        wrong = ScriptedModel(  # goes wrong at step 2: reads the stock before the return
+            plans=[Reply(calls=[LOOKUP])],
+            decisions=[Reply(calls=[STOCK]), Reply(calls=[RETURN]), Reply(text="Done.")],
+        )
+        model.then(wrong)
+        shown = await asyncio.to_thread(
+            cli, tmp_path, harness, task_queue, "replay", first.workflow_id
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert reads["Herbal Handsoap"] == counted + 1  # live from the divergence on
+
+    assert compare(first.steps, same.steps) == Comparison(recorded=3, served=3, diverged_at=None)
+    assert [s.kind for s in same.steps if s.calls and s.kind is not StepKind.SHIELD] == [
+        StepKind.PLAN,
+        StepKind.RECORDED,
+        StepKind.CONTINUE,
+        StepKind.RECORDED,
+        StepKind.CONTINUE,
+        StepKind.RECORDED,
+    ]
+    replay = f"{first.workflow_id}-replay-2"
+    assert shown.stdout.splitlines()[0] == f"{replay}: replay of {first.workflow_id}"
+    assert f"[2] tool_call   {STOCK.render()}" in shown.stdout
+    assert f"[3] recorded    {RETURN.render()}: already done in {first.workflow_id}" in shown.stdout
+    assert shown.stdout.splitlines()[-1] == (
+        "replay: diverged at step 2; 2 of 3 recorded tool call(s) answered from the record, not run"
+    )
+    assert len(harness.store.returns_for("123456")) == 1
