@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         ParseOutput,
         ParseOutputActivity,
         ParseOutputInput,
+        ParseOutputOutput,
         PlanActivity,
         PlanInput,
         PricesActivity,
@@ -879,20 +880,7 @@ class AgentTurn:
         await self._room_for(size)
         try:
             dispatched = await self._send(turn, iteration, index, vc)
-            parsed = await workflow.execute_local_activity_method(
-                ParseOutputActivity.parse_output,
-                ParseOutputInput(
-                    call=call,
-                    result=dispatched.result,
-                    customer_id=turn.customer_id,
-                    agent=self._agent.name,
-                    tools_version=self._agent.tools_version,
-                ),
-                start_to_close_timeout=SHIELD_TIMEOUT,
-                schedule_to_close_timeout=self._within(),
-                retry_policy=SHIELD_RETRY,
-                summary=answers.markdown_safe(f"parse_output: {call.name}"),
-            )
+            parsed = await self._parse_output(turn, call, dispatched.result)
             observation = parsed.observation
             stop = self._judged(iteration, "tool_output", call, parsed.verdicts)
             # Data, never instructions: whatever it says, writes from now on need consent.
@@ -913,6 +901,25 @@ class AgentTurn:
             iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
         )
         return observation
+
+    async def _parse_output(
+        self, turn: TurnInput, call: ToolCall, result: Any, note: str = ""
+    ) -> ParseOutputOutput:
+        """A call's result as the model reads it, screened by the tool-output shields."""
+        return await workflow.execute_local_activity_method(
+            ParseOutputActivity.parse_output,
+            ParseOutputInput(
+                call=call,
+                result=result,
+                customer_id=turn.customer_id,
+                agent=self._agent.name,
+                tools_version=self._agent.tools_version,
+            ),
+            start_to_close_timeout=SHIELD_TIMEOUT,
+            schedule_to_close_timeout=self._within(),
+            retry_policy=SHIELD_RETRY,
+            summary=answers.markdown_safe(f"parse_output: {call.name}{note}"),
+        )
 
     async def _room_for(self, size: int) -> None:
         """Until a call whose result may be `size` characters can run: the results of
@@ -1330,20 +1337,7 @@ class AgentTurn:
                 call_id=call.id, tool=call.name, ok=recorded.ok, text=recorded.text
             )
         else:  # a result the parent's model never read (return-direct): rendered here
-            parsed = await workflow.execute_local_activity_method(
-                ParseOutputActivity.parse_output,
-                ParseOutputInput(
-                    call=call,
-                    result=recorded.result,
-                    customer_id=turn.customer_id,
-                    agent=self._agent.name,
-                    tools_version=self._agent.tools_version,
-                ),
-                start_to_close_timeout=SHIELD_TIMEOUT,
-                schedule_to_close_timeout=self._within(),
-                retry_policy=SHIELD_RETRY,
-                summary=answers.markdown_safe(f"parse_output: {call.name} (recorded)"),
-            )
+            parsed = await self._parse_output(turn, call, recorded.result, " (recorded)")
             observation = parsed.observation
         if call.name not in self._tools_used:
             self._tools_used.append(call.name)
@@ -1368,20 +1362,7 @@ class AgentTurn:
                 iteration = steps[vc.call.id]
                 try:
                     dispatched = await self._send(turn, iteration, index, vc)
-                    parsed_output = await workflow.execute_local_activity_method(
-                        ParseOutputActivity.parse_output,
-                        ParseOutputInput(
-                            call=vc.call,
-                            result=dispatched.result,
-                            customer_id=turn.customer_id,
-                            agent=self._agent.name,
-                            tools_version=self._agent.tools_version,
-                        ),
-                        start_to_close_timeout=SHIELD_TIMEOUT,
-                        schedule_to_close_timeout=self._within(),
-                        retry_policy=SHIELD_RETRY,
-                        summary=answers.markdown_safe(f"parse_output: {vc.call.name}"),
-                    )
+                    parsed_output = await self._parse_output(turn, vc.call, dispatched.result)
                     observation = parsed_output.observation
                 except (ActivityError, ApplicationError, TimeoutError) as e:
                     self._if_out_of_time()
