@@ -111,6 +111,8 @@ MAX_LIST_BYTES = 256 * 1024
 """What one server's list may weigh, as a turn records it (names, descriptions,
 schemas): the record travels in a turn's first step, inside Temporal's 2 MB limit
 for a payload, next to the other servers' lists."""
+MAX_OFFERED_BYTES = 1024 * 1024
+"""What all of an agent's servers' lists may weigh together, as a turn records them."""
 STRAY_LOG_INTERVAL_S = 60.0
 """At most one log line this often, per server, about stdout lines that are not MCP."""
 
@@ -288,8 +290,8 @@ class Connection:
         """Connect and list the server's tools (`mcp.types.Tool`); MCPConfigError, in
         one line naming the server, if it cannot start or its list cannot be read."""
         await self._connect()
+        self.stale = False  # a change said while it lists: listed again before a turn
         self.listed = await self._read_list()
-        self.stale = False
         return self.listed
 
     async def tools(self) -> list[Any]:
@@ -341,11 +343,10 @@ class Connection:
     async def _read_list(self) -> list[Any]:
         """The server's list within `LIST_TIMEOUT_S`; MCPListError naming it if not."""
         try:
-            async with asyncio.timeout(LIST_TIMEOUT_S):
-                return await self._list()
+            return await asyncio.wait_for(self._list(), LIST_TIMEOUT_S)
         except MCPConfigError:
             raise
-        except TimeoutError:
+        except asyncio.TimeoutError:
             raise MCPListError(
                 f"MCP server {self.server.name!r}: its tools/list did not answer within "
                 f"{LIST_TIMEOUT_S:g} s"
@@ -776,6 +777,13 @@ class LiveTools(ToolRegistry):
         )
         """What each server listed for this version (default: as last listed)."""
         super().__init__()
+        weight = sum(_weight(t) for tools in self.listed for t in tools)
+        if weight > MAX_OFFERED_BYTES:
+            raise MCPConfigError(
+                f"agent {agent!r}: its MCP servers' tool lists weigh {weight // 1024} KB "
+                f"together, more than a turn records ({MAX_OFFERED_BYTES // 1024} KB): "
+                "leave a server out, or have them offer fewer tools"
+            )
         pairs = zip(self.connections, self.listed, strict=True)
         made = (t for connection, tools in pairs for t in tools_of(connection, tools))
         for tool in [*self.own, *made]:
@@ -902,11 +910,11 @@ async def connected(
             connection = Connection(server)
             try:
                 await connection.open()
-            except MCPConfigError:
+            except MCPConfigError as e:
                 await connection.close()
                 if not server.optional:
                     raise
-                log.warning("MCP server %s is optional and did not start: left out", name)
+                log.warning("%s; it is optional: left out", e)
                 continue
             connections[name] = connection
         served = []

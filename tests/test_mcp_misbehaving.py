@@ -242,6 +242,19 @@ async def test_a_list_that_does_not_answer_at_start_is_one_line_naming_the_serve
     assert str(caught.value) == "MCP server 'evil': its tools/list did not answer within 1 s"
 
 
+async def test_servers_whose_lists_together_weigh_too_much_are_one_line_naming_the_agent(
+    tmp_path: Path,
+) -> None:
+    """Five servers, each under its own limit, over the agent's together."""
+    heavy = {"tools": [{**tool(f"t{n}"), "description": "d" * 2_300} for n in range(100)]}
+    servers = [misbehaving(tmp_path, heavy, name=f"s{n}") for n in range(5)]
+    with pytest.raises(MCPConfigError) as caught:
+        async with connected([agent_with(*servers)]):
+            pass
+    assert str(caught.value).startswith("agent 'desk': its MCP servers' tool lists weigh ")
+    assert "together, more than a turn records (1024 KB)" in str(caught.value)
+
+
 async def test_a_tool_with_a_bad_schema_at_start_is_left_out_with_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -288,7 +301,9 @@ async def test_junk_on_a_servers_stdout_is_one_log_line_with_its_count(
 ) -> None:
     """20,000 lines of junk as the server starts and 2,000 after each call (once, a
     traceback each): the worker answers, and says so in one line."""
-    server = misbehaving(tmp_path, {"tools": [FIND], "noise": 20_000, "call_noise": 2_000}, name="noisy")
+    server = misbehaving(
+        tmp_path, {"tools": [FIND], "noise": 20_000, "call_noise": 2_000}, name="noisy"
+    )
     config = tmp_path / "mcp.json"
     entry = {"command": server.command, "args": list(server.args)}
     config.write_text(json.dumps({"mcpServers": {"noisy": entry}}))
