@@ -97,8 +97,9 @@ START_TIMEOUT_S = 30.0
 LIST_TIMEOUT_S = 30.0
 """How long a server started gets to list its tools, every page."""
 RELIST_TIMEOUT_S = 3.0
-"""How long a list read again between turns may take: it runs in a turn's first step
-(the `shield` local activity, 10 s). Past it, the tools stay as they were."""
+"""How long a turn's first step (the `shield` local activity, 10 s) waits for a list
+read again between turns: past it, that turn has the tools as they were, and the list,
+once read, is a later turn's."""
 RELIST_PAUSE_S = 60.0
 """After a list read again failed, how long the turns keep the tools as they were
 before it is tried again (a server that hangs does not slow every turn)."""
