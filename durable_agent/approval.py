@@ -8,6 +8,11 @@ or waive it (`@tool(approval=False)`). The worker's settings have the last word:
     AGENT_APPROVAL_WAIVED=start_return                     not these (or `*`: none
                                                            at all, for trusted deployments)
 
+An MCP server's tools are named as the agent offers them: `time__get_current_time`,
+or `time__*` for every tool of the server whose prefix is `time` (a server whose tool
+says it only reads, falsely, is put under consent so). A name under an MCP server's
+prefix is taken even when the server does not list it now: its list may change.
+
 A call that needs approval waits, durably, for a decision (the turn's `decide`
 update) or for the approval timeout; a rejected or expired call becomes a
 result the model reads, an approved one runs exactly once.
@@ -15,6 +20,7 @@ result the model reads, an approved one runs exactly once.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +30,12 @@ from pydantic import BaseModel, Field, field_validator
 from durable_agent.types import ToolCall
 
 ALL = "*"
+SEPARATOR = "__"
+"""Between an MCP server's prefix and its tool's name (`durable_agent.mcp.SEPARATOR`)."""
+EVERY_TOOL_OF = SEPARATOR + "*"
+"""`server__*`: every tool of the MCP server whose tool names start `server__`."""
+
+log = logging.getLogger("durable_agent.approval")
 
 
 def _names(value: str) -> frozenset[str]:
@@ -49,23 +61,63 @@ class ApprovalPolicy:
             waived=_names(env.get("AGENT_APPROVAL_WAIVED", "")),
         )
 
-    def check(self, known: Iterable[str], source: str = WORKER_SETTINGS) -> None:
+    def check(
+        self, known: Iterable[str], source: str = WORKER_SETTINGS, prefixes: Iterable[str] = ()
+    ) -> None:
         """Refuse a policy that names tools the agent does not have (a typo would
         silently leave a write unguarded, or guard nothing); `source` says whose
-        policy it is."""
-        unknown = sorted((self.required | self.waived) - set(known) - {ALL})
+        policy it is. `prefixes` are the agent's MCP servers': a name under one
+        (`time__now`, `time__*`) is taken, with a warning if no tool has it now."""
+        known = set(known)
+        servers = {p + SEPARATOR for p in prefixes}
+        unknown: list[str] = []
+        unlisted: list[str] = []
+        for name in sorted((self.required | self.waived) - known - {ALL}):
+            prefix = name.removesuffix("*") if name.endswith(EVERY_TOOL_OF) else ""
+            if prefix and prefix in servers:
+                continue
+            if any(name.startswith(p) for p in servers) and not name.endswith("*"):
+                unlisted.append(name)
+                continue
+            unknown.append(name)
         if unknown:
+            mcp_like = servers or any(SEPARATOR in n for n in unknown)
+            mcp = "; an MCP server's as PREFIX__TOOL or PREFIX__*" if mcp_like else ""
             raise ValueError(
                 f"{source} names unknown tools: {', '.join(unknown)} "
-                f"(its tools: {', '.join(sorted(known)) or 'none'})"
+                f"(its tools: {', '.join(sorted(known)) or 'none'}{mcp})"
+            )
+        if unlisted:
+            log.warning(
+                "%s names %s, which no MCP server lists now (taken: a server's list may change)",
+                source,
+                ", ".join(unlisted),
             )
 
     def needs_approval(self, tool: str, declared: bool) -> bool:
-        if tool in self.required or ALL in self.required:
+        if _named(tool, self.required):
             return True
-        if tool in self.waived or ALL in self.waived:
+        if _named(tool, self.waived):
             return False
         return declared
+
+    def outside(self, prefixes: Iterable[str]) -> ApprovalPolicy:
+        """The policy without the names under these MCP servers' prefixes: what can be
+        checked before the servers are connected."""
+        servers = tuple(p + SEPARATOR for p in prefixes)
+
+        def kept(names: frozenset[str]) -> frozenset[str]:
+            return frozenset(n for n in names if not n.startswith(servers))
+
+        return ApprovalPolicy(required=kept(self.required), waived=kept(self.waived))
+
+
+def _named(tool: str, names: frozenset[str]) -> bool:
+    """Whether a policy's names cover `tool`: by name, `*`, or `PREFIX__*` (every tool
+    whose name starts `PREFIX__`: an MCP server's)."""
+    if tool in names or ALL in names:
+        return True
+    return any(n.endswith(EVERY_TOOL_OF) and tool.startswith(n[:-1]) for n in names)
 
 
 class ApprovalDecision(BaseModel):

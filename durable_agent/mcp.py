@@ -20,6 +20,14 @@ with one line naming it. Each call is a `dispatch` like any tool's, visible in t
 Web UI and the trace. A server that dies is started again (stdio) or reconnected
 (HTTP) at the next call.
 
+What a server cannot do to the worker: a list is read within a time, a number of
+pages, a number of tools and a size (`MAX_PAGES`, `MAX_TOOLS`, `MAX_LIST_BYTES`; past
+one, the server's list is refused in one line naming it); a tool it lists that no
+model could call (a schema that is not one, a name a model API refuses, a name listed
+twice) is left out with a warning; a list read again between turns that fails keeps
+the tools as they were; lines on a stdio server's stdout that are not MCP messages
+are dropped, and counted in one log line a minute at most.
+
 Tools are pinned per turn: the list is read again between turns — at the start of
 the next turn after the server said it changed (`notifications/tools/list_changed`)
 or after it was started again — and a turn is offered, validated against and
@@ -44,8 +52,10 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -83,12 +93,39 @@ WRITE_ATTEMPTS = 3
 it timed out) finds the outcome unknown and the turn asks (`_caller`). So `attempts`
 does not apply to writes, and a write needs more than one attempt for that question."""
 START_TIMEOUT_S = 30.0
-"""How long a server gets to start and list its tools."""
+"""How long a server gets to start (a process spawned, or a connection, initialized)."""
+LIST_TIMEOUT_S = 30.0
+"""How long a server started gets to list its tools, every page."""
+RELIST_TIMEOUT_S = 3.0
+"""How long a turn's first step (the `shield` local activity, 10 s) waits for a list
+read again between turns: past it, that turn has the tools as they were, and the list,
+once read, is a later turn's."""
+RELIST_PAUSE_S = 60.0
+"""After a list read again failed, how long the turns keep the tools as they were
+before it is tried again (a server that hangs does not slow every turn)."""
+MAX_PAGES = 50
+"""Pages of one `tools/list`: a cursor that never ends is refused past it."""
+MAX_TOOLS = 200
+"""Tools of one server: more is a list no model chooses well from (OpenAI takes 128
+tools a request), and each turn records what it was offered."""
+MAX_LIST_BYTES = 256 * 1024
+"""What one server's list may weigh, as a turn records it (names, descriptions,
+schemas): the record travels in a turn's first step, inside Temporal's 2 MB limit
+for a payload, next to the other servers' lists."""
+MAX_OFFERED_BYTES = 1024 * 1024
+"""What all of an agent's servers' lists may weigh together, as a turn records them."""
+STRAY_LOG_INTERVAL_S = 60.0
+"""At most one log line this often, per server, about stdout lines that are not MCP."""
 
 
 class MCPConfigError(AgentDefinitionError):
     """The MCP configuration, or a server it names, cannot work; the message says which
     server and what to fix."""
+
+
+class MCPListError(MCPConfigError):
+    """A server's tool list cannot be read, or is more than an agent can be offered (too
+    many pages, tools or bytes); the message names the server."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +196,8 @@ class MCPServer:
         timeout = entry.get("timeout", DEFAULT_TIMEOUT.total_seconds())
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             raise MCPConfigError(f"{where}: timeout is a number of seconds")
+        if not (math.isfinite(timeout) and 0 < timeout <= 3600):  # Infinity, NaN, 1e308
+            raise MCPConfigError(f"{where}: timeout is seconds, more than 0, at most 3600")
         attempts = entry.get("attempts", DEFAULT_ATTEMPTS)
         if isinstance(attempts, bool) or not isinstance(attempts, int):
             raise MCPConfigError(f"{where}: attempts is a whole number (how often a read is tried)")
@@ -173,22 +212,36 @@ class MCPServer:
             url=entry.get("url", ""),
             headers=strings("headers"),
             optional=entry.get("optional", False),
-            timeout=timedelta(seconds=timeout) if timeout == timeout else timedelta(0),
+            timeout=timedelta(seconds=timeout),
             attempts=attempts,
             prefix=entry.get("prefix", ""),
         )
 
 
+MAX_CONFIG_BYTES = 1024 * 1024
+"""An `mcpServers` file is a few hundred bytes a server."""
+
+
 def load_config(path: str | Path) -> list[MCPServer]:
     """The servers of an `mcpServers` file; MCPConfigError, in one line, if it is not one."""
     try:
-        raw = json.loads(Path(path).read_text(), object_pairs_hook=_unique_keys)
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise MCPConfigError(
+                f"--mcp-config {path}: over {MAX_CONFIG_BYTES // 2**20} MB; is it the right file?"
+            )
+        raw = json.loads(data, object_pairs_hook=_unique_keys)
     except OSError as e:
         raise MCPConfigError(f"--mcp-config {path}: {e.strerror or e}") from None
     except _KeyTwice as e:
         raise MCPConfigError(f"--mcp-config {path}: {e}") from None
+    except RecursionError:
+        raise MCPConfigError(
+            f"--mcp-config {path}: nested too deeply to be an mcpServers file"
+        ) from None
     except ValueError as e:
-        raise MCPConfigError(f"--mcp-config {path}: not JSON ({e})") from None
+        raise MCPConfigError(f"--mcp-config {path}: not JSON ({_brief(e)})") from None
     servers = raw.get("mcpServers") if isinstance(raw, dict) else None
     if not isinstance(servers, dict):
         raise MCPConfigError(f'--mcp-config {path}: expected {{"mcpServers": {{"NAME": ...}}}}')
@@ -224,47 +277,162 @@ class Connection:
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self.listed: list[Any] = []
-        """The server's tools as last listed (`mcp.types.Tool`)."""
+        """The server's tools as last listed (`mcp.types.Tool`), those a model can call."""
         self.stale = True
         """The list may have changed since: the server said so, or was started again."""
+        self._quiet_until = 0.0
+        """After a failed list: not tried again before this (`time.monotonic()`)."""
+        self._relisting: asyncio.Task[None] | None = None
+        self._slow: asyncio.Task[None] | None = None
+        self._strays = 0
+        self._strays_told = -math.inf
 
     async def open(self) -> list[Any]:
-        """Connect and list the server's tools (`mcp.types.Tool`)."""
+        """Connect and list the server's tools (`mcp.types.Tool`); MCPConfigError, in
+        one line naming the server, if it cannot start or its list cannot be read."""
         await self._connect()
-        return await self.tools()
+        self.stale = False  # a change said while it lists: listed again before a turn
+        self.listed = await self._read_list()
+        return self.listed
 
     async def tools(self) -> list[Any]:
-        """The server's tools: listed again if they may have changed, after starting the
-        server again (or reconnecting) if it died. A server that cannot answer keeps
-        its last list (the calls will say what is wrong)."""
+        """The server's tools, between turns: listed again if they may have changed,
+        after starting the server again (or reconnecting) if it died. It runs in a
+        turn's first step, so it waits `RELIST_TIMEOUT_S` at most: a list not read by
+        then is the next turn's, and this turn has the tools as they were. A list that
+        fails leaves them as they were too (with a warning), and is not tried again
+        for `RELIST_PAUSE_S`; the calls will say what is wrong."""
         if not self.stale and self.alive:
             return self.listed
+        if time.monotonic() < self._quiet_until:
+            return self.listed
+        if self._relisting is None or self._relisting.done():
+            self._relisting = asyncio.create_task(
+                self._relist(), name=f"mcp-list:{self.server.name}"
+            )
+        relisting = self._relisting
+        done, _ = await asyncio.wait({relisting}, timeout=RELIST_TIMEOUT_S)
+        if not done and self._slow is not relisting:
+            self._slow = relisting  # said once a listing
+            log.warning(
+                "MCP server %s: listing its tools again takes more than %g s; the turns "
+                "have them as they were until it is done",
+                self.server.name,
+                RELIST_TIMEOUT_S,
+            )
+        return self.listed
+
+    async def _relist(self) -> None:
         try:
             async with self._lock:
                 if not self.alive:
-                    await self.close()
+                    await self._disconnect()
                     await self._connect()
-                self.stale = False
-                self.listed = await self._list()
+                self.stale = False  # a change said while it lists: listed again after
+                self.listed = await self._read_list()
         except Exception as e:
             self.stale = True
-            log.warning("MCP server %s: could not list its tools: %s", self.server.name, _brief(e))
-            if not self.listed:
-                raise
-        return self.listed
+            self._quiet_until = time.monotonic() + RELIST_PAUSE_S
+            log.warning(
+                "%s; its tools stay as they were, listed again in %g s at the earliest",
+                e
+                if isinstance(e, MCPConfigError)
+                else f"MCP server {self.server.name}: {_brief(e)}",
+                RELIST_PAUSE_S,
+            )
+
+    async def _read_list(self) -> list[Any]:
+        """The server's list within `LIST_TIMEOUT_S`; MCPListError naming it if not."""
+        try:
+            return await asyncio.wait_for(self._list(), LIST_TIMEOUT_S)
+        except MCPConfigError:
+            raise
+        except asyncio.TimeoutError:
+            raise MCPListError(
+                f"MCP server {self.server.name!r}: its tools/list did not answer within "
+                f"{LIST_TIMEOUT_S:g} s"
+            ) from None
+        except Exception as e:
+            raise MCPListError(
+                f"MCP server {self.server.name!r}: its tools/list failed: {_brief(e)}"
+            ) from None
 
     async def _list(self) -> list[Any]:
-        tools: list[Any] = []
-        cursor = None
-        while True:
-            from mcp.types import PaginatedRequestParams
+        """Every page of the server's list, within `MAX_PAGES`, `MAX_TOOLS` and
+        `MAX_LIST_BYTES` (MCPListError past one); then the tools a model can call."""
+        from mcp.types import PaginatedRequestParams
 
+        where = f"MCP server {self.server.name!r}"
+        tools: list[Any] = []
+        size = 0
+        cursor = None
+        for _ in range(MAX_PAGES):
             params = PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await asyncio.wait_for(self._session.list_tools(params=params), START_TIMEOUT_S)
+            page = await self._session.list_tools(params=params)
             tools.extend(page.tools)
+            if len(tools) > MAX_TOOLS:
+                raise MCPListError(
+                    f"{where}: it lists more than {MAX_TOOLS} tools, more than an agent is "
+                    "offered of one server: have it offer fewer (most servers take a list "
+                    "of the tools to offer)"
+                )
+            size += sum(_weight(t) for t in page.tools)
+            if size > MAX_LIST_BYTES:
+                raise MCPListError(
+                    f"{where}: its tool list weighs more than {MAX_LIST_BYTES // 1024} KB "
+                    "(names, descriptions, schemas), more than a turn records of one server: "
+                    "have it offer fewer tools"
+                )
             cursor = page.next_cursor
             if not cursor:
-                return tools
+                return self._callable(tools)
+        raise MCPListError(
+            f"{where}: its tools/list goes on past {MAX_PAGES} pages (its next cursor never "
+            "ends): fix the server, or leave it out"
+        )
+
+    def _callable(self, listed: list[Any]) -> list[Any]:
+        """The listed tools a model can call; the others (a schema that is not one, a
+        name a model API refuses, a name listed twice) left out with one warning."""
+        kept: dict[str, Any] = {}
+        left_out: list[str] = []
+        for tool in listed:
+            try:
+                if tool.name in kept:
+                    raise MCPConfigError("it is listed twice")
+                tools_of(self, [tool])
+            except (MCPConfigError, TypeError) as e:
+                why = str(e).removeprefix(f"MCP server {self.server.name!r}: ")
+                left_out.append(f"{tool.name[:80]!r} ({why[:200]})")
+                continue
+            kept[tool.name] = tool
+        if left_out:
+            log.warning(
+                "MCP server %s: left out %d tool(s) a model cannot call: %s",
+                self.server.name,
+                len(left_out),
+                "; ".join(left_out[:5]) + ("; …" if len(left_out) > 5 else ""),
+            )
+        return list(kept.values())
+
+    def _stray(self, item: Exception) -> None:
+        """A line on a stdio server's stdout that is not an MCP message (a print, a log
+        line): dropped. One warning says so, then at most one a minute, with the count."""
+        self._strays += 1
+        now = time.monotonic()
+        if now - self._strays_told < STRAY_LOG_INTERVAL_S:
+            return
+        errors = getattr(item, "errors", None)
+        line = errors()[0].get("input") if callable(errors) and errors() else None
+        shown = f", such as {str(line)[:80]!r}" if line is not None else ""
+        log.warning(
+            "MCP server %s: %d line(s) on its stdout that are not MCP messages, ignored%s; "
+            "a stdio server writes its logs to stderr",
+            self.server.name,
+            self._strays,
+            shown,
+        )
+        self._strays, self._strays_told = 0, now
 
     @property
     def alive(self) -> bool:
@@ -277,7 +445,7 @@ class Connection:
         try:
             await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT_S)
         except asyncio.TimeoutError:
-            await self.close()
+            await self._disconnect()
             raise MCPConfigError(
                 f"MCP server {self.server.name!r}: no answer within {START_TIMEOUT_S:g} s"
             ) from None
@@ -289,13 +457,17 @@ class Connection:
             self.stale = True  # listed again before the next turn starts
 
     async def _run(self, ready: asyncio.Future[None]) -> None:
-        from mcp import ClientSession
-
         ended = asyncio.Event()
         try:
+            from mcp import ClientSession
+
+            # Over stdio, what the transport cannot read as a message is a stray line.
+            stray = self._stray if self.server.command else None
             async with (
                 self._transport() as (read, write),
-                ClientSession(_Watched(read, ended), write, message_handler=self._heard) as session,
+                ClientSession(
+                    _Watched(read, ended, stray), write, message_handler=self._heard
+                ) as session,
             ):
                 await session.initialize()
                 self._session = session
@@ -329,6 +501,8 @@ class Connection:
         server = self.server
         if server.command:
             import os
+
+            _quiet_parse_errors()
 
             from mcp import StdioServerParameters
             from mcp.client.stdio import stdio_client
@@ -370,7 +544,7 @@ class Connection:
     async def _session_now(self, fresh: bool) -> Any:
         async with self._lock:
             if fresh or not self.alive:
-                await self.close()
+                await self._disconnect()
                 try:
                     await self._connect()
                 except MCPConfigError as e:
@@ -378,6 +552,13 @@ class Connection:
             return self._session
 
     async def close(self) -> None:
+        """Disconnect for good (the worker stops)."""
+        if self._relisting is not None:
+            self._relisting.cancel()
+            await asyncio.gather(self._relisting, return_exceptions=True)
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
         self._stop.set()
         owner, self._owner = self._owner, None
         if owner is not None:
@@ -400,11 +581,19 @@ def _answered(e: Exception) -> bool:
 
 class _Watched:
     """A transport's read stream that says when it ends (the server's process died, its
-    connection dropped), so the connection knows before its next call or turn."""
+    connection dropped), so the connection knows before its next call or turn; and, with
+    `stray`, hands it what the transport could not read as a message instead of the
+    session."""
 
-    def __init__(self, stream: Any, ended: asyncio.Event) -> None:
+    def __init__(
+        self,
+        stream: Any,
+        ended: asyncio.Event,
+        stray: Callable[[Exception], None] | None = None,
+    ) -> None:
         self._stream = stream
         self._ended = ended
+        self._strayed = stray
 
     async def __aenter__(self) -> _Watched:
         await self._stream.__aenter__()
@@ -418,14 +607,39 @@ class _Watched:
         return self
 
     async def __anext__(self) -> Any:
-        try:
-            return await self._stream.__anext__()
-        except BaseException:
-            self._ended.set()
-            raise
+        while True:
+            try:
+                item = await self._stream.__anext__()
+            except BaseException:
+                self._ended.set()
+                raise
+            if self._strayed is None or not isinstance(item, Exception):
+                return item
+            self._strayed(item)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+class _NotMCPLines(logging.Filter):
+    """Drops the SDK's traceback for each stdout line of a stdio server that is not an
+    MCP message: `Connection._stray` counts them, and says so once a minute at most."""
+
+    MESSAGE = "Failed to parse JSONRPC message from server"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != self.MESSAGE
+
+
+def _quiet_parse_errors() -> None:
+    sdk = logging.getLogger("mcp.client.stdio")
+    if not any(isinstance(f, _NotMCPLines) for f in sdk.filters):
+        sdk.addFilter(_NotMCPLines())
+
+
+def _weight(tool: Any) -> int:
+    """Bytes of a listed tool as a turn records it (`_recorded`)."""
+    return len(json.dumps(_recorded(tool), ensure_ascii=False).encode())
 
 
 def _unknown(server: MCPServer, tool: str, why: str) -> OutcomeUnknown:
@@ -546,10 +760,17 @@ class LiveTools(ToolRegistry):
         own: Sequence[Tool],
         connections: Sequence[Connection],
         listed: Sequence[Sequence[Any]] | None = None,
+        prefixes: Sequence[str] = (),
     ) -> None:
         self.agent = agent
         self.own = list(own)
         self.connections = list(connections)
+        self.prefixes = tuple(
+            dict.fromkeys([*prefixes, *(c.server.tool_prefix for c in connections)])
+        )
+        """The tool-name prefixes of the agent's MCP servers, those left out included: an
+        approval setting may name their tools (`time__get_current_time`, `time__*`)
+        whether or not they are listed now."""
         self.listed = (
             [list(c.listed) for c in self.connections]
             if listed is None
@@ -557,6 +778,13 @@ class LiveTools(ToolRegistry):
         )
         """What each server listed for this version (default: as last listed)."""
         super().__init__()
+        weight = sum(_weight(t) for tools in self.listed for t in tools)
+        if weight > MAX_OFFERED_BYTES:
+            raise MCPConfigError(
+                f"agent {agent!r}: its MCP servers' tool lists weigh {weight // 1024} KB "
+                f"together, more than a turn records ({MAX_OFFERED_BYTES // 1024} KB): "
+                "leave a server out, or have them offer fewer tools"
+            )
         pairs = zip(self.connections, self.listed, strict=True)
         made = (t for connection, tools in pairs for t in tools_of(connection, tools))
         for tool in [*self.own, *made]:
@@ -590,7 +818,7 @@ class LiveTools(ToolRegistry):
                 [Listed.model_validate(t) for t in recorded.get(c.server.name, ())]
                 for c in self.connections
             ]
-            return LiveTools(self.agent, self.own, self.connections, listed)
+            return LiveTools(self.agent, self.own, self.connections, listed, self.prefixes)
         except (MCPConfigError, ValueError, TypeError) as e:
             log.warning("agent %s: a recorded version cannot be served: %s", self.agent, e)
             return None
@@ -604,7 +832,7 @@ class LiveTools(ToolRegistry):
         if listed == self.listed:
             return None
         try:
-            return LiveTools(self.agent, self.own, self.connections)
+            return LiveTools(self.agent, self.own, self.connections, prefixes=self.prefixes)
         except MCPConfigError as e:
             log.warning("%s; the tools stay as they were", e)
             return None
@@ -634,6 +862,32 @@ def _is_json_of(text: str, value: Any) -> bool:
         return False
 
 
+def _require_sdk() -> None:
+    """The official `mcp` SDK, or one line saying why not: it is missing, or a module of
+    the person's own named `mcp` (an `mcp.py` in the current folder) stands in its way."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("mcp")
+        found = (spec.origin if spec else None) or "a module named mcp"
+        import mcp
+    except ImportError as e:
+        raise MCPConfigError(
+            f'MCP servers need the `mcp` SDK ({e}): pip install -e ".[mcp]"'
+        ) from None
+    except Exception as e:  # noqa: BLE001 - someone's own mcp.py, failing as it loads
+        raise MCPConfigError(
+            f"`import mcp` failed in {found} ({_brief(e)}): if that is a module of your "
+            "own, rename it (it shadows the MCP SDK, `mcp`)"
+        ) from None
+    if not hasattr(mcp, "ClientSession"):
+        raise MCPConfigError(
+            f"`import mcp` finds {getattr(mcp, '__file__', None) or found}, not the MCP "
+            "SDK: rename that module (it shadows the `mcp` package), or run from another "
+            "folder"
+        )
+
+
 @contextlib.asynccontextmanager
 async def connected(
     agents: Sequence[Agent], servers: Sequence[MCPServer] = ()
@@ -650,24 +904,27 @@ async def connected(
     if not wanted:
         yield list(agents)
         return
+    _require_sdk()
     connections: dict[str, Connection] = {}
     try:
         for name, server in wanted.items():
             connection = Connection(server)
             try:
                 await connection.open()
-            except MCPConfigError:
+            except MCPConfigError as e:
                 await connection.close()
                 if not server.optional:
                     raise
-                log.warning("MCP server %s is optional and did not start: left out", name)
+                log.warning("%s; it is optional: left out", e)
                 continue
             connections[name] = connection
         served = []
         for agent in agents:
             names = [s.name for s in servers] + [s.name for s in agent.mcp_servers]
             mine = [connections[n] for n in dict.fromkeys(names) if n in connections]
-            tools = LiveTools(agent.name, list(agent.registry.tools.values()), mine)
+            prefixes = [wanted[n].tool_prefix for n in names]
+            own = list(agent.registry.tools.values())
+            tools = LiveTools(agent.name, own, mine, prefixes=prefixes)
             served.append(dataclasses.replace(agent, tools=tools, mcp_servers=()))
         yield served
     finally:

@@ -90,7 +90,9 @@ class ServedAgent:
         self.approvals: ApprovalPolicy = agent.approvals or settings.approvals
         try:
             self.approvals.check(
-                self.tools.tools, AGENT_POLICY if agent.approvals else WORKER_SETTINGS
+                self.tools.tools,
+                AGENT_POLICY if agent.approvals else WORKER_SETTINGS,
+                getattr(self.tools, "prefixes", ()),  # its MCP servers' (`mcp.LiveTools`)
             )
         except ValueError as e:
             raise AgentDefinitionError(f"agent {self.name!r}: {e}") from None

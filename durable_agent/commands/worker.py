@@ -208,11 +208,14 @@ def main() -> None:
             settings = replace(settings, task_queue=args.task_queue)
         flag = "--agent" if args.agent else "AGENT_AGENTS"
         agents = agents_of(args.agent or settings.agents, flag)
-        # Every definition is checked before anything connects: a bad one is one line.
-        checked = AgentPlugin(*(replace(a, mcp_servers=()) for a in agents), settings=settings)
         servers = mcp.load_config(args.mcp_config) if args.mcp_config else []
+        # Every definition is checked before anything connects: a bad one is one line.
+        # The approval settings' names of MCP tools are checked once the servers list them.
+        prefixes = [s.tool_prefix for s in [*servers, *(s for a in agents for s in a.mcp_servers)]]
+        before = replace(settings, approvals=settings.approvals.outside(prefixes))
+        AgentPlugin(*(replace(a, mcp_servers=()) for a in agents), settings=before)
         observed = metrics.MetricsSettings.from_env(args.metrics_port)
-        asyncio.run(run(agents, checked.settings, observed, servers))
+        asyncio.run(run(agents, settings, observed, servers))
     except (
         ServerUnavailable,
         ShieldConfigError,
