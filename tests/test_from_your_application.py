@@ -135,7 +135,9 @@ def test_a_team_service_asks_streams_and_approves_across_a_sigkill(
                 seen = offset
                 if kind == "step" and data["step"]["kind"] == "approval":  # type: ignore[index]
                     break
-        (waiting,) = http.get("/approvals").json()
+        # The customer's calls awaiting consent: this one (and any turn of theirs that
+        # other tests left waiting, whose workers are gone).
+        (waiting,) = [w for w in http.get("/approvals").json() if w["workflow_id"] == turn_id]
         assert (waiting["workflow_id"], waiting["tool"]) == (turn_id, "open_ticket")
         assert http.get("/approvals", headers={"X-User": "sam"}).json() == []
         assert http.get(f"/turns/{turn_id}", headers={"X-User": "sam"}).status_code == 404

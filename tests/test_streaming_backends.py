@@ -29,7 +29,12 @@ from openai.types.chat.chat_completion_chunk import (
 
 from durable_agent.backends.bedrock import BedrockConverseModel
 from durable_agent.backends.openai_chat import OpenAIChatModel, classify
-from durable_agent.errors import ModelError, ModelRequestRejected, ModelUnavailable
+from durable_agent.errors import (
+    ModelCannotAnswer,
+    ModelError,
+    ModelRequestRejected,
+    ModelUnavailable,
+)
 from durable_agent.model import Reply
 from durable_agent.runtime.streams import turn_events
 from durable_agent.runtime.turns import start_turn
@@ -149,8 +154,14 @@ FAILURES: dict[str, tuple[Ask, Any, type[ModelError]]] = {
     "bedrock dropped": (via_bedrock, converse.Broken(PARTIAL, code=None), ModelUnavailable),
     "bedrock invalid": (
         via_bedrock,
-        converse.Broken(PARTIAL, "ValidationException", "Input is too long"),
+        converse.Broken(PARTIAL, "ValidationException", "Malformed input request"),
         ModelRequestRejected,
+    ),
+    "bedrock too long": (
+        # This model's context window: another model of the turn may take it (fallback).
+        via_bedrock,
+        converse.Broken(PARTIAL, "ValidationException", "Input is too long"),
+        ModelCannotAnswer,
     ),
 }
 
