@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -224,6 +225,9 @@ async def _connect() -> Connection:
 
     quiet = LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
     runtime = runtimes.track(Runtime(telemetry=TelemetryConfig(logging=quiet)))
+    # And the SDK's Python side: an activity that fails as the server goes away (its
+    # heartbeat, its read of the turn's history) is the episode's, and its report's.
+    logging.getLogger("temporalio").setLevel(logging.ERROR)
     return await connect(start_embedded=True, runtime=runtime)
 
 
