@@ -14,7 +14,7 @@ import json
 
 from durable_agent.model import Reply
 from durable_agent.render import truncate
-from durable_agent.types import Observation, ToolCall
+from durable_agent.types import Observation, PendingApproval, ToolCall
 
 MAX_CALLS_PER_ROUND = 64
 """Default of `Agent.max_calls_per_round`: the calls of one reply that run."""
@@ -103,3 +103,22 @@ def fit_round(
         else o.model_copy(update={"text": truncate(o.text, shares[k])})
         for k, o in results.items()
     }
+
+
+MEMO_CALL_CHARS = 1_000
+"""One call awaiting a decision, as the turn's memo lists it: its arguments and the
+reason it waits, each cut to this (the memo is one payload, whatever the round holds)."""
+
+
+def for_memo(waiting: PendingApproval) -> dict[str, object]:
+    """A call awaiting a decision as the turn's memo holds it: whole when it is small,
+    else with its arguments shown as cut JSON text (its id and tool, what a decision
+    needs, are always whole)."""
+    call = waiting.call
+    shown = json.dumps(call.arguments, ensure_ascii=False, default=str)
+    if len(shown) > MEMO_CALL_CHARS:
+        call = call.model_copy(
+            update={"arguments": {"arguments": truncate(shown, MEMO_CALL_CHARS)}}
+        )
+    why = truncate(waiting.why, MEMO_CALL_CHARS)
+    return waiting.model_copy(update={"call": call, "why": why}).model_dump(mode="json")

@@ -4,6 +4,7 @@ their step gracefully, and the turn answers (nothing wedges its workflow task)."
 
 from __future__ import annotations
 
+import json
 import random
 
 from pydantic import BaseModel
@@ -11,15 +12,17 @@ from pydantic import BaseModel
 from durable_agent.bounds import (
     MAX_ARGUMENTS_CHARS,
     MAX_ROUND_RESULTS_CHARS,
+    MEMO_CALL_CHARS,
     bounded_reply,
     fit_round,
+    for_memo,
 )
 from durable_agent.conversation import latest_results
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.render import TRUNCATION_MARKER
 from durable_agent.scripted import ScriptedModel
 from durable_agent.tools import ToolContext, ToolRegistry, tool
-from durable_agent.types import Observation, Outcome, StepKind, ToolCall
+from durable_agent.types import Observation, Outcome, PendingApproval, StepKind, ToolCall
 from tests.conftest import Harness
 
 
@@ -143,3 +146,22 @@ async def test_a_result_of_megabytes_reaches_the_model_cut_and_the_turn_answers(
     assert result.outcome is Outcome.ANSWERED
     shown = int(result.answer.split()[1])
     assert 100_000 <= shown < 100_100  # the agent's limit, and the truncation marker
+
+
+def test_a_call_awaiting_a_decision_is_bounded_in_the_memo() -> None:
+    """The memo lists every call of a round awaiting consent: each stays small, so 512
+    of them with 100,000-character arguments are one payload well under 2 MB."""
+    from datetime import datetime, timezone
+
+    big = ToolCall(id="c1", name="note", arguments={"text": "x" * 100_000})
+    waiting = PendingApproval(call=big, why="w" * 5_000, since=datetime.now(timezone.utc))
+    memo = for_memo(waiting)
+    assert memo["call"]["id"] == "c1" and memo["call"]["name"] == "note"  # type: ignore[index]
+    assert len(json.dumps(memo)) < 3 * MEMO_CALL_CHARS
+    assert "[truncated" in memo["call"]["arguments"]["arguments"]  # type: ignore[index]
+    small = PendingApproval(
+        call=ToolCall(id="c2", name="note", arguments={"text": "hi"}),
+        why="it writes",
+        since=waiting.since,
+    )
+    assert PendingApproval.model_validate(for_memo(small)) == small

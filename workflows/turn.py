@@ -85,7 +85,7 @@ with workflow.unsafe.imports_passed_through():
         ValidCall,
     )
     from durable_agent.approval import ApprovalDecision, ApprovalResult, declined, expired
-    from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round
+    from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round, for_memo
     from durable_agent.conversation import (
         AssistantMessage,
         Message,
@@ -1246,7 +1246,7 @@ class AgentTurn:
         """The calls awaiting a decision, in the memo: `pending` lists them, and a
         decision can be taken, while no worker of the turn's version runs to answer."""
         if workflow.patched("pending-in-memo"):
-            pending = [p.model_dump(mode="json") for p in self._pending.values()]
+            pending = [for_memo(p) for p in self._pending.values()]
             workflow.upsert_memo({search.PENDING_MEMO: pending})
 
     def _set_status(self, status: str) -> None:
