@@ -7,6 +7,7 @@ from typing import Any
 
 from durable_agent.activities._conversation import Conversations
 from durable_agent.activities._model_call import ModelCallInput
+from durable_agent.activities.compact import CompactActivity, CompactInput, CompactOutput
 from durable_agent.activities.dispatch import DispatchActivity, DispatchInput, DispatchOutput
 from durable_agent.activities.instructions import (
     InstructionsActivity,
@@ -47,6 +48,7 @@ def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
         *_both(DispatchActivity(agents)),
         ParseOutputActivity(agents).parse_output,
         InterpretActivity(agents, transcripts=transcripts).interpret,
+        CompactActivity(agents, transcripts=transcripts, conversations=conversations).compact,
         InstructionsActivity(agents).instructions,
         PricesActivity(agents).prices,
     ]
@@ -58,6 +60,9 @@ def _both(dispatch: DispatchActivity) -> list[Callable[..., Any]]:
 
 
 __all__ = [
+    "CompactActivity",
+    "CompactInput",
+    "CompactOutput",
     "DispatchActivity",
     "DispatchInput",
     "DispatchOutput",

@@ -84,7 +84,10 @@ async def recorded_conversation(*, before: str = "", through: int | None = None)
                 break
             found.append(Delta(call=earlier.call, since=earlier.since, messages=earlier.messages))
         deltas = found + deltas
-        if deltas and deltas[0].since in (None, 0):
-            break  # the conversation starts here
+        starts = [i for i, d in enumerate(deltas) if not d.since]
+        if starts:
+            # The conversation starts here: a turn's first call, or one after compaction.
+            deltas = deltas[starts[-1] :]
+            break
         run_id = previous
     return replay([], deltas)

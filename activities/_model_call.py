@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel
 from temporalio import activity
 
-from durable_agent import outputs
+from durable_agent import compaction, outputs
 from durable_agent.activities._common import heartbeating, server_suggested_delay
 from durable_agent.activities._conversation import recorded_conversation, turn_key
 from durable_agent.activities._tools import turn_tools
@@ -102,6 +102,7 @@ class ModelCaller:
         elif output is not None:
             request.tools = [*request.tools, output.tool()]
             request.final_tool = outputs.OUTPUT_TOOL
+        full = _fit(request, model, served.agent.compaction)
         async with heartbeating(), streams.model_text(input.stream) as sink:
             with (
                 model_span(step, model.provider, model.name) as span,
@@ -127,6 +128,7 @@ class ModelCaller:
             format_cost(cost),
         )
         _name_calls(reply, messages)
+        reply.context_full = full and bool(reply.calls)
         # What the model said enters the turn's history here: within its bounds.
         reply = bounded_reply(reply, served.agent.max_calls_per_round)
         if output is not None:
@@ -140,6 +142,25 @@ class ModelCaller:
         return await self._transcripts.assemble(
             turn_key(input.turn), input.delta, lambda: recorded_conversation(before=own)
         )
+
+
+def _fit(request: ModelRequest, model: object, policy: compaction.Compaction | None) -> bool:
+    """The request's conversation within the model's window (older results shortened:
+    `compaction.fit`); whether the turn should summarise before its next call."""
+    window = compaction.window_of(model, policy)
+    if policy is None or window is None:
+        return False
+    fixed = compaction.overhead(request.instructions, request.tools)
+    fitted = compaction.fit(request.messages, policy, window, fixed)
+    if fitted.shortened:
+        activity.logger.info(
+            "context: %d tool result(s) shortened; about %d of %d tokens",
+            fitted.shortened,
+            fitted.tokens,
+            window,
+        )
+    request.messages = fitted.messages
+    return fitted.full
 
 
 @functools.lru_cache(maxsize=64)

@@ -6,6 +6,8 @@ The public API:
     tool, Tool, ToolContext    its tools (`durable_agent.tools`)
     agent_tool                 a narrower view of an agent, as a tool (`durable_agent.subagents`)
     ApprovalPolicy             who needs consent (`durable_agent.approval`)
+    Compaction                 how a long turn stays within the model's context window
+                               (`durable_agent.compaction`)
     ShieldSettings             which shields run where (`durable_agent.shields`)
     TurnLimits                 steps, time, tokens, cost and approval timeout of a turn
     Settings                   a worker's settings (`durable_agent.settings`)
@@ -30,6 +32,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from durable_agent.agents import Agent, Refusals
     from durable_agent.approval import ApprovalPolicy
+    from durable_agent.compaction import Compaction
     from durable_agent.errors import NotAllowed, NotFound, ToolError, ToolUnavailable
     from durable_agent.settings import Settings
     from durable_agent.shields import ShieldSettings
@@ -46,6 +49,7 @@ __all__ = [
     "AgentClient",
     "AgentPlugin",
     "ApprovalPolicy",
+    "Compaction",
     "NotAllowed",
     "NotFound",
     "Refusals",

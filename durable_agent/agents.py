@@ -41,6 +41,7 @@ from durable_agent import fallback
 from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.bounds import MAX_CALLS_PER_ROUND, MAX_CALLS_PER_ROUND_LIMIT
+from durable_agent.compaction import Compaction
 from durable_agent.outputs import output_spec
 from durable_agent.render import MAX_OBSERVATION_CHARS, MAX_RESULT_CHARS_LIMIT
 from durable_agent.shields import ShieldSettings
@@ -138,6 +139,11 @@ class Agent:
     max_calls_per_round: int = MAX_CALLS_PER_ROUND
     """How many of one reply's tool calls run; the calls past them get one result
     saying so, and the model makes them in a later round."""
+    compaction: Compaction | None = field(default_factory=Compaction)
+    """How its turns keep their conversation within the model's context window: older
+    tool results shortened, then older exchanges summarised (`durable_agent.compaction`).
+    `Compaction(window=...)` tells the window of a model that declares none; None
+    switches it off."""
     deps: Any = None
     """What tools get as `ctx.deps`: a value, or a zero-argument callable that opens it
     once per worker — its result, or what it yields if it is a context manager (sync
@@ -169,6 +175,11 @@ class Agent:
             raise ValueError(
                 f"agent {self.name!r}: max_calls_per_round must be from 1 to "
                 f"{MAX_CALLS_PER_ROUND_LIMIT:,}, not {self.max_calls_per_round:,}"
+            )
+        if self.compaction is not None and not isinstance(self.compaction, Compaction):
+            raise ValueError(
+                f"agent {self.name!r}: compaction must be a Compaction(...) or None, "
+                f"not {type(self.compaction).__name__}"
             )
         if self.unknown_outcomes not in ("ask", "model"):
             raise ValueError(

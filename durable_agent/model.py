@@ -69,6 +69,10 @@ class Reply(BaseModel):
     output_error: str = ""
     """For a turn with an output type: why the value the reply gave does not fit (the
     model reads it and tries again: `durable_agent.outputs.repair`)."""
+    context_full: bool = False
+    """Set by the model-call activity: the conversation fills the model's context window
+    even with older results shortened, so the turn summarises older exchanges before
+    its next call (`durable_agent.compaction`)."""
 
     def message(self) -> AssistantMessage:
         """The reply as it goes back into the conversation."""
@@ -76,6 +80,11 @@ class Reply(BaseModel):
 
 
 class Model(Protocol):
+    """A backend. Besides these, it may declare `context_window` (tokens), which the
+    turn keeps its conversation within (`durable_agent.compaction`), and a method
+    `summarise(request) -> Reply` that writes the summary compaction asks for (else
+    `interpret` is asked it, with no tools)."""
+
     provider: str
     """Provider name, reported as `gen_ai.provider.name` (e.g. `openai`, `aws.bedrock`)."""
     name: str

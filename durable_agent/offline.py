@@ -78,6 +78,7 @@ from durable_agent.argfill import (
 from durable_agent.argfill import (
     find_ids as find_all_ids,
 )
+from durable_agent.compaction import digest
 from durable_agent.conversation import (
     AssistantMessage,
     Message,
@@ -1079,6 +1080,8 @@ class OfflineModel:
 
     provider = "offline"
     name = "offline-keyword-v1"
+    context_window = 32_000
+    """Small, as a local model's: long turns compact their conversation."""
 
     def __init__(self, phrasebook: Phrasebook | None = None) -> None:
         self._phrasebook = phrasebook or Phrasebook()
@@ -1113,6 +1116,10 @@ class OfflineModel:
 
     def _dialogue(self, request: ModelRequest, profiles: list[_ToolProfile]) -> _Dialogue:
         return _Dialogue.of(request.messages, profiles, self._spelling_of(request.tools))
+
+    async def summarise(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        """The summary compaction asks for: a digest of the calls and their results."""
+        return Reply(text=digest(request.question, 4_000))
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         profiles = self._profiles_of(_tools_to_pick(request))

@@ -6,7 +6,10 @@
         decisions=[Reply(text="It shipped.")],
     )
 
-`plans` answer `plan`, `decisions` answer `interpret`. Each queue item is a
+`plans` answer `plan`, `decisions` answer `interpret`, `summaries` the summaries a long
+turn asks for (`durable_agent.compaction`; none given: a digest of the calls). Its
+context window is small (`context_window`, 32,000 tokens), so long turns in tests
+compact their conversation. Each queue item is a
 reply, an exception to raise (e.g. `ModelUnavailable()` for a transient failure
 that Temporal retries), or a callable `(request) -> reply`. A queue that runs
 dry repeats its last item, so `decisions=[Reply(calls=[...])]` asks for tools
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Union
 
+from durable_agent.compaction import digest
 from durable_agent.errors import InvalidModelOutput
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.stream import TextSink
@@ -39,10 +43,14 @@ class ScriptedModel:
         plans: Sequence[Item] = (),
         decisions: Sequence[Item] = (),
         name: str = "scripted",
+        summaries: Sequence[Item] = (),
+        context_window: int | None = 32_000,
     ) -> None:
         self.name = name
+        self.context_window = context_window
         self._plans = list(plans)
         self._decisions = list(decisions)
+        self._summaries = list(summaries)
         self.requests: list[tuple[str, ModelRequest]] = []
         self._given: dict[str, Reply] = {}
 
@@ -51,6 +59,12 @@ class ScriptedModel:
 
     async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         return self._answer("interpret", self._decisions, request)
+
+    async def summarise(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        if self._summaries:
+            return self._answer("summarise", self._summaries, request)
+        self.requests.append(("summarise", request))
+        return Reply(text=digest(request.question, 4_000))
 
     def _answer(self, kind: str, queue: list[Item], request: ModelRequest) -> Reply:
         self.requests.append((kind, request))

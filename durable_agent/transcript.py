@@ -103,7 +103,8 @@ class Transcripts:
 
     async def assemble(self, run: str, delta: Delta, rebuild: Rebuild) -> list[Message]:
         """The whole conversation of `delta`'s call in turn `run`, kept for the next call."""
-        if delta.since is None:
+        if not delta.since:
+            # The whole conversation (a turn's first call, or one after compaction).
             conversation = list(delta.messages)
         else:
             kept = self._kept.get(run)

@@ -138,6 +138,9 @@ class StepKind(str, Enum):
     """A cap (steps, time) or a failing model ended the turn."""
     FALLBACK = "fallback"
     """A model failed for good; the next model of the turn's list gets the request."""
+    COMPACT = "compact"
+    """The conversation filled the model's context window: older exchanges were
+    summarised by a model call (`durable_agent.compaction`)."""
     RECORDED = "recorded"
     """In a fork (`client.py rerun`): a call the original turn made too, answered by its
     recorded result instead of running (a write: already done, never done twice)."""

@@ -240,6 +240,33 @@ async def forking(harness: Harness) -> WorkflowHandle:
         return fork.temporal
 
 
+async def compacting(harness: Harness) -> WorkflowHandle:
+    """30 rounds of 1.5 KB notes through a model with a 4,000-token window: older
+    results shortened, then older exchanges summarised (the `compact` activity)."""
+    from durable_agent import Agent, Compaction
+    from tests.test_compaction import Reader, read_note
+
+    model = Reader(30, 4_000, write_at=0, tool="read_note")
+    agent = Agent(
+        name="reader",
+        tools=ToolRegistry([read_note]),
+        compaction=Compaction(window=4_000, reply_tokens=500, keep_chars=100),
+    )
+    async with harness.worker(model, agents=[agent]) as tq:
+        limits = TurnLimits(max_steps=35)
+        turn = TurnInput(question="Read the documents.", model="scripted", limits=limits)
+        handle = await start_turn(harness.client, turn, tq)
+        await handle.result()
+    history = await handle.fetch_history()
+    compacted = [
+        e
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "compact"
+    ]
+    assert compacted, "the turn never compacted its conversation"
+    return handle
+
+
 async def main(only: set[str]) -> None:
     """Record every scenario, or (`only`) those named: one of `scenarios()`, or
     `long_turn`, `consent_across_runs`."""
@@ -281,6 +308,8 @@ async def main(only: set[str]) -> None:
                 await save(name, handle)
             if not only or "forked" in only:
                 await save("forked", await forking(harness))
+            if not only or "compacted" in only:
+                await save("compacted", await compacting(harness))
             if only:
                 return
             for name, approved in (("approved", True), ("declined_by_person", False)):

@@ -95,6 +95,7 @@ def _reading(pages: int) -> ScriptedModel:
     return ScriptedModel(
         plans=[Reply(calls=[ToolCall(id="c1", name="read_page", arguments={"n": 1})])],
         decisions=[*calls, answer],
+        context_window=None,  # every call sees the whole conversation (no compaction)
     )
 
 

@@ -73,6 +73,8 @@ class TurnCarry(BaseModel):
     """Model calls so far: the next one is numbered after them."""
     sent: int = 0
     """Messages of the conversation the model calls so far have carried."""
+    consented: list[str] = Field(default_factory=list)
+    """Calls a person granted consent to (a summary of the conversation keeps them)."""
     started: datetime | None = None
     paused: timedelta = timedelta(0)
     paused_since: datetime | None = None

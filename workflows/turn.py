@@ -15,6 +15,10 @@
                             decision (the `decide` update) or the approval timeout
         parse_output        each result → compact text (local activity)
         interpret           model: the final answer, or the next round's calls
+        compact             when the conversation fills the model's context window
+                            even with older results shortened: model, a summary of
+                            the older exchanges before the next call
+                            (`durable_agent/compaction.py`)
     the whole turn is bounded by limits.max_duration: every activity is given at most
     the time left (no timer of its own), and the clock stops while a call waits for a
     decision: a person's time is not the agent's
@@ -62,6 +66,8 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from durable_agent import answers, fallback, outputs, rewind
     from durable_agent.activities import (
+        CompactActivity,
+        CompactInput,
         DispatchActivity,
         DispatchInput,
         DispatchOutput,
@@ -214,6 +220,11 @@ class AgentTurn:
         rest (`durable_agent/transcript.py`)."""
         self._model_calls = carry.model_calls if carry else 0
         """Model calls of the turn so far (all runs), for the number each one carries."""
+        self._full = carry.reply.context_full if carry else False
+        """The last model call found the conversation filling its window: summarise
+        older exchanges before the next one (`_compact`)."""
+        self._consented: list[str] = list(carry.consented) if carry else []
+        """Calls a person granted consent to: a summary keeps them word for word."""
         self._progressed = False
         """This run has made a model call: it may continue as new (each run makes one)."""
         self._moving = False
@@ -582,9 +593,11 @@ class AgentTurn:
         return stop
 
     async def _plan(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
+        await self._compact(turn, iteration)
         arg = self._conversation(PlanInput, turn)
         out = await self._model_call(turn, iteration, PlanActivity.plan, arg, summary)
         reply: Reply = out.plan
+        self._full = reply.context_full
         self._usage += reply.usage
         self._model = out.model  # the spec the worker resolved, for AgentModel
         return await self._fitting(turn, iteration, reply)
@@ -593,13 +606,72 @@ class AgentTurn:
         return await self._fitting(turn, iteration, await self._decide(turn, iteration, summary))
 
     async def _decide(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
+        await self._compact(turn, iteration)
         arg = self._conversation(InterpretInput, turn)
         out = await self._model_call(turn, iteration, InterpretActivity.interpret, arg, summary)
         reply: Reply = out.decision
+        self._full = reply.context_full
         self._usage += reply.usage
         if self._replied_by:
             self._model = self._replied_by
         return reply
+
+    async def _compact(self, turn: TurnInput, iteration: int) -> None:
+        """Before a model call, when the last one found the conversation filling the
+        model's window: the model summarises everything between the question and the
+        latest round, and the conversation goes on as those three. The next call
+        carries it whole (and the turn's record starts the conversation there)."""
+        if not self._full:
+            return
+        self._full = False
+        latest = next(
+            (
+                i
+                for i in range(len(self._messages) - 1, -1, -1)
+                if isinstance(m := self._messages[i], AssistantMessage) and m.calls
+            ),
+            None,
+        )
+        if latest is None:
+            return  # nothing since this run began to keep: the next round compacts
+        self._within_budget()
+        kept = self._messages[latest:]
+        arg = CompactInput(
+            model=self._models[0] if self._models else turn.model,
+            agent=self._agent.name,
+            conversation=self._conversation_ref(),
+            question=turn.question,
+            kept=len(kept),
+            consented=self._consented,
+        )
+        try:
+            out = await workflow.execute_activity_method(
+                CompactActivity.compact,
+                arg,
+                start_to_close_timeout=MODEL_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=MODEL_RETRY,
+                summary="compact: summarise older exchanges",
+            )
+        except ActivityError as e:
+            self._if_out_of_time()
+            line = f"context: no summary ({_failure(e)}); older results stay shortened"
+            self._record(iteration, StepKind.COMPACT, line)
+            return
+        self._usage += out.usage
+        first = kept[0]
+        assert isinstance(first, AssistantMessage)
+        text = f"{out.text}\n\n{first.text}" if first.text else out.text
+        self._messages = [
+            UserMessage(text=turn.question),
+            first.model_copy(update={"text": text}),
+            *kept[1:],
+        ]
+        self._first = self._sent = 0
+        by = "" if out.written_by == "model" else f" ({out.written_by})"
+        line = f"context: {out.summarised} earlier messages summarised{by}"
+        self._record(iteration, StepKind.COMPACT, line)
 
     async def _fitting(self, turn: TurnInput, iteration: int, reply: Reply) -> Reply:
         """In a typed turn: a reply whose value fits the type (or that calls tools
@@ -833,6 +905,7 @@ class AgentTurn:
             status=self._status,
             model_calls=self._model_calls,
             sent=self._sent,
+            consented=self._consented,
             started=self._started,
             paused=self._paused,
             paused_since=self._paused_since,
@@ -1203,6 +1276,7 @@ class AgentTurn:
         elif decision.approved:
             approved = f"{call.name}: approved by {decision.by}"
             self._record(iteration, StepKind.DECISION, approved, calls=[call])
+            self._consented.append(call.id)
             return None
         else:
             text = declined(call, decision)

@@ -37,6 +37,7 @@ from typing import Any
 
 from durable_agent.backends import _aws
 from durable_agent.backends.prompts import INSTRUCTIONS
+from durable_agent.compaction import known_window
 from durable_agent.conversation import AssistantMessage, UserMessage
 from durable_agent.errors import ModelCannotAnswer, ModelRequestRejected, ModelUnavailable
 from durable_agent.model import ModelRequest, Reply
@@ -63,6 +64,8 @@ class BedrockConverseModel:
                 "bedrock:anthropic.claude-3-5-haiku-20241022-v1:0"
             )
         self.name = model_id
+        self.context_window = known_window(model_id)
+        """Tokens, when the model is one `durable_agent.compaction` knows."""
         self._instructions = instructions
         if cache_point is None:
             cache_point = os.environ.get("AGENT_BEDROCK_CACHE_POINT", "").strip() in ("1", "true")

@@ -34,6 +34,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from durable_agent.backends.prompts import INSTRUCTIONS
+from durable_agent.compaction import known_window
 from durable_agent.conversation import AssistantMessage, UserMessage
 from durable_agent.errors import ModelCannotAnswer, ModelRequestRejected, ModelUnavailable
 from durable_agent.model import ModelRequest, Reply
@@ -59,6 +60,8 @@ class OpenAIChatModel:
         if not model:
             raise ModelRequestRejected("name the model: --model openai:<model>, e.g. openai:gpt-4o")
         self.name = model
+        self.context_window = known_window(model)
+        """Tokens, when the model is one `durable_agent.compaction` knows."""
         self._instructions = instructions
         if client is None:
             try:
