@@ -54,6 +54,7 @@ from durable_agent.backends import default_models
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.model import ModelCatalog
 from durable_agent.runtime import metrics, peers
+from durable_agent.runtime import storage as storage_
 from durable_agent.runtime.chaos import ChaosInterceptor, Faults
 from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
 from durable_agent.runtime.deployments import (
@@ -136,10 +137,23 @@ class AgentPlugin(SimplePlugin):
         polls, its version made current as `Settings.promote` says."""
         async with self.agents.opened():
             settling = asyncio.create_task(self._promote())
+            sweeping = self._sweeping()
             try:
                 yield
             finally:
                 settling.cancel()
+                if sweeping is not None:
+                    sweeping.cancel()
+
+    def _sweeping(self) -> asyncio.Task[None] | None:
+        """With a local payload store: its payloads of closed workflows deleted after the
+        retention, once an hour (`storage.keep_swept`)."""
+        storage = self._client.data_converter.external_storage if self._client else None
+        drivers = storage.drivers if storage is not None else []
+        folder = next((d for d in drivers if isinstance(d, storage_.FolderStorageDriver)), None)
+        if folder is None or self._client is None:
+            return None
+        return asyncio.create_task(storage_.keep_swept(self._client, folder))
 
     async def _promote(self) -> None:
         if self.version is None or self._client is None:

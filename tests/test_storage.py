@@ -32,6 +32,8 @@ from durable_agent.runtime.storage import (
     FolderStorageDriver,
     StorageConfigError,
     external_storage,
+    keep_swept,
+    retention_of,
     sweep,
 )
 from durable_agent.runtime.turns import start_turn
@@ -137,6 +139,38 @@ async def test_retention_deletes_the_payloads_of_closed_workflows_only(
     assert await sweep(client, driver, timedelta(0)) == [gone_id]
     assert {wf for _, wf, _ in driver.workflows()} == {running.id}
     await running.terminate()
+
+
+async def test_a_worker_keeps_the_store_swept_after_the_namespaces_retention(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    environ = {"AGENT_PAYLOAD_STORE": f"local:{tmp_path}", "AGENT_PAYLOAD_THRESHOLD": "0"}
+    storage = external_storage(environ)
+    assert storage is not None and isinstance(driver := storage.drivers[0], FolderStorageDriver)
+    client = await Client.connect(
+        env.client.service_client.config.target_host, data_converter=data_converter(environ)
+    )
+    # The namespace's retention, unless the setting names another.
+    assert await retention_of(client, {}) > timedelta(0)
+    assert await retention_of(client, {"AGENT_PAYLOAD_RETENTION": "36h"}) == timedelta(hours=36)
+    with pytest.raises(StorageConfigError, match="AGENT_PAYLOAD_RETENTION"):
+        await retention_of(client, {"AGENT_PAYLOAD_RETENTION": "a week"})
+    closed = await client.start_workflow(
+        "NoSuchWorkflow", "z" * 100, id=f"closed-{uuid.uuid4().hex[:6]}", task_queue="nobody"
+    )
+    await closed.terminate()
+    sweeping = asyncio.create_task(
+        keep_swept(client, driver, timedelta(0), every=timedelta(milliseconds=50))
+    )
+
+    async def swept() -> None:
+        while any(wf == closed.id for _, wf, _ in driver.workflows()):
+            await asyncio.sleep(0.05)
+
+    try:
+        await asyncio.wait_for(swept(), 60)
+    finally:
+        sweeping.cancel()
 
 
 async def test_the_codec_server_resolves_references_to_stored_payloads(tmp_path: Path) -> None:

@@ -23,7 +23,9 @@ another cannot see would leave a turn unreadable there.
 The folder holds one file per payload, `<namespace>/<workflow id>/<sha256>`: a payload
 stored twice by a workflow is one file. `sweep` deletes the folders of workflows
 closed for longer than a retention (the namespace's), as the server deletes their
-histories: `python -m durable_agent.runtime.storage sweep --retention 7d`. In S3, the
+histories: every worker with a local store does so once an hour (`keep_swept`;
+AGENT_PAYLOAD_RETENTION, e.g. `7d`, sets another retention), and
+`python -m durable_agent.runtime.storage sweep --retention 7d` does it by hand. In S3, the
 driver's keys name the namespace, workflow and run (`v0/ns/…/wi/<workflow id>/ri/…`);
 a lifecycle rule on the bucket expires them after the namespace's retention.
 """
@@ -63,6 +65,9 @@ from durable_agent.settings import state_dir
 
 STORE_ENV = "AGENT_PAYLOAD_STORE"
 THRESHOLD_ENV = "AGENT_PAYLOAD_THRESHOLD"
+RETENTION_ENV = "AGENT_PAYLOAD_RETENTION"
+SWEEP_EVERY = timedelta(hours=1)
+"""How often a worker deletes the stored payloads of workflows closed past the retention."""
 DEFAULT_THRESHOLD = 4096
 """Bytes: a tool result of a few kilobytes already costs the history only a reference."""
 FOLDER_DRIVER = "durable-agent.folder"
@@ -268,6 +273,46 @@ async def sweep(
             shutil.rmtree(folder, ignore_errors=True)
             gone.append(workflow_id)
     return gone
+
+
+async def retention_of(client: Client, environ: Mapping[str, str] | None = None) -> timedelta:
+    """How long stored payloads outlive their closed workflows: AGENT_PAYLOAD_RETENTION,
+    else the namespace's own retention (as long as the server keeps their histories)."""
+    environ = os.environ if environ is None else environ
+    if text := environ.get(RETENTION_ENV, "").strip():
+        try:
+            return _duration(text)
+        except argparse.ArgumentTypeError as e:
+            raise StorageConfigError(f"{RETENTION_ENV}: {e}") from None
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+
+    described = await client.workflow_service.describe_namespace(
+        DescribeNamespaceRequest(namespace=client.namespace)
+    )
+    return described.config.workflow_execution_retention_ttl.ToTimedelta()
+
+
+async def keep_swept(
+    client: Client,
+    driver: FolderStorageDriver,
+    retention: timedelta | None = None,
+    every: timedelta = SWEEP_EVERY,
+) -> None:
+    """Sweep the store now and then, for as long as it runs (a worker's background task):
+    several workers sweeping one folder only delete what is gone for good."""
+    import logging
+
+    log = logging.getLogger(__name__)
+    while True:
+        await asyncio.sleep(every.total_seconds())
+        try:
+            kept = retention if retention is not None else await retention_of(client)
+            if gone := await sweep(client, driver, kept):
+                log.info("payload store: deleted the payloads of %d closed workflow(s)", len(gone))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the server away for a while: the next sweep catches up
+            log.warning("payload store: not swept this time (%s)", e)
 
 
 def _duration(text: str) -> timedelta:
