@@ -61,6 +61,11 @@ class Origin(BaseModel):
     step: int
     replay: bool = False
 
+    @classmethod
+    def of(cls, fork: Fork) -> Origin:
+        """A fork's origin, from its input (as its memo has it)."""
+        return cls(parent=fork.parent, step=fork.step, replay=fork.in_order)
+
     def line(self) -> str:
         if self.replay:
             return f"replay of {self.parent}"

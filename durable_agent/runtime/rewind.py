@@ -196,7 +196,7 @@ async def start_fork(
             "fork": fork,
         }
     )
-    origin = Origin(parent=workflow_id, step=step, replay=replay)
+    origin = Origin.of(fork)
     attributes: TypedSearchAttributes | None = None
     if await registered.available(client):
         at_start = search.at_start(turn.customer_id, turn.model, agent=turn.agent)
