@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.approval import ApprovalPolicy
@@ -23,7 +24,9 @@ from durable_agent.client import AgentClient, TurnResult
 from durable_agent.conversation import ToolResult
 from durable_agent.errors import AgentClientError, CannotFork, UnknownTurn
 from durable_agent.model import Reply
+from durable_agent.render import MAX_RESULT_CHARS_LIMIT
 from durable_agent.rewind import Comparison, Origin, compare
+from durable_agent.runtime.codec import data_converter
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import TOOLS, ShopStore
 from durable_agent.tools import ToolContext, ToolRegistry, tool
@@ -327,6 +330,48 @@ async def test_a_replay_of_a_turn_that_continued_as_new_follows_it_through_its_r
     assert compare(first.steps, replayed.steps) == Comparison(3, 3, None)
     assert reads["Herbal Handsoap"] == counted
     assert len(harness.store.returns_for("123456")) == 1
+
+
+class PageNumber(BaseModel):
+    n: int
+
+
+@tool(max_result_chars=MAX_RESULT_CHARS_LIMIT)
+def big_page(args: PageNumber, ctx: ToolContext[object]) -> str:
+    """A page of 250,000 characters, read whole."""
+    return f"page {args.n} " + "w" * (MAX_RESULT_CHARS_LIMIT - 10)
+
+
+async def test_a_fork_whose_conversation_one_payload_cannot_carry_needs_the_store(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nine pages of 250,000 characters before step 10: more than Temporal takes in one
+    payload (2 MiB), which the fork's input is without the payload store. One clear
+    error; with the store, the fork goes ahead."""
+    pages = [ToolCall(id=f"p{n}", name="big_page", arguments={"n": n}) for n in range(1, 11)]
+    model = Forking(
+        ScriptedModel(
+            plans=[Reply(calls=[pages[0]])],
+            decisions=[*(Reply(calls=[c]) for c in pages[1:]), Reply(text="read")],
+        )
+    )
+    async with harness.worker(model, ToolRegistry([big_page])) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await agents.ask("read", model="scripted", limits=TurnLimits(max_steps=12))
+        assert first.outcome is Outcome.ANSWERED
+        with pytest.raises(CannotFork, match="more than Temporal takes in one payload"):
+            await agents.rerun(first.workflow_id, from_step=10)
+
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{tmp_path / 'payloads'}")
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    stored = Harness(Client(**config), harness.store)
+    model.then(ScriptedModel(decisions=[Reply(text="read again")]))
+    async with stored.worker(model, ToolRegistry([big_page])) as task_queue:
+        agents = AgentClient(stored.client, task_queue=task_queue)
+        fork = await (await agents.rerun(first.workflow_id, from_step=10)).result()
+    assert fork.answer == "read again"
+    assert last_result(model.current.requests[0][1]).startswith("page 9 ")
 
 
 def cli(

@@ -220,7 +220,23 @@ async def start_fork(
             )
         except WorkflowAlreadyStartedError:
             continue  # that fork exists: the next number
+        except RPCError as e:
+            if not _too_large(e):
+                raise
+            # The fork's input carries the conversation before its step, and the
+            # results of the calls the original ran.
+            raise CannotFork(
+                f"turn {workflow_id}: its conversation before step {step} and its tool "
+                "results are more than Temporal takes in one payload or request; fork it "
+                "with the payload store on (AGENT_PAYLOAD_STORE, for this client and the "
+                "workers), or from an earlier step"
+            ) from None
     raise AssertionError("unreachable")
+
+
+def _too_large(e: RPCError) -> bool:
+    """Temporal refused a payload over its limit (2 MiB), or gRPC a request over 4 MiB."""
+    return "size exceeds limit" in e.message or "larger than max" in e.message
 
 
 async def origin(handle: WorkflowHandle) -> Origin | None:
