@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 
 from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
 from durable_agent.errors import CannotFork
@@ -61,6 +61,11 @@ class Origin(BaseModel):
     step: int
     replay: bool = False
 
+    @classmethod
+    def of(cls, fork: Fork) -> Origin:
+        """A fork's origin, from its input (as its memo has it)."""
+        return cls(parent=fork.parent, step=fork.step, replay=fork.in_order)
+
     def line(self) -> str:
         if self.replay:
             return f"replay of {self.parent}"
@@ -69,13 +74,18 @@ class Origin(BaseModel):
 
 @dataclass
 class Recording:
-    """What a finished turn's history holds, decoded."""
+    """What a finished turn's history holds, decoded: every run's, when the turn
+    continued as new (`durable_agent/workflows/carry.py`)."""
 
     workflow_id: str
     turn: TurnInput
+    """The turn's input, as its first run was given it."""
     output: TurnOutput
+    """Its result, with its whole story: the steps of every run, in order."""
     model_calls: list[tuple[Delta, Reply | None]] = field(default_factory=list)
-    """Each model call, in order: what its input carried, and its reply (None: it failed)."""
+    """Each model call of every run, in order: what its input carried (only what was
+    new since the call before, in whichever run that was), and its reply (None: it
+    failed)."""
     dispatched: dict[str, Any] = field(default_factory=dict)
     """The raw results of the dispatches that completed, by call id."""
 
@@ -167,11 +177,11 @@ def prefix(fork: Fork) -> list[Message]:
     return _messages.validate_python(fork.messages)
 
 
-@dataclass
-class Served:
-    """What a fork has taken from its record so far (the workflow's state)."""
+class Served(BaseModel):
+    """What a fork has taken from its record so far (the workflow's state, carried into
+    its next run when it continues as new)."""
 
-    writes: set[int] = field(default_factory=set)
+    writes: set[int] = Field(default_factory=set)
     """The recorded writes the fork has been answered with, by index."""
     next: int = 0
     """A replay: the recorded call its next call must repeat to be served."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.approval import ApprovalPolicy
@@ -23,11 +24,13 @@ from durable_agent.client import AgentClient, TurnResult
 from durable_agent.conversation import ToolResult
 from durable_agent.errors import AgentClientError, CannotFork, UnknownTurn
 from durable_agent.model import Reply
+from durable_agent.render import MAX_RESULT_CHARS_LIMIT
 from durable_agent.rewind import Comparison, Origin, compare
+from durable_agent.runtime.codec import data_converter
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import TOOLS, ShopStore
 from durable_agent.tools import ToolContext, ToolRegistry, tool
-from durable_agent.types import Outcome, StepKind, ToolCall
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnLimits
 from durable_agent.workflows import search
 from tests.conftest import Harness, last_result, story
 from tests.test_crash import approve_when_asked, spawn_worker, wait_for
@@ -264,6 +267,111 @@ async def test_a_fork_on_another_version_of_the_agent_is_refused(harness: Harnes
         with pytest.raises(AgentClientError, match="a fork runs the agent the turn ran"):
             await fork.result()
     assert len(harness.store.returns_for("123456")) == 1
+
+
+MOVING = TurnLimits(continue_after_events=10)
+"""Continue as new at every safe point: a run a round."""
+
+
+async def test_a_fork_across_a_continue_as_new_starts_from_any_run(harness: Harness) -> None:
+    """The original continued as new at each round; forks from a step of its
+    first run and of its last read the conversation of that step, make no write and no
+    read again, and finish across runs of their own."""
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await agents.ask(QUESTION, model="scripted", limits=MOVING)
+        assert first.outcome is Outcome.ANSWERED and first.runs >= 3
+        assert [s.iteration for s in story(first) if s.kind is StepKind.TOOL_CALL] == [1, 2, 3]
+        asked = [r.messages for _, r in model.current.requests]
+        counted = reads["Herbal Handsoap"]
+
+        model.then(three_steps())  # from step 1, the same calls: all from the record
+        again = await (await agents.rerun(first.workflow_id, from_step=1)).result()
+        late = ScriptedModel(decisions=[Reply(calls=[STOCK]), Reply(text="In stock.")])
+        model.then(late)  # from step 3, in the original's last run
+        later = await (await agents.rerun(first.workflow_id, from_step=3)).result()
+
+    assert len(harness.store.returns_for("123456")) == 1  # the world holds one write
+    assert reads["Herbal Handsoap"] == counted  # no read ran again
+    assert again.outcome is Outcome.ANSWERED and again.runs > 1
+    assert [s.text for s in again.steps if s.kind is StepKind.RECORDED] == [
+        f"{LOOKUP.render()}: read from the record of {first.workflow_id} (step 1)",
+        f"{RETURN.render()}: already done in {first.workflow_id} (step 2); "
+        "its recorded result, not run again",
+        f"{STOCK.render()}: read from the record of {first.workflow_id} (step 3)",
+    ]
+    assert not [s for s in again.steps if s.kind is StepKind.TOOL_CALL]
+    # From step 3: the conversation the original's model decided step 3 from, rebuilt
+    # from the model calls of its three runs; its story begins with the original's.
+    assert later.answer == "In stock."
+    assert late.requests[0][1].messages == asked[2]
+    assert [s.render() for s in story(later) if s.iteration < 3] == [
+        s.render() for s in story(first) if s.iteration < 3
+    ]
+    (served,) = [s for s in later.steps if s.kind is StepKind.RECORDED]
+    assert served.iteration == 3 and served.text.startswith(f"{STOCK.render()}: read from")
+
+
+async def test_a_replay_of_a_turn_that_continued_as_new_follows_it_through_its_runs(
+    harness: Harness,
+) -> None:
+    """The replay continues as new too: its place in the recording goes with it."""
+    model = Forking(three_steps())
+    async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await agents.ask(QUESTION, model="scripted", limits=MOVING)
+        assert first.runs >= 3
+        counted = reads["Herbal Handsoap"]
+        model.then(three_steps())
+        replayed = await (await agents.replay(first.workflow_id)).result()
+
+    assert replayed.runs > 1
+    assert compare(first.steps, replayed.steps) == Comparison(3, 3, None)
+    assert reads["Herbal Handsoap"] == counted
+    assert len(harness.store.returns_for("123456")) == 1
+
+
+class PageNumber(BaseModel):
+    n: int
+
+
+@tool(max_result_chars=MAX_RESULT_CHARS_LIMIT)
+def big_page(args: PageNumber, ctx: ToolContext[object]) -> str:
+    """A page of 250,000 characters, read whole."""
+    return f"page {args.n} " + "w" * (MAX_RESULT_CHARS_LIMIT - 10)
+
+
+async def test_a_fork_whose_conversation_one_payload_cannot_carry_needs_the_store(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nine pages of 250,000 characters before step 10: more than Temporal takes in one
+    payload (2 MiB), which the fork's input is without the payload store. One clear
+    error; with the store, the fork goes ahead."""
+    pages = [ToolCall(id=f"p{n}", name="big_page", arguments={"n": n}) for n in range(1, 11)]
+    model = Forking(
+        ScriptedModel(
+            plans=[Reply(calls=[pages[0]])],
+            decisions=[*(Reply(calls=[c]) for c in pages[1:]), Reply(text="read")],
+        )
+    )
+    async with harness.worker(model, ToolRegistry([big_page])) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await agents.ask("read", model="scripted", limits=TurnLimits(max_steps=12))
+        assert first.outcome is Outcome.ANSWERED
+        with pytest.raises(CannotFork, match="more than Temporal takes in one payload"):
+            await agents.rerun(first.workflow_id, from_step=10)
+
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{tmp_path / 'payloads'}")
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    stored = Harness(Client(**config), harness.store)
+    model.then(ScriptedModel(decisions=[Reply(text="read again")]))
+    async with stored.worker(model, ToolRegistry([big_page])) as task_queue:
+        agents = AgentClient(stored.client, task_queue=task_queue)
+        fork = await (await agents.rerun(first.workflow_id, from_step=10)).result()
+    assert fork.answer == "read again"
+    assert last_result(model.current.requests[0][1]).startswith("page 9 ")
 
 
 def cli(

@@ -31,6 +31,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.chat import ConversationInput
+from durable_agent.client import AgentClient
 from durable_agent.frontends.web import serve
 from durable_agent.model import Reply
 from durable_agent.outputs import OUTPUT_TOOL
@@ -612,3 +613,49 @@ async def test_a_typed_answer_reads_as_a_card_of_its_fields(harness: Harness, pa
         await expect(card.locator("dd")).to_have_text(list(value.values()))  # as text
         await expect(page.locator("img")).to_have_count(0)
         await expect(answer(page, 1)).to_have_attribute("data-outcome", "answered")
+
+
+async def test_a_fork_of_a_turn_shows_by_itself_with_its_parent_and_step(
+    harness: Harness, page: Page
+) -> None:
+    """A fork is in no conversation: the page shows it by itself (`?turn=ID`), and the
+    operator's view heads it with the turn and step it was forked from, the parent a
+    link to its own page."""
+    async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
+        await page.goto(url)
+        await say(page, "Has order 123456 shipped?")
+        await expect(answer(page, 1)).to_have_text(SHIPPED_ANSWER)
+        parent = await page.locator("section.turn").first.get_attribute("data-turn")
+        assert parent
+        fork = await AgentClient(harness.client, task_queue=task_queue).rerun(parent, from_step=1)
+        await fork.result()
+
+        await page.goto(f"{url}?turn={fork.id}")
+        await expect(answer(page, 1)).to_have_text(SHIPPED_ANSWER)
+        await expect(page.locator("section.turn .bubble.you")).to_have_text(
+            "Has order 123456 shipped?"
+        )
+        await expect(page.get_by_test_id("message")).to_be_hidden()  # nothing to send
+        origin = page.get_by_test_id("origin")
+        await expect(origin).to_be_hidden()  # the operator's view only
+        await page.locator("#show-checks").check()
+        await expect(origin).to_have_text(f"fork of {parent} from step 1")
+        await expect(page.locator("section.turn .meta")).to_contain_text(fork.id)
+        recorded = page.locator("[data-testid=step][data-kind=recorded]")
+        await expect(recorded).to_have_text(
+            [
+                "from the record order_status(order_id='123456'): read from the record of "
+                f"{parent} (step 1)"
+            ]
+        )
+
+        await origin.get_by_role("link").click()  # the parent, by itself
+        await expect(page).to_have_url(f"{url}?turn={parent}")
+        await expect(answer(page, 1)).to_have_text(SHIPPED_ANSWER)
+        await expect(page.locator("section.turn .meta")).to_contain_text(parent)
+        await expect(origin).to_have_count(0)
+
+        await page.goto(f"{url}?turn=turn-someone-else-1")
+        await expect(page.get_by_test_id("notice")).to_have_text(
+            "no turn turn-someone-else-1 of customer demo"
+        )

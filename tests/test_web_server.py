@@ -411,3 +411,58 @@ async def _awaiting_consent(turn: TurnHandle) -> str:
         if isinstance(streamed.event, StepEvent) and streamed.event.step.kind is StepKind.APPROVAL:
             return streamed.event.step.calls[0].id
     raise AssertionError(f"turn {turn.id} ended without asking for consent")
+
+
+async def test_a_fork_of_a_chat_turn_is_read_and_decided_by_its_own_id(
+    env: WorkflowEnvironment, harness: Harness
+) -> None:
+    """A fork is in no conversation: its events are read by its id, headed by what it
+    was forked from, and a call of its awaiting consent is decided by its id."""
+    async with (
+        harness.worker() as task_queue,
+        chat_server(env, "127.0.0.1", task_queue) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+        question = "Please start a return for order 123456, the soap arrived damaged"
+        started = await http.post("/api/chats", json={"text": question})
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        parent = agents.turn(started.json()["turn_id"])
+        await parent.decide(await _awaiting_consent(parent), approved=False, by="test")
+        await parent.result()
+        # Declined, the write never ran: in the fork it is a new write, and waits.
+        fork = await agents.rerun(parent.id, from_step=1)
+        call_id = await _awaiting_consent(fork)
+        body = {"call_id": call_id, "approved": False, "reason": "not now either"}
+        decided = await http.post(f"/api/turns/{fork.id}/decisions", json=body)
+        assert decided.status_code == 200, decided.text
+        await fork.result()
+
+        events = await _sse(http, f"/api/turns/{fork.id}/events")
+        missing = await _sse(http, "/api/turns/turn-someone-9/events")
+    (name, head), *rest = events
+    assert name == "turn" and head["question"] == question
+    assert head["origin"] == {
+        "parent": parent.id,
+        "step": 1,
+        "replay": False,
+        "line": f"fork of {parent.id} from step 1",
+    }
+    assert [n for n, _ in rest][-2:] == ["done", "ended"]
+    assert any(
+        n == "step" and e["step"]["text"] == "start_return: declined by web: not now either"
+        for n, e in rest
+    )
+    assert missing == [("missing", {"message": "no turn turn-someone-9 of customer demo"})]
+
+
+async def _sse(http: httpx.AsyncClient, path: str) -> list[tuple[str, Any]]:
+    """The named events of a stream that ends by itself (keepalives and retries left out)."""
+    events: list[tuple[str, Any]] = []
+    async with http.stream("GET", path) as response:
+        name = ""
+        async for line in response.aiter_lines():
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line.removeprefix("data: "))))
+    return events

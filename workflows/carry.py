@@ -17,7 +17,8 @@ The next run starts where this one stopped, by the same workflow id, from a
   histories (`durable_agent/transcript.py`), so no run's input carries it;
 - the story: the steps the run before recorded (each run's are in the next run's
   input, and the client puts them together), and the stream's recent events with
-  their offsets.
+  their offsets;
+- in a fork (`durable_agent/rewind.py`), what its parent's record has answered so far.
 
 Every field holds what one run adds, never the whole turn: a turn of N steps writes
 O(N) bytes over all its runs.
@@ -33,6 +34,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 from durable_agent.activities import ValidCall
 from durable_agent.approval import ApprovalDecision
 from durable_agent.model import Reply
+from durable_agent.rewind import Served
 from durable_agent.types import (
     LEAN,
     AgentInfo,
@@ -93,6 +95,9 @@ class TurnCarry(BaseModel):
     decisions: list[ApprovalDecision] = Field(default_factory=list)
     """Decisions on pending calls that came as the run before ended."""
     stream: WorkflowStreamState | None = None
+    served: Served | None = None
+    """In a fork: what its record has answered so far (a write it was answered with is
+    not answered again; a replay's place in the recording)."""
 
     @classmethod
     def of(cls, turn: TurnInput) -> TurnCarry | None:
@@ -102,4 +107,9 @@ class TurnCarry(BaseModel):
         """The next run's input: the turn's own, and this (its steps without the lines
         a reader rebuilds from what they hold, as a stored result has them)."""
         carried = self.model_dump(mode="json", context={LEAN: True})
-        return turn.model_copy(update={"carry": carried})
+        update: dict[str, object] = {"carry": carried}
+        if turn.fork is not None:
+            # A fork's start (its parent's conversation and steps) is its first run's
+            # alone: later runs need only the parent's recorded calls.
+            update["fork"] = turn.fork.model_copy(update={"messages": [], "steps": []})
+        return turn.model_copy(update=update)

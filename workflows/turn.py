@@ -265,7 +265,7 @@ class AgentTurn:
         # offsets go on across the turn's runs.
         self._stream = WorkflowStream(carry.stream if carry else None)
         self._events = self._stream.topic(TURN_TOPIC)
-        self._served = rewind.Served()
+        self._served = carry.served if carry and carry.served else rewind.Served()
         """In a fork: what its record has answered so far (`rewind.match`)."""
 
     @workflow.query
@@ -919,6 +919,7 @@ class AgentTurn:
             pending=list(self._pending.values()),
             decisions=[d for c, d in self._decisions.items() if c in self._pending],
             stream=state,
+            served=self._served if turn.fork is not None else None,
         )
         return _Continue(carry)
 

@@ -1,6 +1,7 @@
 """Forking a turn from the client: read its history, start the fork (`durable_agent/rewind.py`).
 
     recording(client, workflow_id)          what a finished turn's history holds, decoded
+                                            (every run of a turn that continued as new)
     start_fork(client, workflow_id, step)   the fork, as a new turn `<workflow id>-fork-<n>`
     origin(handle)                          which turn a fork was made of, and from which step
 
@@ -12,6 +13,7 @@ summary and details in the Web UI.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -43,6 +45,7 @@ from durable_agent.runtime.turns import details
 from durable_agent.transcript import Delta
 from durable_agent.types import TurnInput, TurnOutput
 from durable_agent.workflows import AgentTurn, search
+from durable_agent.workflows.carry import TurnCarry
 from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
 
 _OUTPUTS: dict[str, type[PlanOutput] | type[InterpretOutput] | type[DispatchOutput]] = {
@@ -76,29 +79,71 @@ async def recording(client: Client, workflow_id: str) -> Recording:
     if described.status != WorkflowExecutionStatus.COMPLETED:
         state = described.status.name.lower() if described.status else "unfinished"
         raise CannotFork(f"turn {workflow_id} ended {state}, with no steps to fork from")
-    return await _read(client, handle)
+    return await _read(client, handle, described.run_id)
 
 
-async def _read(client: Client, handle: WorkflowHandle) -> Recording:
-    converter = client.data_converter
+async def _read(client: Client, handle: WorkflowHandle, run_id: str) -> Recording:
+    """The turn's runs, read from its latest (`run_id`) back to its first, put together:
+    a long turn continues as new (`durable_agent/workflows/carry.py`), and each run's
+    history holds only its own part of the turn."""
+    runs: list[_Run] = []
+    while run_id:
+        run = await _read_run(client, handle.id, run_id)
+        runs.append(run)
+        # A run that took over from another carries where that one stopped.
+        run_id = run.previous if run.turn is not None and run.turn.carry is not None else ""
+    runs.reverse()
+    first, last = runs[0], runs[-1]
+    if first.turn is None or last.output is None:
+        raise CannotFork(
+            f"turn {handle.id}: its history has no input or no result here (it ended "
+            "otherwise); it cannot be forked"
+        )
+    # Each run's steps are in the input of the run after it; the last run's, in its result.
+    earlier = [s for run in runs[1:] if (carry := _carried(run)) for s in carry.steps]
+    output = last.output.model_copy(
+        update={"steps": [*earlier, *last.output.steps], "earlier_steps": 0}
+    )
+    model_calls = [call for run in runs for call in run.model_calls]
+    dispatched = {k: v for run in runs for k, v in run.dispatched.items()}
+    return Recording(handle.id, first.turn, output, model_calls, dispatched)
+
+
+@dataclass
+class _Run:
+    """What one run of a turn's history holds."""
+
     turn: TurnInput | None = None
     output: TurnOutput | None = None
+    model_calls: list[tuple[Delta, Reply | None]] = field(default_factory=list)
+    dispatched: dict[str, Any] = field(default_factory=dict)
+    previous: str = ""
+    """The run it continued (empty: none)."""
+
+
+def _carried(run: _Run) -> TurnCarry | None:
+    return TurnCarry.of(run.turn) if run.turn is not None else None
+
+
+async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
+    converter = client.data_converter  # the client's own, payload store included
+    run = _Run()
     scheduled: dict[int, tuple[str, Any]] = {}
-    model_calls: list[tuple[Delta, Reply | None]] = []
     replies: dict[int, int] = {}  # scheduled event id: index in model_calls
-    dispatched: dict[str, Any] = {}
-    async for event in handle.fetch_history_events():
+    events = client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events()
+    async for event in events:
         kind = event.event_type
         if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            payloads = event.workflow_execution_started_event_attributes.input.payloads
-            [turn] = await converter.decode(list(payloads), [TurnInput])
+            started = event.workflow_execution_started_event_attributes
+            [run.turn] = await converter.decode(list(started.input.payloads), [TurnInput])
+            run.previous = started.continued_execution_run_id
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attributes = event.activity_task_scheduled_event_attributes
             name = attributes.activity_type.name
             if name in ("plan", "interpret"):
                 [call] = await converter.decode(list(attributes.input.payloads), [ModelCallInput])
-                replies[event.event_id] = len(model_calls)
-                model_calls.append((call.delta, None))
+                replies[event.event_id] = len(run.model_calls)
+                run.model_calls.append((call.delta, None))
                 scheduled[event.event_id] = (name, None)
             elif name == "dispatch":
                 [sent] = await converter.decode(list(attributes.input.payloads), [DispatchInput])
@@ -110,20 +155,15 @@ async def _read(client: Client, handle: WorkflowHandle) -> Recording:
                 continue
             [result] = await converter.decode(list(completed.result.payloads), [_OUTPUTS[name]])
             if isinstance(result, DispatchOutput) and isinstance(sent, DispatchInput):
-                dispatched[sent.call.id] = result.result
+                run.dispatched[sent.call.id] = result.result
             elif isinstance(result, (PlanOutput, InterpretOutput)):
                 k = replies[completed.scheduled_event_id]
                 reply = result.plan if isinstance(result, PlanOutput) else result.decision
-                model_calls[k] = (model_calls[k][0], reply)
+                run.model_calls[k] = (run.model_calls[k][0], reply)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             payloads = event.workflow_execution_completed_event_attributes.result.payloads
-            [output] = await converter.decode(list(payloads), [TurnOutput])
-    if turn is None or output is None:
-        raise CannotFork(
-            f"turn {handle.id}: its history has no input or no result here (it continued "
-            "as new, or ended otherwise); it cannot be forked"
-        )
-    return Recording(handle.id, turn, output, model_calls, dispatched)
+            [run.output] = await converter.decode(list(payloads), [TurnOutput])
+    return run
 
 
 async def start_fork(
@@ -156,7 +196,7 @@ async def start_fork(
             "fork": fork,
         }
     )
-    origin = Origin(parent=workflow_id, step=step, replay=replay)
+    origin = Origin.of(fork)
     attributes: TypedSearchAttributes | None = None
     if await registered.available(client):
         at_start = search.at_start(turn.customer_id, turn.model, agent=turn.agent)
@@ -180,7 +220,23 @@ async def start_fork(
             )
         except WorkflowAlreadyStartedError:
             continue  # that fork exists: the next number
+        except RPCError as e:
+            if not _too_large(e):
+                raise
+            # The fork's input carries the conversation before its step, and the
+            # results of the calls the original ran.
+            raise CannotFork(
+                f"turn {workflow_id}: its conversation before step {step} and its tool "
+                "results are more than Temporal takes in one payload or request; fork it "
+                "with the payload store on (AGENT_PAYLOAD_STORE, for this client and the "
+                "workers), or from an earlier step"
+            ) from None
     raise AssertionError("unreachable")
+
+
+def _too_large(e: RPCError) -> bool:
+    """Temporal refused a payload over its limit (2 MiB), or gRPC a request over 4 MiB."""
+    return "size exceeds limit" in e.message or "larger than max" in e.message
 
 
 async def origin(handle: WorkflowHandle) -> Origin | None:

@@ -400,6 +400,21 @@ async def runs(
     return found[::-1]
 
 
+async def opening(handle: WorkflowHandle) -> TurnInput:
+    """The turn's input as its latest run was given it: its question, who asked, and
+    what it is a fork of (every run's input carries them). `UnknownTurn`."""
+    converter = handle._client.data_converter  # the handle's own, payload store included
+    try:
+        async for event in handle.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            [turn] = await converter.decode(list(started.input.payloads), [TurnInput])
+            return turn
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:
+            raise
+    raise UnknownTurn(handle.id)
+
+
 async def earlier_steps(handle: WorkflowHandle, run_id: str | None = None) -> list[Step]:
     """The steps of a turn's runs before `run_id` (default: its latest), oldest first:
     each run's are in the input of the run after it."""

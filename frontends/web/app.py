@@ -6,6 +6,9 @@
     POST /api/chats/{id}/messages {text}    the next message (returns when its turn starts)
     GET  /api/chats/{id}/events             the conversation as server-sent events
                                             (`events.py`), resumable with Last-Event-ID
+    GET  /api/turns/{id}/events             one turn of this customer's as server-sent
+                                            events (a fork of a turn, which no
+                                            conversation shows; the page's `?turn=ID`)
     POST /api/turns/{id}/decisions {call_id, approved, reason?}
                                             approve or reject a call awaiting consent
 
@@ -51,10 +54,17 @@ from durable_agent.agents import Agent, AgentCard
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient
-from durable_agent.errors import AgentClientError
-from durable_agent.frontends.web.events import Position, conversation, with_keepalive
+from durable_agent.errors import AgentClientError, UnknownTurn
+from durable_agent.frontends.web.events import (
+    Event,
+    Position,
+    conversation,
+    one_turn,
+    with_keepalive,
+)
 from durable_agent.frontends.web.limits import Buckets, RateLimits, client_key, retry_after
-from durable_agent.runtime import deployments
+from durable_agent.rewind import Origin
+from durable_agent.runtime import deployments, turns
 from durable_agent.runtime.server import LOOPBACK_NAMES, Connection, host_allowed
 from durable_agent.runtime.settings import TASK_QUEUE
 from durable_agent.types import check_question
@@ -107,6 +117,11 @@ def create_app(
     # This customer's conversations (`runtime.turns.chat_id`) and their turns: the
     # only ones this chat reads or decides.
     own_chat = rf"chat-{re.escape(template.customer_id)}-[0-9a-f]+"
+    # Its turns asked by themselves (`client.py ask`), and forks and replays of both.
+    own_turn = (
+        rf"(?:{own_chat}-\d+|turn-{re.escape(template.customer_id)}-[0-9a-f]+)"
+        r"(?:-(?:fork|replay)-\d+)*"
+    )
     limits = rate_limits or RateLimits.from_env()
     new_chats, messages = Buckets(limits.chats), Buckets(limits.messages)
 
@@ -159,8 +174,8 @@ def create_app(
 
     async def decision(request: Request) -> Response:
         turn_id = str(request.path_params["turn_id"])
-        if not re.fullmatch(own_chat + r"-\d+", turn_id):
-            raise Problem(404, f"no turn {turn_id!r} in a conversation of this customer")
+        if not re.fullmatch(own_turn, turn_id):
+            raise Problem(404, f"no turn {turn_id!r} of this customer")
         body = await _body(request)
         call_id, approved = _field(body, "call_id", str), _field(body, "approved", bool)
         reason = _field(body, "reason", str) if "reason" in body else ""
@@ -175,11 +190,36 @@ def create_app(
 
     async def events(request: Request) -> Response:
         after = Position.parse(request.headers.get("last-event-id"))
-        return StreamingResponse(
-            _sse(conn, chat_id(request), after, closing),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        chat = chat_id(request)
+        story = conversation(conn.client, chat, after, conn.workflow_url)
+        missing = f"no conversation {chat} (it ended long ago, or never began)"
+        return _streaming(_sse(story, closing, what="the conversation", missing=missing))
+
+    async def turn_events(request: Request) -> Response:
+        """A turn of this customer's by itself, headed by what it is a fork of."""
+        turn_id = str(request.path_params["turn_id"])
+        after = Position.parse(request.headers.get("last-event-id"))
+        missing = f"no turn {turn_id} of customer {template.customer_id}"
+
+        async def story() -> AsyncIterator[Event]:
+            if not re.fullmatch(own_turn, turn_id):
+                raise UnknownTurn(turn_id)
+            opening = await turns.opening(client.get_workflow_handle(turn_id))
+            if opening.customer_id != template.customer_id:
+                raise UnknownTurn(turn_id)
+            origin = Origin.of(opening.fork) if opening.fork else None
+            head = {
+                "turn_id": turn_id,
+                "question": opening.question,
+                "url": conn.workflow_url(turn_id),
+                "origin": {**origin.model_dump(mode="json"), "line": origin.line()}
+                if origin
+                else None,
+            }
+            async for event in one_turn(client, turn_id, head, after):
+                yield event
+
+        return _streaming(_sse(story(), closing, what="the turn", missing=missing, ending=True))
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
@@ -192,6 +232,7 @@ def create_app(
             Route("/api/chats", _guarded(new_chat), methods=["POST"]),
             Route("/api/chats/{chat_id}/messages", _guarded(message), methods=["POST"]),
             Route("/api/chats/{chat_id}/events", _guarded(events)),
+            Route("/api/turns/{turn_id}/events", _guarded(turn_events)),
             Route("/api/turns/{turn_id}/decisions", _guarded(decision), methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
@@ -338,27 +379,43 @@ async def _running(handle: WorkflowHandle) -> bool:
         return False
 
 
+def _streaming(events: AsyncIterator[str]) -> Response:
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
 async def _sse(
-    conn: Connection, chat_id: str, after: Position | None, closing: asyncio.Event
+    story: AsyncIterator[Event],
+    closing: asyncio.Event,
+    *,
+    what: str,
+    missing: str,
+    ending: bool = False,
 ) -> AsyncIterator[str]:
-    """The conversation's events as server-sent events, until it ends or the server
-    closes. A problem ends the response with a `problem` event; EventSource then
-    comes back with its last event id."""
+    """The events of `what` (a conversation, a turn) as server-sent events, until it
+    ends or the server closes; `ending`: its end is an `ended` event (a conversation
+    has its own). Nothing to read is a `missing` event (`missing` says what); a problem
+    ends the response with a `problem` event, and EventSource comes back with its last
+    event id."""
     yield f"retry: {RETRY_MS}\n\n"
     try:
-        story = conversation(conn.client, chat_id, after, conn.workflow_url)
         async for event in with_keepalive(story, KEEPALIVE_S, closing):
             yield event.encode() if event else ": keepalive\n\n"
+        if ending and not closing.is_set():
+            yield f"event: ended\ndata: {json.dumps({'reason': 'done'})}\n\n"
+    except UnknownTurn:
+        yield _named("missing", missing)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            yield _named(
-                "missing", f"no conversation {chat_id} (it ended long ago, or never began)"
-            )
+            yield _named("missing", missing)
         else:
             yield _named("problem", f"the Temporal server said: {e.message}")
     except Exception as e:  # the response has begun: say it in the stream
-        log.exception("reading conversation %s failed", chat_id)
-        yield _named("problem", f"reading the conversation failed: {_one_line(e)}")
+        log.exception("reading %s failed", what)
+        yield _named("problem", f"reading {what} failed: {_one_line(e)}")
 
 
 def _named(name: str, message: str) -> str:

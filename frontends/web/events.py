@@ -8,7 +8,8 @@ order true. Every event carries its position as its id, `<chat offset>.<turn
 offset>`: the conversation event it belongs to, and how many events of that
 event's turn came before it and it. EventSource sends the last id back when it
 reconnects (`Last-Event-ID`), and reading goes on from exactly there: no gap,
-no event twice.
+no event twice. A turn read by itself (`one_turn`) is positioned as a
+conversation's first turn would be.
 """
 
 from __future__ import annotations
@@ -84,6 +85,19 @@ async def conversation(
                 yield Event(Position(offset, n + 1), turn_event.type, data)
         if isinstance(event, ChatEnded):
             return
+
+
+async def one_turn(
+    client: Client, turn_id: str, opening: dict[str, Any], after: Position | None = None
+) -> AsyncIterator[Event]:
+    """A turn by itself (a fork, say, which no conversation started): its `turn` event
+    (`opening`), then its own events, positioned as a conversation's first turn's
+    would be (`0.<n>`); ends with the turn."""
+    if after is None:
+        yield Event(Position(0), "turn", opening)
+    async for n, turn_event in turn_events(client, turn_id, after.turn if after else 0):
+        data = {"turn_id": turn_id, **turn_event.model_dump(mode="json")}
+        yield Event(Position(0, n + 1), turn_event.type, data)
 
 
 async def with_keepalive(

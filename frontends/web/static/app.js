@@ -5,7 +5,9 @@
 // dropped connection from its last event id by itself. Every text from the model,
 // a tool or a person goes in with textContent, never as HTML; in a call put to a
 // person for consent, characters that show nothing or reorder the text around them
-// are written out (`visible`).
+// are written out (`visible`). With `?turn=ID` it shows that one turn of the
+// customer's instead (a fork of a turn, which no conversation shows), headed in the
+// operator's view by the turn and step it was forked from.
 "use strict";
 
 const log = document.getElementById("log");
@@ -105,6 +107,7 @@ class Turn {
     this.steps = el("ol", { class: "steps" });
     this.answer = null;
     this.meta = el("div", { class: "meta" }, this.id);
+    if (event.origin) this.meta.append(" · ", originNode(event.origin));
     if (event.url) {
       const title = "this turn's workflow history in the Temporal Web UI";
       const link = el("a", { href: event.url, target: "_blank", rel: "noopener", title }, "history ↗");
@@ -248,6 +251,15 @@ class Turn {
   }
 }
 
+/** What a fork was made of, `fork of <parent> from step N`, its parent a link to the
+ *  parent's own page (a replay: `replay of <parent>`). */
+function originNode(origin) {
+  const parent = el("a", { href: `?turn=${encodeURIComponent(origin.parent)}` }, origin.parent);
+  const [before, ...after] = origin.line.split(origin.parent);
+  const rest = after.join(origin.parent);
+  return el("span", { class: "origin", "data-testid": "origin" }, before, parent, rest);
+}
+
 /** A value as a card: an object's fields as names and values, a list's items one
  *  under the other; every value goes in as text. */
 function valueCard(value) {
@@ -266,9 +278,11 @@ function valueCard(value) {
 
 // --- the conversation's events ---------------------------------------------------
 
-function listen() {
+/** Read the events at `path` (a conversation's, or one turn's) into the page; returns
+ *  `on`, to handle more of them. */
+function read(path) {
   chat.source?.close();
-  const source = new EventSource(`/api/chats/${encodeURIComponent(chat.id)}/events`);
+  const source = new EventSource(path);
   chat.source = source;
   const on = (name, handle) =>
     source.addEventListener(name, (event) => {
@@ -286,6 +300,17 @@ function listen() {
     const turn = turnOf(e);
     if (!turn.outcome) turn.finish(e.answer, e.outcome);
   });
+  on("problem", (e) => notice(e.message, "error"));
+  source.addEventListener("open", () => status(""));
+  source.addEventListener("error", () => {
+    if (leaving) return;
+    status(source.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting…");
+  });
+  return on;
+}
+
+function listen() {
+  const on = read(`/api/chats/${encodeURIComponent(chat.id)}/events`);
   on("ended", () => {
     stop(); // the URL keeps naming it: a reload shows it again
     notice("This conversation has ended; your next message starts a new one.");
@@ -295,11 +320,16 @@ function listen() {
     history.replaceState(null, "", location.pathname); // forget the name in the URL
     notice(`${e.message}; your next message starts a new conversation.`, "error");
   });
-  on("problem", (e) => notice(e.message, "error"));
-  source.addEventListener("open", () => status(""));
-  source.addEventListener("error", () => {
-    if (leaving) return;
-    status(source.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting…");
+}
+
+/** One turn by itself, read to its end; nothing is sent from this page. */
+function view(turnId) {
+  document.body.classList.add("one-turn");
+  const on = read(`/api/turns/${encodeURIComponent(turnId)}/events`);
+  on("ended", stop);
+  on("missing", (e) => {
+    stop();
+    notice(e.message, "error");
   });
 }
 
@@ -474,10 +504,12 @@ window.addEventListener("unhandledrejection", (event) => {
   notice(String(event.reason?.message ?? event.reason), "error");
 });
 
-// A new conversation per page, unless the URL names one (#<chat id> or ?chat=<chat id>).
-chat.id =
-  decodeURIComponent(location.hash.slice(1)) || new URLSearchParams(location.search).get("chat");
-if (chat.id) listen();
+// A new conversation per page, unless the URL names one (#<chat id> or ?chat=<chat id>),
+// or names one turn to show (?turn=<turn id>).
+const named = new URLSearchParams(location.search);
+chat.id = decodeURIComponent(location.hash.slice(1)) || named.get("chat");
+if (named.get("turn")) view(named.get("turn"));
+else if (chat.id) listen();
 whoAmI();
 grow();
 input.focus();
