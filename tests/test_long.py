@@ -4,6 +4,7 @@ carry it; a long turn continues as new near Temporal's limits and stays one turn
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import replace
 from datetime import timedelta
@@ -377,3 +378,11 @@ async def test_a_turn_that_continued_as_new_rebuilds_its_conversation_from_its_r
     offsets = [item.offset for item in seen]
     assert offsets == sorted(set(offsets))
     assert isinstance(seen[-1].event, DoneEvent) and seen[-1].event.answer == output.answer
+    # Listed once, as it ended (its earlier runs are not turns of their own).
+    agents = AgentClient(harness.client)
+    for _ in range(200):
+        rows = [r for r in await agents.find(limit=100) if r.workflow_id == handle.id]
+        if [r.outcome for r in rows] == ["answered"]:
+            break
+        await asyncio.sleep(0.05)
+    assert [(r.status, r.outcome) for r in rows] == [("done", "answered")]

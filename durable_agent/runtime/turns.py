@@ -690,7 +690,8 @@ async def find_turns(
             "the agent's search attributes are not registered on this namespace, so turns "
             f"cannot be filtered; register them with: {search.create_command()}"
         )
-    clauses = ["WorkflowType = 'AgentTurn'"]
+    # A turn that continued as new is one turn: its earlier runs are not listed.
+    clauses = ["WorkflowType = 'AgentTurn'", "ExecutionStatus != 'ContinuedAsNew'"]
     if agent:
         clauses.append(f"{search.AGENT.name} = '{_quoted(agent)}'")
     if customer_id:
