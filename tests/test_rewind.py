@@ -473,11 +473,12 @@ async def test_a_fork_survives_a_killed_worker_and_writes_once(
         crash = ["--log", str(log), "--crash-after", "plan", "--marker", str(marker)]
         workers.append(spawn_worker(env, task_queue, str(db), *crash))
         fork = await agents.rerun(first.workflow_id, from_step=1)
-        await wait_for(marker)
+        # Generous: a worker process starts in seconds, many more on a busy machine.
+        await wait_for(marker, timeout=120)
         workers[1].kill()
         workers[1].wait()
         workers.append(spawn_worker(env, task_queue, str(db), "--log", str(log)))
-        result = await asyncio.wait_for(fork.result(), timeout=60)
+        result = await asyncio.wait_for(fork.result(), timeout=180)
     finally:
         for proc in workers:
             if proc.poll() is None:
