@@ -45,7 +45,7 @@ from temporalio.client import Client
 
 from durable_agent import rewind
 from durable_agent.client import AgentClient
-from durable_agent.errors import AgentClientError, UnknownModel
+from durable_agent.errors import AgentClientError, UnknownModel, UnknownTurn
 from durable_agent.evals import tau2
 from durable_agent.evals.report import Progress, draw_table
 from durable_agent.evals.run import (
@@ -285,7 +285,13 @@ async def _replayed(
     """The episode's replay to its end (a report when an earlier invocation finished
     it), its database caught up with what the record answered."""
     client = agents.temporal
-    recorded = await recording(client, episode)
+    try:
+        recorded = await recording(client, episode)
+    except UnknownTurn:
+        raise ReplayError(
+            f"episode {episode} is not on this Temporal server: replay the run against "
+            "the server it ran on (TEMPORAL_ADDRESS, or the state folder's own)"
+        ) from None
     store.record(episode, _calls(recorded, original, episode))
     spec = f"oracle:{task.id}" if model == "oracle" else model
     for n in itertools.count(1):
@@ -384,10 +390,10 @@ COLUMNS = (
     ("pass", "<"),
     ("reward", ">"),
     ("diverged", ">"),
-    ("tool calls from the record", ">"),
-    ("live", ">"),
+    ("tool calls saved", ">"),
+    ("run live", ">"),
     ("model calls", ">"),
-    ("saved", ">"),
+    ("model calls saved", ">"),
     ("wall s", ">"),
     ("link", "<"),
 )

@@ -24,7 +24,7 @@ tau2 = pytest.importorskip("durable_agent.evals.tau2")
 if not os.environ.get("CI"):
     pytest.importorskip("tau2", reason='τ²-bench is not installed: pip install -e ".[evals]"')
 
-from durable_agent.evals.replay import replay_run  # noqa: E402
+from durable_agent.evals.replay import ReplayError, replay_id, replay_run  # noqa: E402
 from durable_agent.evals.run import (  # noqa: E402
     Records,
     episode_id,
@@ -59,7 +59,10 @@ async def recorded(env: WorkflowEnvironment, state: Path, ids: list[str]) -> str
 
 
 async def test_an_oracle_run_replayed_with_its_oracle_diverges_nowhere_and_calls_no_tool(
-    env: WorkflowEnvironment, tmp_path: Path, tool_calls: Counter[str]
+    env: WorkflowEnvironment,
+    tmp_path: Path,
+    tool_calls: Counter[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run = await recorded(env, tmp_path, ["0"])
     ran = tool_calls[f"{run}.db"]
@@ -77,6 +80,13 @@ async def test_an_oracle_run_replayed_with_its_oracle_diverges_nowhere_and_calls
     # The same command again takes the episode as it was.
     _, (again,) = await replay_run(env.client, run, "oracle", state_dir=tmp_path, out=io.StringIO())
     assert again.from_earlier and again.workflow_id == report.workflow_id
+
+    # A model the worker has, whose backend cannot start: one line, and nothing kept.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ReplayError, match=r"its model cannot be used: the openai backend cannot"):
+        await replay_run(env.client, run, "openai:m", state_dir=tmp_path, out=io.StringIO())
+    refused = replay_id(run, "openai:m", tmp_path)
+    assert Records(tmp_path / f"{refused}.db").finished(f"{report.original}-{refused}") is None
 
 
 @dataclass
