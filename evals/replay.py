@@ -45,7 +45,7 @@ from temporalio.client import Client
 
 from durable_agent import rewind
 from durable_agent.client import AgentClient
-from durable_agent.errors import AgentClientError, UnknownModel, UnknownTurn
+from durable_agent.errors import AgentClientError, UnknownTurn
 from durable_agent.evals import tau2
 from durable_agent.evals.report import Progress, draw_table
 from durable_agent.evals.run import (
@@ -171,7 +171,10 @@ def check_model(model: str, models: ModelCatalog) -> None:
     """The worker has `model`'s kind; ReplayError naming those it has otherwise."""
     kind = model.partition(":")[0]
     if not model or kind not in models.kinds:
-        raise ReplayError(f"--model {model!r}: {UnknownModel(model, models.kinds).args[0]}")
+        has = [k if k in ("oracle", "offline") else f"{k}:<model>" for k in models.kinds]
+        raise ReplayError(
+            f"--model {model!r}: the worker has no such model: give one of {', '.join(has)}"
+        )
 
 
 def prepared(

@@ -167,7 +167,7 @@ def _agents(env: WorkflowEnvironment, task_queue: str) -> Any:
             ["tau2-retail-00000000", "--model", "oracle"],
             "error: no eval run 'tau2-retail-00000000' in ",
         ),
-        (["tau2-retail-0badc0de", "--model", "nosuch:x"], "--model 'nosuch:x': unknown model"),
+        (["tau2-retail-0badc0de", "--model", "nosuch:x"], "the worker has no such model"),
         (["tau2-retail-c0ffee00", "--model", "oracle"], "its episodes are conversations"),
         (["replay-0badc0de", "--model", "oracle"], "error: replay-0badc0de is a replay"),
     ],
