@@ -168,11 +168,11 @@ async def start_fork(
             [*at_start.search_attributes, SearchAttributePair(search.FORK_OF, workflow_id)]
         )
 
-    async def start(fork_id: str, if_running: WorkflowIDConflictPolicy) -> WorkflowHandle:
+    async def start(named: str, if_running: WorkflowIDConflictPolicy) -> WorkflowHandle:
         return await client.start_workflow(
             AgentTurn.run,
             turn,
-            id=fork_id,
+            id=named,
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             id_conflict_policy=if_running,
@@ -187,8 +187,8 @@ async def start_fork(
         return await start(fork_id, WorkflowIDConflictPolicy.USE_EXISTING)
     for n in itertools.count(1):
         try:
-            named = f"{workflow_id}-{'replay' if replay else 'fork'}-{n}"
-            return await start(named, WorkflowIDConflictPolicy.FAIL)
+            numbered = f"{workflow_id}-{'replay' if replay else 'fork'}-{n}"
+            return await start(numbered, WorkflowIDConflictPolicy.FAIL)
         except WorkflowAlreadyStartedError:
             continue  # that fork exists: the next number
     raise AssertionError("unreachable")
