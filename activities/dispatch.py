@@ -46,6 +46,10 @@ class DispatchInput(BaseModel):
     """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
     context: dict[str, Any] = {}
     """The turn's context (`TurnInput.context`), for `ctx.context`."""
+    followed: int = 0
+    """A replay in a world of its own (`Fork.own_world`): how many of the recording's
+    calls, from its first, were answered from the record before this one
+    (`ctx.followed`). Left out of the payload when 0, as every default is."""
 
 
 class DispatchOutput(BaseModel):
@@ -72,7 +76,9 @@ class DispatchActivity:
         tools = await turn_tools(served, input.tools_version)
         tool = tools[input.call.name]
         args = tools.validate(input.call)
-        ctx = ToolContext(input.customer_id, served.deps, input.idempotency_key, input.context)
+        ctx = ToolContext(
+            input.customer_id, served.deps, input.idempotency_key, input.context, input.followed
+        )
         run = tool.fn
         if check:
             if tool.check is None:

@@ -325,13 +325,28 @@ class AgentClient:
         return TurnHandle(self, handle.id, handle)
 
     async def replay(
-        self, workflow_id: str, *, model: str = "", instructions: str = "", stream: bool = False
+        self,
+        workflow_id: str,
+        *,
+        model: str = "",
+        instructions: str = "",
+        stream: bool = False,
+        own_world: bool = False,
+        replay_id: str = "",
     ) -> TurnHandle:
         """Ask `model` the finished turn `workflow_id` again, from its question: while its
         calls repeat the recording's in order (same tool and arguments), they are answered
         from the record; from the first that does not, reads run live, and a write the
         original made is still never made again. Compare the two with
-        `durable_agent.rewind.compare`. Errors as `rerun`'s."""
+        `durable_agent.rewind.compare`. Errors as `rerun`'s.
+
+        `own_world`: the replay's tools serve a world of its own, a fresh copy of the one
+        the original ran in (an evaluation's episode database): from the first difference
+        every call runs live there, writes too, and each tool is told how many of the
+        recording's calls the replay was answered from the record before it
+        (`ToolContext.followed`), so that world can apply them first. `replay_id`: the
+        replay's workflow id, of your naming (default `<workflow id>-replay-<n>`); asking
+        again finds the replay of that id, running or ended (then `started` is False)."""
         try:
             handle = await rewind.start_fork(
                 self.temporal,
@@ -342,7 +357,13 @@ class AgentClient:
                 stream=stream,
                 task_queue=self.task_queue,
                 replay=True,
+                own_world=own_world,
+                fork_id=replay_id,
             )
+        except WorkflowAlreadyStartedError:  # that replay has ended: it is the one
+            found = self.turn(replay_id)
+            found.started = False
+            return found
         except RPCError as e:
             raise _rpc_error(e, workflow_id) from None
         return TurnHandle(self, handle.id, handle)

@@ -95,9 +95,15 @@ def last_step(output: TurnOutput) -> int:
 
 
 def fork_of(
-    recording: Recording, step: int, *, live_reads: bool = False, in_order: bool = False
+    recording: Recording,
+    step: int,
+    *,
+    live_reads: bool = False,
+    in_order: bool = False,
+    own_world: bool = False,
 ) -> Fork:
-    """The fork of the recorded turn from `step`; CannotFork past its end."""
+    """The fork of the recorded turn from `step`; CannotFork past its end. `in_order`
+    and `own_world`: a replay's (`Fork`)."""
     last = last_step(recording.output)
     if not 1 <= step <= last:
         raise CannotFork(
@@ -114,6 +120,7 @@ def fork_of(
         fingerprint=recording.output.fingerprint,
         live_reads=live_reads,
         in_order=in_order,
+        own_world=own_world,
     )
 
 
@@ -194,7 +201,9 @@ def match(fork: Fork, call: ToolCall, *, writes: bool, served: Served) -> Record
     takes one the fork has not taken yet: writing twice what the original wrote once
     writes once more. A read takes any, unless reads run live. A replay (`in_order`)
     takes the recording's calls in their order, until a call differs; from there on
-    its reads run live, and its writes still never repeat one of the recording's."""
+    its reads run live, and its writes still never repeat one of the recording's,
+    unless it runs in a world of its own (`own_world`), where every call from there on
+    runs live."""
     if fork.in_order and not served.diverged:
         expected = fork.calls[served.next] if served.next < len(fork.calls) else None
         if expected is not None and _same(expected.call, call):
@@ -203,6 +212,8 @@ def match(fork: Fork, call: ToolCall, *, writes: bool, served: Served) -> Record
             served.next += 1
             return expected
         served.diverged = True
+    if fork.own_world:
+        return None
     if not writes and (fork.live_reads or fork.in_order):
         return None
     for i, recorded in enumerate(fork.calls):

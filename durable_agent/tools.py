@@ -56,6 +56,12 @@ class ToolContext(Generic[Deps]):
     """The turn's context, as its caller gave it (`TurnInput.context`): who asks and
     where (name, plan, locale, tenant, date). Trusted like `customer_id`: never from
     the model."""
+    followed: int = 0
+    """In a replay that runs in a world of its own (`AgentClient.replay(...,
+    own_world=True)`): how many of the recording's calls, from its first, the replay
+    was answered from the record before this call. Such a world starts as the
+    original's did; to be where the recording was, it applies their effects before
+    this call's (`evals/tau2.py`'s store does). 0 in any other turn."""
 
 
 class ToolSpec(BaseModel):

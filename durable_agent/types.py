@@ -534,6 +534,11 @@ class Fork(BaseModel):
     in_order: bool = False
     """A replay (`client.py replay`): the calls are served from the record while they
     repeat the parent's in order; from the first that does not, reads run live."""
+    own_world: bool = False
+    """A replay in a world of its own (a fresh copy of the one the parent ran in, as an
+    evaluation has): from the first call that differs, every call runs live there,
+    writes too (the parent's world is never touched), and each is told how many of the
+    recording's calls came before it from the record (`ToolContext.followed`)."""
 
 
 TurnInput.model_rebuild()

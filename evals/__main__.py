@@ -3,6 +3,7 @@
 python -m durable_agent.evals tau2 --domain retail --model openai:gpt-4o
                      [--user-model SPEC] [--trials K]
 python -m durable_agent.evals questions [--model offline] [--table seed|situations|all]
+python -m durable_agent.evals replay RUN_ID --model SPEC [--concurrency N]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
 the environment names (else this folder's own, else one this process starts), prints
@@ -14,6 +15,8 @@ one SIGKILLed every few seconds (`evals/chaos.py`); `--plain` runs the same epis
 in a plain loop with no Temporal, the floor the durable run's time is reported
 against. A real model (`evals/conversations.py`) runs each task `--trials` times as a
 conversation with τ²-bench's own user simulator as the customer, and reports pass^k.
+`replay` asks another model every episode of an earlier oracle run, its tool calls
+answered from the record while they repeat the recording's (`evals/replay.py`).
 """
 
 from __future__ import annotations
@@ -80,6 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument(
         "--report", type=Path, default=Path("evals-results"), help="where JSON and CSV go"
     )
+    r = sub.add_parser(
+        "replay",
+        help="an earlier run's episodes asked of another model, tool calls from the record",
+    )
+    r.add_argument("run", metavar="RUN_ID", help="the run's id: its report's name")
+    r.add_argument(
+        "--model",
+        required=True,
+        help="oracle (each task's own), or a model the worker has (offline, "
+        "openai:<model>, bedrock:<model-id>)",
+    )
+    r.add_argument("--concurrency", type=int, default=4, help="episodes at once (default: 4)")
+    r.add_argument(
+        "--report", type=Path, default=Path("evals-results"), help="where JSON and CSV go"
+    )
     w = sub.add_parser("worker", help=argparse.SUPPRESS)  # a chaos run's worker process
     w.add_argument("--domain", required=True)
     w.add_argument("--tasks", required=True)
@@ -89,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.suite == "questions":
             return asyncio.run(_questions(args))
+        if args.suite == "replay":
+            return asyncio.run(_replay(args))
         if args.suite == "worker":
             from durable_agent.evals.run import serve
             from durable_agent.evals.tau2 import EvalSetupError
@@ -344,6 +364,46 @@ async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
         f"${total['customer_cost_usd']:.4f}; longest turn {total['longest_history_events']} "
         f"events, {total['longest_history_bytes'] / 1e6:.2f} MB; report: {as_json}, {as_csv}"
     )
+    return 0 if total["passed"] == total["episodes"] else 1
+
+
+async def _replay(args: argparse.Namespace) -> int:
+    """An earlier run replayed with another model: one line and exit 1 when it cannot be."""
+    from durable_agent.errors import AgentClientError
+    from durable_agent.evals.replay import prepared, replay_run, summary, totals
+    from durable_agent.evals.run import write_reports
+    from durable_agent.evals.tau2 import EvalSetupError
+    from durable_agent.settings import state_dir
+
+    try:
+        if not 1 <= args.concurrency <= 64:
+            raise EvalSetupError("--concurrency: give 1 to 64")
+        writable(args.report)
+        prepared(args.run, args.model, state_dir() / "evals")  # before any server is asked
+        conn = await _connect()
+    except (EvalSetupError, AgentClientError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        name, reports = await replay_run(
+            conn.client,
+            args.run,
+            args.model,
+            state_dir=state_dir() / "evals",
+            concurrency=args.concurrency,
+            ui_url=conn.ui_url or "",
+        )
+    except (AgentClientError, EvalSetupError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except RPCError as e:
+        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
+        return 1
+    finally:
+        await conn.aclose()
+    total = totals(reports)
+    as_json, as_csv = write_reports(reports, args.report / name, total)
+    print(f"{summary(total)}; report: {as_json}, {as_csv}")
     return 0 if total["passed"] == total["episodes"] else 1
 
 

@@ -105,7 +105,7 @@ def table(reports: Sequence[Any]) -> str:
     the Web UI. A real model's trials show as `task/trial`, with the customer's model
     calls after a `+`."""
     trials = any(getattr(r, "trial", 0) for r in reports)
-    rows = [[title for title, _, _ in COLUMNS]]
+    rows: list[list[str]] = []
     for r in reports:
         customer = getattr(r, "customer_calls", 0)
         cost = r.cost_usd
@@ -123,17 +123,24 @@ def table(reports: Sequence[Any]) -> str:
                 r.link or "-",
             ]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.ljust(width) if align == "<" else cell.rjust(width)
-            for cell, width, (_, _, align) in zip(row, widths, COLUMNS, strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
+    lines = [draw_table([(title, align) for title, _, align in COLUMNS], rows)]
     if any(not getattr(r, "timed_whole", True) for r in reports):
         lines.append(
             "* its turns were under way when the run was stopped: their time includes the "
             "stop (left out of the ratio over the plain loop)"
         )
     return "\n".join(lines)
+
+
+def draw_table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]]) -> str:
+    """`rows` under `columns` (title, `<` for left or `>` for right), each column as
+    wide as its widest cell, two spaces apart."""
+    lines = [[title for title, _ in columns], *rows]
+    widths = [max(len(row[i]) for row in lines) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(width) if align == "<" else cell.rjust(width)
+            for cell, width, (_, align) in zip(row, widths, columns, strict=True)
+        ).rstrip()
+        for row in lines
+    )

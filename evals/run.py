@@ -127,7 +127,8 @@ def question_of(task: Any) -> str:
     return str(instructions)[:4000] or f"Task {task.id}"
 
 
-def oracle_models(domain: str, tasks: list[Any]) -> ModelCatalog:
+def oracle_models(domain: str, tasks: list[Any], base: ModelCatalog | None = None) -> ModelCatalog:
+    """`oracle:<task id>`, each task's oracle (and `base`'s models, when given)."""
     by_id = {t.id: t for t in tasks}
 
     def oracle(task_id: str) -> Any:
@@ -136,7 +137,7 @@ def oracle_models(domain: str, tasks: list[Any]) -> ModelCatalog:
             raise tau2.EvalSetupError(f"oracle:{task_id}: no such task in this run")
         return tau2.OracleModel(tau2.expected_actions(task))
 
-    return ModelCatalog({"oracle": oracle}, default="oracle")
+    return ModelCatalog({"oracle": oracle}, default="oracle", base=base)
 
 
 async def _turn(
@@ -744,8 +745,9 @@ def against_floor(reports: list[EpisodeReport], floor: dict[str, Any]) -> dict[s
 
 
 def write_reports(
-    reports: list[EpisodeReport], path: Path, total: dict[str, Any] | None = None
+    reports: list[Any], path: Path, total: dict[str, Any] | None = None
 ) -> tuple[Path, Path]:
+    """Reports (dataclasses, one per episode) and their total, as JSON and CSV."""
     path.parent.mkdir(parents=True, exist_ok=True)
     as_json, as_csv = path.with_suffix(".json"), path.with_suffix(".csv")
     rows = [asdict(r) for r in reports]

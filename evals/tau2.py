@@ -125,6 +125,13 @@ class EpisodeStore:
                 "CREATE TABLE IF NOT EXISTS calls (episode TEXT, key TEXT UNIQUE, seq INTEGER,"
                 " tool TEXT, arguments TEXT, result TEXT, PRIMARY KEY (episode, seq))"
             )
+            # A replay's episode (`evals/replay.py`): the recorded calls it may be
+            # answered from, and how many of them it was, once known.
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS recorded (episode TEXT, seq INTEGER, tool TEXT,"
+                " arguments TEXT, result TEXT, write INTEGER, PRIMARY KEY (episode, seq))"
+            )
+            db.execute("CREATE TABLE IF NOT EXISTS followed (episode TEXT PRIMARY KEY, n INTEGER)")
         self._lock = threading.Lock()
         self._live: OrderedDict[str, tuple[int, Any]] = OrderedDict()
         """episode → (writes applied, its environment), the `KEEP` used last."""
@@ -152,10 +159,18 @@ class EpisodeStore:
         return env
 
     def call(
-        self, episode: str, key: str, tool: str, arguments: dict[str, Any], write: bool
+        self,
+        episode: str,
+        key: str,
+        tool: str,
+        arguments: dict[str, Any],
+        write: bool,
+        followed: int = 0,
     ) -> str:
         """The tool's answer, as the benchmark renders it. A write is applied once per
-        `key`, with its result, in one transaction; every call is logged for scoring."""
+        `key`, with its result, in one transaction; every call is logged for scoring.
+        `followed`: in a replay, the recorded calls it was answered from before this
+        one, which the episode takes as its own first (`follow`)."""
         with self._lock, self._db() as db:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -163,6 +178,8 @@ class EpisodeStore:
                 if done is not None:
                     db.execute("COMMIT")
                     return str(done[0])
+                if followed:
+                    self._follow(db, episode, followed)
                 env = self._env(db, episode)
                 result, ok = _run(env, tool, arguments)
                 seq = db.execute(
@@ -186,6 +203,66 @@ class EpisodeStore:
                 db.execute("ROLLBACK")
                 self._live.pop(episode, None)  # its memory may hold what was not kept
                 raise
+
+    def record(self, episode: str, calls: list[tuple[str, dict[str, Any], str, bool]]) -> None:
+        """A replay's episode starts as the recorded one did (the domain's initial
+        database), with the recording's calls (tool, arguments, result, whether it
+        writes) in order, which the replay may be answered from. Recorded once: the
+        same episode recorded again keeps its first recording."""
+        with self._lock, self._db() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO recorded VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (episode, n, tool, json.dumps(arguments), result, int(write))
+                    for n, (tool, arguments, result, write) in enumerate(calls)
+                ],
+            )
+
+    def follow(self, episode: str, n: int) -> None:
+        """The replay was answered from the record for the first `n` recorded calls:
+        the episode takes them as its own calls, before any it runs live, and their
+        writes as applied to its database (with their recorded results, nothing run).
+        Once: the first `n` given is the one kept."""
+        with self._lock, self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._follow(db, episode, n)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._live.pop(episode, None)
+
+    def _follow(self, db: sqlite3.Connection, episode: str, n: int) -> None:
+        if db.execute("SELECT 1 FROM followed WHERE episode = ?", (episode,)).fetchone():
+            return
+        rows = db.execute(
+            "SELECT tool, arguments, result, write FROM recorded WHERE episode = ?"
+            " ORDER BY seq LIMIT ?",
+            (episode, n),
+        ).fetchall()
+        if len(rows) < n:
+            raise ValueError(
+                f"episode {episode}: answered from {n} recorded calls, and "
+                f"{len(rows)} are recorded here"
+            )
+        seq = db.execute("SELECT COUNT(*) FROM calls WHERE episode = ?", (episode,)).fetchone()[0]
+        writes = db.execute("SELECT COUNT(*) FROM writes WHERE episode = ?", (episode,)).fetchone()[
+            0
+        ]
+        for k, (tool, arguments, result, write) in enumerate(rows):
+            key = f"{episode}/recorded/{k}"
+            db.execute(
+                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?)",
+                (episode, key, seq + k, tool, arguments, result),
+            )
+            if write:
+                db.execute(
+                    "INSERT INTO writes VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (episode, writes, key, tool, arguments, result, 1),
+                )
+                writes += 1
+        db.execute("INSERT INTO followed VALUES (?, ?)", (episode, n))
 
     def trajectory(self, episode: str) -> list[tuple[str, dict[str, Any], str]]:
         """(tool, arguments, result) of every call of the episode, in order."""
@@ -259,7 +336,7 @@ def domain_agent(domain: str, store: EpisodeStore, name: str = "") -> Agent:
 def _tool(store: EpisodeStore, name: str, write: bool) -> Callable[..., Any]:
     def call(arguments: dict[str, Any], ctx: ToolContext[Any]) -> str:
         key = ctx.idempotency_key or f"{ctx.customer_id}/{name}/{json.dumps(arguments)}"
-        return store.call(ctx.customer_id, key, name, arguments, write)
+        return store.call(ctx.customer_id, key, name, arguments, write, ctx.followed)
 
     return call
 

@@ -25,12 +25,12 @@ from durable_agent.conversation import ToolResult
 from durable_agent.errors import AgentClientError, CannotFork, UnknownTurn
 from durable_agent.model import Reply
 from durable_agent.render import MAX_RESULT_CHARS_LIMIT
-from durable_agent.rewind import Comparison, Origin, compare
+from durable_agent.rewind import Comparison, Origin, Served, compare, match
 from durable_agent.runtime.codec import data_converter
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import TOOLS, ShopStore
 from durable_agent.tools import ToolContext, ToolRegistry, tool
-from durable_agent.types import Outcome, StepKind, ToolCall, TurnLimits
+from durable_agent.types import Fork, Outcome, RecordedCall, StepKind, ToolCall, TurnLimits
 from durable_agent.workflows import search
 from tests.conftest import Harness, last_result, story
 from tests.test_crash import approve_when_asked, spawn_worker, wait_for
@@ -535,3 +535,20 @@ async def test_a_replay_is_served_from_the_record_until_it_diverges(
         "replay: diverged at step 2; 2 of 3 recorded tool call(s) answered from the record, not run"
     )
     assert len(harness.store.returns_for("123456")) == 1
+
+
+def test_a_replay_in_a_world_of_its_own_runs_every_call_live_from_the_difference() -> None:
+    """A replay's write the original made, after the first difference: answered from
+    the record in the original's world, run live in a world of the replay's own."""
+    calls = [
+        RecordedCall(call=LOOKUP, step=1, text="Order 123456: delivered"),
+        RecordedCall(call=RETURN, step=2, text="Return rtn005 started"),
+    ]
+    fork = Fork(parent="turn-1", step=1, messages=[], calls=calls, in_order=True)
+    own = fork.model_copy(update={"own_world": True})
+    for replay, write in ((fork, calls[1]), (own, None)):
+        served = Served()
+        assert match(replay, LOOKUP, writes=False, served=served) == calls[0]
+        assert match(replay, STOCK, writes=False, served=served) is None  # the difference
+        assert match(replay, RETURN, writes=True, served=served) == write
+        assert served.next == 1 and served.diverged

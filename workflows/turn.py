@@ -1044,6 +1044,7 @@ class AgentTurn:
             agent=self._agent.name,
             tools_version=self._agent.tools_version,
             context=turn.context,
+            followed=self._followed(turn),
         )
         try:
             return await self._dispatch(vc, sent)
@@ -1067,6 +1068,11 @@ class AgentTurn:
             )
         return await self._dispatch(vc, sent)
 
+    def _followed(self, turn: TurnInput) -> int:
+        """A replay in a world of its own: the recording's calls it was answered from the
+        record, which that world applies before any call runs live in it."""
+        return self._served.next if turn.fork is not None and turn.fork.own_world else 0
+
     async def _check(
         self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
     ) -> tuple[str, Observation | None]:
@@ -1084,6 +1090,7 @@ class AgentTurn:
                     agent=self._agent.name,
                     tools_version=self._agent.tools_version,
                     context=turn.context,
+                    followed=self._followed(turn),
                 ),
                 start_to_close_timeout=QUICK_TIMEOUT,
                 schedule_to_close_timeout=self._within(),

@@ -177,14 +177,18 @@ async def start_fork(
     stream: bool = False,
     task_queue: str = TASK_QUEUE,
     replay: bool = False,
+    own_world: bool = False,
+    fork_id: str = "",
 ) -> WorkflowHandle:
     """Fork the finished turn `workflow_id` from `step` (`durable_agent/rewind.py`): a new
     turn, `<workflow id>-fork-<n>`, with `model` and `instructions` when given (else the
     original's). `UnknownTurn`, or `CannotFork` (running, unfinished, a step past its end).
     `replay`: from step 1, served from the record while its calls repeat the original's in
-    order (`<workflow id>-replay-<n>`)."""
+    order (`<workflow id>-replay-<n>`), in a world of its own with `own_world` (`Fork`).
+    `fork_id`: the fork's workflow id, of the caller's naming: a fork of that id already
+    running is the one returned, and one that has ended raises WorkflowAlreadyStartedError."""
     original = await recording(client, workflow_id)
-    fork = fork_of(original, step, live_reads=live_reads, in_order=replay)
+    fork = fork_of(original, step, live_reads=live_reads, in_order=replay, own_world=own_world)
     turn = original.turn.model_copy(
         update={
             "model": model or original.turn.model,
@@ -203,21 +207,28 @@ async def start_fork(
         attributes = TypedSearchAttributes(
             [*at_start.search_attributes, SearchAttributePair(search.FORK_OF, workflow_id)]
         )
+
+    async def start(named: str, if_running: WorkflowIDConflictPolicy) -> WorkflowHandle:
+        return await client.start_workflow(
+            AgentTurn.run,
+            turn,
+            id=named,
+            task_queue=task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=if_running,
+            static_summary=markdown_safe(f"{origin.line()}: {turn.question[:160]}"),
+            static_details=markdown_safe(f"{origin.line()} · {details(turn)}"),
+            search_attributes=attributes,
+            memo={FORK_MEMO: origin.model_dump(mode="json")},
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
+        )
+
+    if fork_id:
+        return await start(fork_id, WorkflowIDConflictPolicy.USE_EXISTING)
     for n in itertools.count(1):
         try:
-            return await client.start_workflow(
-                AgentTurn.run,
-                turn,
-                id=f"{workflow_id}-{'replay' if replay else 'fork'}-{n}",
-                task_queue=task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                static_summary=markdown_safe(f"{origin.line()}: {turn.question[:160]}"),
-                static_details=markdown_safe(f"{origin.line()} · {details(turn)}"),
-                search_attributes=attributes,
-                memo={FORK_MEMO: origin.model_dump(mode="json")},
-                task_timeout=WORKFLOW_TASK_TIMEOUT,
-            )
+            numbered = f"{workflow_id}-{'replay' if replay else 'fork'}-{n}"
+            return await start(numbered, WorkflowIDConflictPolicy.FAIL)
         except WorkflowAlreadyStartedError:
             continue  # that fork exists: the next number
         except RPCError as e:
