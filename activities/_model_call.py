@@ -46,6 +46,8 @@ class ModelCallInput(BaseModel):
     """The turn's agent (empty: the worker's first): its instructions, tools, models."""
     tools_version: str = ""
     """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
+    tool_lists: dict[str, str] = {}
+    """Its MCP servers' lists, by hash (`AgentInfo.tool_lists`)."""
     since: int | None = None
     """How many messages of the conversation the turn's previous model call had come
     before `messages` (`durable_agent.transcript.Delta`). None: `messages` is the whole
@@ -89,9 +91,10 @@ class ModelCaller:
         messages = await self._conversation(input)
         # A broken conversation is a bug of the turn: say so before a provider's 400 does.
         check(messages)
+        tools = await turn_tools(served, input.tools_version, input.tool_lists)
         request = ModelRequest(
             messages=messages,
-            tools=(await turn_tools(served, input.tools_version)).specs_for(input.tools),
+            tools=tools.specs_for(input.tools),
             instructions=input.instructions or served.instructions,
         )
         output = _output(input.output) if input.output else served.output

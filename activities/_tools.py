@@ -2,22 +2,28 @@
 
 An agent whose MCP servers may change their tool lists is served in versions
 (`ServedAgent.tools_at`): each turn's first step records the version it is offered
-(`AgentInfo.tools_version`) and what each server listed for it (`AgentInfo.offered`),
-in the shield's result, once. A worker that saw that version serves it from memory.
-One that never did — started since the list changed, or after the worker that began
-the turn died — reads the turn's record from its history (once per version, then
-kept) and serves that version through its own connections, so every step of a turn
-uses the tools it started with, whichever worker runs it.
+(`AgentInfo.tools_version`) and the hash of what each server listed for it
+(`AgentInfo.tool_lists`), and keeps the lists in the tool-list store
+(`durable_agent/runtime/tool_lists.py`). Every later step names both. A worker that
+saw that version serves it from memory. One that never did (started since the list
+changed, or taking the turn over from a worker that died) finds each list by its
+hash, in its own listings or in the store, and serves that version through its own
+connections, so every step of a turn uses the tools it started with, whichever
+worker runs it. A list it cannot find, or one the store holds changed, ends the
+step with `ToolListUnavailable`, one line naming the server and the store.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from temporalio import activity
 
+from durable_agent.errors import ToolListUnavailable
+from durable_agent.runtime.storage import STORE_ENV
 from durable_agent.serving import ServedAgent
 from durable_agent.tools import ToolRegistry
 
@@ -27,10 +33,16 @@ FIRST_STEP = "shield"
 """The activity whose result records the turn's agent, and so its tools' version."""
 
 
-async def turn_tools(served: ServedAgent, version: str) -> ToolRegistry:
-    """The tools of `version` (a turn's `tools_version`; empty: the agent's only ones)."""
+async def turn_tools(
+    served: ServedAgent, version: str, lists: Mapping[str, str] | None = None
+) -> ToolRegistry:
+    """The tools of `version` (a turn's `tools_version`; empty: the agent's only ones),
+    whose MCP servers listed the lists of hashes `lists` (`AgentInfo.tool_lists`)."""
     if served.knows(version):
         return served.tools_at(version)
+    if lists:
+        return await _by_hash(served, version, lists)
+    # A turn recorded before its lists were kept by hash: they are in its history.
     try:
         recorded = await _recorded(version)
     except Exception as e:  # noqa: BLE001 - the record is a help, not a must
@@ -43,9 +55,33 @@ async def turn_tools(served: ServedAgent, version: str) -> ToolRegistry:
     return served.tools_at(version)  # what the servers offer now, with a warning
 
 
+async def _by_hash(served: ServedAgent, version: str, lists: Mapping[str, str]) -> ToolRegistry:
+    recorded: dict[str, Any] = {}
+    for server, digest in lists.items():
+        found = served.listed_as(digest) or await served.tool_lists.get(digest)
+        if found is None:
+            raise ToolListUnavailable(
+                f"agent {served.name!r}: the tool list of MCP server {server!r} this turn "
+                f"started with ({digest[:12]}) is not in the tool-list store "
+                f"({served.tool_lists}), and the server lists other tools to this worker "
+                f"now: give every worker the same store ({STORE_ENV}=s3://BUCKET or "
+                "local:/a/shared/folder)"
+            )
+        recorded[server] = found
+    tools = served.recall(version, recorded)
+    if tools is None:
+        raise ToolListUnavailable(
+            f"agent {served.name!r}: this worker cannot serve the tools this turn started "
+            f"with (version {version}, MCP servers {', '.join(lists)}): its agent or its "
+            "servers are not the ones that listed them; serve the turn with the agent's "
+            "definition and servers that started it"
+        )
+    return tools
+
+
 async def _recorded(version: str) -> dict[str, Any] | None:
-    """What the running turn recorded of its tools (`AgentInfo.offered`), if it was
-    `version`: read from its history, where the first step's result is a marker."""
+    """What a turn recorded before lists were kept by hash (`AgentInfo.offered`), if it
+    was `version`: read from its history, where the first step's result is a marker."""
     from durable_agent.activities.shield import ShieldOutput
 
     info = activity.info()

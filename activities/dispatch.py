@@ -44,6 +44,8 @@ class DispatchInput(BaseModel):
     """The turn's agent, whose tool this is (empty: the worker's first)."""
     tools_version: str = ""
     """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
+    tool_lists: dict[str, str] = {}
+    """Its MCP servers' lists, by hash (`AgentInfo.tool_lists`)."""
     context: dict[str, Any] = {}
     """The turn's context (`TurnInput.context`), for `ctx.context`."""
     followed: int = 0
@@ -73,7 +75,7 @@ class DispatchActivity:
 
     async def _run(self, input: DispatchInput, check: bool) -> DispatchOutput:
         served = self._agents.get(input.agent)
-        tools = await turn_tools(served, input.tools_version)
+        tools = await turn_tools(served, input.tools_version, input.tool_lists)
         tool = tools[input.call.name]
         args = tools.validate(input.call)
         ctx = ToolContext(

@@ -32,6 +32,8 @@ class InstructionsInput(BaseModel):
     """The turn's context (`TurnInput.context`)."""
     tools_version: str = ""
     """The version of the agent's tools the turn started with (its fingerprint covers them)."""
+    tool_lists: dict[str, str] = {}
+    """Its MCP servers' lists, by hash (`AgentInfo.tool_lists`)."""
 
 
 class InstructionsOutput(BaseModel):
@@ -65,7 +67,7 @@ class InstructionsActivity:
                 f"agent {served.name!r}: its instructions function returned "
                 f"{_shown(text)}; return the instructions as text"
             )
-        tools = await turn_tools(served, input.tools_version)
+        tools = await turn_tools(served, input.tools_version, input.tool_lists)
         return InstructionsOutput(text=text, fingerprint=served.fingerprint_with(text, tools))
 
 

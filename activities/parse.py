@@ -73,6 +73,8 @@ class ParseInput(BaseModel):
     agent: str = ""
     tools_version: str = ""
     """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
+    tool_lists: dict[str, str] = {}
+    """Its MCP servers' lists, by hash (`AgentInfo.tool_lists`)."""
     said: list[str] = Field(default_factory=list)
     """The customer's own words (this question, the conversation's earlier ones): a
     write whose arguments are not all in them needs consent, waived or not."""
@@ -114,7 +116,7 @@ class ParseActivity:
     @activity.defn(name="parse")
     async def parse(self, input: ParseInput) -> ParseOutput:
         served = self._agents.get(input.agent)
-        tools = await turn_tools(served, input.tools_version)
+        tools = await turn_tools(served, input.tools_version, input.tool_lists)
         read = _Read(input, self._conversations)
         valid, rejected, normalised_calls = [], [], []
         roles: frozenset[str] | None = None

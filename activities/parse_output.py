@@ -27,6 +27,8 @@ class ParseOutputInput(BaseModel):
     agent: str = ""
     tools_version: str = ""
     """The version of the agent's tools the turn started with (`AgentInfo.tools_version`)."""
+    tool_lists: dict[str, str] = {}
+    """Its MCP servers' lists, by hash (`AgentInfo.tool_lists`)."""
 
 
 class ParseOutputOutput(BaseModel):
@@ -42,7 +44,8 @@ class ParseOutputActivity:
     @activity.defn(name="parse_output")
     async def parse_output(self, input: ParseOutputInput) -> ParseOutputOutput:
         served = self._agents.get(input.agent)
-        limit = served.result_limit(input.call.name, await turn_tools(served, input.tools_version))
+        tools = await turn_tools(served, input.tools_version, input.tool_lists)
+        limit = served.result_limit(input.call.name, tools)
         text = render_result(input.result, limit)
         request = ShieldRequest(
             position="tool_output", text=text, call=input.call, customer_id=input.customer_id

@@ -48,8 +48,15 @@ class ShieldActivity:
     async def shield(self, input: ShieldInput) -> ShieldOutput:
         served = self._agents.get(input.agent)
         position = input.requests[0].position if input.requests else "input"
-        if position == "input" and served.live:
-            await served.refresh_tools()  # between turns: this is a turn's first step
+        info = None
+        if position == "input":
+            if served.live:
+                await served.refresh_tools()  # between turns: this is a turn's first step
+            info = _info(served)
+            if served.live:
+                # The turn records its lists by hash: kept for the workers that did not
+                # list them (once per list and worker), from the version `info` names.
+                await served.keep_lists()
         requests = input.requests
         if input.conversation is not None and served.shields.at(position):
             context = context_of(await self._conversations.of(input.conversation))
@@ -60,7 +67,7 @@ class ShieldActivity:
         return ShieldOutput(
             verdicts=verdicts,
             refusal=_refusal(served, position) if refused else "",
-            agent=_info(served) if position == "input" else None,
+            agent=info,
         )
 
 
@@ -92,7 +99,7 @@ def _info(served: ServedAgent) -> AgentInfo:
         limits=served.limits,
         unknown_outcomes=served.unknown_outcomes,
         tools_version=served.fingerprint if served.live else "",
-        offered=served.recorded_tools() if served.live else {},
+        tool_lists=served.list_hashes() if served.live else {},
         output=served.output.spec if served.output else None,
         models=served.model_specs if len(served.model_specs) > 1 else [],
         dynamic_instructions=served.dynamic is not None,

@@ -107,6 +107,15 @@ def unknown_agent(reason: str) -> str:
     )
 
 
+def tools_unavailable() -> str:
+    """The turn's tools cannot be had (`ToolListUnavailable`): the reason is the
+    operator's, in the turn's steps; a question asked again gets today's tools."""
+    return (
+        "Sorry, I cannot go on with this request: the tools it started with are not "
+        "available any more. Please ask again."
+    )
+
+
 def model_failed(steps: list[Step]) -> str:
     return (
         "Sorry, I cannot answer right now: the language model is unavailable. "

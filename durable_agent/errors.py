@@ -9,6 +9,7 @@ retried with backoff.
 
     AgentError                     permanent unless said otherwise
     ├── UnknownAgent               a turn names an agent this worker does not serve
+    ├── ToolListUnavailable        a turn's tool list (by its hash) cannot be had here
     ├── AgentDefinitionError       an agent cannot be served as defined (stops the worker)
     ├── ModelError                 the model backend failed
     │   ├── UnknownModel           no backend for that model spec
@@ -57,6 +58,13 @@ class UnknownAgent(AgentError):
             f"no agent {name!r} is served here (this worker serves: {', '.join(known)}); "
             f"start a worker for it with `{worker_command()} --agent MODULE:ATTRIBUTE`"
         )
+
+
+class ToolListUnavailable(AgentError):
+    """A turn records each MCP server's tool list by its hash (`AgentInfo.tool_lists`),
+    and this worker can get that list neither from its own listing nor from the
+    tool-list store, or the store's copy does not have that hash; the message names
+    the server, the hash, the store and what to set."""
 
 
 class AgentDefinitionError(AgentError):

@@ -32,9 +32,10 @@ Tools are pinned per turn: the list is read again between turns — at the start
 the next turn after the server said it changed (`notifications/tools/list_changed`)
 or after it was started again — and a turn is offered, validated against and
 dispatched with the list it started with (`LiveTools`; the turn records its
-version, the agent's fingerprint, and what each server listed for it), so a list
-that changes mid-turn never changes a running turn, whichever worker runs its next
-step (`activities/_tools.py`).
+version, the agent's fingerprint, and the hash of what each server listed for it,
+the lists themselves kept in the tool-list store, `durable_agent/runtime/tool_lists.py`),
+so a list that changes mid-turn never changes a running turn, whichever worker runs
+its next step (`activities/_tools.py`).
 
 What the runtime promises for writes: a tool whose annotations do not say
 `readOnlyHint` (or say `destructiveHint`) is a write, and needs a person's consent
@@ -62,6 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from durable_agent.errors import AgentDefinitionError, OutcomeUnknown, ToolError, ToolUnavailable
+from durable_agent.runtime.tool_lists import list_hash
 from durable_agent.tools import Tool, ToolContext, ToolRegistry, schema_tool
 
 if TYPE_CHECKING:
@@ -107,13 +109,14 @@ MAX_PAGES = 50
 """Pages of one `tools/list`: a cursor that never ends is refused past it."""
 MAX_TOOLS = 200
 """Tools of one server: more is a list no model chooses well from (OpenAI takes 128
-tools a request), and each turn records what it was offered."""
+tools a request)."""
 MAX_LIST_BYTES = 256 * 1024
-"""What one server's list may weigh, as a turn records it (names, descriptions,
-schemas): the record travels in a turn's first step, inside Temporal's 2 MB limit
-for a payload, next to the other servers' lists."""
+"""What one server's list may weigh (names, descriptions, schemas, as the tool-list
+store keeps it): every model call of a turn carries the specs, and every worker
+keeps each version in memory. A turn's history holds only the list's hash."""
 MAX_OFFERED_BYTES = 1024 * 1024
-"""What all of an agent's servers' lists may weigh together, as a turn records them."""
+"""What all of an agent's servers' lists may weigh together: what a model call
+carries of them."""
 STRAY_LOG_INTERVAL_S = 60.0
 """At most one log line this often, per server, about stdout lines that are not MCP."""
 
@@ -380,7 +383,7 @@ class Connection:
             if size > MAX_LIST_BYTES:
                 raise MCPListError(
                     f"{where}: its tool list weighs more than {MAX_LIST_BYTES // 1024} KB "
-                    "(names, descriptions, schemas), more than a turn records of one server: "
+                    "(names, descriptions, schemas), more than an agent is offered of one server: "
                     "have it offer fewer tools"
                 )
             cursor = page.next_cursor
@@ -638,7 +641,7 @@ def _quiet_parse_errors() -> None:
 
 
 def _weight(tool: Any) -> int:
-    """Bytes of a listed tool as a turn records it (`_recorded`)."""
+    """Bytes of a listed tool as the tool-list store keeps it (`_recorded`)."""
     return len(json.dumps(_recorded(tool), ensure_ascii=False).encode())
 
 
@@ -778,11 +781,13 @@ class LiveTools(ToolRegistry):
         )
         """What each server listed for this version (default: as last listed)."""
         super().__init__()
+        self._recorded: dict[str, list[dict[str, Any]]] | None = None
+        self._hashes: dict[str, str] | None = None
         weight = sum(_weight(t) for tools in self.listed for t in tools)
         if weight > MAX_OFFERED_BYTES:
             raise MCPConfigError(
                 f"agent {agent!r}: its MCP servers' tool lists weigh {weight // 1024} KB "
-                f"together, more than a turn records ({MAX_OFFERED_BYTES // 1024} KB): "
+                f"together, more than a model call carries ({MAX_OFFERED_BYTES // 1024} KB): "
                 "leave a server out, or have them offer fewer tools"
             )
         pairs = zip(self.connections, self.listed, strict=True)
@@ -796,18 +801,27 @@ class LiveTools(ToolRegistry):
             self.add(tool)
 
     def recorded(self) -> dict[str, list[dict[str, Any]]]:
-        """What each server listed for this version, as a turn records it (by server
-        name: each tool's name, title, description, input schema and hints)."""
-        return {
-            c.server.name: [_recorded(tool) for tool in tools]
-            for c, tools in zip(self.connections, self.listed, strict=True)
-            if tools
-        }
+        """What each server listed for this version, as the tool-list store keeps it
+        (by server name: each tool's name, title, description, input schema and
+        hints). Made once: a version never changes."""
+        if self._recorded is None:
+            self._recorded = {
+                c.server.name: [_recorded(tool) for tool in tools]
+                for c, tools in zip(self.connections, self.listed, strict=True)
+                if tools
+            }
+        return self._recorded
+
+    def hashes(self) -> dict[str, str]:
+        """The hash of each server's list (`recorded()`), as a turn records it."""
+        if self._hashes is None:
+            self._hashes = {name: list_hash(tools) for name, tools in self.recorded().items()}
+        return self._hashes
 
     def recall(self, recorded: Mapping[str, Sequence[Mapping[str, Any]]]) -> LiveTools | None:
-        """The version a turn recorded (`recorded()`), served by this worker's
-        connections; None if it names a server this worker does not have, or cannot
-        be served (a name taken twice)."""
+        """The version whose lists are `recorded` (as `recorded()` gives them), served
+        by this worker's connections; None if it names a server this worker does not
+        have, or cannot be served (a name taken twice)."""
         from mcp.types import Tool as Listed
 
         by_name = {c.server.name for c in self.connections}

@@ -33,6 +33,7 @@ from durable_agent.argfill import id_noun, required_params
 from durable_agent.errors import AgentDefinitionError, UnknownAgent
 from durable_agent.model import ModelCatalog
 from durable_agent.outputs import OUTPUT_TOOL, Output
+from durable_agent.runtime.tool_lists import ToolListStore
 from durable_agent.settings import Settings
 from durable_agent.shields import Ids, ShieldConfigError, ShieldSet
 from durable_agent.subagents import view_name
@@ -78,6 +79,7 @@ class ServedAgent:
         models: ModelCatalog,
         deps: _Deps,
         environ: dict[str, str] | None = None,
+        tool_lists: ToolListStore | None = None,
     ) -> None:
         self.agent = agent
         self.name = name or agent.name
@@ -123,6 +125,8 @@ class ServedAgent:
         )
         self._versions: OrderedDict[str, ToolRegistry] = OrderedDict()
         """Earlier tool lists of a live agent (MCP servers), by fingerprint."""
+        self.tool_lists = tool_lists or ToolListStore.from_env(environ)
+        """Where the MCP servers' lists are kept by hash, for the other workers."""
 
     def fingerprint_with(self, instructions: str, tools: ToolRegistry) -> str:
         """The fingerprint of a turn that got `instructions` (evaluated for it) and
@@ -163,15 +167,41 @@ class ServedAgent:
         return not version or version == self.fingerprint or version in self._versions
 
     def recorded_tools(self) -> dict[str, list[dict[str, Any]]]:
-        """What a turn records of the tools it is offered (`AgentInfo.offered`): what
-        each MCP server listed. Empty: the agent's tools never change under a worker."""
+        """What each MCP server listed for the current version of the tools, by server.
+        Empty: the agent's tools never change under a worker."""
         recorded = getattr(self.tools, "recorded", None)
         return recorded() if recorded is not None else {}
 
+    def list_hashes(self) -> dict[str, str]:
+        """What a turn records of the tools it is offered (`AgentInfo.tool_lists`): the
+        hash of each MCP server's list, by server (`runtime/tool_lists.py`)."""
+        hashes = getattr(self.tools, "hashes", None)
+        return hashes() if hashes is not None else {}
+
+    async def keep_lists(self) -> None:
+        """The current version's lists in the tool-list store (once each), so that a
+        worker that did not list them can serve a turn that records them. The version
+        is the one current when it is called, whatever changes while it writes."""
+        recorded, hashes = self.recorded_tools(), self.list_hashes()
+        for server, digest in hashes.items():
+            await self.tool_lists.keep(digest, recorded[server])
+
+    def listed_as(self, digest: str) -> list[dict[str, Any]] | None:
+        """A list this worker listed itself (for the current version or one it keeps)
+        whose hash is `digest`; None if none is."""
+        for tools in [self.tools, *reversed(self._versions.values())]:
+            hashes = getattr(tools, "hashes", None)
+            for server, found in (hashes() if hashes is not None else {}).items():
+                if found == digest:
+                    listed: list[dict[str, Any]] = tools.recorded()[server]  # type: ignore[attr-defined]
+                    return listed
+        return None
+
     def recall(self, version: str, recorded: Mapping[str, Any]) -> ToolRegistry | None:
-        """The tools of a version this worker never saw, from what the turn recorded of
-        it (`AgentInfo.offered`), through this worker's own connections; kept with the
-        versions it saw. None if they cannot be made here, or are another version."""
+        """The tools of a version this worker never saw, from the lists the turn
+        recorded (each MCP server's, by server), through this worker's own connections;
+        kept with the versions it saw. None if they cannot be made here, or are another
+        version."""
         recall = getattr(self.tools, "recall", None)
         tools = recall(recorded) if recall is not None else None
         if tools is None or _view_fingerprint(self._identity, tools) != version:
@@ -188,9 +218,9 @@ class ServedAgent:
             return self.tools
         found = self._versions.get(version)
         if found is None:
-            # A worker that started after the list changed, or one that has moved on
-            # many versions since, and could not make it from the turn's record
-            # (`activities/_tools.py`): it serves what the servers offer now.
+            # A turn recorded before lists were kept by hash, whose record this worker
+            # could not read (`activities/_tools.py`): it serves what the servers
+            # offer now.
             log.warning(
                 "agent %s: tools version %s is not known to this worker; serving %s",
                 self.name,
@@ -220,9 +250,13 @@ class Agents:
         settings: Settings | None = None,
         models: ModelCatalog | None = None,
         environ: dict[str, str] | None = None,
+        tool_lists: ToolListStore | None = None,
     ) -> None:
         if not agents:
             raise AgentDefinitionError("no agent to serve: give at least one")
+        self.tool_lists = tool_lists or ToolListStore.from_env(environ)
+        """Where the agents' MCP tool lists are kept by hash (`runtime/tool_lists.py`):
+        as AGENT_PAYLOAD_STORE says, else the state folder."""
         settings = settings or Settings()
         models = models or ModelCatalog({}, default=settings.model)
         self._deps: list[_Deps] = []
@@ -243,7 +277,12 @@ class Agents:
             deps = _Deps(agent.deps)
             self._deps.append(deps)
             served = ServedAgent(
-                agent, settings=settings, models=models, deps=deps, environ=environ
+                agent,
+                settings=settings,
+                models=models,
+                deps=deps,
+                environ=environ,
+                tool_lists=self.tool_lists,
             )
             self._add(served)
             for tool in served.tools.tools.values():
@@ -268,6 +307,7 @@ class Agents:
                         models=models,
                         deps=deps,
                         environ=environ,
+                        tool_lists=self.tool_lists,
                     )
                 )
         self.default = agents[0].name

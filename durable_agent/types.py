@@ -212,7 +212,8 @@ class Outcome(str, Enum):
     REFUSED = "refused"
     """A shield stopped the question or the answer."""
     UNKNOWN_AGENT = "unknown_agent"
-    """The turn names an agent its worker does not serve."""
+    """The turn names an agent its worker does not serve, or a version of its tools the
+    worker cannot get (`ToolListUnavailable`)."""
     INVALID_OUTPUT = "invalid_output"
     """The turn asked for a typed output and the model gave no value that fits, within
     `max_replans` repairs (`durable_agent/outputs.py`)."""
@@ -282,11 +283,15 @@ class AgentInfo(BaseModel):
     """For an agent whose tools may change while its worker runs (an MCP server's): the
     version of its tools the turn started with, which every step of the turn uses (its
     fingerprint then). Empty: the agent's tools never change under a worker."""
+    tool_lists: dict[str, str] = {}
+    """With `tools_version`: the hash of what each MCP server (by name) listed for that
+    version (each tool's name, description, input schema and read/write hints). The
+    lists are kept by these hashes in the tool-list store, not in the turn's history
+    (`durable_agent/runtime/tool_lists.py`): a worker that never saw that version
+    (started since, or after a crash) reads them there and serves the turn with them."""
     offered: dict[str, list[dict[str, Any]]] = {}
-    """With `tools_version`: what each MCP server (by name) listed for that version, as
-    it listed it (each tool's name, description, input schema and read/write hints):
-    the specs the turn offers, on its record, so that a worker that never saw that
-    version (started since, or after a crash) serves the turn with them."""
+    """The lists themselves, as turns recorded them before they were kept by hash
+    (`tool_lists`); a turn records none now."""
     limits: TurnLimits | None = None
     """The agent's limits, for a turn that names none."""
     unknown_outcomes: Literal["ask", "model"] = "ask"

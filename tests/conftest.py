@@ -204,3 +204,12 @@ class Capture:
 
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
+
+
+@pytest.fixture
+def own_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """AGENT_STATE_DIR in the test's folder: what in-process workers keep there (the
+    MCP servers' tool lists) stays out of the repository's folder."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("AGENT_STATE_DIR", str(state))
+    return state

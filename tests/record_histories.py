@@ -15,6 +15,7 @@ decisions from the same history.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -269,7 +270,7 @@ async def compacting(harness: Harness) -> WorkflowHandle:
 
 async def main(only: set[str]) -> None:
     """Record every scenario, or (`only`) those named: one of `scenarios()`, or
-    `long_turn`, `consent_across_runs`."""
+    `long_turn`, `consent_across_runs`, `forked`, `compacted`, `mcp_tools`."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
@@ -310,6 +311,8 @@ async def main(only: set[str]) -> None:
                 await save("forked", await forking(harness))
             if not only or "compacted" in only:
                 await save("compacted", await compacting(harness))
+            if not only or "mcp_tools" in only:
+                await save("mcp_tools", await mcp_turn(harness, Path(tmp)))
             if only:
                 return
             for name, approved in (("approved", True), ("declined_by_person", False)):
@@ -338,6 +341,29 @@ async def main(only: set[str]) -> None:
                 )
     finally:
         await env.shutdown()
+
+
+async def mcp_turn(harness: Harness, tmp: Path) -> WorkflowHandle:
+    """A turn of an agent with an MCP server (`tests/fakes/mcp_server.py`): one read,
+    then the answer. Its first step records the server's tool list."""
+    from durable_agent.mcp import connected
+    from tests.test_mcp import agent_with
+    from tests.test_mcp_misbehaving import FIND, LOOKUP, misbehaving
+
+    os.environ["AGENT_STATE_DIR"] = str(tmp / "state")  # where the worker keeps the list
+    server = misbehaving(tmp, {"tools": [FIND, LOOKUP]})
+    find = ToolCall(id="c1", name="evil__find", arguments={"q": "x"})
+    model = ScriptedModel(
+        plans=[Reply(calls=[find])], decisions=[lambda r: Reply(text=last_result(r))]
+    )
+    async with (
+        connected([agent_with(server)]) as agents,
+        harness.worker(model, agents=agents) as task_queue,
+    ):
+        turn = TurnInput(question="Find x", model="scripted")
+        handle = await start_turn(harness.client, turn, task_queue)
+        await handle.result()
+    return handle
 
 
 async def continued(harness: Harness, save_runs, tmp: str, names: list[str]) -> None:  # type: ignore[no-untyped-def]

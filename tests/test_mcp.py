@@ -38,6 +38,9 @@ from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
 from tests.procs import children
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# In-process workers keep their MCP tool lists in the test's folder.
+pytestmark = pytest.mark.usefixtures("own_state_dir")
 BIN = Path(sys.executable).parent
 NPM_BIN = ROOT / "tests" / ".mcp" / "node_modules" / ".bin"
 TIME = MCPServer(

@@ -39,6 +39,9 @@ from tests.test_mcp import (
 
 FAKE = ROOT / "tests" / "fakes" / "mcp_server.py"
 
+# In-process workers keep their MCP tool lists in the test's folder.
+pytestmark = pytest.mark.usefixtures("own_state_dir")
+
 
 def tool(name: str, schema: dict[str, Any] | None = None, *, reads: bool = True) -> dict[str, Any]:
     """A tool as a server lists it."""
@@ -252,7 +255,7 @@ async def test_servers_whose_lists_together_weigh_too_much_are_one_line_naming_t
         async with connected([agent_with(*servers)]):
             pass
     assert str(caught.value).startswith("agent 'desk': its MCP servers' tool lists weigh ")
-    assert "together, more than a turn records (1024 KB)" in str(caught.value)
+    assert "together, more than a model call carries (1024 KB)" in str(caught.value)
 
 
 async def test_a_tool_with_a_bad_schema_at_start_is_left_out_with_one_line(

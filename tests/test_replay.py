@@ -4,7 +4,8 @@ a non-determinism error, or are shown to need the version they started on.
 `histories/` holds turns and conversations recorded by the current code
 (`python -m tests.record_histories`): approvals given and refused, a
 conversation, a streamed turn, a sub-agent's turn and its parent, a typed turn
-whose value was repaired once, a fork of a turn (`client.py rerun`), and turns that
+whose value was repaired once, a fork of a turn (`client.py rerun`), a turn of an
+agent with an MCP server (its tool list recorded by hash), and turns that
 continued as new, run by run (`<name>.run<n>`: a long turn, and one whose write
 waited for consent across a continue-as-new). They must replay (a worker that picks
 up a turn after a crash replays it), and a change that is not patched is shown to
@@ -28,6 +29,8 @@ earlier builds are kept to show which of them could not continue here:
 - `histories/timer/`: recorded while a turn ran under a `max_duration` timer; this
   code bounds each activity by the time left instead, so only a turn that never
   started the timer (its question refused) continues here.
+- `histories/inline_tools/`: the MCP turn, recorded while a turn's first step carried
+  each server's tool list itself rather than its hash; it continues here.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ V01 = sorted((HERE / "v0.1").glob("*.json"))
 V02 = sorted((HERE / "v0.2").glob("*.json"))
 MARKED = sorted((HERE / "markers").glob("*.json"))
 TIMED = sorted((HERE / "timer").glob("*.json"))
+INLINE_TOOLS = sorted((HERE / "inline_tools").glob("*.json"))
 EARLIER_CHATS = [p for p in V02 + MARKED + TIMED if p.stem == "conversation"]
 
 
@@ -81,9 +85,10 @@ async def replay(
 
 def test_histories_are_stored() -> None:
     assert len(HISTORIES) >= 15, "run `python -m tests.record_histories`"
-    assert {"approved", "conversation", "streamed", "sub_agent", "typed"} <= {
+    assert {"approved", "conversation", "streamed", "sub_agent", "typed", "mcp_tools"} <= {
         p.stem for p in HISTORIES
     }
+    assert [p.stem for p in INLINE_TOOLS] == ["mcp_tools"]
     continued = {p.stem for p in HISTORIES if ".run" in p.stem}
     assert {"long_turn.run3", "consent_across_runs.run2"} <= continued
     assert (len(V01), len(V02), len(MARKED), len(TIMED), len(EARLIER_CHATS)) == (7, 12, 15, 15, 3)
@@ -93,10 +98,38 @@ def test_histories_are_stored() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", HISTORIES + EARLIER_CHATS, ids=lambda p: f"{p.parent.name}/{p.stem}"
+    "path", HISTORIES + EARLIER_CHATS + INLINE_TOOLS, ids=lambda p: f"{p.parent.name}/{p.stem}"
 )
 async def test_history_replays(path: Path) -> None:
     assert await replay(path) is None
+
+
+def payloads(path: Path) -> bytes:
+    """Every payload's data in a stored history, decoded (the histories are not
+    encrypted)."""
+    found: list[bytes] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "data" and isinstance(value, str):
+                    found.append(base64.b64decode(value))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(json.loads(path.read_text()))
+    return b"\n".join(found)
+
+
+def test_an_mcp_turn_records_its_tool_list_by_hash() -> None:
+    """The server's tool specs (`The find of a thing.`) were in the history of a turn
+    recorded before lists were kept by hash; now only the list's hash is."""
+    now, before = payloads(HERE / "mcp_tools.json"), payloads(HERE / "inline_tools/mcp_tools.json")
+    assert b"The find of a thing." in before and b"tool_lists" not in before
+    assert b"The find of a thing." not in now and b'"tool_lists":{"evil":"' in now
 
 
 @pytest.mark.parametrize(

@@ -105,6 +105,7 @@ with workflow.unsafe.imports_passed_through():
         ModelRequestRejected,
         ModelUnavailable,
         NothingPending,
+        ToolListUnavailable,
         UnknownAgent,
         UnknownModel,
     )
@@ -391,6 +392,7 @@ class AgentTurn:
                     agent=self._agent.name,
                     context=turn.context,
                     tools_version=self._agent.tools_version,
+                    tool_lists=self._agent.tool_lists,
                 ),
                 start_to_close_timeout=INSTRUCTIONS_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
@@ -399,6 +401,7 @@ class AgentTurn:
             )
         except (ActivityError, ApplicationError) as e:
             self._if_out_of_time()
+            self._if_tools_lost(1, e)
             reason = _failure(e)
             self._record(1, StepKind.LIMIT, f"instructions: {reason}")
             raise _TurnEnded(Outcome.MODEL_ERROR, answers.instructions_failed(reason)) from None
@@ -462,7 +465,7 @@ class AgentTurn:
                     answer = answers.step_limit(self._limits.max_steps, self._found())
                     return self._finish(Outcome.STEP_LIMIT, answer)
 
-                parsed = await self._parse(turn, reply.calls, turn.tools)
+                parsed = await self._parse(turn, iteration, reply.calls, turn.tools)
                 results = {
                     r.call.id: self._reject(iteration, r.call, r.error) for r in parsed.rejected
                 }
@@ -710,6 +713,7 @@ class AgentTurn:
             stream=turn.stream,
             agent=self._agent.name,
             tools_version=self._agent.tools_version,
+            tool_lists=self._agent.tool_lists,
             output=turn.output,
         )
 
@@ -768,6 +772,7 @@ class AgentTurn:
 
     def _model_failed(self, iteration: int, err: ActivityError) -> _TurnEnded:
         """Transient trouble that outlasted every retry, or a request a retry cannot fix."""
+        self._if_tools_lost(iteration, err)
         cause = err.cause
         if isinstance(cause, ApplicationError) and cause.type in _REFUSED:
             self._record(iteration, StepKind.LIMIT, f"model request rejected: {cause.message}")
@@ -785,12 +790,13 @@ class AgentTurn:
         return [Source(what="an earlier answer", text=e.answer) for e in turn.history]
 
     async def _parse(
-        self, turn: TurnInput, calls: list[ToolCall], tools: list[str] | None
+        self, turn: TurnInput, iteration: int, calls: list[ToolCall], tools: list[str] | None
     ) -> ParseOutput:
         try:
             return await self._parse_once(turn, calls, tools)
         except (ActivityError, ApplicationError) as e:
             self._if_out_of_time()
+            self._if_tools_lost(iteration, e)
             # Its shields could not run (one hung past the timeout, say): every call is
             # blocked, as the shields fail closed; the model reads why.
             unscreened = _unscreened(_cause(e) or e)
@@ -807,6 +813,7 @@ class AgentTurn:
                 tools=tools,
                 agent=self._agent.name,
                 tools_version=self._agent.tools_version,
+                tool_lists=self._agent.tool_lists,
                 said=_said(turn),
                 sources=self._earlier_answers(turn),
                 conversation=self._conversation_ref(),
@@ -961,8 +968,10 @@ class AgentTurn:
             self._tainted = self._tainted or stop is not None
         except (ActivityError, ApplicationError, TimeoutError) as e:
             # A failing tool is something for the model to read, not a failed turn,
-            # unless it was stopped because the turn's time was up.
+            # unless it was stopped because the turn's time was up, or this worker
+            # cannot get the turn's tools.
             self._if_out_of_time()
+            self._if_tools_lost(iteration, e)
             text = _failure_text(e, call, vc)
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
         finally:
@@ -988,6 +997,7 @@ class AgentTurn:
                 customer_id=turn.customer_id,
                 agent=self._agent.name,
                 tools_version=self._agent.tools_version,
+                tool_lists=self._agent.tool_lists,
             ),
             start_to_close_timeout=SHIELD_TIMEOUT,
             schedule_to_close_timeout=self._within(),
@@ -1043,6 +1053,7 @@ class AgentTurn:
             idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
             agent=self._agent.name,
             tools_version=self._agent.tools_version,
+            tool_lists=self._agent.tool_lists,
             context=turn.context,
             followed=self._followed(turn),
         )
@@ -1089,6 +1100,7 @@ class AgentTurn:
                     idempotency_key=f"{workflow.info().workflow_id}/{iteration}/{index}",
                     agent=self._agent.name,
                     tools_version=self._agent.tools_version,
+                    tool_lists=self._agent.tool_lists,
                     context=turn.context,
                     followed=self._followed(turn),
                 ),
@@ -1099,6 +1111,7 @@ class AgentTurn:
             )
         except (ActivityError, ApplicationError, TimeoutError) as e:
             self._if_out_of_time()
+            self._if_tools_lost(iteration, e)
             cause = _cause(e)
             if isinstance(cause, ApplicationError) and cause.non_retryable:
                 observation = Observation(
@@ -1230,6 +1243,15 @@ class AgentTurn:
         """After an activity failed: if it failed because the time was up, the turn ends."""
         if self._started is not None and self._time_left() <= timedelta(0):
             raise self._out_of_time()
+
+    def _if_tools_lost(self, iteration: int, err: Exception) -> None:
+        """After an activity failed: if its worker could not get the tools the turn
+        started with (`ToolListUnavailable`: no copy of an MCP server's list, or a
+        changed one), the turn ends, saying so; no step can go on without them."""
+        cause = _cause(err)
+        if isinstance(cause, ApplicationError) and cause.type == ToolListUnavailable.__name__:
+            self._record(iteration, StepKind.LIMIT, f"tools: {cause.message}")
+            raise _TurnEnded(Outcome.UNKNOWN_AGENT, answers.tools_unavailable())
 
     async def _consent(
         self,
@@ -1437,7 +1459,7 @@ class AgentTurn:
         for m in list(self._messages):
             if not isinstance(m, AssistantMessage) or not m.calls:
                 continue
-            parsed = await self._parse(turn, m.calls, turn.tools)
+            parsed = await self._parse(turn, fork.step, m.calls, turn.tools)
             for index, vc in enumerate(parsed.valid):
                 if vc.side_effects or vc.agent is not None or vc.call.id not in steps:
                     continue
@@ -1448,6 +1470,7 @@ class AgentTurn:
                     observation = parsed_output.observation
                 except (ActivityError, ApplicationError, TimeoutError) as e:
                     self._if_out_of_time()
+                    self._if_tools_lost(iteration, e)
                     text = _failure_text(e, vc.call, vc)
                     observation = Observation(
                         call_id=vc.call.id, tool=vc.call.name, ok=False, text=text
