@@ -141,6 +141,7 @@ async def test_a_result_of_megabytes_reaches_the_model_cut_and_the_turn_answers(
     model = ScriptedModel(
         plans=[Reply(calls=[ToolCall(id="c1", name="dump", arguments={"n": 1})])],
         decisions=[lambda r: Reply(text=f"read {len(latest_results(r.messages)[-1].text)}")],
+        context_window=None,  # the agent's result limit, not a window, cuts it here
     )
     result = await harness.ask("dump it all", model=model, tools=ToolRegistry([dump]))
     assert result.outcome is Outcome.ANSWERED

@@ -133,6 +133,7 @@ async def test_a_turn_offered_a_server_of_many_tools_records_their_hash_only(
     model = ScriptedModel(
         plans=[Reply(calls=[ToolCall(id="c1", name="evil__t7", arguments={"q": "x"})])],
         decisions=[lambda r: Reply(text=last_result(r))],
+        context_window=None,  # its 200 tools' specs alone are more than 32,000 tokens
     )
     async with (
         connected([agent_with(server)]) as agents,
