@@ -231,7 +231,8 @@ async def run_agent(client: Client, address: str, opts: LongOptions, tmp: Path) 
     early = long_history.median_ms(times, *scenario.early)
     late = long_history.median_ms(times, *scenario.late)
     rss_step = scenario.early[1]
-    at_step = _rss_at(samples, ends[rss_step]) if len(ends) > rss_step else None
+    rss_by_step = {k: _rss_at(samples, ends[k]) for k in range(rss_step, len(ends), rss_step)}
+    at_step = rss_by_step.get(rss_step)
     reads = [
         s.iteration
         for s in result.steps
@@ -254,6 +255,8 @@ async def run_agent(client: Client, address: str, opts: LongOptions, tmp: Path) 
         },
         "rss_mb": {"step": rss_step, "at_step": at_step, "end": end_rss},
         "rss_ratio": _ratio(end_rss, at_step),
+        "rss_mb_by_step": rss_by_step,
+        "history_by_event": long_history.by_event(histories),
         "steps_lost": sorted(set(range(1, scenario.steps + 1)) - set(reads)),
         "steps_repeated": sorted(n for n, c in Counter(reads).items() if c > 1),
         "writes": writes(effects, scenario),
@@ -331,9 +334,10 @@ async def _kill_every(worker: WorkerSlot, every_s: float, seed: int = 7) -> None
 
 
 def _rss_at(samples: list[tuple[float, float]], when: float) -> float | None:
-    """The first sample taken at or after `when` (the step's end)."""
-    later = [rss for t, rss in samples if t >= when]
-    return later[0] if later else None
+    """The sample taken nearest to `when` (a step's end)."""
+    if not samples:
+        return None
+    return min(samples, key=lambda sample: abs(sample[0] - when))[1]
 
 
 def _folder_bytes(folder: Path) -> int:

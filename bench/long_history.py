@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from google.protobuf import json_format
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
@@ -32,6 +33,30 @@ def sizes(histories: Sequence[WorkflowHistory]) -> dict[str, int]:
         "history_events": sum(len(h.events) for h in histories),
         "runs": len(histories),
     }
+
+
+def by_event(histories: Sequence[WorkflowHistory]) -> dict[str, dict[str, int]]:
+    """Events, bytes (server) and bytes (JSON, each event as `to_json` writes it) by
+    event type, and by activity type for scheduled activities and by marker: where a
+    history's size comes from. Largest (JSON) first."""
+    out: dict[str, dict[str, int]] = {}
+    for h in histories:
+        for e in h.events:
+            kind = EventType.Name(e.event_type).removeprefix("EVENT_TYPE_").lower()
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                kind += f" ({e.activity_task_scheduled_event_attributes.activity_type.name})"
+            elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+                kind += f" ({e.marker_recorded_event_attributes.marker_name})"
+            row = out.setdefault(kind, {"events": 0, "bytes": 0, "bytes_json": 0})
+            row["events"] += 1
+            row["bytes"] += e.ByteSize()
+            row["bytes_json"] += len(json_format.MessageToJson(e)) + _JSON_LIST_ITEM
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["bytes_json"]))
+
+
+_JSON_LIST_ITEM = 2
+"""What an event costs `to_json` besides itself: the list's comma and line break
+(its indentation is counted with the event's lines, near enough)."""
 
 
 @dataclass
