@@ -2,7 +2,8 @@
 
     python -m durable_agent.bench [--turns 40] [--iterations 3] [--out bench-results.json]
                     [--peers] [--memory]
-    python -m durable_agent.bench --long [--steps 1000] [--doc-kb 20] [--kill-every 30] ...
+    python -m durable_agent.bench --long [--steps 1000] [--doc-kb 20] [--kill-every 30]
+                    [--kill-at-writes] ...
 
 Starts its own dev server (SQLite file, the worker's tuning) and a worker
 process hosting both the agent turn (offline model, demo tools) and the floor
@@ -444,6 +445,11 @@ def main(argv: list[str] | None = None) -> None:
         metavar="S",
         help="SIGKILL the worker about every S seconds and start another",
     )
+    long.add_argument(
+        "--kill-at-writes",
+        action="store_true",
+        help="also SIGKILL the worker right after each checkpoint is written",
+    )
     long.add_argument("--no-peers", action="store_true", help="leave the peers out")
     long.add_argument(
         "--peer-budget", type=float, default=600, metavar="S", help="wall time each peer gets (s)"
@@ -491,8 +497,9 @@ def main_long(args: argparse.Namespace) -> None:
         doc_kb=args.doc_kb,
         write_every=args.write_every,
         kill_every=args.kill_every,
+        kill_at_writes=args.kill_at_writes,
         # Peers say nothing about surviving kills: the variant runs the agent alone.
-        peers=not args.no_peers and not args.kill_every,
+        peers=not (args.no_peers or args.kill_every or args.kill_at_writes),
         peer_budget_s=args.peer_budget,
         payload_store=args.payload_store,
     )

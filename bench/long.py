@@ -1,7 +1,7 @@
 """Long turns: one turn of 1,000 steps, each reading a 20 KB document.
 
     python -m durable_agent.bench --long [--steps 1000] [--doc-kb 20] [--write-every 100]
-                    [--kill-every 30] [--no-peers] [--peer-budget 600]
+                    [--kill-every 30] [--kill-at-writes] [--no-peers] [--peer-budget 600]
                     [--payload-store local|off]
 
 On its own dev server (SQLite file, as the rest of the benchmark), a worker process
@@ -10,15 +10,18 @@ the turn reads documents 1..N, one per round, saving a checkpoint (a write) ever
 `--write-every` rounds, then answers with the last document's last word. Measured:
 
 - the turn completed, and its answer quotes the last result;
-- its history over every run (it continues as new): bytes as JSON, and events;
+- its history over every run (it continues as new): bytes as JSON and as the server
+  stores them, and events;
 - the step time (`bench.long_history`), median over steps 10–100 and 900–1,000;
 - the worker's resident memory at step 100 and at the end;
 - the story: every document read once, no step lost or repeated; every checkpoint
   written once (counted in a SQLite file outside the worker).
 
-`--kill-every S` SIGKILLs the worker about every S seconds and starts another: the
-turn must still lose no step and repeat no write (its step times and memory then
-say nothing, and are not checked). The same steps run in a plain Python loop (no
+`--kill-every S` SIGKILLs the worker about every S seconds and starts another;
+`--kill-at-writes` SIGKILLs it right after each checkpoint is written, before
+Temporal hears of it, so that every write runs again on the next worker. The turn
+must still lose no step and repeat no write (its step times and memory then say
+nothing, and are not checked). The same steps run in a plain Python loop (no
 Temporal) for the step time side by side, and on the peers (`bench.peers.long_peers`),
 each as far as it gets within its budget.
 """
@@ -86,6 +89,8 @@ class LongOptions:
     write_every: int = 100
     kill_every: float = 0
     """Seconds between SIGKILLs of the worker (0: none)."""
+    kill_at_writes: bool = False
+    """Also SIGKILL the worker right after each checkpoint is first written."""
     peers: bool = True
     peer_budget_s: float = 600
     payload_store: str = "local"
@@ -102,9 +107,16 @@ class WorkerSlot:
     """The long turn's worker process, and the one that replaces it when it is killed."""
 
     def __init__(
-        self, address: str, task_queue: str, effects: Path, doc_chars: int, env: dict[str, str]
+        self,
+        address: str,
+        task_queue: str,
+        effects: Path,
+        doc_chars: int,
+        env: dict[str, str],
+        hang_after_write: Path | None = None,
     ) -> None:
-        self.args = (address, task_queue, str(effects), "--doc-chars", str(doc_chars))
+        hang = ("--hang-after-write", str(hang_after_write)) if hang_after_write else ()
+        self.args = (address, task_queue, str(effects), "--doc-chars", str(doc_chars), *hang)
         self.env = env
         self.proc: Popen[str] | None = None
         self.kills: list[float] = []
@@ -161,6 +173,7 @@ async def run(opts: LongOptions) -> dict[str, Any]:
             "doc_chars": scenario.doc_chars,
             "write_every": scenario.write_every,
             "kill_every_s": opts.kill_every,
+            "kill_at_writes": opts.kill_at_writes,
             "early_steps": list(scenario.early),
             "late_steps": list(scenario.late),
         },
@@ -198,12 +211,15 @@ async def run_agent(client: Client, address: str, opts: LongOptions, tmp: Path) 
     queue = f"bench-long-{uuid.uuid4().hex[:6]}"
     agents = AgentClient(Client(**config), task_queue=queue)
     effects = tmp / "effects.db"
-    worker = WorkerSlot(address, queue, effects, scenario.doc_chars, env)
+    written = tmp / "written" if opts.kill_at_writes else None
+    worker = WorkerSlot(address, queue, effects, scenario.doc_chars, env, written)
     await worker.start()
     samples: list[tuple[float, float]] = []
     background = [asyncio.create_task(_sample_rss(worker, samples))]
     if opts.kill_every:
         background.append(asyncio.create_task(_kill_every(worker, opts.kill_every)))
+    if written is not None:
+        background.append(asyncio.create_task(_kill_at_writes(worker, written)))
     # Far more than the turn needs: a turn that does not finish in it says so.
     budget = timedelta(seconds=max(600, 3 * scenario.steps))
     limits = TurnLimits(max_steps=scenario.steps + 1, max_duration=budget)
@@ -333,6 +349,15 @@ async def _kill_every(worker: WorkerSlot, every_s: float, seed: int = 7) -> None
         await worker.kill_and_restart()
 
 
+async def _kill_at_writes(worker: WorkerSlot, marker: Path) -> None:
+    """SIGKILL the worker each time it has just written a checkpoint (it then hangs)."""
+    while True:
+        if marker.exists():
+            marker.unlink()
+            await worker.kill_and_restart()
+        await asyncio.sleep(0.02)
+
+
 def _rss_at(samples: list[tuple[float, float]], when: float) -> float | None:
     """The sample taken nearest to `when` (a step's end)."""
     if not samples:
@@ -354,7 +379,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def checks(r: dict[str, Any]) -> list[tuple[str, Any, str, str]]:
     """(what, value, target, PASS / MISS and the gap) for every target of the run."""
     a = r["agent"]
-    killed = bool(r["scenario"]["kill_every_s"])
+    killed = bool(r["scenario"]["kill_every_s"] or r["scenario"].get("kill_at_writes"))
     out = [
         ("completed", a["outcome"], "answered", _verdict(a["completed"])),
         (
@@ -432,8 +457,10 @@ def report(r: dict[str, Any]) -> str:
         f"long turn: {sc['steps']} steps, documents of {sc['doc_chars']:,} characters, "
         f"a checkpoint every {sc['write_every']} steps"
     )
-    if sc["kill_every_s"]:
-        head += f", the worker SIGKILLed about every {sc['kill_every_s']:g} s ({a['kills']} kills)"
+    if sc["kill_every_s"] or sc.get("kill_at_writes"):
+        when = [f"about every {sc['kill_every_s']:g} s"] if sc["kill_every_s"] else []
+        when += ["right after each checkpoint's write"] if sc.get("kill_at_writes") else []
+        head += f", the worker SIGKILLed {' and '.join(when)} ({a['kills']} kills)"
     lines = [head, "settings: " + ", ".join(f"{k} {v}" for k, v in r["settings"].items()), ""]
     early, late = _span(sc["early_steps"]), _span(sc["late_steps"])
     systems: dict[str, dict[str, Any]] = {

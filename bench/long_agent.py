@@ -32,10 +32,15 @@ MAX_DURATION = timedelta(hours=6)
 
 
 class Library:
-    """The documents, and the checkpoints' file. Tools run in threads: one lock."""
+    """The documents, and the checkpoints' file. Tools run in threads: one lock.
 
-    def __init__(self, doc_chars: int, effects: Path) -> None:
+    `hang_after_write`: a file to touch right after a checkpoint is first written, the
+    call then hanging until the benchmark kills the worker: Temporal never hears the
+    call succeeded, and runs it again on the next worker."""
+
+    def __init__(self, doc_chars: int, effects: Path, hang_after_write: Path | None = None) -> None:
         self.doc_chars = doc_chars
+        self.hang_after_write = hang_after_write
         self._db = sqlite3.connect(effects, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._db.executescript(CHECKPOINTS_SCHEMA)
@@ -52,6 +57,9 @@ class Library:
             cur = self._db.execute(
                 "INSERT OR IGNORE INTO checkpoints VALUES (?, ?)", (key, time.time())
             )
+        if cur.rowcount and self.hang_after_write:
+            self.hang_after_write.touch()
+            threading.Event().wait()
         return "saved" if cur.rowcount else "saved before"
 
     def close(self) -> None:
@@ -134,7 +142,7 @@ def last_result(request: ModelRequest) -> str:
     )
 
 
-def long_agent(doc_chars: int, effects: Path) -> Agent:
+def long_agent(doc_chars: int, effects: Path, hang_after_write: Path | None = None) -> Agent:
     return Agent(
         name=NAME,
         title="Long reader",
@@ -143,5 +151,5 @@ def long_agent(doc_chars: int, effects: Path) -> Agent:
         model=MODEL_KIND,
         models={MODEL_KIND: lambda spec: LongReader(Scenario.from_spec(spec or "1000:100"))},
         limits=TurnLimits(max_steps=10_000, max_duration=MAX_DURATION),
-        deps=lambda: closing(Library(doc_chars, effects)),
+        deps=lambda: closing(Library(doc_chars, effects, hang_after_write)),
     )

@@ -2,9 +2,12 @@
 a client with `AgentPlugin`, a worker from `build_worker`.
 
     python -m durable_agent.bench.long_worker ADDRESS TASK_QUEUE EFFECTS_DB [--doc-chars N]
+                    [--hang-after-write MARKER]
 
 Its payload store is the one AGENT_PAYLOAD_STORE names, as for any worker. Prints
 "ready" once it polls its queue (`bench.measure.spawn`), then runs until stopped.
+`--hang-after-write`: right after a checkpoint is first written, touch MARKER and hang
+until killed (`bench.long_agent.Library`).
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ async def main() -> None:
     p.add_argument("task_queue")
     p.add_argument("effects", type=Path)
     p.add_argument("--doc-chars", type=int, default=20_000)
+    p.add_argument("--hang-after-write", type=Path)
     args = p.parse_args()
 
-    agent = long_agent(args.doc_chars, args.effects)
+    agent = long_agent(args.doc_chars, args.effects, args.hang_after_write)
     client = await Client.connect(args.address, plugins=[AgentPlugin(agent)])
     async with build_worker(client, task_queue=args.task_queue):
         print("ready", flush=True)

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from durable_agent.bench import long
 from durable_agent.bench.long_agent import LongReader
@@ -86,31 +87,24 @@ def test_every_target_has_a_verdict_and_a_miss_says_by_how_much() -> None:
     )
 
 
-def test_a_small_long_turn_runs_through_the_command(tmp_path: Path) -> None:
+def _bench(tmp_path: Path, *args: str) -> tuple[dict[str, Any], str]:
+    """Run the command; its results file and what it printed."""
     out = tmp_path / "long.json"
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "durable_agent.bench",
-            "--long",
-            "--steps",
-            "30",
-            "--doc-kb",
-            "2",
-            "--write-every",
-            "10",
-            "--no-peers",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-m", "durable_agent.bench", "--long", *args, "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=180,
         cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    r = json.loads(out.read_text())
+    return json.loads(out.read_text()), run.stdout
+
+
+def test_a_small_long_turn_runs_through_the_command(tmp_path: Path) -> None:
+    r, printed = _bench(
+        tmp_path, "--steps", "30", "--doc-kb", "2", "--write-every", "10", "--no-peers"
+    )
     a = r["agent"]
     assert a["completed"] and a["outcome"] == "answered"
     assert a["answer_uses_last_result"] and "end-of-doc-30" in a["answer"]
@@ -129,8 +123,30 @@ def test_a_small_long_turn_runs_through_the_command(tmp_path: Path) -> None:
         "doc_chars": 2000,
         "write_every": 10,
         "kill_every_s": 0,
+        "kill_at_writes": False,
         "early_steps": [1, 3],
         "late_steps": [27, 30],
     }
     # The report prints a verdict for each target.
-    assert "completed" in run.stdout and run.stdout.count("PASS") >= 5
+    assert "completed" in printed and printed.count("PASS") >= 5
+
+
+def test_a_worker_killed_right_after_each_write_loses_no_step_and_repeats_no_write(
+    tmp_path: Path,
+) -> None:
+    """Each checkpoint's call runs twice (its first worker was killed before Temporal
+    heard of it), and is written once."""
+    r, _ = _bench(
+        tmp_path, "--steps", "10", "--doc-kb", "2", "--write-every", "5", "--kill-at-writes"
+    )
+    a = r["agent"]
+    assert a["completed"] and a["answer_uses_last_result"] and a["kills"] == 2
+    assert a["steps_lost"] == [] and a["steps_repeated"] == []
+    assert a["writes"] == {
+        "expected": 2,
+        "written": 2,
+        "attempts": 4,
+        "missing": [],
+        "repeated": [],
+    }
+    assert r["peers"] == {}  # the kill variants run the agent alone
