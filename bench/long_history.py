@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf import json_format
 from temporalio.api.enums.v1 import EventType
@@ -24,7 +25,7 @@ Match = Callable[[str], bool]
 """Whether an activity type is of a kind (a model call, a tool call)."""
 
 
-def sizes(histories: Sequence[WorkflowHistory]) -> dict[str, int]:
+def sizes(histories: Sequence[WorkflowHistory]) -> dict[str, Any]:
     """Bytes as JSON (as the Web UI and `temporal workflow show` give them), bytes as
     the server stores them (protobuf, what its 50 MB limit counts), and events."""
     return {
@@ -32,6 +33,7 @@ def sizes(histories: Sequence[WorkflowHistory]) -> dict[str, int]:
         "history_bytes": sum(e.ByteSize() for h in histories for e in h.events),
         "history_events": sum(len(h.events) for h in histories),
         "runs": len(histories),
+        "events_by_run": [len(h.events) for h in histories],
     }
 
 
