@@ -35,6 +35,7 @@ import random
 import shutil
 import signal
 import sqlite3
+import sys
 import tempfile
 import time
 import uuid
@@ -151,7 +152,7 @@ async def run(opts: LongOptions) -> dict[str, Any]:
     try:
         client = await open_client({"target_host": server.address}, wait=30)
         agent = await run_agent(client, server.address, opts, tmp)
-        print("the same steps in a plain Python loop…", flush=True)
+        print("the same steps in a plain Python loop…", file=sys.stderr)
         loop = baseline(scenario, tmp / "loop-effects.db")
         peer_results: dict[str, Any] = {}
         if opts.peers:
@@ -223,7 +224,9 @@ async def run_agent(client: Client, address: str, opts: LongOptions, tmp: Path) 
     # Far more than the turn needs: a turn that does not finish in it says so.
     budget = timedelta(seconds=max(600, 3 * scenario.steps))
     limits = TurnLimits(max_steps=scenario.steps + 1, max_duration=budget)
-    print(f"long turn: {scenario.steps} steps of {scenario.doc_chars:,} characters…", flush=True)
+    print(
+        f"long turn: {scenario.steps} steps of {scenario.doc_chars:,} characters…", file=sys.stderr
+    )
     t0 = time.perf_counter()
     turn = await agents.start(
         QUESTION, agent=NAME, model=f"{MODEL_KIND}:{scenario.spec()}", limits=limits
@@ -319,14 +322,14 @@ async def run_peers(
     try:
         peers.check_installed()
     except peers.PeersNotInstalled as e:
-        print(f"peers left out: {e}", flush=True)
+        print(f"peers left out: {e}", file=sys.stderr)
         return {}
     from durable_agent.bench.peers.long_peers import LONG_PEERS, run_peer
 
     out: dict[str, Any] = {}
     installed = peers.versions()
     for peer in LONG_PEERS:
-        print(f"{peer.name}: the same turn, for at most {budget_s:.0f} s…", flush=True)
+        print(f"{peer.name}: the same turn, for at most {budget_s:.0f} s…", file=sys.stderr)
         out[peer.name] = {
             "versions": installed[peer.name],
             **await run_peer(client, peer, address, scenario, budget_s),
