@@ -2,14 +2,17 @@
 
     python -m durable_agent.bench [--turns 40] [--iterations 3] [--out bench-results.json]
                     [--peers] [--memory]
+    python -m durable_agent.bench --long [--steps 1000] [--doc-kb 20] [--kill-every 30]
+                    [--kill-at-writes] ...
 
 Starts its own dev server (SQLite file, the worker's tuning) and a worker
 process hosting both the agent turn (offline model, demo tools) and the floor
 (a no-op workflow with the same activity shape per iteration). `--peers` adds
 other durable agents doing the same one-tool turn (`bench.peers`; the `peers`
 extra installs them), `--memory` a worker's memory over 1,000 turns
-(`bench.memory`). Figures from one run are comparable with each other, not
-across machines.
+(`bench.memory`). `--long` runs one turn of 1,000 steps over whole documents
+instead, on this project, in a plain loop and on the peers (`bench.long`). Figures
+from one run are comparable with each other, not across machines.
 """
 
 from __future__ import annotations
@@ -419,10 +422,47 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--turns", type=int, default=40, help="sequential turns for latency")
     p.add_argument("--iterations", type=int, default=3, help="iterations per latency turn")
-    p.add_argument("--out", type=Path, default=Path("bench-results.json"))
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="results file (default bench-results.json, bench-long-results.json with --long)",
+    )
     p.add_argument("--peers", action="store_true", help=f"compare with the peers ({peers.INSTALL})")
     p.add_argument("--memory", action="store_true", help=f"worker memory over {MEMORY_TURNS} turns")
+    long = p.add_argument_group("long turns (--long)")
+    long.add_argument(
+        "--long", action="store_true", help="one turn of many steps over whole documents"
+    )
+    long.add_argument("--steps", type=int, default=1000, help="steps of the long turn")
+    long.add_argument("--doc-kb", type=float, default=20, help="size of each document (kB)")
+    long.add_argument(
+        "--write-every", type=int, default=100, help="a checkpoint every N steps (0: none)"
+    )
+    long.add_argument(
+        "--kill-every",
+        type=float,
+        default=0,
+        metavar="S",
+        help="SIGKILL the worker about every S seconds and start another",
+    )
+    long.add_argument(
+        "--kill-at-writes",
+        action="store_true",
+        help="also SIGKILL the worker right after each checkpoint is written",
+    )
+    long.add_argument("--no-peers", action="store_true", help="leave the peers out")
+    long.add_argument(
+        "--peer-budget", type=float, default=600, metavar="S", help="wall time each peer gets (s)"
+    )
+    long.add_argument(
+        "--payload-store",
+        choices=("local", "off"),
+        default="local",
+        help="large payloads in a folder beside the server (local), or inline",
+    )
     args = p.parse_args(argv)
+    if args.long:
+        return main_long(args)
     if args.peers:
         try:
             peers.check_installed()
@@ -434,8 +474,46 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         telemetry.flush()  # its client's spans, before os._exit or a traceback
     print(report(results))
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwritten to {args.out}")
+    write(results, args.out or Path("bench-results.json"))
+
+
+def main_long(args: argparse.Namespace) -> None:
+    from durable_agent.bench import long
+
+    # A turn allows at most 10,000 rounds, and the answer comes after the last read.
+    if (
+        not 1 <= args.steps < 10_000
+        or args.doc_kb <= 0
+        or min(args.write_every, args.kill_every) < 0
+    ):
+        print(
+            "python -m durable_agent.bench --long: --steps from 1 to 9,999, --doc-kb above 0, "
+            "--write-every and --kill-every 0 or more",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    options = long.LongOptions(
+        steps=args.steps,
+        doc_kb=args.doc_kb,
+        write_every=args.write_every,
+        kill_every=args.kill_every,
+        kill_at_writes=args.kill_at_writes,
+        # Peers say nothing about surviving kills: the variant runs the agent alone.
+        peers=not (args.no_peers or args.kill_every or args.kill_at_writes),
+        peer_budget_s=args.peer_budget,
+        payload_store=args.payload_store,
+    )
+    try:
+        results = asyncio.run(long.run(options))
+    finally:
+        telemetry.flush()
+    print(long.report(results))
+    write(results, args.out or Path("bench-long-results.json"))
+
+
+def write(results: dict[str, Any], out: Path) -> None:
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwritten to {out}")
     sys.stdout.flush()
     os._exit(0)  # skip teardown under the SDK's runtime threads (see client.py)
 

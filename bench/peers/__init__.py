@@ -71,6 +71,14 @@ class PeerTurnInput:
 
 
 @dataclass
+class LongPeerInput:
+    """A peer's long turn (`bench.long`): read documents 1..`steps`, then answer."""
+
+    question: str
+    steps: int
+
+
+@dataclass
 class PeerTurnOutput:
     answer: str
 
