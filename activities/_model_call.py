@@ -19,7 +19,7 @@ from durable_agent.activities._common import heartbeating, server_suggested_dela
 from durable_agent.activities._conversation import recorded_conversation, turn_key
 from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import bounded_reply
-from durable_agent.conversation import Message, calls_so_far, check
+from durable_agent.conversation import AssistantMessage, Message, calls_so_far, check
 from durable_agent.errors import ModelRequestRejected
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.pricing import Pricing, format_cost
@@ -193,7 +193,7 @@ def _name_calls(reply: Reply, messages: list[Message]) -> None:
     Providers always send one, but a model may leave some out or send one twice, or
     reuse one of an earlier round; such a call gets a fresh `call_<n>`. The ids the
     model did give come first: an id-less call never takes one a later call names."""
-    earlier = {c.id for m in messages for c in getattr(m, "calls", ())}
+    earlier = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.calls}
     taken = earlier | {c.id for c in reply.calls if c.id}
     used = set(earlier)
     n = calls_so_far(messages)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from durable_agent import Agent, ToolContext, TurnLimits, tool
+from durable_agent import Agent, ToolContext, TurnLimits, compaction, tool
 from durable_agent.bench import long_script
 from durable_agent.bench.long_script import READ, WRITE, Scenario
 from durable_agent.conversation import AssistantMessage, ToolResult
@@ -100,6 +100,9 @@ class LongReader:
     result's last word. It decides from the request alone and keeps nothing."""
 
     provider = "scripted"
+    context_window = 128_000
+    """As a hosted chat model's (gpt-4o's): the turn keeps its conversation within it,
+    older results shortened and older exchanges summarised (`durable_agent.compaction`)."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
@@ -110,6 +113,10 @@ class LongReader:
 
     async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         return self.next(request)
+
+    async def summarise(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        """What a long turn asks when its conversation fills the window: a digest."""
+        return Reply(text=compaction.digest(request.question, 4_000))
 
     def next(self, request: ModelRequest) -> Reply:
         n = self.scenario.next_doc(last_read(request))
