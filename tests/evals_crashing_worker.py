@@ -24,8 +24,10 @@ marker = Path(sys.argv.pop(1))
 applied = tau2.EpisodeStore.call
 
 
-def call_then_die(self: Any, episode: str, key: str, tool: str, args: Any, write: bool) -> str:
-    result = applied(self, episode, key, tool, args, write)
+def call_then_die(
+    self: Any, episode: str, key: str, tool: str, args: Any, write: bool, *rest: Any
+) -> str:
+    result = applied(self, episode, key, tool, args, write, *rest)
     if write and not marker.exists():
         marker.write_text(key)
         os.kill(os.getpid(), signal.SIGKILL)
