@@ -524,7 +524,13 @@ async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
             serve_here=False,
         )
     )
-    assert await asyncio.to_thread(crashing.wait, 120) == -signal.SIGKILL
+    try:
+        assert await asyncio.to_thread(crashing.wait, 120) == -signal.SIGKILL
+    finally:
+        if crashing.poll() is None:  # it never crashed: leave no worker behind
+            crashing.kill()
+            crashing.wait()
+            run.cancel()
     assert marker.exists(), "it died of something else"
     again = subprocess.Popen(
         [sys.executable, "-m", "durable_agent.evals", "worker", *serve], cwd=ROOT, env=environ
