@@ -24,12 +24,13 @@ from durable_agent.commands.worker import build_worker
 from durable_agent.errors import ToolListUnavailable
 from durable_agent.mcp import connected
 from durable_agent.model import ModelCatalog, Reply
+from durable_agent.runtime import turns
 from durable_agent.runtime.storage import StorageConfigError
 from durable_agent.runtime.tool_lists import ToolListStore, canonical, list_hash
 from durable_agent.runtime.turns import decide, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
-from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
 from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
 from tests.test_mcp import agent_with, next_pending, worker_environ, worker_process
@@ -156,6 +157,42 @@ async def test_a_turn_offered_a_server_of_many_tools_records_their_hash_only(
     assert list_hash(listed).encode() in history
     kept = tmp_path / "state" / "tool-lists" / f"{list_hash(listed)}.json"
     assert kept.read_bytes() == canonical(listed)
+
+
+async def test_a_turn_that_continues_as_new_carries_the_lists_hash_only(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """Across its runs, each run's input carries the hash, never the list: the model is
+    offered every tool in every run."""
+    server = misbehaving(tmp_path, {"tools": MANY})
+    calls = [ToolCall(id=f"c{n}", name=f"evil__t{n}", arguments={"q": "x"}) for n in (7, 8, 9)]
+    model = ScriptedModel(
+        plans=[Reply(calls=[calls[0]])],
+        decisions=[
+            Reply(calls=[calls[1]]),
+            Reply(calls=[calls[2]]),
+            lambda r: Reply(text=last_result(r)),
+        ],
+        context_window=None,  # its 200 tools' specs alone are more than 32,000 tokens
+    )
+    limits = TurnLimits(max_steps=5, continue_after_events=12)
+    async with (
+        connected([agent_with(server)]) as agents,
+        harness.worker(model, agents=agents) as task_queue,
+    ):
+        [listed] = agents[0].registry.recorded().values()  # type: ignore[attr-defined]
+        turn = TurnInput(question="t7, t8 and t9 of x", model="scripted", limits=limits)
+        handle = await start_turn(harness.client, turn, task_queue)
+        result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED and 't9 got {"q": "x"}' in result.answer
+    assert result.runs >= 2
+    assert all(len(request.tools) == mcp.MAX_TOOLS for _, request in model.requests)
+    for run_id, _ in await turns.runs(handle):
+        run = harness.client.get_workflow_handle(handle.id, run_id=run_id)
+        events = (await run.fetch_history()).events
+        history = b"".join(e.SerializeToString() for e in events)
+        assert b"Explained at length" not in history
+        assert list_hash(listed).encode() in history
 
 
 def one_queue(harness: Harness, model: ScriptedModel) -> tuple[str, Callable[[list[Agent]], Any]]:
