@@ -42,6 +42,10 @@ SUMMARY_MARK = "[Summary of the work so far]"
 """How the compacted conversation's first kept message begins."""
 CONSENTED_MARK = "Calls made with a person's consent:"
 END_MARK = "[End of summary]"
+CONSENTED_RESULT_CHARS = 1_000
+"""What a consented call's result keeps in a summary (its start and its end)."""
+CONSENTED_CHARS = 50_000
+"""The most a summary's block of consented calls holds (the latest calls)."""
 
 BLOCK = 16
 """Older results are shortened this many at a time (a stable prefix for prompt caches)."""
@@ -325,21 +329,26 @@ def summary_prompt(older: Sequence[Message], chars: int) -> tuple[str, str]:
 
 def consented(older: Sequence[Message], calls: Sequence[str]) -> str:
     """The calls among `older` that a person granted consent to, with their results,
-    word for word, after those an earlier summary among `older` kept: a summary never
-    loses them."""
+    after those an earlier summary among `older` kept: a summary never loses them.
+    Each call's arguments stand word for word (within their own bounds); its result,
+    on one line, keeps its start and end (`CONSENTED_RESULT_CHARS`), and the block
+    its latest calls (`CONSENTED_CHARS`), so it stays a bounded part of any payload."""
     if not calls:
         return ""
     wanted = set(calls)
     results = {m.call_id: m for m in older if isinstance(m, ToolResult)}
     lines = [line for m in older for line in _kept_calls(m.text)]
     for m in older:
-        for c in getattr(m, "calls", ()):
+        if not isinstance(m, AssistantMessage):
+            continue
+        for c in m.calls:
             if c.id in wanted:
                 r = results.get(c.id)
-                lines.append(
-                    f"- {c.name}({json.dumps(c.arguments, sort_keys=True)}) → "
-                    f"{r.text if r else '(no result)'}"
-                )
+                said = shorten(" ".join(r.text.split()), CONSENTED_RESULT_CHARS) if r else ""
+                said = " ".join(said.split()) or "(no result)"
+                lines.append(f"- {c.name}({json.dumps(c.arguments, sort_keys=True)}) → {said}")
+    while sum(len(line) + 1 for line in lines) > CONSENTED_CHARS and len(lines) > 1:
+        lines.pop(0)  # the oldest first: the latest consents matter most
     return f"{CONSENTED_MARK}\n" + "\n".join(lines) if lines else ""
 
 

@@ -234,3 +234,30 @@ async def test_compaction_can_be_switched_off(harness: Harness) -> None:
         result = await handle.result()
     assert result.outcome is Outcome.ANSWERED and result.answer == "end-of-doc-12"
     assert model.largest > 12_000 and model.summaries == 0
+
+
+def test_consented_calls_stay_in_every_summary_within_a_bound() -> None:
+    """A consented call's result, however long or many-lined, is one bounded line;
+    a later summary keeps what an earlier one kept; the block keeps its latest calls."""
+    write = ToolCall(id="w1", name="start_return", arguments={"order_id": "123456"})
+    older: list[Message] = [
+        AssistantMessage(calls=[write]),
+        ToolResult(call_id="w1", tool="start_return", ok=True, text="Return rtn005\n" * 5_000),
+    ]
+    block = compaction.consented(older, ["w1"])
+    [line] = block.splitlines()[1:]
+    assert line.startswith('- start_return({"order_id": "123456"}) → Return rtn005')
+    assert len(line) < compaction.CONSENTED_RESULT_CHARS + 200
+    later = [AssistantMessage(text=compaction.opening("summary", block), calls=[write])]
+    assert compaction.consented(later, ["w1"]).splitlines()[1] == line
+    many = [
+        m
+        for n in range(200)
+        for m in (
+            AssistantMessage(calls=[write.model_copy(update={"id": f"w{n}"})]),
+            ToolResult(call_id=f"w{n}", tool="start_return", ok=True, text=f"r{n} " + "x" * 900),
+        )
+    ]
+    bounded = compaction.consented(many, [f"w{n}" for n in range(200)])
+    assert len(bounded) <= compaction.CONSENTED_CHARS + 100
+    assert bounded.splitlines()[-1].startswith('- start_return({"order_id": "123456"}) → r199 ')
