@@ -483,11 +483,12 @@ def main_long(args: argparse.Namespace) -> None:
     # A turn allows at most 10,000 rounds, and the answer comes after the last read.
     if (
         not 1 <= args.steps < 10_000
-        or args.doc_kb <= 0
+        or not 0 < args.doc_kb <= 1_024  # a document is a tool result: 1 MB at most
         or min(args.write_every, args.kill_every) < 0
     ):
         print(
-            "python -m durable_agent.bench --long: --steps from 1 to 9,999, --doc-kb above 0, "
+            "python -m durable_agent.bench --long: --steps from 1 to 9,999, --doc-kb above 0 "
+            "and at most 1,024, "
             "--write-every and --kill-every 0 or more",
             file=sys.stderr,
         )
