@@ -11,11 +11,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -780,31 +781,67 @@ def worker_environ(
     }
 
 
-@contextmanager
-def worker_process(environ: dict[str, str], *command: str) -> Iterator[subprocess.Popen[str]]:
-    """A worker process, once it says it is ready; stopped at the end."""
-    worker = subprocess.Popen(
-        [sys.executable, *command],
-        cwd=ROOT,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert worker.stdout is not None
-        seen = []
-        for line in worker.stdout:
-            seen.append(line)
+@dataclass
+class RunningWorker:
+    """A worker process and what it has printed. Its output is read all along, so a
+    worker that logs a lot never blocks on a full pipe."""
+
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    ready: threading.Event = field(default_factory=threading.Event)
+    reader: threading.Thread | None = None
+
+    def read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
             if "worker ready" in line:
-                break
-        else:
-            raise AssertionError("".join(seen))
+                self.ready.set()
+
+    def line(self, start: str, timeout: float = 60) -> str:
+        """The first line it printed that starts with `start`, once it has."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if line.startswith(start):
+                    return line
+            time.sleep(0.05)
+        raise AssertionError(f"no line starting {start!r}: {''.join(self.lines)}")
+
+    def stop(self) -> str:
+        """Stop it (SIGTERM, as a deployment does) and return all it printed."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.process.wait(60)
+        if self.reader is not None:
+            self.reader.join(60)
+        return "".join(self.lines)
+
+
+@contextmanager
+def worker_process(environ: dict[str, str], *command: str) -> Iterator[RunningWorker]:
+    """A worker process, once it says it is ready (within two minutes); stopped at
+    the end."""
+    worker = RunningWorker(
+        subprocess.Popen(
+            [sys.executable, *command],
+            cwd=ROOT,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    )
+    worker.reader = threading.Thread(target=worker.read, daemon=True)
+    worker.reader.start()
+    try:
+        if not worker.ready.wait(120):
+            worker.process.kill()
+            worker.reader.join(10)
+            raise AssertionError("the worker was not ready in 120 s: " + "".join(worker.lines))
         yield worker
     finally:
-        if worker.poll() is None:
-            worker.terminate()
-        worker.wait(30)
+        worker.stop()
 
 
 async def next_pending(handle: Any) -> Any:
@@ -840,7 +877,7 @@ async def test_a_worker_killed_during_a_write_leaves_it_written_once_and_asks(
             handle = await start_turn(env.client, turn, environ["AGENT_TASK_QUEUE"])
             first = await next_pending(handle)
             await decide(env.client, handle.id, first.call.id, approved=True, by="test")
-            assert await asyncio.to_thread(dying.wait, 60) == -signal.SIGKILL
+            assert await asyncio.to_thread(dying.process.wait, 60) == -signal.SIGKILL
         assert len(entities(tmp_path)) == 1  # it reached the server before the kill
         with worker_process(environ, "worker.py", "--mcp-config", str(config)):
             again = await next_pending(handle)

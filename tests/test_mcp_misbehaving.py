@@ -399,8 +399,7 @@ async def test_the_worker_takes_approval_settings_that_name_mcp_tools(
     environ = worker_environ(env, tmp_path, fake) | settings
     try:
         with worker_process(environ, "worker.py", "--mcp-config", str(config)) as worker:
-            assert worker.stdout is not None
-            described = next(line for line in worker.stdout if line.startswith("agent "))
+            described = worker.line("agent ")
     finally:
         fake.close()
     assert says in described

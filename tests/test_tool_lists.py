@@ -5,6 +5,7 @@ ends the turn with one line that says why, never a turn that hangs."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import shutil
@@ -248,11 +249,10 @@ async def test_a_worker_that_did_not_list_a_turns_tools_serves_it_by_their_hash(
             kept.unlink()
         spec.write_text(json.dumps({"tools": [FIND]}))  # the server, upgraded
         with worker_process(environ, "worker.py", "--mcp-config", str(config)) as second:
-            await decide(env.client, handle.id, "c1", approved=True, by="test")
-            result = await handle.result()
-            second.terminate()
-            assert second.stdout is not None
-            said = second.stdout.read()
+            async with asyncio.timeout(180):
+                await decide(env.client, handle.id, "c1", approved=True, by="test")
+                result = await handle.result()
+            said = second.stop()
     finally:
         fake.close()
     digest = kept.stem
