@@ -4,29 +4,81 @@ Model calls carry only what is new (`durable_agent/transcript.py`); the other
 activities that read the conversation are given a `ConversationRef`. Both read the
 worker's copy of the turn's conversation (`Transcripts`, shared by the turn's
 activities), and, with no usable copy here (another worker made the previous call,
-or this one started since), replay the model calls' inputs from the turn's history,
-run by run back to the first: a turn that continued as new carries no conversation
-into its next run, so its earlier runs hold the start of it.
+or this one started since), replay what the model calls were sent from the turn's
+history, run by run back to the first: a turn that continued as new carries no
+conversation into its next run, so its earlier runs hold the start of it. A call
+made as an activity has that in its input; one made as a local activity
+(`Agent.model_calls`), whose input the history does not keep, in its result
+(`Sent`, in the marker that records it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from typing import Any
+
 from pydantic import BaseModel
 from temporalio import activity
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.converter import DataConverter
 
 from durable_agent.conversation import Message
+from durable_agent.errors import ConversationNotRecorded
+from durable_agent.model import Reply
 from durable_agent.transcript import ConversationRef, Delta, Transcripts, replay
 
 MODEL_CALLS = ("plan", "interpret")
 """The activity types whose inputs carry a turn's conversation."""
 
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+"""The marker by which the SDK records a local activity's result."""
 
-class _Carried(BaseModel):
-    """What a model call's input carries of the conversation (`ModelCallInput`)."""
+
+class Sent(BaseModel):
+    """What a model call was sent of the conversation (`ModelCallInput`): in the input
+    of a call made as an activity, in the result of one made as a local activity."""
 
     messages: list[Message]
     since: int | None = None
     call: int = 0
+
+    @property
+    def delta(self) -> Delta:
+        return Delta(call=self.call, since=self.since, messages=self.messages)
+
+
+class _LocalCall(BaseModel):
+    """What the result of a model call made as a local activity holds for the record
+    (`PlanOutput`, `InterpretOutput`)."""
+
+    plan: Reply | None = None
+    decision: Reply | None = None
+    sent: Sent | None = None
+
+
+async def local_model_call(
+    event: HistoryEvent, converter: DataConverter
+) -> tuple[Delta, Reply] | None:
+    """A model call made as a local activity that `event` records (its marker): what it
+    was sent and its reply; None for any other event, or a call that failed."""
+    if not event.HasField("marker_recorded_event_attributes"):
+        return None
+    marker = event.marker_recorded_event_attributes
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER or "result" not in marker.details:
+        return None
+    try:
+        data: Any = json.loads(marker.details["data"].payloads[0].data)
+    except (KeyError, IndexError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("activity_type") not in MODEL_CALLS:
+        return None
+    [out] = await converter.decode(list(marker.details["result"].payloads), [_LocalCall])
+    reply = out.plan or out.decision
+    if out.sent is None or reply is None:
+        return None
+    return out.sent.delta, reply
 
 
 def turn_key(turn: str) -> str:
@@ -50,19 +102,49 @@ class Conversations:
         return [*before, *ref.after]
 
 
+RECORD_WAIT_S = 5.0
+"""How long an activity waits for a model call made as a local activity to reach the
+history: the SDK records it when its workflow task completes, or extends the task at
+80 % of its timeout (`WORKFLOW_TASK_TIMEOUT`, 2 s)."""
+
+
 async def recorded_conversation(*, before: str = "", through: int | None = None) -> list[Message]:
-    """The conversation as the running turn's model calls had it, replayed from their
-    inputs in the turn's history: those scheduled before activity `before` of this run,
-    or those numbered up to `through` (references to stored payloads are read from the
-    store as the inputs are decoded)."""
+    """The conversation as the running turn's model calls had it, replayed from what
+    they were sent, as the turn's history records it: the calls scheduled before
+    activity `before` of this run, or those numbered up to `through` (references to
+    stored payloads are read from the store as they are decoded).
+
+    With `through`, call `through` must be in the record. A call made as a local
+    activity is recorded when its workflow task completes or is extended: an activity
+    of the same task that finds no copy of the call's conversation here waits for it
+    (`RECORD_WAIT_S`), then raises `ConversationNotRecorded`, which is retried."""
     info = activity.info()
-    if not info.workflow_id:
+    if not info.workflow_id or not info.workflow_run_id:
         raise RuntimeError("an activity reading the conversation runs for a turn's workflow")
+    deadline = time.monotonic() + RECORD_WAIT_S
+    while True:
+        deltas = await _recorded_deltas(info.workflow_id, info.workflow_run_id, before, through)
+        latest = deltas[-1].call if deltas else 0
+        if not through or not latest or latest == through:
+            return replay([], deltas)
+        if time.monotonic() >= deadline:
+            raise ConversationNotRecorded(
+                f"model call {through} of turn {info.workflow_id} is not in its history "
+                f"(the latest recorded is call {latest})"
+            )
+        await asyncio.sleep(0.1)
+
+
+async def _recorded_deltas(
+    workflow_id: str, own_run: str, before: str, through: int | None
+) -> list[Delta]:
+    """What the turn's model calls were sent, from the start of its conversation."""
     client = activity.client()
+    converter = client.data_converter
     deltas: list[Delta] = []
-    run_id = info.workflow_run_id
+    run_id = own_run
     while run_id:
-        handle = client.get_workflow_handle(info.workflow_id, run_id=run_id)
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
         found: list[Delta] = []
         previous = ""
         async for event in handle.fetch_history_events():
@@ -70,24 +152,26 @@ async def recorded_conversation(*, before: str = "", through: int | None = None)
                 started = event.workflow_execution_started_event_attributes
                 previous = started.continued_execution_run_id
                 continue
-            if not event.HasField("activity_task_scheduled_event_attributes"):
+            local = await local_model_call(event, converter)
+            if local is not None:
+                delta = local[0]
+            elif event.HasField("activity_task_scheduled_event_attributes"):
+                scheduled = event.activity_task_scheduled_event_attributes
+                if before and scheduled.activity_id == before and run_id == own_run:
+                    break
+                if scheduled.activity_type.name not in MODEL_CALLS:
+                    continue
+                [sent] = await converter.decode(list(scheduled.input.payloads), [Sent])
+                delta = sent.delta
+            else:
                 continue
-            scheduled = event.activity_task_scheduled_event_attributes
-            if before and scheduled.activity_id == before and run_id == info.workflow_run_id:
+            if through is not None and delta.call > through:
                 break
-            if scheduled.activity_type.name not in MODEL_CALLS:
-                continue
-            [earlier] = await client.data_converter.decode(
-                list(scheduled.input.payloads), [_Carried]
-            )
-            if through is not None and earlier.call > through:
-                break
-            found.append(Delta(call=earlier.call, since=earlier.since, messages=earlier.messages))
+            found.append(delta)
         deltas = found + deltas
         starts = [i for i, d in enumerate(deltas) if not d.since]
         if starts:
             # The conversation starts here: a turn's first call, or one after compaction.
-            deltas = deltas[starts[-1] :]
-            break
+            return deltas[starts[-1] :]
         run_id = previous
-    return replay([], deltas)
+    return deltas

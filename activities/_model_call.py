@@ -16,7 +16,7 @@ from temporalio import activity
 
 from durable_agent import compaction, outputs
 from durable_agent.activities._common import heartbeating, server_suggested_delay
-from durable_agent.activities._conversation import recorded_conversation, turn_key
+from durable_agent.activities._conversation import Sent, recorded_conversation, turn_key
 from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import bounded_reply
 from durable_agent.conversation import AssistantMessage, Message, calls_so_far, check
@@ -63,6 +63,13 @@ class ModelCallInput(BaseModel):
     @property
     def delta(self) -> Delta:
         return Delta(call=self.call, since=self.since, messages=self.messages)
+
+    def sent(self) -> Sent | None:
+        """What this call was sent, for its result to record when it runs as a local
+        activity (whose input the history does not keep); None otherwise."""
+        if not activity.info().is_local:
+            return None
+        return Sent(messages=self.messages, since=self.since, call=self.call)
 
 
 class ModelCaller:
@@ -141,10 +148,14 @@ class ModelCaller:
     async def _conversation(self, input: ModelCallInput) -> list[Message]:
         """The whole conversation: the previous call's, as this worker kept it or as
         the run's record says, with what this call's input brings."""
-        own = activity.info().activity_id
-        return await self._transcripts.assemble(
-            turn_key(input.turn), input.delta, lambda: recorded_conversation(before=own)
-        )
+        info = activity.info()
+        if info.is_local:
+            # The calls before this one, by number: a local activity has no scheduled
+            # event to stop at (its turn's calls are all local, recorded by markers).
+            rebuild = functools.partial(recorded_conversation, through=input.call - 1)
+        else:
+            rebuild = functools.partial(recorded_conversation, before=info.activity_id)
+        return await self._transcripts.assemble(turn_key(input.turn), input.delta, rebuild)
 
 
 def _fit(request: ModelRequest, model: object, policy: compaction.Compaction | None) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent.activities._conversation import Sent
 from durable_agent.activities._model_call import ModelCaller, ModelCallInput
 from durable_agent.model import Reply
 
@@ -21,9 +22,12 @@ class InterpretInput(ModelCallInput):
 class InterpretOutput(BaseModel):
     decision: Reply
     """The answer (no calls), or the next calls."""
+    sent: Sent | None = None
+    """What the call was sent, when it ran as a local activity (`ModelCallInput.sent`)."""
 
 
 class InterpretActivity(ModelCaller):
     @activity.defn(name="interpret")
     async def interpret(self, input: InterpretInput) -> InterpretOutput:
-        return InterpretOutput(decision=await self.call(input, "interpret"))
+        reply = await self.call(input, "interpret")
+        return InterpretOutput(decision=reply, sent=input.sent())

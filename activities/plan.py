@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent.activities._conversation import Sent
 from durable_agent.activities._model_call import ModelCaller, ModelCallInput
 from durable_agent.model import Reply
 
@@ -21,10 +22,12 @@ class PlanOutput(BaseModel):
     plan: Reply
     model: str = ""
     """The model spec the worker used: the turn's, or the worker's default."""
+    sent: Sent | None = None
+    """What the call was sent, when it ran as a local activity (`ModelCallInput.sent`)."""
 
 
 class PlanActivity(ModelCaller):
     @activity.defn(name="plan")
     async def plan(self, input: PlanInput) -> PlanOutput:
         reply = await self.call(input, "plan")
-        return PlanOutput(plan=reply, model=self.spec(input))
+        return PlanOutput(plan=reply, model=self.spec(input), sent=input.sent())

@@ -98,6 +98,7 @@ def _info(served: ServedAgent) -> AgentInfo:
         fingerprint=served.fingerprint,
         limits=served.limits,
         unknown_outcomes=served.unknown_outcomes,
+        model_calls=served.model_calls,
         tools_version=served.fingerprint if served.live else "",
         tool_lists=served.list_hashes() if served.live else {},
         output=served.output.spec if served.output else None,

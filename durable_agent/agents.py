@@ -159,6 +159,13 @@ class Agent:
     idempotency key: an MCP server's, say) is never sent again by itself. `ask`: a
     person decides whether to send it again. `model`: the model is told it may have
     run, and goes on from there (looks it up, or tells the customer)."""
+    model_calls: Literal["activity", "local"] = "activity"
+    """How its turns call the model. `activity`: each call is an activity of its own,
+    which any worker may run, with a heartbeat. `local`: each call runs as a local
+    activity inside the workflow task that needs it, which spares two trips through
+    the server per call and keeps the call's input out of the history; a call that a
+    dying worker left unanswered is made again. For models that answer within seconds:
+    a scripted or offline model, a model server next to the worker."""
     output_type: Any = None
     """What its turns end with instead of text: a pydantic model, a dataclass, a
     TypedDict, a list or a scalar type (`durable_agent/outputs.py`). The model gives a
@@ -185,6 +192,11 @@ class Agent:
             raise ValueError(
                 f"agent {self.name!r}: unknown_outcomes={self.unknown_outcomes!r}: "
                 "use 'ask' (a person decides) or 'model' (the model is told)"
+            )
+        if self.model_calls not in ("activity", "local"):
+            raise ValueError(
+                f"agent {self.name!r}: model_calls={self.model_calls!r}: use 'activity' "
+                "(each call an activity of its own) or 'local' (a local activity)"
             )
         if not isinstance(self.name, str) or not re.fullmatch(AGENT_NAME_PATTERN, self.name):
             raise ValueError(

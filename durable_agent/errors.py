@@ -118,6 +118,15 @@ class ModelUnavailable(ModelError):
         self.retry_after = retry_after
 
 
+class ConversationNotRecorded(AgentError):
+    """An activity needs the conversation as a model call had it, this worker has no
+    copy, and the call is not in the turn's history yet: a call made as a local
+    activity is recorded when its workflow task completes or is extended, within
+    seconds. Retried: the retry finds it there."""
+
+    retryable = True
+
+
 class InvalidCall(AgentError):
     """A tool call the registry refuses (unknown tool, bad arguments)."""
 

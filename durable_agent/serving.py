@@ -110,6 +110,7 @@ class ServedAgent:
         self.models = models.layered(agent.models, default)
         self.limits: TurnLimits = agent.limits
         self.unknown_outcomes = agent.unknown_outcomes
+        self.model_calls = agent.model_calls
         self.refusals = agent.refusals
         self.output = Output.of_type(agent.output_type) if agent.output_type is not None else None
         """The agent's output type, as its turns' values are checked (None: text)."""

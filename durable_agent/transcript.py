@@ -19,6 +19,7 @@ the conversation: it names the call whose conversation they read, from the same 
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,12 @@ from durable_agent.provenance import Source
 
 MAX_TURNS = 64
 """Conversations a worker keeps at hand (a running turn's is used again at its next call)."""
+HOLD_S = 10.0
+"""Beyond `MAX_TURNS`, a conversation used within this many seconds is kept still: the
+local activities of one workflow task read what its model call made, before the
+history records it (`Agent.model_calls`), however many turns run at once..."""
+MAX_HELD = 1024
+"""...up to this many conversations in all."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,7 @@ class Transcripts:
     def __init__(self, max_turns: int | None = None) -> None:
         self._max = MAX_TURNS if max_turns is None else max_turns
         self._kept: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
+        self._used: dict[str, float] = {}
 
     async def assemble(self, run: str, delta: Delta, rebuild: Rebuild) -> list[Message]:
         """The whole conversation of `delta`'s call in turn `run`, kept for the next call."""
@@ -122,19 +130,27 @@ class Transcripts:
         kept = self._kept.get(run)
         if kept is not None and kept[0] == call:
             self._kept.move_to_end(run)
+            self._used[run] = time.monotonic()
             return kept[1]
         conversation = await rebuild()
         self._keep(run, call, conversation)
         return conversation
 
     def _keep(self, run: str, call: int, conversation: list[Message]) -> None:
+        now = time.monotonic()
         self._kept[run] = (call, conversation)
         self._kept.move_to_end(run)
+        self._used[run] = now
         while len(self._kept) > self._max:
+            oldest = next(iter(self._kept))
+            if len(self._kept) <= MAX_HELD and now - self._used[oldest] < HOLD_S:
+                break
             self._kept.popitem(last=False)
+            del self._used[oldest]
 
     def forget(self, run: str) -> None:
         self._kept.pop(run, None)
+        self._used.pop(run, None)
 
 
 def replay(base: Sequence[Message], deltas: Sequence[Delta]) -> list[Message]:

@@ -301,6 +301,9 @@ class AgentInfo(BaseModel):
     models: list[str] = []
     """The agent's model specs, in order (`Agent.model`), when it names more than one:
     the next gets a request the one before failed for good (fallback)."""
+    model_calls: Literal["activity", "local"] = "activity"
+    """How the turn calls the model (`Agent.model_calls`): `local` runs each call as a
+    local activity, whose record (its marker) carries what the call was sent."""
     dynamic_instructions: bool = False
     """The agent's instructions are a function of the turn's context: the turn has them
     evaluated once, first (`activities/instructions.py`), and its fingerprint covers

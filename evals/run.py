@@ -562,7 +562,7 @@ async def run_tasks(
     run = run_id(domain, "oracle", [t.id for t in tasks], chaos, state_dir=state_dir)
     store = tau2.EpisodeStore(state_dir / f"{run}.db", domain)
     records = Records(store.path)
-    agent = tau2.domain_agent(domain, store)
+    agent = tau2.domain_agent(domain, store, model_calls="local")  # the oracle answers at once
     task_queue = run
     gate = asyncio.Semaphore(concurrency)
     progress = Progress(len(tasks), out)
@@ -647,7 +647,9 @@ async def serve(domain: str, task_ids: list[str], store_path: Path, task_queue: 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     store = tau2.EpisodeStore(store_path, domain)
-    async with worker_for(conn.client, domain, tau2.tasks(domain, task_ids), store, task_queue):
+    agent = tau2.domain_agent(domain, store, model_calls="local")  # the oracle's, as run_tasks
+    tasks = tau2.tasks(domain, task_ids)
+    async with worker_for(conn.client, domain, tasks, store, task_queue, agent):
         await stop.wait()
 
 

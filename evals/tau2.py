@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from durable_agent.agents import Agent
 from durable_agent.errors import NotAllowed
@@ -303,8 +303,14 @@ def _run(env: Any, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
     return str(message.content), not message.error
 
 
-def domain_agent(domain: str, store: EpisodeStore, name: str = "") -> Agent:
-    """The domain as an agent whose tools run against `store`; an episode is a customer."""
+def domain_agent(
+    domain: str,
+    store: EpisodeStore,
+    name: str = "",
+    model_calls: Literal["activity", "local"] = "activity",
+) -> Agent:
+    """The domain as an agent whose tools run against `store`; an episode is a customer.
+    `model_calls="local"` for a model that answers at once (the oracle: `Agent.model_calls`)."""
     env = environment(domain)
     from tau2.environment.toolkit import ToolType
 
@@ -330,6 +336,7 @@ def domain_agent(domain: str, store: EpisodeStore, name: str = "") -> Agent:
         # The benchmark's tools carry no instructions to screen: the policy is the guard.
         shields=ShieldSettings(input=(), tool_input=(), tool_output=(), output=()),
         limits=TurnLimits(max_steps=40, max_duration=timedelta(minutes=10)),
+        model_calls=model_calls,
     )
 
 

@@ -268,9 +268,26 @@ async def compacting(harness: Harness) -> WorkflowHandle:
     return handle
 
 
+async def local_calls(harness: Harness) -> WorkflowHandle:
+    """The lookup, the waived return and the stock read with model calls as local
+    activities (`Agent.model_calls`): the calls are markers, with what they were sent."""
+    from dataclasses import replace
+
+    from tests.test_rewind import QUESTION, TOOLS_AND_STOCK, WAIVED, three_steps
+
+    agent = replace(harness.agent(TOOLS_AND_STOCK, approvals=WAIVED), model_calls="local")
+    async with harness.worker(three_steps(), agents=[agent]) as tq:
+        handle = await start_turn(
+            harness.client, TurnInput(question=QUESTION, model="scripted"), tq
+        )
+        await handle.result()
+    return handle
+
+
 async def main(only: set[str]) -> None:
     """Record every scenario, or (`only`) those named: one of `scenarios()`, or
-    `long_turn`, `consent_across_runs`, `forked`, `compacted`, `mcp_tools`."""
+    `long_turn`, `consent_across_runs`, `forked`, `compacted`, `mcp_tools`,
+    `local_calls`."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
@@ -313,6 +330,8 @@ async def main(only: set[str]) -> None:
                 await save("compacted", await compacting(harness))
             if not only or "mcp_tools" in only:
                 await save("mcp_tools", await mcp_turn(harness, Path(tmp)))
+            if not only or "local_calls" in only:
+                await save("local_calls", await local_calls(harness))
             if only:
                 return
             for name, approved in (("approved", True), ("declined_by_person", False)):

@@ -113,6 +113,12 @@ async def _model_inputs(handle: WorkflowHandle) -> list[ModelCallInput]:
     return inputs
 
 
+def forget_every_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers keep no copy of any conversation: every activity reads the turn's record."""
+    monkeypatch.setattr(transcript, "MAX_TURNS", 0)
+    monkeypatch.setattr(transcript, "HOLD_S", 0)
+
+
 @pytest.mark.parametrize("kept", [True, False], ids=["kept", "rebuilt"])
 async def test_a_model_call_carries_only_what_is_new(
     harness: Harness, monkeypatch: pytest.MonkeyPatch, kept: bool
@@ -120,7 +126,7 @@ async def test_a_model_call_carries_only_what_is_new(
     """Each message enters the history once; the activity puts the conversation
     together, from its worker's copy or (none kept) from the run's record."""
     if not kept:
-        monkeypatch.setattr(transcript, "MAX_TURNS", 0)
+        forget_every_conversation(monkeypatch)
     model = _reading(4)
     result, handle = await harness.ask_with_handle(
         "read", model=model, tools=ToolRegistry([read_page])
@@ -176,7 +182,7 @@ async def test_the_checks_read_the_conversation_they_are_not_given(
     the answer's screen read the tool results from the conversation, by reference:
     from their worker's copy, or (none kept) from the turn's record."""
     if not kept:
-        monkeypatch.setattr(transcript, "MAX_TURNS", 0)
+        forget_every_conversation(monkeypatch)
     write = ToolCall(
         id="c2", name="start_return", arguments={"order_id": "123456", "reason": "broken"}
     )
@@ -362,7 +368,7 @@ async def test_a_turn_that_continued_as_new_rebuilds_its_conversation_from_its_r
     """No worker keeps a copy: every model call and every parse reads the conversation
     from the turn's record, across the runs it took; a reader of its stream sees one
     turn, offsets rising to its outcome."""
-    monkeypatch.setattr(transcript, "MAX_TURNS", 0)
+    forget_every_conversation(monkeypatch)
     pages = 12
     model = _reading(pages)
     limits = TurnLimits(max_steps=pages + 1, continue_after_events=60)

@@ -723,23 +723,36 @@ class AgentTurn:
         # request only when one failed for good in a way another may not (fallback.py).
         models, several = list(self._models), self._several_models
         for i, spec in enumerate(models):
+            within = self._within(fallback.share(self._time_left(), len(models) - i))
+            shown = answers.markdown_safe(f"{summary} ({spec})" if several else summary)
+            sent = arg.model_copy(update={"model": spec})
             try:
-                out = await workflow.execute_activity_method(
-                    method,
-                    arg.model_copy(update={"model": spec}),
-                    start_to_close_timeout=MODEL_TIMEOUT,
-                    schedule_to_close_timeout=self._within(
-                        fallback.share(self._time_left(), len(models) - i)
-                    ),
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                    retry_policy=MODEL_RETRY,
-                    summary=answers.markdown_safe(f"{summary} ({spec})" if several else summary),
-                )
-            except ActivityError as e:
+                if self._agent.model_calls == "local":
+                    # Inside this workflow task: its marker records what was sent too.
+                    out = await workflow.execute_local_activity_method(
+                        method,
+                        sent,
+                        start_to_close_timeout=MODEL_TIMEOUT,
+                        schedule_to_close_timeout=within,
+                        retry_policy=MODEL_RETRY,
+                        summary=shown,
+                    )
+                else:
+                    out = await workflow.execute_activity_method(
+                        method,
+                        sent,
+                        start_to_close_timeout=MODEL_TIMEOUT,
+                        schedule_to_close_timeout=within,
+                        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                        retry_policy=MODEL_RETRY,
+                        summary=shown,
+                    )
+            except (ActivityError, ApplicationError) as e:
+                # A local activity's failure may arrive unwrapped (ApplicationError).
                 self._if_out_of_time()
-                if i + 1 == len(models) or not fallback.next_may_answer(e.cause):
+                if i + 1 == len(models) or not fallback.next_may_answer(_cause(e)):
                     raise self._model_failed(iteration, e) from e
-                self._fell_back(iteration, spec, models[i + 1], e.cause)
+                self._fell_back(iteration, spec, models[i + 1], _cause(e))
                 # The failed model is asked no more in this turn: the next calls go
                 # straight to the model that answers.
                 self._models = models[i + 1 :]
@@ -770,10 +783,10 @@ class AgentTurn:
         record_fallback(self._span, failed, then, why)
         count_fallback(self._agent.name, failed, then)
 
-    def _model_failed(self, iteration: int, err: ActivityError) -> _TurnEnded:
+    def _model_failed(self, iteration: int, err: ActivityError | ApplicationError) -> _TurnEnded:
         """Transient trouble that outlasted every retry, or a request a retry cannot fix."""
         self._if_tools_lost(iteration, err)
-        cause = err.cause
+        cause = _cause(err)
         if isinstance(cause, ApplicationError) and cause.type in _REFUSED:
             self._record(iteration, StepKind.LIMIT, f"model request rejected: {cause.message}")
             return _TurnEnded(Outcome.MODEL_ERROR, answers.model_rejected(cause.message))

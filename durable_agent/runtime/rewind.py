@@ -33,6 +33,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.activities import DispatchInput, DispatchOutput, ModelCallInput
+from durable_agent.activities._conversation import local_model_call
 from durable_agent.activities.interpret import InterpretOutput
 from durable_agent.activities.plan import PlanOutput
 from durable_agent.answers import markdown_safe
@@ -133,7 +134,9 @@ async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
     events = client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events()
     async for event in events:
         kind = event.event_type
-        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        if (local := await local_model_call(event, converter)) is not None:
+            run.model_calls.append(local)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             started = event.workflow_execution_started_event_attributes
             [run.turn] = await converter.decode(list(started.input.payloads), [TurnInput])
             run.previous = started.continued_execution_run_id
