@@ -28,6 +28,7 @@ from durable_agent.runtime.turns import decide, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
 from durable_agent.shop import TOOLS, ShopStore
+from durable_agent.stream import TokensEvent
 from durable_agent.types import Outcome, StepKind, TurnInput
 from tests.conftest import Harness, story
 from tests.test_long import forget_every_conversation
@@ -40,6 +41,7 @@ from tests.test_rewind import (
     original,
     three_steps,
 )
+from tests.test_stream import read_turn
 
 
 def scheduled(events: Sequence[HistoryEvent]) -> list[str]:
@@ -183,3 +185,19 @@ async def test_with_no_conversation_kept_an_activity_waits_for_the_calls_record(
 def test_an_unknown_way_to_call_the_model_is_refused() -> None:
     with pytest.raises(ValueError, match="model_calls='remote': use 'activity'"):
         Agent(name="x", tools=TOOLS, model_calls="remote")  # type: ignore[arg-type]
+
+
+async def test_a_streamed_turn_calls_the_model_as_activities_and_streams_its_text(
+    harness: Harness,
+) -> None:
+    """The workflow takes a call's text as it comes only from an activity: a turn that
+    streams calls the model so, whatever the agent says."""
+    agent = local(harness.agent())
+    async with harness.worker(agents=[agent]) as task_queue:
+        turn = TurnInput(question="Has order 123456 shipped?", stream=True)
+        handle = await start_turn(harness.client, turn, task_queue)
+        events = await read_turn(harness, handle.id)
+        result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED
+    assert [e for _, e in events if isinstance(e, TokensEvent)], "the answer's text streamed"
+    assert {"plan", "interpret"} <= set(scheduled((await handle.fetch_history()).events))

@@ -727,8 +727,10 @@ class AgentTurn:
             shown = answers.markdown_safe(f"{summary} ({spec})" if several else summary)
             sent = arg.model_copy(update={"model": spec})
             try:
-                if self._agent.model_calls == "local":
+                if self._agent.model_calls == "local" and not turn.stream:
                     # Inside this workflow task: its marker records what was sent too.
+                    # (A streamed turn's calls are activities: the workflow takes the
+                    # text they publish as it comes, not once its task completes.)
                     out = await workflow.execute_local_activity_method(
                         method,
                         sent,
