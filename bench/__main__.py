@@ -41,6 +41,7 @@ from durable_agent.bench.measure import batches, memory_mb, pct, spawn_worker, s
 from durable_agent.bench.memory import rss_over_turns, start_middle_end
 from durable_agent.bench.models import EXPECTED_MODEL_CALLS, TASK_QUESTION, TASKS
 from durable_agent.bench.peers import compare as peer_comparison
+from durable_agent.bench.worker import MODEL_CALLS_SETTING
 from durable_agent.runtime.server import EmbeddedServer, free_port, open_client
 from durable_agent.runtime.turns import follow, start_turn
 from durable_agent.shields import SETTINGS as SHIELD_SETTINGS
@@ -292,6 +293,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "platform": platform.platform(),
         },
         "iterations_per_turn": args.iterations,
+        "agent_model_calls": args.model_calls,
         "latency_ms": {
             "agent_median": round(agent_med * 1000, 2),
             "agent_p95": round(pct(lat["agent"], 0.95) * 1000, 2),
@@ -373,7 +375,10 @@ def report(r: dict[str, Any]) -> str:
         ("worker memory, peak (MB)", r["memory"]["worker"]["peak_mb"], "—"),
         ("server memory, peak (MB)", r["memory"]["server"]["peak_mb"], "—"),
     ]
-    lines = [f"{'':40} {'agent':>10} {'floor':>10}"]
+    local = r.get("agent_model_calls") == "local"
+    how = "local activities" if local else "activities"
+    lines = [f"the agent's model calls: {how}", ""]
+    lines += [f"{'':40} {'agent':>10} {'floor':>10}"]
     lines += [f"{name:40} {a:>10} {f:>10}" for name, a, f in rows]
     checks = [
         ("latency_ratio", r["latency_ratio"], f"<= {TARGETS['latency_ratio']}"),
@@ -429,6 +434,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--peers", action="store_true", help=f"compare with the peers ({peers.INSTALL})")
     p.add_argument("--memory", action="store_true", help=f"worker memory over {MEMORY_TURNS} turns")
+    p.add_argument(
+        "--model-calls",
+        choices=("activity", "local"),
+        default="activity",
+        help="how the agent calls its model: each call an activity (as the peers do), or a "
+        "local activity (Agent.model_calls)",
+    )
     long = p.add_argument_group("long turns (--long)")
     long.add_argument(
         "--long", action="store_true", help="one turn of many steps over whole documents"
@@ -469,6 +481,8 @@ def main(argv: list[str] | None = None) -> None:
         except peers.PeersNotInstalled as e:
             print(f"python -m durable_agent.bench: {e}", file=sys.stderr)
             raise SystemExit(2) from None
+    # The agent's workers are processes of their own: they read it from the environment.
+    os.environ[MODEL_CALLS_SETTING] = args.model_calls
     try:
         results = asyncio.run(run(args))
     finally:

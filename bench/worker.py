@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from temporalio import activity
 from temporalio.client import Client
@@ -61,6 +62,11 @@ class _CrashAfterInbound(ActivityInboundInterceptor):
         return result
 
 
+ModelCalls = Literal["activity", "local"]
+MODEL_CALLS_SETTING = "BENCH_MODEL_CALLS"
+"""How the benchmark's agent calls its model (`Agent.model_calls`; `--model-calls`)."""
+
+
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("address")
@@ -75,7 +81,14 @@ async def main() -> None:
     worker = build_worker(
         client,
         args.task_queue,
-        agents=[replace(agent(), deps=ShopStore(args.shop_db))],
+        agents=[
+            replace(
+                agent(),
+                deps=ShopStore(args.shop_db),
+                # Agent() refuses any other value in one line.
+                model_calls=cast(ModelCalls, os.environ.get(MODEL_CALLS_SETTING, "activity")),
+            )
+        ],
         models=bench_models(),
         workflows=[FloorTurn],
         activities=[floor_remote, floor_local],
