@@ -263,7 +263,10 @@ async def test_the_page_speaks_in_the_words_of_the_agent_that_answers(harness: H
     of another agent) reads the agent from the current version of its task queue."""
     versioned = replace(Settings.from_env(), versioning=True, promote="always")
     task_queue = f"card-{uuid.uuid4().hex[:6]}"
-    async with build_worker(harness.client, task_queue, agents=[BOOKSTORE], settings=versioned):
+    worker = build_worker(harness.client, task_queue, agents=[BOOKSTORE], settings=versioned)
+    async with worker:
+        # Once its version is current: a busy machine may take a while to get there.
+        await asyncio.wait_for(worker.plugin.promoted.wait(), 60)
         first = await shown_card(harness, task_queue)
         named = await shown_card(harness, task_queue, "bookstore")
         other = await shown_card(harness, task_queue, "helpdesk")
