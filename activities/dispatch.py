@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from durable_agent.activities._common import heartbeating
 from durable_agent.activities._tools import turn_tools
+from durable_agent.activities.parse_output import ParseOutputOutput, screened
 from durable_agent.errors import ToolError
 from durable_agent.render import render_result
 from durable_agent.runtime import metrics
@@ -55,8 +56,21 @@ class DispatchInput(BaseModel):
 
 
 class DispatchOutput(BaseModel):
-    result: Any
-    """The tool's result as JSON data (pydantic models are dumped)."""
+    result: Any = None
+    """The tool's result as JSON data (pydantic models are dumped); see `as_read`."""
+    parsed: ParseOutputOutput | None = None
+    """The result as the model reads it, screened (`parse_output.screened`). None: the
+    turn runs `parse_output` for it (a shield failed here; results recorded before
+    dispatch did this; a tool's check)."""
+    as_read: bool = False
+    """The result is the text the model reads (`parsed`), so it is not there twice."""
+
+    @property
+    def data(self) -> Any:
+        """The tool's result as JSON data."""
+        if self.as_read and self.parsed is not None:
+            return self.parsed.observation.text
+        return self.result
 
 
 class DispatchActivity:
@@ -109,7 +123,19 @@ class DispatchActivity:
         # Names only: arguments are the customer's words, which logs must not hold.
         activity.logger.info("%s %s: ok", tool.name, input.call.id)
         data = _json.dump_python(result, mode="json")
-        if len(_json.dump_json(data)) > MAX_RESULT_BYTES:
+        rendered = len(_json.dump_json(data)) > MAX_RESULT_BYTES
+        if rendered:
             # Never store a huge result in the history: keep the compact text only.
             data = render_result(data, served.result_limit(tool.name, tools))
-        return DispatchOutput(result=data)
+        if check:
+            return DispatchOutput(result=data)
+        try:
+            parsed = await screened(served, tools, input.call, data, input.customer_id, rendered)
+        except Exception:
+            # The tool has run: nothing after it may fail this activity, whose retry
+            # would run it again. The turn's own parse_output tries again.
+            activity.logger.warning("%s %s: result not screened here", tool.name, input.call.id)
+            parsed = None
+        if parsed is not None and data == parsed.observation.text:
+            return DispatchOutput(parsed=parsed, as_read=True)
+        return DispatchOutput(result=data, parsed=parsed)

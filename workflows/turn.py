@@ -976,7 +976,9 @@ class AgentTurn:
         await self._room_for(size)
         try:
             dispatched = await self._send(turn, iteration, index, vc)
-            parsed = await self._parse_output(turn, call, dispatched.result)
+            # Screened by dispatch itself, most often: else (its shields failed there)
+            # by parse_output, which never runs the tool again.
+            parsed = dispatched.parsed or await self._parse_output(turn, call, dispatched.data)
             observation = parsed.observation
             stop = self._judged(iteration, "tool_output", call, parsed.verdicts)
             # Data, never instructions: whatever it says, writes from now on need consent.
@@ -1481,7 +1483,9 @@ class AgentTurn:
                 iteration = steps[vc.call.id]
                 try:
                     dispatched = await self._send(turn, iteration, index, vc)
-                    parsed_output = await self._parse_output(turn, vc.call, dispatched.result)
+                    parsed_output = dispatched.parsed or await self._parse_output(
+                        turn, vc.call, dispatched.data
+                    )
                     observation = parsed_output.observation
                 except (ActivityError, ApplicationError, TimeoutError) as e:
                     self._if_out_of_time()

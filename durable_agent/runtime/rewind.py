@@ -158,7 +158,7 @@ async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
                 continue
             [result] = await converter.decode(list(completed.result.payloads), [_OUTPUTS[name]])
             if isinstance(result, DispatchOutput) and isinstance(sent, DispatchInput):
-                run.dispatched[sent.call.id] = result.result
+                run.dispatched[sent.call.id] = result.data
             elif isinstance(result, (PlanOutput, InterpretOutput)):
                 k = replies[completed.scheduled_event_id]
                 reply = result.plan if isinstance(result, PlanOutput) else result.decision
