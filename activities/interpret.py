@@ -1,7 +1,7 @@
 """interpret: given the tool results, the model answers, or asks for the next calls.
 
 Next calls run in the turn's next iteration straight away (parse → dispatch →
-parse_output → interpret), without asking `plan` again: a task of N sequential
+interpret), without asking `plan` again: a task of N sequential
 rounds of tools costs N + 1 model calls.
 """
 

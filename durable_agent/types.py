@@ -241,7 +241,7 @@ class TurnLimits(BaseModel):
     """Caps the workflow enforces. At a cap the turn ends with a graceful answer."""
 
     max_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
-    """Rounds of tool calls (parse → dispatch → parse_output → interpret) before the
+    """Rounds of tool calls (parse → dispatch → interpret) before the
     turn gives up; a turn of N rounds costs N + 1 model calls. A long turn's history
     stays within Temporal's limits: it continues as new when it nears them
     (`continue_after_events`, `continue_after_bytes`, or Temporal's suggestion)."""

@@ -6,14 +6,17 @@
     prices                  under a spending cap: every model of the turn has a price,
                             or the turn is refused before its first call (local activity)
     plan                    model: tool calls for the question, or a direct answer
+                            (an activity; a local one with `Agent.model_calls="local"`)
     for each round of calls (iterations, at most limits.max_steps):
         parse               validate the calls (local activity); when none is valid,
                             plan again with the errors, at most limits.max_replans times
         dispatch ×N         run the valid calls concurrently, each with its own policy
                             (quick reads as local activities, the rest as activities);
                             a call that needs consent first waits for a person's
-                            decision (the `decide` update) or the approval timeout
-        parse_output        each result → compact text (local activity)
+                            decision (the `decide` update) or the approval timeout;
+                            each result comes back as compact text, screened
+        parse_output        a result its dispatch could not screen (a shield failed
+                            there) → compact text (local activity)
         interpret           model: the final answer, or the next round's calls
         compact             when the conversation fills the model's context window
                             even with older results shortened: model, a summary of
@@ -40,11 +43,12 @@ Before every model call the turn checks its token and cost budgets.
 
 Durability notes. This code is replayed from history after a crash, so it must
 be deterministic: no I/O, no clocks, no randomness, only `workflow.*` APIs.
-Activities that completed are never re-run; a local activity (parse,
-parse_output) may run again if the worker dies before its result is recorded,
-which is why both are pure. Every expected failure (a tool error, a model that
-keeps failing, a cap) ends in a graceful answer; an unexpected exception fails
-the workflow *task*, which Temporal retries after a fix is deployed.
+Activities that completed are never re-run; a local activity (parse, a quick
+read, a local model call) may run again if the worker dies before its result is
+recorded: only reads, pure steps and model calls (whose only effect is their cost)
+are local. Every expected failure (a tool error, a model that keeps failing, a cap)
+ends in a graceful answer; an unexpected exception fails the workflow *task*, which
+Temporal retries after a fix is deployed.
 """
 
 import asyncio

@@ -3,7 +3,7 @@
     position      what is checked                         on a violation
     input         the customer's question, before plan    the turn ends: outcome `refused`
     tool_input    each planned call, before it runs       that call is rejected; the model reads why
-    tool_output   each tool result, in parse_output       the result is marked as data, and any
+    tool_output   each tool result, in its dispatch       the result is marked as data, and any
                                                           write planned after it needs consent
     output        the final answer                        the answer is replaced: `refused`
 
