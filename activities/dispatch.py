@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -33,6 +34,27 @@ MAX_RESULT_BYTES = 64 * 1024
 """Larger tool results leave the activity as their rendered text, capped where the
 model's reading of them is (`ServedAgent.result_limit`): the raw data of a huge
 result would be stored for nothing."""
+
+
+SCREEN_S = 5.0
+"""At most this long for dispatch to screen its result (its shields may call a service)."""
+SCREEN_MARGIN_S = 1.0
+"""What the screen leaves of the activity's timeouts: it ends well before them."""
+
+
+def _time_to_screen() -> float:
+    """Seconds the running dispatch may spend screening its result: `SCREEN_S`, within
+    what its timeouts leave (start to close, and schedule to close)."""
+    info = activity.info()
+    now = datetime.now(timezone.utc)
+    left = SCREEN_S
+    if info.start_to_close_timeout:
+        used = (now - info.started_time).total_seconds()
+        left = min(left, info.start_to_close_timeout.total_seconds() - used - SCREEN_MARGIN_S)
+    if info.schedule_to_close_timeout:
+        used = (now - info.scheduled_time).total_seconds()
+        left = min(left, info.schedule_to_close_timeout.total_seconds() - used - SCREEN_MARGIN_S)
+    return left
 
 
 class DispatchInput(BaseModel):
@@ -129,13 +151,24 @@ class DispatchActivity:
             data = render_result(data, served.result_limit(tool.name, tools))
         if check:
             return DispatchOutput(result=data)
-        try:
-            parsed = await screened(served, tools, input.call, data, input.customer_id, rendered)
-        except Exception:
-            # The tool has run: nothing after it may fail this activity, whose retry
-            # would run it again. The turn's own parse_output tries again.
-            activity.logger.warning("%s %s: result not screened here", tool.name, input.call.id)
-            parsed = None
+        # The tool has run: nothing after it may fail this activity or outlast its
+        # timeouts, since a retry would run the tool again. A screen that cannot be done
+        # here in time is left to the turn's own parse_output.
+        parsed = None
+        budget = _time_to_screen()
+        if budget > 0:
+            try:
+                async with heartbeating(), asyncio.timeout(budget):
+                    parsed = await screened(
+                        served, tools, input.call, data, input.customer_id, rendered
+                    )
+            except Exception as e:
+                activity.logger.warning(
+                    "%s %s: result not screened here (%s)",
+                    tool.name,
+                    input.call.id,
+                    type(e).__name__,
+                )
         if parsed is not None and data == parsed.observation.text:
             return DispatchOutput(parsed=parsed, as_read=True)
         return DispatchOutput(result=data, parsed=parsed)

@@ -4,12 +4,15 @@ with its own retries and the tool never runs again."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 
+import pytest
 from pydantic import BaseModel
 from temporalio.api.history.v1 import HistoryEvent
 
+from durable_agent.activities import dispatch
 from durable_agent.model import Reply
 from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
@@ -106,3 +109,39 @@ async def test_a_shield_that_fails_in_dispatch_is_tried_again_without_the_tool(
     assert shield.calls == 2
     [flagged] = [s for s in result.steps if s.kind is StepKind.SHIELD]
     assert "prompt_injection" in flagged.text
+
+
+class SlowFirst:
+    """A tool-output shield whose first check takes longer than dispatch gives it."""
+
+    name = "slow"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def check(self, request: ShieldRequest) -> Verdict:
+        self.calls += 1
+        if self.calls == 1:
+            await asyncio.sleep(3)
+        return Verdict(shield=self.name)
+
+
+async def test_a_screen_that_outlasts_its_time_in_dispatch_never_fails_the_tool(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dispatch gives its screen a bounded time, within its own timeouts (a heartbeat
+    or start-to-close timeout there would run the tool again): past it, the screen is
+    parse_output's, and the tool has run once."""
+    monkeypatch.setattr(dispatch, "SCREEN_S", 0.5)
+    shield = SlowFirst()
+    model = noting("three")
+    async with harness.worker(
+        model, ToolRegistry([note]), shields=at("tool_output", shield)
+    ) as task_queue:
+        turn = TurnInput(question="Note three", model="scripted", customer_id="c-screen")
+        handle = await start_turn(harness.client, turn, task_queue)
+        result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED and "noted: three" in result.answer
+    assert runs["three"] == 1
+    ran = kinds_run((await handle.fetch_history()).events)
+    assert ran.count("dispatch") == 1 and ran.count("parse_output") == 1
