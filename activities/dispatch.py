@@ -158,9 +158,10 @@ class DispatchActivity:
         budget = _time_to_screen()
         if budget > 0:
             try:
-                async with heartbeating(), asyncio.timeout(budget):
-                    parsed = await screened(
-                        served, tools, input.call, data, input.customer_id, rendered
+                async with heartbeating():
+                    parsed = await asyncio.wait_for(
+                        screened(served, tools, input.call, data, input.customer_id, rendered),
+                        budget,
                     )
             except Exception as e:
                 activity.logger.warning(
