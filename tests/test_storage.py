@@ -26,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import AgentClient
 from durable_agent.model import Reply
+from durable_agent.render import MAX_OBSERVATION_CHARS
 from durable_agent.runtime.codec import EncryptionCodec, KeyRing, data_converter
 from durable_agent.runtime.codec_server import build_server
 from durable_agent.runtime.storage import (
@@ -247,7 +248,9 @@ async def test_the_s3_store_holds_the_payloads_a_turn_refers_to(
         config["data_converter"] = data_converter()  # another client, as client.py is
         again = await AgentClient(Client(**config)).turn(handle.id).result()
     assert keys and all(f"/wi/{handle.id}/" in k for k in keys)
-    assert sum(map(len, bodies)) > 300_000  # the result, whole, is in the bucket...
+    # What the model read of the result (its 100,000 characters) is in the bucket, in
+    # the dispatch's result and in the model call that carried it...
+    assert sum(map(len, bodies)) > 2 * MAX_OBSERVATION_CHARS
     assert not any(b"secret-line" in b for b in bodies)  # ...encrypted
     assert max(e.ByteSize() for e in history.events) < 16 * 1024  # references only
     assert b"secret-line" not in history.to_json().encode()
