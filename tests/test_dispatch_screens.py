@@ -18,7 +18,7 @@ from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shields import DATA_MARK, ShieldRequest, ShieldUnavailable, Verdict
 from durable_agent.tools import ToolContext, ToolRegistry, tool
-from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnOutput
 from tests.conftest import Harness, last_result
 from tests.test_shields_turn import Keyword, at
 
@@ -66,24 +66,26 @@ class FailsFirst:
         return await self.flags.check(request)
 
 
-def noting(text: str) -> ScriptedModel:
+async def noting(harness: Harness, text: str, shield: object) -> tuple[TurnOutput, list[str]]:
+    """A turn whose model notes `text` and answers with the result it read, with
+    `shield` at the tool-output position; its output, and what it ran (`kinds_run`)."""
     call = ToolCall(id="c1", name="note", arguments={"text": text})
-    return ScriptedModel(
+    model = ScriptedModel(
         plans=[Reply(calls=[call])], decisions=[lambda r: Reply(text=last_result(r))]
     )
+    async with harness.worker(
+        model, ToolRegistry([note]), shields=at("tool_output", shield)
+    ) as task_queue:
+        turn = TurnInput(question=f"Note {text}", model="scripted", customer_id="c-screen")
+        handle = await start_turn(harness.client, turn, task_queue)
+        result = await handle.result()
+    return result, kinds_run((await handle.fetch_history()).events)
 
 
 async def test_a_result_is_screened_by_its_dispatch(harness: Harness) -> None:
     shield = Keyword(r"ignore previous instructions", "prompt_injection")
-    model = noting("one")
-    async with harness.worker(
-        model, ToolRegistry([note]), shields=at("tool_output", shield)
-    ) as task_queue:
-        turn = TurnInput(question="Note one", model="scripted", customer_id="c-screen")
-        handle = await start_turn(harness.client, turn, task_queue)
-        result = await handle.result()
+    result, ran = await noting(harness, "one", shield)
     assert result.outcome is Outcome.ANSWERED
-    ran = kinds_run((await handle.fetch_history()).events)
     assert "dispatch" in ran and "parse_output" not in ran
     assert runs["one"] == 1
     # Screened all the same: the model reads the result marked as data.
@@ -95,16 +97,9 @@ async def test_a_shield_that_fails_in_dispatch_is_tried_again_without_the_tool(
     harness: Harness,
 ) -> None:
     shield = FailsFirst()
-    model = noting("two")
-    async with harness.worker(
-        model, ToolRegistry([note]), shields=at("tool_output", shield)
-    ) as task_queue:
-        turn = TurnInput(question="Note two", model="scripted", customer_id="c-screen")
-        handle = await start_turn(harness.client, turn, task_queue)
-        result = await handle.result()
+    result, ran = await noting(harness, "two", shield)
     assert result.outcome is Outcome.ANSWERED
     assert runs["two"] == 1  # the tool ran once
-    ran = kinds_run((await handle.fetch_history()).events)
     assert ran.count("dispatch") == 1 and ran.count("parse_output") == 1
     assert shield.calls == 2
     [flagged] = [s for s in result.steps if s.kind is StepKind.SHIELD]
@@ -134,14 +129,7 @@ async def test_a_screen_that_outlasts_its_time_in_dispatch_never_fails_the_tool(
     parse_output's, and the tool has run once."""
     monkeypatch.setattr(dispatch, "SCREEN_S", 0.5)
     shield = SlowFirst()
-    model = noting("three")
-    async with harness.worker(
-        model, ToolRegistry([note]), shields=at("tool_output", shield)
-    ) as task_queue:
-        turn = TurnInput(question="Note three", model="scripted", customer_id="c-screen")
-        handle = await start_turn(harness.client, turn, task_queue)
-        result = await handle.result()
+    result, ran = await noting(harness, "three", shield)
     assert result.outcome is Outcome.ANSWERED and "noted: three" in result.answer
     assert runs["three"] == 1
-    ran = kinds_run((await handle.fetch_history()).events)
     assert ran.count("dispatch") == 1 and ran.count("parse_output") == 1
