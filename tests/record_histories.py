@@ -287,7 +287,7 @@ async def local_calls(harness: Harness) -> WorkflowHandle:
 async def main(only: set[str]) -> None:
     """Record every scenario, or (`only`) those named: one of `scenarios()`, or
     `long_turn`, `consent_across_runs`, `forked`, `compacted`, `mcp_tools`,
-    `local_calls`."""
+    `local_calls`, `approved`, `declined_by_person`."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
@@ -332,13 +332,15 @@ async def main(only: set[str]) -> None:
                 await save("mcp_tools", await mcp_turn(harness, Path(tmp)))
             if not only or "local_calls" in only:
                 await save("local_calls", await local_calls(harness))
-            if only:
-                return
             for name, approved in (("approved", True), ("declined_by_person", False)):
+                if only and name not in only:
+                    continue
                 # A shop of its own: the order has no return yet, so consent is asked.
                 fresh = Harness(env.client, ShopStore(Path(tmp) / f"{name}.db"))
                 async with fresh.worker(approval_model()) as task_queue:
                     await save(name, await approving(fresh, task_queue, approved))
+            if only:
+                return
             async with harness.worker() as task_queue:
                 await save("conversation", await chatting(harness, task_queue))
                 streamed = TurnInput(question="Has order 123456 shipped?", stream=True)

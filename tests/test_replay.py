@@ -31,6 +31,10 @@ earlier builds are kept to show which of them could not continue here:
   started the timer (its question refused) continues here.
 - `histories/inline_tools/`: the MCP turn, recorded while a turn's first step carried
   each server's tool list itself rather than its hash; it continues here.
+- `histories/before_memo/`: turns that waited for a decision, recorded before a turn
+  listed the calls awaiting one in its memo (for a while after, it asked
+  `workflow.patched` about that; a patch checked halfway through a turn made queries
+  fail on a worker that took the turn over); none of them continues here.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ V02 = sorted((HERE / "v0.2").glob("*.json"))
 MARKED = sorted((HERE / "markers").glob("*.json"))
 TIMED = sorted((HERE / "timer").glob("*.json"))
 INLINE_TOOLS = sorted((HERE / "inline_tools").glob("*.json"))
+BEFORE_MEMO = sorted((HERE / "before_memo").glob("*.json"))
 EARLIER_CHATS = [p for p in V02 + MARKED + TIMED if p.stem == "conversation"]
 
 
@@ -92,6 +97,12 @@ def test_histories_are_stored() -> None:
     continued = {p.stem for p in HISTORIES if ".run" in p.stem}
     assert {"long_turn.run3", "consent_across_runs.run2"} <= continued
     assert (len(V01), len(V02), len(MARKED), len(TIMED), len(EARLIER_CHATS)) == (7, 12, 15, 15, 3)
+    assert [p.stem for p in BEFORE_MEMO] == [
+        "approved",
+        "consent_across_runs.run1",
+        "consent_across_runs.run2",
+        "declined_by_person",
+    ]
     assert sum(map(started_a_timer, V02_TURNS)) == 10
     assert sum(map(started_a_timer, TIMED_TURNS)) == 13
     assert not any(map(started_a_timer, HISTORIES))
@@ -180,3 +191,12 @@ async def test_turns_under_a_timer_continue_here_only_if_they_never_started_it(
     if failure is not None:
         assert isinstance(failure, NondeterminismError)
         assert "TimerStarted" in str(failure)
+
+
+@pytest.mark.parametrize("path", BEFORE_MEMO, ids=lambda p: p.stem)
+async def test_turns_that_waited_before_the_memo_listed_their_calls_stay_on_their_version(
+    path: Path,
+) -> None:
+    failure = await replay(path)
+    assert isinstance(failure, NondeterminismError)
+    assert "ModifyWorkflowProperties" in str(failure), failure

@@ -1370,9 +1370,8 @@ class AgentTurn:
     def _publish_pending(self) -> None:
         """The calls awaiting a decision, in the memo: `pending` lists them, and a
         decision can be taken, while no worker of the turn's version runs to answer."""
-        if workflow.patched("pending-in-memo"):
-            pending = [for_memo(p) for p in self._pending.values()]
-            workflow.upsert_memo({search.PENDING_MEMO: pending})
+        pending = [for_memo(p) for p in self._pending.values()]
+        workflow.upsert_memo({search.PENDING_MEMO: pending})
 
     def _set_status(self, status: str) -> None:
         if status != self._status and _indexed():
