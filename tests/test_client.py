@@ -181,3 +181,33 @@ def test_a_client_keeps_its_own_codec(env: WorkflowEnvironment) -> None:
     converter = AgentClient(theirs).temporal.data_converter
     assert converter.payload_codec is codec
     assert converter.payload_converter_class is not DataConverter.default.payload_converter_class
+
+
+class _PagedWorkers:
+    """A namespace listing `pages` of worker heartbeats, one task queue per worker."""
+
+    def __init__(self, pages: int) -> None:
+        self.namespace, self.workflow_service, self.pages, self.asked = "default", self, pages, 0
+
+    async def list_workers(self, request):  # type: ignore[no-untyped-def]
+        from temporalio.api.worker.v1 import WorkerHeartbeat, WorkerInfo
+        from temporalio.api.workflowservice.v1 import ListWorkersResponse
+
+        page = int(request.next_page_token or b"0")
+        self.asked += 1
+        beat = WorkerHeartbeat(worker_identity=f"w{page}", task_queue=f"q{page}")
+        more = str(page + 1).encode() if page + 1 < self.pages else b""
+        return ListWorkersResponse(
+            workers_info=[WorkerInfo(worker_heartbeat=beat)], next_page_token=more
+        )
+
+
+async def test_every_page_of_worker_heartbeats_is_read_up_to_a_bound() -> None:
+    """A live worker listed past the first page still counts (`_live`, `sharing`)."""
+    from durable_agent.runtime.turns import HEARTBEAT_PAGES, worker_heartbeats
+
+    three = _PagedWorkers(3)
+    beats = await worker_heartbeats(three)  # type: ignore[arg-type]
+    assert [b.worker_identity for b in beats] == ["w0", "w1", "w2"] and three.asked == 3
+    endless = _PagedWorkers(10 * HEARTBEAT_PAGES)
+    assert len(await worker_heartbeats(endless)) == HEARTBEAT_PAGES  # type: ignore[arg-type]

@@ -29,12 +29,12 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
     ListWorkerDeploymentsRequest,
-    ListWorkersRequest,
 )
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from durable_agent.runtime.peers import base_of
+from durable_agent.runtime.turns import worker_heartbeats
 
 POLL_WINDOW = timedelta(seconds=75)
 """An idle worker polls again when its long poll (about a minute) runs out."""
@@ -90,10 +90,7 @@ async def others_using(
     gone: dict[str, datetime] = {}
     live: dict[str, str] = {}  # identity -> a task queue it serves
     try:
-        listed = await client.workflow_service.list_workers(
-            ListWorkersRequest(namespace=client.namespace, page_size=1000)
-        )
-        beats = [info.worker_heartbeat for info in listed.workers_info]
+        beats = await worker_heartbeats(client)
     except RPCError:  # a server without worker heartbeats: the polls say it all
         beats = []
     for beat in beats:

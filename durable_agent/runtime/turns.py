@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus
 from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
+from temporalio.api.worker.v1 import WorkerHeartbeat
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWorkersRequest
 from temporalio.client import (
     Client,
@@ -313,6 +314,26 @@ async def live_builds(client: Client, task_queue: str) -> set[str]:
     return {p.deployment_options.build_id for p in polls if p.identity in live}
 
 
+HEARTBEAT_PAGES = 20
+"""The most pages of worker heartbeats read at once (of 1,000 each)."""
+
+
+async def worker_heartbeats(client: Client) -> list[WorkerHeartbeat]:
+    """Every worker heartbeat the namespace lists, page by page (`HEARTBEAT_PAGES` at
+    most). RPCError from a server that keeps none."""
+    beats: list[WorkerHeartbeat] = []
+    token = b""
+    for _ in range(HEARTBEAT_PAGES):
+        listed = await client.workflow_service.list_workers(
+            ListWorkersRequest(namespace=client.namespace, page_size=1000, next_page_token=token)
+        )
+        beats.extend(info.worker_heartbeat for info in listed.workers_info)
+        token = listed.next_page_token
+        if not token:
+            break
+    return beats
+
+
 async def _live(
     client: Client, task_queue: str, polls: list[PollerInfo] | None = None
 ) -> tuple[set[str], dict[str, datetime]]:
@@ -323,13 +344,10 @@ async def _live(
     gone_at: dict[str, datetime] = {}
     beating: set[str] = set()
     try:
-        resp = await client.workflow_service.list_workers(
-            ListWorkersRequest(namespace=client.namespace, page_size=200)
-        )
+        beats = await worker_heartbeats(client)
     except RPCError:  # a server without worker heartbeats: the polls say it all
-        resp = None
-    for info in resp.workers_info if resp is not None else ():
-        beat = info.worker_heartbeat
+        beats = []
+    for beat in beats:
         if beat.task_queue != task_queue:
             continue
         who, at = beat.worker_identity, beat.heartbeat_time.ToDatetime(tzinfo=timezone.utc)
