@@ -46,6 +46,7 @@ from durable_agent.errors import AgentClientError
 from durable_agent.evals import tau2
 from durable_agent.evals.report import Progress, table
 from durable_agent.model import ModelCatalog
+from durable_agent.runtime.turns import memo_pending
 from durable_agent.settings import Settings
 from durable_agent.types import TurnInput, TurnOutput
 from durable_agent.workflows import search
@@ -214,19 +215,26 @@ class Consent:
             try:
                 async for found in self.client.list_workflows(self.query):
                     if found.id not in self._asking:
-                        self._asking[found.id] = asyncio.create_task(self._approve(found.id))
+                        listed = await memo_pending(found.memo_value)
+                        self._asking[found.id] = asyncio.create_task(
+                            self._approve(found.id, [p.call.id for p in listed])
+                        )
             except RPCError as e:
                 log.info("consent: %s; asking again", e)
             await asyncio.sleep(self.INTERVAL)
 
-    async def _approve(self, workflow_id: str) -> None:
+    async def _approve(self, workflow_id: str, listed: list[str]) -> None:
+        """Approve the calls `workflow_id` waits for: those its memo `listed`, as the
+        listing found it, else those the turn says (asked by a query)."""
         try:
             turn = AgentClient(self.client).turn(workflow_id)
             decided = self._decided.setdefault(workflow_id, set())
-            for waiting in (await turn.progress(timeout=30)).pending:
-                if waiting.call.id not in decided:
-                    await turn.approve(waiting.call.id, by=APPROVER)
-                    decided.add(waiting.call.id)
+            if not listed:
+                listed = [w.call.id for w in (await turn.progress(timeout=30)).pending]
+            for call_id in listed:
+                if call_id not in decided:
+                    await turn.approve(call_id, by=APPROVER)
+                    decided.add(call_id)
         except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
             # A workflow task that failed (it is retried), a busy worker: found again.
             log.info("turn %s: %s; asking again", workflow_id, e)
@@ -296,13 +304,17 @@ async def approved_as_customer(turn: TurnHandle) -> TurnOutput:
     try:
         while not result.done():
             try:
-                # The turn's status is a search attribute: the server answers, and the
-                # worker is asked (a query) only when a call awaits consent.
-                status = (await handle.describe()).typed_search_attributes.get(search.STATUS)
+                # The turn's status is a search attribute and the calls awaiting consent
+                # are in its memo: the server answers; the worker is asked (a query)
+                # only on a namespace without the turn's attributes.
+                described = await handle.describe()
+                status = described.typed_search_attributes.get(search.STATUS)
                 if status in (None, search.AWAITING_APPROVAL):
-                    progress = await turn.progress(timeout=30)
-                    for waiting in progress.pending:
-                        await turn.approve(waiting.call.id, by=APPROVER)
+                    listed = [p.call.id for p in await memo_pending(described.memo_value)]
+                    if not listed and status is None:
+                        listed = [w.call.id for w in (await turn.progress(timeout=30)).pending]
+                    for call_id in listed:
+                        await turn.approve(call_id, by=APPROVER)
             except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
                 # A workflow task that failed (it is retried), a busy worker: ask again.
                 log.info("turn %s: %s; asking again", handle.id, e)

@@ -553,7 +553,7 @@ async def pending(client: Client, customer_id: str | None = None) -> list[Waitin
             except (AgentClientError, RPCError):
                 continue  # finished meanwhile
         if waiting is None:
-            waiting = await _memo_pending(wf.memo_value)
+            waiting = await memo_pending(wf.memo_value)
         found += [Waiting(wf.id, p, version, stalled) for p in waiting]
     return sorted(found, key=lambda w: w.approval.since)
 
@@ -567,9 +567,10 @@ DECIDE_WAIT_S = 15.0
 is recorded for later instead (see `decide`)."""
 
 
-async def _memo_pending(memo_value: Callable[..., Awaitable[Any]]) -> list[PendingApproval]:
-    """The calls a turn's memo lists as awaiting a decision (none in a memo-less turn:
-    one started before turns kept them there)."""
+async def memo_pending(memo_value: Callable[..., Awaitable[Any]]) -> list[PendingApproval]:
+    """The calls a turn's memo lists as awaiting a decision, from a description or a
+    listing of it (`memo_value`; none in a turn started before turns kept them there).
+    Each call's arguments and reason are cut to 1,000 characters (`bounds.for_memo`)."""
     try:
         return list(await memo_value(search.PENDING_MEMO, [], type_hint=list[PendingApproval]))
     except (KeyError, ValueError, TypeError):
@@ -601,14 +602,14 @@ async def decide(
     described = await _running(handle)
     version = described.typed_search_attributes.get(VERSION) or ""
     alive = _build(version) in await live_builds(client, described.task_queue)
-    waiting: list[PendingApproval] | None = None
-    if alive:
+    waiting = await memo_pending(described.memo_value)
+    if alive and not any(p.call.id == call_id for p in waiting):
+        # Not listed (yet) by the memo, or no call named: the turn itself says. A call
+        # the memo lists and that was decided meanwhile is refused by the update.
         try:
             waiting = (await progress_of(handle, QUERY_WAIT_S)).pending
         except WorkerNeeded:
             alive = False
-    if waiting is None:
-        waiting = await _memo_pending(described.memo_value)
     call = _the_call(workflow_id, call_id, waiting)
     try:
         decision = ApprovalDecision(call_id=call.id, approved=approved, by=by, reason=reason)
