@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowExecution, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from durable_agent.client import AgentClient, TurnHandle
@@ -46,7 +46,7 @@ from durable_agent.errors import AgentClientError
 from durable_agent.evals import tau2
 from durable_agent.evals.report import Progress, table
 from durable_agent.model import ModelCatalog
-from durable_agent.runtime.turns import memo_pending
+from durable_agent.runtime.turns import decide, memo_pending
 from durable_agent.settings import Settings
 from durable_agent.types import TurnInput, TurnOutput
 from durable_agent.workflows import search
@@ -215,25 +215,28 @@ class Consent:
             try:
                 async for found in self.client.list_workflows(self.query):
                     if found.id not in self._asking:
-                        listed = await memo_pending(found.memo_value)
-                        self._asking[found.id] = asyncio.create_task(
-                            self._approve(found.id, [p.call.id for p in listed])
-                        )
+                        self._asking[found.id] = asyncio.create_task(self._approve(found))
             except RPCError as e:
                 log.info("consent: %s; asking again", e)
             await asyncio.sleep(self.INTERVAL)
 
-    async def _approve(self, workflow_id: str, listed: list[str]) -> None:
-        """Approve the calls `workflow_id` waits for: those its memo `listed`, as the
-        listing found it, else those the turn says (asked by a query)."""
+    async def _approve(self, found: WorkflowExecution) -> None:
+        """Approve the calls the turn `found` waits for: those its memo lists, as the
+        listing showed it (no worker is asked), else those the turn says."""
+        workflow_id = found.id
         try:
-            turn = AgentClient(self.client).turn(workflow_id)
             decided = self._decided.setdefault(workflow_id, set())
+            listed = [p.call.id for p in await memo_pending(found.memo_value)]
+            seen: WorkflowExecution | None = found
             if not listed:
+                turn = AgentClient(self.client).turn(workflow_id)
                 listed = [w.call.id for w in (await turn.progress(timeout=30)).pending]
+                seen = None
             for call_id in listed:
                 if call_id not in decided:
-                    await turn.approve(call_id, by=APPROVER)
+                    await decide(
+                        self.client, workflow_id, call_id, approved=True, by=APPROVER, seen=seen
+                    )
                     decided.add(call_id)
         except (AgentClientError, RPCError, WorkflowQueryFailedError) as e:
             # A workflow task that failed (it is retried), a busy worker: found again.

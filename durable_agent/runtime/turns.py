@@ -30,6 +30,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWork
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecution,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
@@ -590,6 +591,7 @@ async def decide(
     approved: bool,
     by: str,
     reason: str = "",
+    seen: WorkflowExecution | None = None,
 ) -> ApprovalResult:
     """Approve or reject a waiting call; without `call_id`, the turn's only one.
 
@@ -597,42 +599,69 @@ async def decide(
     says it applied. While none runs (its workers are gone), the decision is sent as a
     signal the server keeps in the turn's history: it applies when a worker runs the
     turn again, and the result says so (`later`). So a decision never waits for
-    minutes, and one the caller was told failed is never applied afterwards."""
+    minutes, and one the caller was told failed is never applied afterwards.
+
+    A call the turn's memo lists is decided at once, while its workers are checked;
+    any other is first asked of the turn. `seen`: the turn as a listing or a
+    description just showed it running (its memo, version and task queue), so it
+    is not described again."""
     handle = client.get_workflow_handle(workflow_id)
-    described = await _running(handle)
+    described = seen if seen is not None else await _running(handle)
     version = described.typed_search_attributes.get(VERSION) or ""
-    alive = _build(version) in await live_builds(client, described.task_queue)
-    waiting = await memo_pending(described.memo_value)
-    if alive and not any(p.call.id == call_id for p in waiting):
-        # Not listed (yet) by the memo, or no call named: the turn itself says. A call
-        # the memo lists and that was decided meanwhile is refused by the update.
-        try:
-            waiting = (await progress_of(handle, QUERY_WAIT_S)).pending
-        except WorkerNeeded:
-            alive = False
-    call = _the_call(workflow_id, call_id, waiting)
-    try:
-        decision = ApprovalDecision(call_id=call.id, approved=approved, by=by, reason=reason)
-    except ValueError as e:
-        raise AgentClientError(_first_error(e)) from None
-    if alive:
-        sent = asyncio.ensure_future(
+    checking = asyncio.ensure_future(live_builds(client, described.task_queue))
+    sent: asyncio.Future[ApprovalResult] | None = None
+
+    def send(decision: ApprovalDecision) -> asyncio.Future[ApprovalResult]:
+        return asyncio.ensure_future(
             _update(lambda u: handle.execute_update(AgentTurn.decide, decision, id=u))
         )
-        try:
+
+    try:
+        waiting = await memo_pending(described.memo_value)
+        if any(p.call.id == call_id for p in waiting):
+            # Most decisions find the turn's workers running: the update does not wait
+            # for the check. A call decided meanwhile is refused by the update.
+            call = _the_call(workflow_id, call_id, waiting)
+            decision = _decision(call, approved, by, reason)
+            sent = send(decision)
+            try:
+                alive = _build(version) in await checking
+            except RPCError:  # the decision is out already: its answer says how it went
+                alive = True
+        else:
+            # Not listed (yet) by the memo, or no call named: the turn itself says.
+            alive = _build(version) in await checking
+            if alive:
+                try:
+                    waiting = (await progress_of(handle, QUERY_WAIT_S)).pending
+                except WorkerNeeded:
+                    alive = False
+            call = _the_call(workflow_id, call_id, waiting)
+            decision = _decision(call, approved, by, reason)
+            if alive:
+                sent = send(decision)
+        if sent is not None and alive:
             await asyncio.wait({sent}, timeout=DECIDE_WAIT_S)
-        finally:
-            waited_out = not sent.done()  # or the caller was cancelled (Ctrl-C)
-            if waited_out:
-                sent.cancel()
-                await asyncio.gather(sent, return_exceptions=True)
-        if not waited_out and not isinstance(sent.exception(), NoWorker):
-            return sent.result()
-        # Its worker went away meanwhile: recorded for later, below.
+            if sent.done() and not isinstance(sent.exception(), NoWorker):
+                return sent.result()
+        # No worker of its version runs, or it went away meanwhile: recorded for later.
+    finally:
+        # Whatever is left (the caller was cancelled, the wait ran out) is let go.
+        for left in (checking, sent):
+            if left is not None and not left.done():
+                left.cancel()
+                await asyncio.gather(left, return_exceptions=True)
     # Whichever of an update left behind and this signal the turn reads first applies;
     # the other finds the call decided and is dropped.
     await handle.signal(AgentTurn.decide_later, decision)
     return ApprovalResult(call_id=call.id, approved=approved, tool=call.name, later=True)
+
+
+def _decision(call: ToolCall, approved: bool, by: str, reason: str) -> ApprovalDecision:
+    try:
+        return ApprovalDecision(call_id=call.id, approved=approved, by=by, reason=reason)
+    except ValueError as e:
+        raise AgentClientError(_first_error(e)) from None
 
 
 def _the_call(workflow_id: str, call_id: str | None, waiting: list[PendingApproval]) -> ToolCall:
