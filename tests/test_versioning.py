@@ -32,11 +32,16 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import pytest
+from temporalio.api.deployment.v1 import RoutingConfig, WorkerDeploymentInfo
+from temporalio.api.deployment.v1 import WorkerDeploymentVersion as WorkerDeploymentVersionMessage
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentResponse
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.common import WorkerDeploymentVersion
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
@@ -595,6 +600,49 @@ def test_a_version_is_named_by_code_and_agents() -> None:
     assert deployments.build_id(["a", "b"]) == deployments.build_id(["b", "a"])
     assert deployments.build_id(["a"]) != deployments.build_id(["a", "b"])
     assert re.fullmatch(r"b-[0-9a-f]{12}", deployments.build_id([]))
+
+
+async def test_a_description_the_busy_server_cancelled_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server describes a deployment by asking the deployment's own workflow, and a
+    busy one (a version being promoted) may cancel that: the read is asked again, so a
+    chat page does not show a nameless agent for it; any other refusal is final."""
+    monkeypatch.setattr(deployments, "READ_PAUSES_S", (0.01, 0.01))
+    asked: list[int] = []
+
+    class Service:
+        async def describe_worker_deployment(self, request: object) -> object:
+            asked.append(1)
+            if len(asked) < 3:
+                raise RPCError("operation was canceled", RPCStatusCode.CANCELLED, b"")
+            return DescribeWorkerDeploymentResponse(
+                worker_deployment_info=WorkerDeploymentInfo(
+                    routing_config=RoutingConfig(
+                        current_deployment_version=WorkerDeploymentVersionMessage(
+                            deployment_name="card", build_id="b-1"
+                        )
+                    )
+                )
+            )
+
+    class Busy:
+        namespace = "default"
+        workflow_service = Service()
+
+    now = await deployments.routing(cast(Client, Busy()), "card")
+    assert now is not None and now.current == "b-1" and len(asked) == 3
+
+    asked.clear()
+
+    async def refused(request: object) -> object:
+        asked.append(1)
+        raise RPCError("not allowed", RPCStatusCode.PERMISSION_DENIED, b"")
+
+    monkeypatch.setattr(Busy.workflow_service, "describe_worker_deployment", refused)
+    with pytest.raises(RPCError, match="not allowed"):
+        await deployments.routing(cast(Client, Busy()), "card")
+    assert len(asked) == 1
 
 
 def copy_of_the_code(tmp_path: Path) -> dict[str, Path]:

@@ -218,8 +218,12 @@ class Routing:
 async def routing(client: Client, deployment: str) -> Routing | None:
     """Where the deployment sends new work; None when it does not exist (yet)."""
     try:
-        described = await client.workflow_service.describe_worker_deployment(
-            DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+        described = await _read(
+            lambda: client.workflow_service.describe_worker_deployment(
+                DescribeWorkerDeploymentRequest(
+                    namespace=client.namespace, deployment_name=deployment
+                )
+            )
         )
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
@@ -314,10 +318,14 @@ async def _metadata(client: Client, deployment: str, build_id: str) -> Any | Non
     """A version's metadata entries (a map of payloads); None when there is no such
     version (yet)."""
     try:
-        described = await client.workflow_service.describe_worker_deployment_version(
-            DescribeWorkerDeploymentVersionRequest(
-                namespace=client.namespace,
-                deployment_version=VersionMessage(deployment_name=deployment, build_id=build_id),
+        described = await _read(
+            lambda: client.workflow_service.describe_worker_deployment_version(
+                DescribeWorkerDeploymentVersionRequest(
+                    namespace=client.namespace,
+                    deployment_version=VersionMessage(
+                        deployment_name=deployment, build_id=build_id
+                    ),
+                )
             )
         )
     except RPCError as e:
@@ -338,6 +346,31 @@ async def current_agents(client: Client, deployment: str) -> list[AgentCard] | N
 
 def _message(version: WorkerDeploymentVersion) -> VersionMessage:
     return VersionMessage(deployment_name=version.deployment_name, build_id=version.build_id)
+
+
+READ_AGAIN = (
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+)
+"""A description the server could not give this time: it asks the deployment's own
+workflow, which a busy server (a version being promoted) may answer late or not at all."""
+
+READ_PAUSES_S = (0.25, 0.5, 1.0, 2.0)
+
+
+async def _read(call: Callable[[], Awaitable[T]]) -> T:
+    """`call` (a read), again after each pause of `READ_PAUSES_S` while the server
+    answers it with one of `READ_AGAIN`; its last refusal otherwise."""
+    for pause in READ_PAUSES_S:
+        try:
+            return await call()
+        except RPCError as e:
+            if e.status not in READ_AGAIN:
+                raise
+        await asyncio.sleep(pause)
+    return await call()
 
 
 async def _once_known(call: Callable[[], Awaitable[T]]) -> T:
