@@ -24,7 +24,7 @@ from durable_agent.approval import ApprovalPolicy
 from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS
 from durable_agent.conversation import Message
 from durable_agent.errors import InvalidCall
-from durable_agent.provenance import Source, roles_of, traced
+from durable_agent.provenance import Source, traced
 from durable_agent.serving import Agents
 from durable_agent.shields import ShieldRequest, Verdict
 from durable_agent.subagents import SubAgent, view_name
@@ -119,7 +119,6 @@ class ParseActivity:
         tools = await turn_tools(served, input.tools_version, input.tool_lists)
         read = _Read(input, self._conversations)
         valid, rejected, normalised_calls = [], [], []
-        roles: frozenset[str] | None = None
         # Quick reads run as local activities, whose results the turn's next workflow
         # task records all at once: only as many as fit one task's budget run so.
         quick_left = MAX_RESULTS_IN_FLIGHT_CHARS
@@ -134,13 +133,11 @@ class ParseActivity:
             normalised = call.model_copy(update={"arguments": as_json})
             foreign = []
             if tool.side_effects:
-                # What the agent's tools call the things they take: the roles a value
+                # Nothing said (no question recorded): nothing is theirs, all asks. The
+                # roles: what the agent's tools call the things they take, which a value
                 # the customer labelled ("order 123456") may not be used outside of.
-                if roles is None:
-                    roles = roles_of(t.spec.parameters for t in tools.tools.values())
-                # Nothing said (no question recorded): nothing is theirs, all asks.
                 sources = await read.sources()
-                foreign = traced(normalised, tool.spec.parameters, input.said, sources, roles)
+                foreign = traced(normalised, tool.parameters, input.said, sources, tools.roles)
             normalised_calls.append(normalised)
             limit = served.result_limit(call.name, tools)
             quick = tool.quick and limit <= quick_left

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 from pydantic import BaseModel, ValidationError
 
 from durable_agent.errors import InvalidCall
+from durable_agent.provenance import roles_of
 from durable_agent.render import MAX_RESULT_CHARS_LIMIT
 from durable_agent.types import ToolCall
 
@@ -128,8 +129,10 @@ class Tool:
     def needs_approval(self) -> bool:
         return self.side_effects if self.approval is None else self.approval
 
-    @property
+    @functools.cached_property
     def spec(self) -> ToolSpec:
+        """What a model is offered (made once: a model's JSON schema costs far more to
+        generate than a call costs to check)."""
         return ToolSpec(
             name=self.name,
             description=self.description,
@@ -138,12 +141,18 @@ class Tool:
             side_effects=self.side_effects,
         )
 
-    @property
+    @functools.cached_property
     def parameters(self) -> dict[str, Any]:
-        """The JSON schema the model is given."""
+        """The JSON schema the model is given (shared: not to be changed)."""
         if self.args_model is not None:
             return self.args_model.model_json_schema()
         return self.schema or {"type": "object", "properties": {}}
+
+    @functools.cached_property
+    def validator(self) -> Any:
+        """The `jsonschema` validator of a tool described by a schema (`schema`), made
+        once: checking the schema itself costs more than checking a call."""
+        return _validator(self.name, self.parameters)
 
     @property
     def is_async(self) -> bool:
@@ -166,10 +175,11 @@ def schema_tool(
     Needs `jsonschema` (it comes with the `mcp` and `evals` extras)."""
     if parameters.get("type", "object") != "object":
         raise TypeError(f"tool {name}: its JSON schema must describe an object")
-    _validator(name, parameters)  # a schema that is not one fails here, not at a call
-    return Tool(
+    made = Tool(
         name=name, description=description, args_model=None, fn=fn, schema=parameters, **options
     )
+    made.validator  # noqa: B018 (a schema that is not one fails here, not at a call)
+    return made
 
 
 @functools.cache
@@ -316,6 +326,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self.tools: dict[str, Tool] = {}
         self._specs: list[ToolSpec] | None = None
+        self._roles: frozenset[str] | None = None
         for t in tools:
             self.add(t)
 
@@ -328,6 +339,7 @@ class ToolRegistry:
             raise DuplicateTool(t.name, same=self.tools[t.name] is t)
         self.tools[t.name] = t
         self._specs = None
+        self._roles: frozenset[str] | None = None
 
     def __getitem__(self, name: str) -> Tool:
         return self.tools[name]
@@ -347,6 +359,13 @@ class ToolRegistry:
         if self._specs is None:
             self._specs = [t.spec for t in self.tools.values() if t.top_level]
         return self._specs
+
+    @property
+    def roles(self) -> frozenset[str]:
+        """The words of every argument name of these tools (`provenance.roles_of`)."""
+        if self._roles is None:
+            self._roles = roles_of(t.parameters for t in self.tools.values())
+        return self._roles
 
     def specs_for(self, names: list[str] | None) -> list[ToolSpec]:
         """What an agent limited to `names` is offered (None: the top-level agent)."""
@@ -384,8 +403,7 @@ class ToolRegistry:
 
 def _check_schema(t: Tool, call: ToolCall) -> dict[str, Any]:
     """A schema tool's arguments, checked; `InvalidCall` naming each problem."""
-    validator = _validator(t.name, t.parameters)
-    problems = sorted(validator.iter_errors(call.arguments), key=lambda e: list(e.path))
+    problems = sorted(t.validator.iter_errors(call.arguments), key=lambda e: list(e.path))
     if problems:
         said = "; ".join(
             f"{'.'.join(str(p) for p in e.path) or 'arguments'}: {e.message}" for e in problems
