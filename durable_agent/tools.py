@@ -339,7 +339,7 @@ class ToolRegistry:
             raise DuplicateTool(t.name, same=self.tools[t.name] is t)
         self.tools[t.name] = t
         self._specs = None
-        self._roles: frozenset[str] | None = None
+        self._roles = None
 
     def __getitem__(self, name: str) -> Tool:
         return self.tools[name]
