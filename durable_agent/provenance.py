@@ -208,6 +208,9 @@ class _Check:
         self.said = _Said(said)
         self.sources = sources
         self.roles = roles
+        self._quoted: _Said | None = None
+        self._read: dict[int, _Said] = {}
+        """Sources as tokens, each made once a value is looked for in it (not per value)."""
 
     def key(self, path: str, key: str, words: frozenset[str]) -> str | None:
         why = self._why(key, words, as_number=False)
@@ -237,14 +240,24 @@ class _Check:
             return "it has invisible or look-alike characters"
         found = self.said.number(value) if as_number else self.said.find(value)
         if not found:
-            quoted = _Said(self.said.texts, quoted_too=True)
-            if quoted.number(value) if as_number else quoted.find(value):
+            if self._quoted is None:
+                self._quoted = _Said(self.said.texts, quoted_too=True)
+            if self._quoted.number(value) if as_number else self._quoted.find(value):
                 return "the customer only quoted it"
-            return _origin(text, self.sources)
+            return self._origin(text)
         if self._role_ok(found, words):
             return ""
         labels = sorted({w for at in found for w in self.said.labels(at) if w in self.roles})
         return f"the customer wrote it as {'/'.join(labels)}, not as {'/'.join(sorted(words))}"
+
+    def _origin(self, value: str) -> str:
+        for at, source in enumerate(self.sources):
+            read = self._read.get(at)
+            if read is None:
+                read = self._read[at] = _Said([source.text], quoted_too=True)
+            if read.find(value):
+                return f"from {source.what}"
+        return "in nothing the customer wrote"
 
     def _role_ok(self, found: list[tuple[int, int, int]], words: frozenset[str]) -> bool:
         """Some place the customer wrote it names no other role than this argument's."""
@@ -451,13 +464,6 @@ def _words(name: str) -> frozenset[str]:
 
 def _stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
-
-
-def _origin(value: str, sources: Sequence[Source]) -> str:
-    for source in sources:
-        if _Said([source.text], quoted_too=True).find(value):
-            return f"from {source.what}"
-    return "in nothing the customer wrote"
 
 
 def _short(text: str, limit: int = 60) -> str:
