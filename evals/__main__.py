@@ -1,5 +1,5 @@
 """python -m durable_agent.evals tau2 --domain retail --model oracle [--tasks 0,1,2 | --split base]
-                     [--concurrency N] [--chaos | --plain]
+                     [--concurrency N] [--chaos | --plain | --floor]
 python -m durable_agent.evals tau2 --domain retail --model openai:gpt-4o
                      [--user-model SPEC] [--trials K]
 python -m durable_agent.evals questions [--model offline] [--table seed|situations|all]
@@ -13,8 +13,10 @@ server lost mid-run stops it in one line, and the same command goes on once it i
 back. `--chaos` serves the episodes from two worker processes with injected faults,
 one SIGKILLed every few seconds (`evals/chaos.py`); `--plain` runs the same episodes
 in a plain loop with no Temporal, the floor the durable run's time is reported
-against. A real model (`evals/conversations.py`) runs each task `--trials` times as a
-conversation with τ²-bench's own user simulator as the customer, and reports pass^k.
+against, and `--floor` as the barest Temporal workflows (`evals/floor.py`), Temporal's
+own floor on the same server. A real model (`evals/conversations.py`) runs each task
+`--trials` times as a conversation with τ²-bench's own user simulator as the
+customer, and reports pass^k.
 `replay` asks another model every episode of an earlier oracle run, its tool calls
 answered from the record while they repeat the recording's (`evals/replay.py`).
 """
@@ -72,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         help="two worker processes, transient faults, a worker SIGKILLed every few seconds",
     )
     mode.add_argument("--plain", action="store_true", help="the floor: a plain loop, no Temporal")
+    mode.add_argument(
+        "--floor",
+        action="store_true",
+        help="Temporal's floor: the same episodes as the barest workflows, writes approved",
+    )
     q = sub.add_parser("questions", help="the demo shop's sample questions as durable turns")
     q.add_argument("--model", default="offline", help="model spec (default: offline)")
     q.add_argument(
@@ -150,9 +157,9 @@ async def _tau2(args: argparse.Namespace) -> int:
         if real:
             from durable_agent.evals.conversations import check_models
 
-            if args.chaos or args.plain:
+            if args.chaos or args.plain or args.floor:
                 raise tau2.EvalSetupError(
-                    "--chaos and --plain run the oracle; with a real model, kill the run "
+                    "--chaos, --plain and --floor run the oracle; with a real model, kill the run "
                     "yourself and run it again: it goes on where it was"
                 )
             check_models(args.model, args.user_model or args.model)
@@ -178,6 +185,7 @@ async def _tau2(args: argparse.Namespace) -> int:
     ids = [t.id for t in tasks]
     run = run_id(args.domain, "oracle", ids, args.chaos, state_dir=state)
     floor = args.report / f"plain-{run_id(args.domain, 'oracle', ids)}.json"
+    temporal_floor = args.report / f"floor-{run_id(args.domain, 'oracle', ids)}.json"
     if args.plain:
         plain = await plain_run(args.domain, tasks, state_dir=state, concurrency=args.concurrency)
         floor.parent.mkdir(parents=True, exist_ok=True)
@@ -197,6 +205,8 @@ async def _tau2(args: argparse.Namespace) -> int:
     except ServerUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    if args.floor:
+        return await _temporal_floor(conn, args, tasks, state, temporal_floor)
     try:
         reports = await run_tasks(
             conn.client,
@@ -222,6 +232,9 @@ async def _tau2(args: argparse.Namespace) -> int:
         total["turns_seconds"] = max(r.ended_s for r in ran_now)
     if floor.exists():
         total.update(against_floor(reports, json.loads(floor.read_text())))
+    if temporal_floor.exists():
+        over = against_floor(reports, json.loads(temporal_floor.read_text()))
+        total.update({f"temporal_{k}": v for k, v in over.items()})
     as_json, as_csv = write_reports(reports, args.report / run, total)
     print(
         f"{total['passed']}/{total['episodes']} passed"
@@ -231,6 +244,38 @@ async def _tau2(args: argparse.Namespace) -> int:
         f"{total['longest_history_bytes'] / 1e6:.2f} MB; report: {as_json}, {as_csv}"
     )
     return 0 if total["passed"] == total["episodes"] else 1
+
+
+async def _temporal_floor(
+    conn: Connection, args: argparse.Namespace, tasks: list[Any], state: Path, report: Path
+) -> int:
+    """`--floor`: the episodes as the barest workflows on the run's server
+    (`evals/floor.py`); its times are what later durable runs of these tasks are
+    measured against, beside the plain loop's."""
+    from durable_agent.evals.floor import floor_run
+    from durable_agent.runtime.server import ServerUnavailable
+
+    try:
+        found = await floor_run(
+            conn.client, args.domain, tasks, state_dir=state, concurrency=args.concurrency
+        )
+    except ServerUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except RPCError as e:
+        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
+        return 1
+    finally:
+        await conn.aclose()
+    passed = sum(found.passed)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    took = {"seconds": round(found.seconds, 2), "passed": passed, "episodes": found.episodes}
+    report.write_text(json.dumps(took))
+    print(
+        f"Temporal's floor (the barest workflows, writes approved): {passed}/"
+        f"{len(found.passed)} passed in {found.seconds:.1f} s; the floor for this run: {report}"
+    )
+    return 0 if all(found.passed) else 1
 
 
 async def _connect() -> Connection:
@@ -315,6 +360,8 @@ def _timing(total: dict[str, Any], earlier: int) -> str:
             said += f", {total['over_floor_wall']}× its wall time"
     elif "floor_seconds" in total:
         said += "; the plain loop's report has no time per episode: run --plain again"
+    if "temporal_over_floor" in total:
+        said += f", {total['temporal_over_floor']}× Temporal's floor's (--floor)"
     return said
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -591,6 +592,39 @@ async def test_the_plain_loop_is_the_floor(tmp_path: Path) -> None:
     assert 0 < floor.seconds < 120
     assert set(floor.episodes) == {"0", "4"}
     assert all(0 < t <= floor.seconds for t in floor.episodes.values())
+
+
+async def test_temporals_floor_runs_the_episodes_as_bare_workflows_each_write_approved_first(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """`--floor`: the same oracle episodes as the barest workflows on the run's server.
+    They pass by the benchmark's evaluator; each write runs once, after an update from
+    the customer was accepted; the durable run's line says its time over this floor."""
+    from durable_agent.evals.__main__ import _timing
+    from durable_agent.evals.floor import floor_run
+    from durable_agent.evals.run import against_floor
+
+    tasks = tau2.tasks("retail", ["0", "4"])
+    floor = await floor_run(env.client, "retail", tasks, state_dir=tmp_path)
+    assert floor.passed == [True, True]
+    assert set(floor.episodes) == {"0", "4"}
+    assert all(0 < t <= floor.seconds for t in floor.episodes.values())
+    store = tau2.EpisodeStore(next(tmp_path.glob("floor-*.db")), "retail")
+    for task in tasks:
+        episode = next(e for e in _episodes(store) if e.endswith(f"-{task.id}"))
+        expected = [a[0] for a in tau2.expected_actions(task) if _writes(store, a[0])]
+        assert [w[0] for w in store.writes(episode)] == expected and expected
+        events = (await env.client.get_workflow_handle(episode).fetch_history()).events
+        kinds = [e.WhichOneof("attributes") for e in events]
+        approved = [i for i, k in enumerate(kinds) if k.startswith("workflow_execution_update_acc")]
+        ran = [i for i, k in enumerate(kinds) if k == "activity_task_scheduled_event_attributes"]
+        assert len(approved) == len(ran) == len(expected)
+        assert all(a < r for a, r in zip(approved, ran, strict=True))
+
+    report = SimpleNamespace(task="0", seconds=floor.episodes["0"] * 2, timed_whole=True)
+    over = against_floor([report], {"seconds": floor.seconds, "episodes": floor.episodes})  # type: ignore[list-item]
+    total = {"episodes": 1, **{f"temporal_{k}": v for k, v in over.items()}}
+    assert ", 2.0× Temporal's floor's (--floor)" in _timing(total, 0)
 
 
 @pytest.mark.parametrize("value", ["x", "5,1"])
