@@ -206,7 +206,7 @@ async def _tau2(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if args.floor:
-        return await _temporal_floor(conn, args, tasks, state, temporal_floor)
+        return await _temporal_floor(conn, args, tasks, state, temporal_floor, floor)
     try:
         reports = await run_tasks(
             conn.client,
@@ -247,11 +247,17 @@ async def _tau2(args: argparse.Namespace) -> int:
 
 
 async def _temporal_floor(
-    conn: Connection, args: argparse.Namespace, tasks: list[Any], state: Path, report: Path
+    conn: Connection,
+    args: argparse.Namespace,
+    tasks: list[Any],
+    state: Path,
+    report: Path,
+    plain: Path,
 ) -> int:
     """`--floor`: the episodes as the barest workflows on the run's server
     (`evals/floor.py`); its times are what later durable runs of these tasks are
-    measured against, beside the plain loop's."""
+    measured against, beside the plain loop's (whose report, at `plain`, says what this
+    floor is over it)."""
     from durable_agent.evals.floor import floor_run
     from durable_agent.runtime.server import ServerUnavailable
 
@@ -271,9 +277,17 @@ async def _temporal_floor(
     report.parent.mkdir(parents=True, exist_ok=True)
     took = {"seconds": round(found.seconds, 2), "passed": passed, "episodes": found.episodes}
     report.write_text(json.dumps(took))
+    over = ""
+    if plain.exists():
+        loop: dict[str, float] = json.loads(plain.read_text()).get("episodes") or {}
+        both = [t for t in found.episodes if t in loop]
+        if both:
+            ratio = sum(found.episodes[t] for t in both) / max(sum(loop[t] for t in both), 1e-9)
+            over = f", {ratio:.2f}× the plain loop's time per episode"
     print(
         f"Temporal's floor (the barest workflows, writes approved): {passed}/"
-        f"{len(found.passed)} passed in {found.seconds:.1f} s; the floor for this run: {report}"
+        f"{len(found.passed)} passed in {found.seconds:.1f} s{over}; the floor for this run: "
+        f"{report}"
     )
     return 0 if all(found.passed) else 1
 

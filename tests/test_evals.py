@@ -208,7 +208,9 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> No
     assert len(lines) == 1 and says in lines[0], done.stderr
 
 
-@pytest.mark.parametrize("suite", [["tau2", "--tasks", "0"], ["tau2", "--plain"], ["questions"]])
+@pytest.mark.parametrize(
+    "suite", [["tau2", "--tasks", "0"], ["tau2", "--plain"], ["tau2", "--floor"], ["questions"]]
+)
 def test_a_report_folder_it_cannot_write_to_is_refused_before_anything_runs(
     tmp_path: Path, suite: list[str]
 ) -> None:
@@ -238,6 +240,38 @@ def test_a_report_folder_it_cannot_write_to_is_refused_before_anything_runs(
             [f"error: --report {report} is a file: give a folder for the reports"],
         ), done.stderr
         assert not (tmp_path / "state" / "evals").exists()
+
+
+def test_a_durable_run_says_its_time_over_the_plain_loop_and_temporals_floor(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """`--plain`, then `--floor` (which says its time over the plain loop's), then the
+    durable run, whose last line says its time over both."""
+    said = []
+    for mode in (["--plain"], ["--floor"], []):
+        done = subprocess.run(
+            [sys.executable, "-m", "durable_agent.evals", "tau2", "--tasks", "0,4", *mode]
+            + ["--report", str(tmp_path / "report")],
+            cwd=ROOT,
+            env=_worker_env(env, tmp_path, AGENT_STATE_DIR=str(tmp_path / "state")),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        said.append(done.stdout.strip().splitlines()[-1])
+    plain, floor, durable = said
+    assert plain.startswith("plain loop (no Temporal): 2/2 passed"), plain
+    assert re.match(
+        r"Temporal's floor \(the barest workflows, writes approved\): 2/2 passed in [\d.]+ s, "
+        r"[\d.]+× the plain loop's time per episode; the floor for this run: ",
+        floor,
+    ), floor
+    assert re.match(
+        r"2/2 passed in [\d.]+ s, [\d.]+× the plain loop's time per episode, [\d.]+× its wall "
+        r"time, [\d.]+× Temporal's floor's \(--floor\); ",
+        durable,
+    ), durable
 
 
 def test_a_run_in_another_state_folder_is_a_run_of_its_own(
