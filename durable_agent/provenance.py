@@ -48,6 +48,7 @@ How a value counts as the customer's:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -209,8 +210,6 @@ class _Check:
         self.sources = sources
         self.roles = roles
         self._quoted: _Said | None = None
-        self._read: dict[int, _Said] = {}
-        """Sources as tokens, each made once a value is looked for in it (not per value)."""
 
     def key(self, path: str, key: str, words: frozenset[str]) -> str | None:
         why = self._why(key, words, as_number=False)
@@ -251,11 +250,8 @@ class _Check:
         return f"the customer wrote it as {'/'.join(labels)}, not as {'/'.join(sorted(words))}"
 
     def _origin(self, value: str) -> str:
-        for at, source in enumerate(self.sources):
-            read = self._read.get(at)
-            if read is None:
-                read = self._read[at] = _Said([source.text], quoted_too=True)
-            if read.find(value):
+        for source in self.sources:
+            if _read(source.text).find(value):
                 return f"from {source.what}"
         return "in nothing the customer wrote"
 
@@ -464,6 +460,21 @@ def _words(name: str) -> frozenset[str]:
 
 def _stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _read(text: str) -> _Said:
+    """A source as tokens. One of up to `_KEPT_CHARS` is made once for every value
+    looked for in it (a turn's later writes look in the same tool results again);
+    a larger one is made each time, so the cache stays within some 64 × 16 KB of text."""
+    return _kept(text) if len(text) <= _KEPT_CHARS else _Said([text], quoted_too=True)
+
+
+_KEPT_CHARS = 16_384
+
+
+@functools.lru_cache(maxsize=64)
+def _kept(text: str) -> _Said:
+    return _Said([text], quoted_too=True)  # never changed once made: safe to share
 
 
 def _short(text: str, limit: int = 60) -> str:
