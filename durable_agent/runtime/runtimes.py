@@ -71,6 +71,8 @@ SETTLE_S = 5.0
 """How long `end()` waits for calls cancelled as the program ended to let go of their
 clients (each does once a Tokio thread has handed its cancellation back, which on a
 busy machine can take more than a second)."""
+SETTLE_PAUSE_S = 0.2
+"""The longest pause between two looks while `end()` waits."""
 
 
 def end() -> int:
@@ -90,10 +92,14 @@ def end() -> int:
     # A call cancelled as the program ended still holds its client from a Tokio task
     # until that task has handed the cancellation back (on one of the threads we are
     # waiting to end): a moment, with the GIL let go.
-    deadline = time.monotonic() + SETTLE_S
+    # Each look is a full collection, which holds the GIL the thread handing the
+    # cancellation back needs: the pauses between looks grow, so that on a busy
+    # machine (or a large heap, where a collection is long) that thread gets it.
+    deadline, pause = time.monotonic() + SETTLE_S, 0.01
     while _made and time.monotonic() < deadline:
-        time.sleep(0.01)
+        time.sleep(pause)
         gc.collect()
+        pause = min(pause * 2, SETTLE_PAUSE_S)
     return len(_made)
 
 
