@@ -24,7 +24,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from durable_agent.evals import tau2
-from durable_agent.evals.run import APPROVER, Floor, Scoring, _close_scorer, _score, store_tools
+from durable_agent.evals.run import (
+    APPROVER,
+    Floor,
+    Scoring,
+    _close_scorer,
+    _score,
+    run_id,
+    store_tools,
+)
 
 STEP_TIMEOUT = timedelta(seconds=30)
 LOOK_EVERY_S = 0.05
@@ -122,8 +130,13 @@ async def floor_run(
     """The tasks' episodes as `Tau2Floor` workflows on a worker of this process,
     `concurrency` at a time; times leave scoring aside, and each episode is scored as
     the durable ones are."""
-    run = f"floor-{domain}-{uuid.uuid4().hex[:8]}"
-    path = state_dir / f"{run}.db"
+    # One store for the tasks, made afresh by each invocation (as the plain loop's);
+    # workflows and their queue of this invocation's own, whatever an earlier one left.
+    named = f"floor-{run_id(domain, 'oracle', [t.id for t in tasks])}"
+    path = state_dir / f"{named}.db"
+    for stale in state_dir.glob(f"{named}.db*"):
+        stale.unlink()
+    run = f"{named}-{uuid.uuid4().hex[:8]}"
     store = tau2.EpisodeStore(path, domain)
     activities = FloorActivities(store, tasks)
     gate = asyncio.Semaphore(concurrency)

@@ -645,6 +645,7 @@ async def test_temporals_floor_runs_the_episodes_as_bare_workflows_each_write_ap
     assert set(floor.episodes) == {"0", "4"}
     assert all(0 < t <= floor.seconds for t in floor.episodes.values())
     store = tau2.EpisodeStore(next(tmp_path.glob("floor-*.db")), "retail")
+    first = _episodes(store)
     for task in tasks:
         episode = next(e for e in _episodes(store) if e.endswith(f"-{task.id}"))
         expected = [a[0] for a in tau2.expected_actions(task) if _writes(store, a[0])]
@@ -655,6 +656,13 @@ async def test_temporals_floor_runs_the_episodes_as_bare_workflows_each_write_ap
         ran = [i for i, k in enumerate(kinds) if k == "activity_task_scheduled_event_attributes"]
         assert len(approved) == len(ran) == len(expected)
         assert all(a < r for a, r in zip(approved, ran, strict=True))
+
+    # Run again, it starts from a store of its own again: one store for these tasks.
+    again = await floor_run(env.client, "retail", tasks, state_dir=tmp_path)
+    assert again.passed == [True, True]
+    (path,) = [p for p in tmp_path.glob("floor-*.db") if p.suffix == ".db"]
+    episodes = _episodes(tau2.EpisodeStore(path, "retail"))
+    assert len(episodes) == 2 and not set(episodes) & set(first), (episodes, first)
 
     report = SimpleNamespace(task="0", seconds=floor.episodes["0"] * 2, timed_whole=True)
     over = against_floor([report], {"seconds": floor.seconds, "episodes": floor.episodes})  # type: ignore[list-item]
