@@ -29,10 +29,13 @@ import json
 import logging
 import sys
 import tempfile
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio.service import RPCError
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from durable_agent.runtime.server import Connection
@@ -207,8 +210,9 @@ async def _tau2(args: argparse.Namespace) -> int:
         return 1
     if args.floor:
         return await _temporal_floor(conn, args, tasks, state, temporal_floor, floor)
-    try:
-        reports = await run_tasks(
+    reports = await _on_server(
+        conn,
+        run_tasks(
             conn.client,
             args.domain,
             tasks,
@@ -216,15 +220,11 @@ async def _tau2(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             ui_url=conn.ui_url or "",
             chaos=args.chaos,
-        )
-    except (ChaosError, ServerUnavailable) as e:
-        print(f"error: {e}", file=sys.stderr)
+        ),
+        ChaosError,
+    )
+    if reports is None:
         return 1
-    except RPCError as e:
-        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
-        return 1
-    finally:
-        await conn.aclose()
     total = totals(reports)
     ran_now = [r for r in reports if not r.from_earlier]
     if ran_now:
@@ -259,20 +259,11 @@ async def _temporal_floor(
     measured against, beside the plain loop's (whose report, at `plain`, says what this
     floor is over it)."""
     from durable_agent.evals.floor import floor_run
-    from durable_agent.runtime.server import ServerUnavailable
 
-    try:
-        found = await floor_run(
-            conn.client, args.domain, tasks, state_dir=state, concurrency=args.concurrency
-        )
-    except ServerUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
+    work = floor_run(conn.client, args.domain, tasks, state_dir=state, concurrency=args.concurrency)
+    found = await _on_server(conn, work)
+    if found is None:
         return 1
-    except RPCError as e:
-        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
-        return 1
-    finally:
-        await conn.aclose()
     passed = sum(found.passed)
     report.parent.mkdir(parents=True, exist_ok=True)
     took = {"seconds": round(found.seconds, 2), "passed": passed, "episodes": found.episodes}
@@ -290,6 +281,25 @@ async def _temporal_floor(
         f"{report}"
     )
     return 0 if all(found.passed) else 1
+
+
+async def _on_server(
+    conn: Connection, work: Awaitable[T], *expected: type[BaseException]
+) -> T | None:
+    """What `work` gives on the run's server, the connection closed after it; None once
+    a lost server, or an error of the `expected` kinds, is said in one line."""
+    from durable_agent.runtime.server import ServerUnavailable
+
+    said: tuple[type[BaseException], ...] = (ServerUnavailable, *expected)
+    try:
+        return await work
+    except said as e:
+        print(f"error: {e}", file=sys.stderr)
+    except RPCError as e:
+        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
+    finally:
+        await conn.aclose()
+    return None
 
 
 async def _connect() -> Connection:
@@ -393,23 +403,19 @@ async def _tau2_real(args: argparse.Namespace, tasks: list[Any]) -> int:
     except ServerUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    try:
-        reports = await run_conversations(
+    reports = await _on_server(
+        conn,
+        run_conversations(
             conn.client,
             run,
             tasks,
             state_dir=state,
             concurrency=args.concurrency,
             ui_url=conn.ui_url or "",
-        )
-    except ServerUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
+        ),
+    )
+    if reports is None:
         return 1
-    except RPCError as e:
-        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
-        return 1
-    finally:
-        await conn.aclose()
     total = real_totals(reports, run.trials)
     name = run.id([t.id for t in tasks], state)
     as_json, as_csv = write_reports(reports, args.report / name, total)
@@ -445,23 +451,22 @@ async def _replay(args: argparse.Namespace) -> int:
     except (EvalSetupError, AgentClientError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    try:
-        name, reports = await replay_run(
+    replayed = await _on_server(
+        conn,
+        replay_run(
             conn.client,
             args.run,
             args.model,
             state_dir=state_dir() / "evals",
             concurrency=args.concurrency,
             ui_url=conn.ui_url or "",
-        )
-    except (AgentClientError, EvalSetupError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        ),
+        AgentClientError,
+        EvalSetupError,
+    )
+    if replayed is None:
         return 1
-    except RPCError as e:
-        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
-        return 1
-    finally:
-        await conn.aclose()
+    name, reports = replayed
     total = totals(reports)
     as_json, as_csv = write_reports(reports, args.report / name, total)
     print(f"{summary(total)}; report: {as_json}, {as_csv}")
@@ -493,18 +498,10 @@ async def _questions(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     state = state_dir() / "evals"
-    try:
-        reports = await run_questions(
-            conn.client, TABLES[args.table], model=args.model, state_dir=state
-        )
-    except ServerUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
+    work = run_questions(conn.client, TABLES[args.table], model=args.model, state_dir=state)
+    reports = await _on_server(conn, work)
+    if reports is None:
         return 1
-    except RPCError as e:
-        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
-        return 1
-    finally:
-        await conn.aclose()
     total = summary(reports)
     name = f"questions-{args.table}-{args.model.replace(':', '_').replace('/', '_')}"
     args.report.mkdir(parents=True, exist_ok=True)
