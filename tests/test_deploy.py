@@ -465,6 +465,8 @@ def test_dockerfile_pins_its_base_runs_as_non_root_and_starts_the_worker() -> No
     [cmd] = [a for i, a in final if i == "CMD"]
     assert json.loads(cmd) == ["python", "worker.py"]  # exec form: SIGTERM reaches Python
     workdir = [a for i, a in final if i == "WORKDIR"][-1]
+    # The image holds the tested set (constraints.txt), not this morning's releases.
+    assert any(i == "RUN" and "-c constraints.txt" in a for i, a in steps), "install unlocked"
     assert any(i == "COPY" and "worker.py" in a for i, a in final), "worker.py not in the image"
     assert workdir == "/app"
 

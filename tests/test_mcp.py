@@ -1,7 +1,7 @@
 """MCP tool servers as an agent's tools, against real servers from the registries:
 `mcp-server-time` (PyPI, stdio), `@modelcontextprotocol/server-everything` (npm,
 Streamable HTTP) and `@modelcontextprotocol/server-memory` (npm, stdio, writes to a
-file we can count). `.ci/run` installs the npm ones into tests/.mcp/."""
+file we can count). `.ci/run` installs the npm ones into tests/npm/ from its lock."""
 
 from __future__ import annotations
 
@@ -43,14 +43,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # In-process workers keep their MCP tool lists in the test's folder.
 pytestmark = pytest.mark.usefixtures("own_state_dir")
 BIN = Path(sys.executable).parent
-NPM_BIN = ROOT / "tests" / ".mcp" / "node_modules" / ".bin"
+NPM_BIN = ROOT / "tests" / "npm" / "node_modules" / ".bin"
 TIME = MCPServer(
     name="time", command=str(BIN / "mcp-server-time"), args=("--local-timezone", "UTC")
 )
 
 needs_npm = pytest.mark.skipif(
     not (NPM_BIN / "mcp-server-memory").exists() and not os.environ.get("CI"),
-    reason="the npm MCP servers are not installed (.ci/run installs them into tests/.mcp)",
+    reason="the npm MCP servers are not installed: npm ci --prefix tests/npm",
 )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
@@ -194,12 +195,16 @@ async def test_an_error_before_the_stream_is_classified_as_ever(stream: bool) ->
 
 
 def test_an_error_event_with_a_status_is_classified_by_it() -> None:
-    """vLLM names the status it means in the error event's `code`."""
+    """vLLM names the status it means in the error event's `code`.
+
+    Built as the SDK's stream reader builds it: with the request the stream answered.
+    """
+    request = httpx.Request("POST", "http://127.0.0.1:8000/v1/chat/completions")
     body = {"message": "prompt too long", "type": "BadRequestError", "code": 400}
-    e = openai.APIError("prompt too long", request=None, body=body)  # type: ignore[arg-type]
+    e = openai.APIError("prompt too long", request=request, body=body)
     assert isinstance(classify(e), ModelRequestRejected)
     body = {"message": "overloaded", "type": "ServiceUnavailableError", "code": 503}
-    e = openai.APIError("overloaded", request=None, body=body)  # type: ignore[arg-type]
+    e = openai.APIError("overloaded", request=request, body=body)
     assert isinstance(classify(e), ModelUnavailable)
 
 
