@@ -5,7 +5,10 @@ Fast, so it runs as a local activity (with the shields' timeout and retries, as
 parse_output, which screens results, does). It never fails on bad calls: an
 unknown tool or invalid arguments come back as a rejection, whose text is the
 call's result for the model. It also says which valid calls must wait for a
-person's consent (the tool's declaration, then the worker's `ApprovalPolicy`).
+person's consent (the tool's declaration, then the worker's `ApprovalPolicy`; a
+waiver covers a write built from the customer's own words, once a turn and never in
+a fork). Deciding that here, where its result is recorded, means a turn replays
+with the decisions it ran with, whatever code replays it (no `workflow.patched`).
 Screening here rather than in a shield activity of its own costs a round of tools
 one local activity (a history event and a workflow activation) less.
 """
@@ -20,7 +23,15 @@ from temporalio import activity
 from durable_agent.activities._conversation import Conversations
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.shield import screen
-from durable_agent.approval import ApprovalPolicy
+from durable_agent.approval import (
+    IN_A_FORK,
+    MAX_UNASKED_WRITES,
+    REPEATED,
+    SUBAGENT_IN_A_FORK,
+    TOO_MANY_UNASKED,
+    ApprovalPolicy,
+    digest,
+)
 from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS
 from durable_agent.conversation import Message
 from durable_agent.errors import InvalidCall
@@ -90,6 +101,12 @@ class ParseInput(BaseModel):
     does not carry them: a local activity's input is not recorded in the history, but
     a payload store writes it, so an input carrying every result so far would make a
     turn of N steps store O(N²) bytes."""
+    fork: bool = False
+    """The turn is a fork (`client.py rerun` / `replay`): every write asks for consent,
+    waived or not (the turn answers the ones its record served without asking)."""
+    unasked: list[str] = Field(default_factory=list)
+    """The writes this turn ran without asking so far (`approval.digest`, at most
+    `MAX_UNASKED_WRITES`): a waived write that repeats one asks."""
 
 
 class ParseOutput(BaseModel):
@@ -119,6 +136,7 @@ class ParseActivity:
         tools = await turn_tools(served, input.tools_version, input.tool_lists)
         read = _Read(input, self._conversations)
         valid, rejected, normalised_calls = [], [], []
+        unasked = _Unasked(input.unasked)
         # Quick reads run as local activities, whose results the turn's next workflow
         # task records all at once: only as many as fit one task's budget run so.
         quick_left = MAX_RESULTS_IN_FLIGHT_CHARS
@@ -152,7 +170,9 @@ class ParseActivity:
                     side_effects=tool.side_effects,
                     quick=quick,
                     result_chars=limit,
-                    approval=_why_approval(tool, served.approvals, foreign),
+                    approval=unasked.why(
+                        normalised, tool, _why_approval(tool, served.approvals, foreign, input.fork)
+                    ),
                     return_direct=tool.return_direct,
                     agent=_answered_by(tool, served.name),
                     checked=tool.check is not None,
@@ -213,9 +233,20 @@ def _answered_by(tool: Tool, owner: str) -> SubAgent | None:
     )
 
 
-def _why_approval(tool: Tool, approvals: ApprovalPolicy, foreign: list[str]) -> str:
+def _why_approval(
+    tool: Tool, approvals: ApprovalPolicy, foreign: list[str], fork: bool = False
+) -> str:
     """Why the call needs consent (empty: it does not). A write with arguments the
-    customer did not write needs it even where writes are waived."""
+    customer did not write needs it even where writes are waived, and so does any
+    write in a fork, and a sub-agent's call there (its turn may write)."""
+    why = _why_asked(tool, approvals, foreign)
+    in_a_fork = IN_A_FORK if tool.side_effects else SUBAGENT_IN_A_FORK if tool.agent else ""
+    if fork and in_a_fork:
+        return f"{why}; {in_a_fork}" if why else in_a_fork
+    return why
+
+
+def _why_asked(tool: Tool, approvals: ApprovalPolicy, foreign: list[str]) -> str:
     source = f"; not the customer's words: {', '.join(foreign)}" if foreign else ""
     if not approvals.needs_approval(tool.name, tool.needs_approval):
         if not foreign:
@@ -225,3 +256,23 @@ def _why_approval(tool: Tool, approvals: ApprovalPolicy, foreign: list[str]) -> 
         what = " ".join(tool.description.split()).split(". ")[0].rstrip(".")
         return f"it writes: {what}{source}"
     return f"this worker asks for consent before every {tool.name} call"
+
+
+class _Unasked:
+    """The writes that run without asking: once each per turn. The turn says which ran
+    in its earlier rounds; a copy of one of them, or of one before it in this round
+    (which runs first), asks instead."""
+
+    def __init__(self, ran: list[str]) -> None:
+        self.ran = set(ran)
+
+    def why(self, call: ToolCall, tool: Tool, why: str) -> str:
+        if why or not tool.side_effects:
+            return why
+        key = digest(call)
+        if key in self.ran:
+            return REPEATED
+        if len(self.ran) >= MAX_UNASKED_WRITES:
+            return TOO_MANY_UNASKED
+        self.ran.add(key)
+        return ""

@@ -16,10 +16,15 @@ prefix is taken even when the server does not list it now: its list may change.
 A call that needs approval waits, durably, for a decision (the turn's `decide`
 update) or for the approval timeout; a rejected or expired call becomes a
 result the model reads, an approved one runs exactly once.
+
+A waiver covers one write, once: a waived write runs without asking once per turn
+(the same tool with the same arguments again asks, `REPEATED`), and never in a fork of
+a turn (`IN_A_FORK`), where it would be a real write that nobody asked for.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -27,7 +32,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, field_validator
 
-from durable_agent.types import ToolCall
+from durable_agent.types import ToolCall, compact_json
 
 ALL = "*"
 SEPARATOR = "__"
@@ -157,3 +162,45 @@ def expired(call: ToolCall, waited: str) -> str:
         f"Not done: nobody approved {call.render()} within {waited}, so it was not run. "
         "Nothing was changed."
     )
+
+
+IN_A_FORK = "a write in a fork that its record did not serve needs consent, whatever a waiver says"
+"""Why a write of a fork (`client.py rerun` / `replay`) asks: one its record served
+never runs, so one that runs is a real write (a further copy of a recorded one too)."""
+SUBAGENT_IN_A_FORK = (
+    "a sub-agent's turn may write, and in a fork one that its record did not serve "
+    "needs consent, whatever a waiver says"
+)
+REPEATED = (
+    "the same write (same tool, same arguments) already ran in this turn without asking: "
+    "each further copy needs consent"
+)
+MAX_UNASKED_WRITES = 1_000
+"""The different writes a turn remembers having run without asking; past them, every
+write asks (`TOO_MANY_UNASKED`): the memory is carried from run to run, so it is bounded."""
+TOO_MANY_UNASKED = (
+    f"this turn already ran {MAX_UNASKED_WRITES:,} different writes without asking: "
+    "each further one needs consent"
+)
+
+
+def canonical(call: ToolCall) -> str:
+    """A call as its repeats are compared: its tool and its arguments as JSON, every
+    object's keys sorted (so `{"a": 1, "b": 2}` is `{"b": 2, "a": 1}`). A fork compares
+    its calls with its record's so too (`durable_agent/rewind.py`)."""
+    return compact_json([call.name, _sorted(call.arguments)])
+
+
+def digest(call: ToolCall) -> str:
+    """`canonical`, hashed: what a turn keeps of a write it ran without asking (bounded,
+    whatever the arguments' size). Two different writes with one digest would only make
+    the second ask."""
+    return hashlib.sha256(canonical(call).encode()).hexdigest()[:32]
+
+
+def _sorted(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value

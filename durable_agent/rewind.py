@@ -13,7 +13,11 @@ step N is a new turn (`Fork` in its input) that
 - answers a call the original ran (same tool, same arguments) with the original's
   recorded result: a write always, so it is never done twice (no consent is asked
   for what does not run), and a read unless `live_reads`. Other calls run as in any
-  turn: a new write needs consent as always.
+  turn, but for one thing: a write its record did not serve (a new one, or a further
+  copy of one it served) asks for consent even where the agent waives it
+  (`durable_agent.approval.IN_A_FORK`), and so does a sub-agent's call, whose turn
+  may write. A fork is run by hand, to see what another model or prompt would do:
+  nobody expects it to change the world unasked.
 
 With `live_reads`, the reads of the rounds before step N run again too, and their
 new results replace the recorded ones in the conversation; their writes stand.
@@ -31,6 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from durable_agent.approval import canonical
 from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
 from durable_agent.errors import CannotFork
 from durable_agent.model import Reply
@@ -45,7 +50,6 @@ from durable_agent.types import (
     ToolCall,
     TurnInput,
     TurnOutput,
-    compact_json,
 )
 
 FORK_MEMO = "fork"
@@ -199,11 +203,13 @@ class Served(BaseModel):
 def match(fork: Fork, call: ToolCall, *, writes: bool, served: Served) -> RecordedCall | None:
     """The recorded call `call` repeats (same tool, same arguments), if any. A write
     takes one the fork has not taken yet: writing twice what the original wrote once
-    writes once more. A read takes any, unless reads run live. A replay (`in_order`)
-    takes the recording's calls in their order, until a call differs; from there on
-    its reads run live, and its writes still never repeat one of the recording's,
-    unless it runs in a world of its own (`own_world`), where every call from there on
-    runs live."""
+    writes once more (and so asks for consent, as every write that runs in a fork
+    does). A read takes any, unless reads run live. A replay (`in_order`) takes the
+    recording's calls in their order, until a call differs; from there on its reads
+    run live, and its writes still never repeat one of the recording's, unless it runs
+    in a world of its own (`own_world`), where every call from there on runs live
+    (its writes asking for consent too: the turn cannot tell that world from the real
+    one)."""
     if fork.in_order and not served.diverged:
         expected = fork.calls[served.next] if served.next < len(fork.calls) else None
         if expected is not None and _same(expected.call, call):
@@ -228,21 +234,7 @@ def match(fork: Fork, call: ToolCall, *, writes: bool, served: Served) -> Record
 
 
 def _same(recorded: ToolCall, call: ToolCall) -> bool:
-    return recorded.name == call.name and _arguments(recorded.arguments) == _arguments(
-        call.arguments
-    )
-
-
-def _arguments(arguments: dict[str, Any]) -> str:
-    return compact_json(_sorted(arguments))
-
-
-def _sorted(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _sorted(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [_sorted(v) for v in value]
-    return value
+    return canonical(recorded) == canonical(call)
 
 
 def served_line(fork: Fork, recorded: RecordedCall, call: ToolCall, *, writes: bool) -> str:

@@ -216,9 +216,13 @@ async def test_reads_in_a_fork_are_served_from_the_record(harness: Harness) -> N
     assert "12 in stock" in last_result(same.requests[-1][1])
 
 
-async def test_a_new_write_in_a_fork_needs_consent_and_runs_once(harness: Harness) -> None:
-    """A write the original did not make runs as in any turn; the second of two
-    identical writes where the original made one is such a write."""
+async def test_a_second_copy_of_a_recorded_write_in_a_fork_is_a_new_write(
+    harness: Harness,
+) -> None:
+    """The second of two identical writes where the original made one is a new write:
+    though the agent waives it, it goes the way of a write that needs consent, and the
+    shop's check answers first that it cannot be done (one open return per order), so
+    nobody is asked and nothing runs (`tests/test_write_consent.py` asks and counts)."""
     model = Forking(three_steps())
     async with harness.worker(model, TOOLS_AND_STOCK, approvals=WAIVED) as task_queue:
         agents = AgentClient(harness.client, task_queue=task_queue)
@@ -231,9 +235,11 @@ async def test_a_new_write_in_a_fork_needs_consent_and_runs_once(harness: Harnes
         model.then(twice)
         result = await (await agents.rerun(first.workflow_id, from_step=2)).result()
 
-    kinds = [s.kind for s in story(result) if s.iteration >= 2]
-    assert StepKind.RECORDED in kinds and StepKind.TOOL_CALL in kinds
-    # The second is a write of its own (one open return per order: the store refuses it).
+    (served,) = [s for s in result.steps if s.kind is StepKind.RECORDED]
+    assert served.calls[0].id == "n1"
+    checked = [s for s in result.steps if "not asked, it cannot be done" in s.text]
+    assert [s.observation.call_id for s in checked if s.observation] == ["n2"]
+    assert not [s for s in result.steps if s.kind is StepKind.TOOL_CALL and s.iteration >= 2]
     assert len(harness.store.returns_for("123456")) == 1
 
 

@@ -11,7 +11,8 @@ The next run starts where this one stopped, by the same workflow id, from a
   under way, the results so far and the calls awaiting consent (and any decision
   already taken on them);
 - the totals: usage and cost, tools used, the turn's clock (max_duration, with the
-  time spent waiting for people left out), whether a result carried instructions;
+  time spent waiting for people left out), whether a result carried instructions,
+  and which writes ran without asking (hashes: a copy of one asks in any run);
 - the conversation's length only: the model calls number on, and the activities
   read the conversation from their worker's copy or from the earlier runs'
   histories (`durable_agent/transcript.py`), so no run's input carries it;
@@ -21,7 +22,8 @@ The next run starts where this one stopped, by the same workflow id, from a
 - in a fork (`durable_agent/rewind.py`), what its parent's record has answered so far.
 
 Every field holds what one run adds, never the whole turn: a turn of N steps writes
-O(N) bytes over all its runs.
+O(N) bytes over all its runs (but for the short lists that are the turn's memory:
+the calls consented to, and at most 1,000 hashes of writes run without asking).
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ class TurnCarry(BaseModel):
     """Messages of the conversation the model calls so far have carried."""
     consented: list[str] = Field(default_factory=list)
     """Calls a person granted consent to (a summary of the conversation keeps them)."""
+    unasked: list[str] = Field(default_factory=list)
+    """The writes the turn ran without asking, as hashes (`approval.digest`, at most
+    `approval.MAX_UNASKED_WRITES`): a copy of one asks, in every run."""
     started: datetime | None = None
     paused: timedelta = timedelta(0)
     paused_since: datetime | None = None

@@ -94,7 +94,14 @@ with workflow.unsafe.imports_passed_through():
         ShieldOutput,
         ValidCall,
     )
-    from durable_agent.approval import ApprovalDecision, ApprovalResult, declined, expired
+    from durable_agent.approval import (
+        MAX_UNASKED_WRITES,
+        ApprovalDecision,
+        ApprovalResult,
+        declined,
+        digest,
+        expired,
+    )
     from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round, for_memo
     from durable_agent.conversation import (
         AssistantMessage,
@@ -230,6 +237,9 @@ class AgentTurn:
         older exchanges before the next one (`_compact`)."""
         self._consented: list[str] = list(carry.consented) if carry else []
         """Calls a person granted consent to: a summary keeps them word for word."""
+        self._unasked: list[str] = list(carry.unasked) if carry else []
+        """The writes this turn ran without asking (`approval.digest`): parse makes a
+        repeat of one ask, so that a waiver covers each write once."""
         self._progressed = False
         """This run has made a model call: it may continue as new (each run makes one)."""
         self._moving = False
@@ -837,6 +847,8 @@ class AgentTurn:
                 sources=self._earlier_answers(turn),
                 conversation=self._conversation_ref(),
                 customer_id=turn.customer_id,
+                fork=turn.fork is not None,
+                unasked=self._unasked,
             ),
             start_to_close_timeout=PARSE_TIMEOUT,
             schedule_to_close_timeout=self._within(),
@@ -932,6 +944,7 @@ class AgentTurn:
             model_calls=self._model_calls,
             sent=self._sent,
             consented=self._consented,
+            unasked=self._unasked,
             started=self._started,
             paused=self._paused,
             paused_since=self._paused_since,
@@ -1060,6 +1073,9 @@ class AgentTurn:
                 why = f"{why}; it will: {change}"
         if why:
             return await self._consent(turn, iteration, call, why)
+        if vc.side_effects and len(self._unasked) < MAX_UNASKED_WRITES:
+            # Waived (parse said so, having checked it repeats no write of this turn).
+            self._unasked.append(digest(call))
         return None
 
     async def _send(
