@@ -14,11 +14,18 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agent import Agent, AgentClient
-from durable_agent.approval import IN_A_FORK, REPEATED, ApprovalPolicy, digest
+from durable_agent.approval import (
+    IN_A_FORK,
+    REPEATED,
+    SUBAGENT_IN_A_FORK,
+    ApprovalPolicy,
+    digest,
+)
 from durable_agent.client import TurnHandle
 from durable_agent.model import Reply
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shields import ShieldSettings
+from durable_agent.shop import TOOLS_WITH_POLICY_EXPERT
 from durable_agent.tools import ToolContext, tool
 from durable_agent.types import Outcome, PendingApproval, StepKind, ToolCall, TurnLimits
 from tests.conftest import Harness, last_result
@@ -131,7 +138,8 @@ async def test_a_fork_that_repeats_a_recorded_write_asks_before_the_second_copy(
     assert store.count() == (2 if approved else 1)
     served = [s for s in result.steps if s.kind is StepKind.RECORDED]
     assert [s.calls[0].id for s in served] == ["n1"]
-    assert served[0].text.endswith(f"already done in {parent} (step 1); its recorded result, not run again")
+    done = f"already done in {parent} (step 1); its recorded result, not run again"
+    assert served[0].text.endswith(done)
     (approval,) = [s for s in result.steps if s.kind is StepKind.APPROVAL]
     assert approval.calls[0].id == "n2"
     assert approval.text.endswith(f"awaits approval: {IN_A_FORK}")
@@ -165,6 +173,25 @@ async def test_a_new_waived_write_in_a_fork_asks(harness: Harness, how: str) -> 
     assert store.count(OTHER) == 0 and store.count() == 1
     assert result.answer.startswith("Not done: refund(")
     assert "declined by operator: only looking" in result.answer
+
+
+async def test_a_sub_agents_call_in_a_fork_asks(harness: Harness) -> None:
+    """A sub-agent's turn is no fork: whatever it writes would be real. So its call, which
+    the fork's record did not serve, asks; declined, no sub-agent's turn starts."""
+    model = Forking(ScriptedModel(plans=[Reply(text="We ship to Canada.")]))
+    async with harness.worker(model, TOOLS_WITH_POLICY_EXPERT) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        parent = (await agents.ask("Do you ship to Canada?", model="scripted")).workflow_id
+        ask = ToolCall(id="n1", name="policy_expert", arguments={"question": "Canada?"})
+        reply = [lambda r: Reply(text=last_result(r))]
+        model.then(ScriptedModel(plans=[Reply(calls=[ask])], decisions=reply))
+        fork = await agents.rerun(parent, from_step=1)
+        (asked,) = await waiting(fork, bool)
+        assert asked.why == SUBAGENT_IN_A_FORK
+        await fork.reject("n1", by="operator")
+        result = await fork.result()
+    assert result.answer.startswith("Not done: policy_expert(")
+    assert not [s for s in result.steps if s.kind is StepKind.TOOL_CALL]
 
 
 @pytest.mark.parametrize("copies", [3, 1000])
