@@ -28,9 +28,9 @@ from durable_agent.approval import (
     MAX_UNASKED_WRITES,
     REPEATED,
     SUBAGENT_IN_A_FORK,
-    TOO_MANY_UNASKED,
     ApprovalPolicy,
     digest,
+    too_many_unasked,
 )
 from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS
 from durable_agent.conversation import Message
@@ -273,6 +273,6 @@ class _Unasked:
         if key in self.ran:
             return REPEATED
         if len(self.ran) >= MAX_UNASKED_WRITES:
-            return TOO_MANY_UNASKED
+            return too_many_unasked(MAX_UNASKED_WRITES)
         self.ran.add(key)
         return ""

@@ -177,11 +177,14 @@ REPEATED = (
 )
 MAX_UNASKED_WRITES = 1_000
 """The different writes a turn remembers having run without asking; past them, every
-write asks (`TOO_MANY_UNASKED`): the memory is carried from run to run, so it is bounded."""
-TOO_MANY_UNASKED = (
-    f"this turn already ran {MAX_UNASKED_WRITES:,} different writes without asking: "
-    "each further one needs consent"
-)
+write asks (`too_many_unasked`): the memory is carried from run to run, so it is bounded."""
+
+
+def too_many_unasked(limit: int) -> str:
+    return (
+        f"this turn already ran {limit:,} different writes without asking: "
+        "each further one needs consent"
+    )
 
 
 def canonical(call: ToolCall) -> str:

@@ -20,6 +20,7 @@ from durable_agent.approval import (
     SUBAGENT_IN_A_FORK,
     ApprovalPolicy,
     digest,
+    too_many_unasked,
 )
 from durable_agent.client import TurnHandle
 from durable_agent.model import Reply
@@ -260,6 +261,26 @@ async def test_a_waived_write_repeated_in_a_later_round_asks(
     assert result.answer.startswith("Not done: refund(")
     if limits is not None:
         assert result.runs >= 2  # r2 asked in a run after the one r1 ran in
+
+
+async def test_past_the_writes_a_turn_remembers_every_waived_write_asks(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn remembers a bounded number of writes it ran unasked (1,000; two here):
+    past them it cannot tell a repeat from a new write, so every write asks."""
+    monkeypatch.setattr("durable_agent.activities.parse.MAX_UNASKED_WRITES", 2)
+    store = Refunds()
+    third = {"order_id": "654321", "amount": 7.25}
+    calls = [refund_call("r1"), refund_call("r2", OTHER), refund_call("r3", third)]
+    model = ScriptedModel(plans=[Reply(calls=calls)], decisions=[Reply(text="Done.")])
+    async with harness.worker(model, agents=[refunds_agent(store)]) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        turn = await agents.start(QUESTION, model="scripted")
+        (asked,) = await waiting(turn, bool)
+        assert asked.call.id == "r3" and asked.why == too_many_unasked(2)
+        await turn.reject("r3", by="operator")
+        await turn.result()
+    assert (store.count(), store.count(OTHER), store.count(third)) == (1, 1, 0)
 
 
 async def test_writes_that_need_consent_anyway_each_ask(harness: Harness) -> None:

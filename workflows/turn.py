@@ -1073,10 +1073,16 @@ class AgentTurn:
                 why = f"{why}; it will: {change}"
         if why:
             return await self._consent(turn, iteration, call, why)
-        if vc.side_effects and len(self._unasked) < MAX_UNASKED_WRITES:
-            # Waived (parse said so, having checked it repeats no write of this turn).
-            self._unasked.append(digest(call))
+        if vc.side_effects:
+            self._ran_unasked(call)
         return None
+
+    def _ran_unasked(self, call: ToolCall) -> None:
+        """A waived write runs: parse found it repeats none of this turn's, and makes
+        the next copy ask. Parse lets no more than `MAX_UNASKED_WRITES` through."""
+        key = digest(call)
+        if key not in self._unasked and len(self._unasked) < MAX_UNASKED_WRITES:
+            self._unasked.append(key)
 
     async def _send(
         self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
