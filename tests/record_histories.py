@@ -241,6 +241,33 @@ async def forking(harness: Harness) -> WorkflowHandle:
         return fork.temporal
 
 
+async def asking_again(harness: Harness, fork: bool) -> WorkflowHandle:
+    """A waived refund made twice, the second copy approved by the recorder: in one
+    reply of a fork of a turn that refunded once (the first copy from the record, the
+    second asks), or in two rounds of a turn (the second asks: it already ran)."""
+    from tests.test_rewind import Forking
+    from tests.test_write_consent import Refunds, refund_call, refunds_agent
+
+    question, done = "Please refund 12.50 for order 654321", Reply(text="Done.")
+    once = Reply(calls=[refund_call("r1")])
+    again = Reply(calls=[refund_call("r2")])
+    model = Forking(ScriptedModel(plans=[once], decisions=[done] if fork else [again, done]))
+    async with harness.worker(model, agents=[refunds_agent(Refunds())]) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        if fork:
+            first = await agents.ask(question, model="scripted")
+            twice = Reply(calls=[refund_call("r1"), refund_call("r2")])
+            model.then(ScriptedModel(plans=[twice], decisions=[done]))
+            turn = await agents.rerun(first.workflow_id, from_step=1)
+        else:
+            turn = await agents.start(question, model="scripted")
+        while not await turn.pending():
+            await asyncio.sleep(0.05)
+        await turn.approve("r2", by="recorder")
+        await turn.result()
+        return turn.temporal
+
+
 async def compacting(harness: Harness) -> WorkflowHandle:
     """30 rounds of 1.5 KB notes through a model with a 4,000-token window: older
     results shortened, then older exchanges summarised (the `compact` activity)."""
@@ -286,8 +313,9 @@ async def local_calls(harness: Harness) -> WorkflowHandle:
 
 async def main(only: set[str]) -> None:
     """Record every scenario, or (`only`) those named: one of `scenarios()`, or
-    `long_turn`, `consent_across_runs`, `forked`, `compacted`, `mcp_tools`,
-    `local_calls`, `approved`, `declined_by_person`."""
+    `long_turn`, `consent_across_runs`, `forked`, `fork_write_asked`,
+    `write_asked_again`, `compacted`, `mcp_tools`, `local_calls`, `approved`,
+    `declined_by_person`."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,
@@ -326,6 +354,9 @@ async def main(only: set[str]) -> None:
                 await save(name, handle)
             if not only or "forked" in only:
                 await save("forked", await forking(harness))
+            for name, fork in (("fork_write_asked", True), ("write_asked_again", False)):
+                if not only or name in only:
+                    await save(name, await asking_again(harness, fork))
             if not only or "compacted" in only:
                 await save("compacted", await compacting(harness))
             if not only or "mcp_tools" in only:

@@ -4,8 +4,9 @@ a non-determinism error, or are shown to need the version they started on.
 `histories/` holds turns and conversations recorded by the current code
 (`python -m tests.record_histories`): approvals given and refused, a
 conversation, a streamed turn, a sub-agent's turn and its parent, a typed turn
-whose value was repaired once, a fork of a turn (`client.py rerun`), a turn of an
-agent with an MCP server (its tool list recorded by hash), and turns that
+whose value was repaired once, a fork of a turn (`client.py rerun`), a fork and a
+turn whose second copy of a waived write asked for consent, a turn of an agent with
+an MCP server (its tool list recorded by hash), and turns that
 continued as new, run by run (`<name>.run<n>`: a long turn, and one whose write
 waited for consent across a continue-as-new). They must replay (a worker that picks
 up a turn after a crash replays it), and a change that is not patched is shown to
@@ -90,9 +91,16 @@ async def replay(
 
 def test_histories_are_stored() -> None:
     assert len(HISTORIES) >= 15, "run `python -m tests.record_histories`"
-    assert {"approved", "conversation", "streamed", "sub_agent", "typed", "mcp_tools"} <= {
-        p.stem for p in HISTORIES
-    }
+    assert {
+        "approved",
+        "conversation",
+        "streamed",
+        "sub_agent",
+        "typed",
+        "mcp_tools",
+        "fork_write_asked",
+        "write_asked_again",
+    } <= {p.stem for p in HISTORIES}
     assert [p.stem for p in INLINE_TOOLS] == ["mcp_tools"]
     continued = {p.stem for p in HISTORIES if ".run" in p.stem}
     assert {"long_turn.run3", "consent_across_runs.run2"} <= continued
