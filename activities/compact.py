@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from durable_agent import compaction
+from durable_agent import compaction, redact
 from durable_agent.activities._common import heartbeating
 from durable_agent.activities._conversation import Conversations
 from durable_agent.activities._model_call import ModelCaller
@@ -106,7 +106,9 @@ class CompactActivity(ModelCaller):
                 try:
                     reply: Reply = await write(request)
                 except (ModelCannotAnswer, InvalidModelOutput) as e:
-                    activity.logger.warning("compact: %s wrote no summary: %s", spec, e)
+                    activity.logger.warning(
+                        "compact: %s wrote no summary: %s", spec, redact.mask(str(e))
+                    )
                     return "", Usage(), "digest"
                 record_reply(span, reply)
                 cost = self._pricing.price(reply.usage, provider, name, spec)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent import redact
 from durable_agent.activities._conversation import Conversations
 from durable_agent.serving import Agents, ServedAgent
 from durable_agent.shields import ShieldConfigError, ShieldRequest, ShieldSet, Verdict
@@ -130,9 +131,10 @@ def _last_attempt() -> bool:
 
 def _cannot_judge(name: str, why: str, fail_open: bool) -> Verdict:
     then = "allowed (AGENT_SHIELDS_FAIL_OPEN)" if fail_open else "refused (shields fail closed)"
+    # A remote shield's error may repeat what it was sent: the verdict is a step's text.
     return Verdict(
         shield=name,
         allowed=fail_open,
         category="shield_unavailable",
-        message=f"{name} could not judge ({why}); {then}",
+        message=f"{name} could not judge ({redact.mask(why)}); {then}",
     )

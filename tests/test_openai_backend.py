@@ -174,8 +174,8 @@ async def test_tools_forever_hit_the_step_cap(
     assert result.usage.model_calls == len(chat.accepted) == 4
 
 
-async def test_rejected_request_says_what_to_fix(
-    harness: Harness, chat: ChatCompletionsServer
+async def test_rejected_request_tells_the_operator_what_to_fix(
+    harness: Harness, chat: ChatCompletionsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     chat.replies = [error(401, message="Incorrect API key provided.")]
     result = await harness.ask("Has order 123456 shipped?", model=chat.model())
@@ -183,16 +183,20 @@ async def test_rejected_request_says_what_to_fix(
     assert result.outcome is Outcome.MODEL_ERROR
     assert len(chat.requests) == 1  # not retried
     assert "refused the request" in result.answer and "unavailable" not in result.answer
-    assert "Incorrect API key provided" in result.answer and "OPENAI_API_KEY" in result.answer
     failure = next(s for s in result.steps if s.kind is StepKind.LIMIT)
-    assert failure.text.startswith("model request rejected:")
+    assert failure.text == "model request rejected: scripted failed (request rejected)"
+    # The provider's words and what to check are the operator's, in the worker's log.
+    assert "Incorrect API key provided" in caplog.text and "OPENAI_API_KEY" in caplog.text
+    assert "OPENAI_API_KEY" not in result.answer
 
 
-async def test_unknown_model_is_named(harness: Harness, chat: ChatCompletionsServer) -> None:
+async def test_unknown_model_is_named(
+    harness: Harness, chat: ChatCompletionsServer, caplog: pytest.LogCaptureFixture
+) -> None:
     result = await harness.ask("Has order 123456 shipped?", model=chat.model("no-such-model"))
     assert result.outcome is Outcome.MODEL_ERROR
-    assert "The model `no-such-model` does not exist" in result.answer
-    assert "check the model name" in result.answer
+    assert "The model `no-such-model` does not exist" in caplog.text
+    assert "check the model name" in caplog.text
     assert len(chat.requests) == 1
 
 

@@ -25,7 +25,11 @@ SECRETS = [
     ("headers={'Authorization': 'Bearer tok123456', 'Host': 'api'}", "tok123456", "'Host': 'api'"),
     ('{"Authorization": "AWS4-HMAC-SHA256 Credential=AKIA/x"}', "HMAC", '{"Authorization": "***"}'),
     ("sent with Bearer eyJhbGciOiJIUzI1NiJ9xx and failed", "eyJhbGci", "and failed"),
-    ("GET https://api.example.com/v1?key=AIzaSyA-1234567890abcdefghijklmnopqrs&q=1", "AIzaSy", "&q=1"),
+    (
+        "GET https://api.example.com/v1?key=AIzaSyA-1234567890abcdefghijklmnopqrs&q=1",
+        "AIzaSy",
+        "&q=1",
+    ),
     ("url: /search?api_key=s3cr3tvalue&page=2", "s3cr3tvalue", "api_key=***&page=2"),
     ("OPENAI_API_KEY=abc123def456 was set", "abc123def456", "OPENAI_API_KEY=*** was set"),
     ("api_key = 'hunter2-but-longer'", "hunter2", "api_key = '***'"),
@@ -44,7 +48,11 @@ SECRETS = [
     (f"aws_secret_access_key={AWS_SECRET}", AWS_SECRET, "aws_secret_access_key=***"),
     (f"AWS_SECRET_ACCESS_KEY: {AWS_SECRET}", AWS_SECRET, "AWS_SECRET_ACCESS_KEY: ***"),
     (f"the secret {AWS_SECRET} is wrong", AWS_SECRET, "the secret *** is wrong"),
-    ("?X-Amz-Signature=abcdef0123&X-Amz-Security-Token=IQoJb3Jp", "IQoJb3Jp", "X-Amz-Signature=***"),
+    (
+        "?X-Amz-Signature=abcdef0123&X-Amz-Security-Token=IQoJb3Jp",
+        "IQoJb3Jp",
+        "X-Amz-Signature=***",
+    ),
     ("postgresql://app:s3cr3t-pw@db.internal:5432/shop", "s3cr3t-pw", "postgresql://app:***@db"),
     ("redis://default:pa55word@cache:6379", "pa55word", "redis://default:***@cache"),
     (

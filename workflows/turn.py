@@ -68,7 +68,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent import answers, fallback, outputs, rewind
+    from durable_agent import answers, fallback, outputs, redact, rewind
     from durable_agent.activities import (
         CompactActivity,
         CompactInput,
@@ -121,7 +121,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.shields import ShieldRequest, Verdict
     from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent, carried
     from durable_agent.subagents import SubAgent
-    from durable_agent.telemetry import agent_span, record_fallback, record_turn
+    from durable_agent.telemetry import agent_span, record_failure, record_fallback, record_turn
     from durable_agent.transcript import ConversationRef
     from durable_agent.types import (
         AgentInfo,
@@ -161,6 +161,8 @@ ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 
 # Model errors that say the request can never succeed as configured.
 _REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__, ModelCannotAnswer.__name__)
+_REJECTED = "model request rejected: "
+"""How a LIMIT step of a model that refused the turn's request begins (`rewind.refused_model`)."""
 
 STREAM_KEEP = 50
 """Events of the turn's stream carried into its next run, within `CARRIED_BYTES`: a
@@ -406,9 +408,8 @@ class AgentTurn:
         except (ActivityError, ApplicationError) as e:
             self._if_out_of_time()
             self._if_tools_lost(1, e)
-            reason = _failure(e)
-            self._record(1, StepKind.LIMIT, f"instructions: {reason}")
-            raise _TurnEnded(Outcome.MODEL_ERROR, answers.instructions_failed(reason)) from None
+            self._record(1, StepKind.LIMIT, self._failed("instructions: could not be prepared", e))
+            raise _TurnEnded(Outcome.MODEL_ERROR, answers.instructions_failed()) from None
         self._agent = self._agent.model_copy(update={"fingerprint": out.fingerprint})
         return out.text
 
@@ -427,7 +428,8 @@ class AgentTurn:
             unpriced = out.unpriced
         except (ActivityError, ApplicationError) as e:
             self._if_out_of_time()
-            unpriced = [f"{', '.join(self._models) or 'the default'} ({_failure(e)})"]
+            models = ", ".join(self._models) or "the default"
+            unpriced = [self._failed(f"{models} (its prices could not be read)", e)]
         if unpriced:
             raise _TurnEnded(Outcome.COST_LIMIT, answers.unpriced(cap, unpriced))
 
@@ -663,8 +665,9 @@ class AgentTurn:
             )
         except ActivityError as e:
             self._if_out_of_time()
-            line = f"context: no summary ({_failure(e)}); older results stay shortened"
-            self._record(iteration, StepKind.COMPACT, line)
+            why = fallback.reason(_cause(e))
+            line = f"context: no summary ({why}); older results stay shortened"
+            self._record(iteration, StepKind.COMPACT, self._failed(line, e))
             return
         self._usage += out.usage
         first = kept[0]
@@ -757,8 +760,8 @@ class AgentTurn:
                 # A local activity's failure may arrive unwrapped (ApplicationError).
                 self._if_out_of_time()
                 if i + 1 == len(models) or not fallback.next_may_answer(_cause(e)):
-                    raise self._model_failed(iteration, e) from e
-                self._fell_back(iteration, spec, models[i + 1], _cause(e))
+                    raise self._model_failed(iteration, spec, e) from e
+                self._fell_back(iteration, spec, models[i + 1], e)
                 # The failed model is asked no more in this turn: the next calls go
                 # straight to the model that answers.
                 self._models = models[i + 1 :]
@@ -780,28 +783,45 @@ class AgentTurn:
             # A cost nobody knows is no cost within the cap.
             raise _TurnEnded(Outcome.COST_LIMIT, answers.cost_limit(cap, spent, self._found()))
 
-    def _fell_back(
-        self, iteration: int, failed: str, then: str, cause: BaseException | None
-    ) -> None:
-        """The story, the trace and the metrics say that the next model gets the request."""
-        why = fallback.reason(cause)
+    def _fell_back(self, iteration: int, failed: str, then: str, err: Exception) -> None:
+        """The story, the trace and the metrics say that the next model gets the request:
+        the story names the models and the kind of failure only (`fallback.reason`)."""
+        why = fallback.reason(_cause(err))
         self._record(iteration, StepKind.FALLBACK, f"{failed} failed ({why}); asking {then}")
-        record_fallback(self._span, failed, then, why)
+        said = redact.mask(_failure(err))
+        workflow.logger.warning("model %s failed (%s): %s; asking %s", failed, why, said, then)
+        record_fallback(self._span, failed, then, why, said)
         count_fallback(self._agent.name, failed, then)
 
-    def _model_failed(self, iteration: int, err: ActivityError | ApplicationError) -> _TurnEnded:
-        """Transient trouble that outlasted every retry, or a request a retry cannot fix."""
+    def _model_failed(
+        self, iteration: int, spec: str, err: ActivityError | ApplicationError
+    ) -> _TurnEnded:
+        """Transient trouble that outlasted every retry, or a request a retry cannot fix.
+        The step and the answer say which kind; the error's own words go to the log and
+        the trace (`_failed`)."""
         self._if_tools_lost(iteration, err)
         cause = _cause(err)
+        model = spec or "the worker's default model"
+        named = f"{model} failed ({fallback.reason(cause)})"
         if isinstance(cause, ApplicationError) and cause.type in _REFUSED:
-            self._record(iteration, StepKind.LIMIT, f"model request rejected: {cause.message}")
-            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_rejected(cause.message))
+            self._record(iteration, StepKind.LIMIT, self._failed(_REJECTED + named, err))
+            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_rejected())
         if isinstance(cause, ApplicationError) and cause.type != ModelUnavailable.__name__:
-            self._record(iteration, StepKind.LIMIT, f"model reply unusable: {cause.message}")
-            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_unusable(cause.message))
-        reason = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-        self._record(iteration, StepKind.LIMIT, f"model unavailable: {reason}")
+            self._record(
+                iteration, StepKind.LIMIT, self._failed(f"model reply unusable: {named}", err)
+            )
+            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_unusable())
+        self._record(iteration, StepKind.LIMIT, self._failed(f"model unavailable: {named}", err))
         return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._found()))
+
+    def _failed(self, said: str, err: Exception) -> str:
+        """`said` (what the customer may read of a failure: its kind), after the error's
+        own text went where only the operator reads it: the worker's log and the turn's
+        span, credentials masked. Never into a step or an answer."""
+        own = redact.mask(_failure(err))
+        workflow.logger.warning("%s: %s", said, own)
+        record_failure(self._span, said, own)
+        return said
 
     def _earlier_answers(self, turn: TurnInput) -> list[Source]:
         """What the model read that the customer did not write, besides the tool results
@@ -1271,7 +1291,8 @@ class AgentTurn:
         changed one), the turn ends, saying so; no step can go on without them."""
         cause = _cause(err)
         if isinstance(cause, ApplicationError) and cause.type == ToolListUnavailable.__name__:
-            self._record(iteration, StepKind.LIMIT, f"tools: {cause.message}")
+            line = self._failed("tools: the tools this turn started with are not available", err)
+            self._record(iteration, StepKind.LIMIT, line)
             raise _TurnEnded(Outcome.UNKNOWN_AGENT, answers.tools_unavailable())
 
     async def _consent(
@@ -1600,9 +1621,11 @@ def _failure_text(err: Exception, call: ToolCall, vc: ValidCall) -> str:
             f"{call.name} timed out after {vc.timeout.total_seconds():g} s "
             f"({vc.max_attempts} attempt(s)); try again later."
         )
+    # The model needs the tool's words; a credential in them is masked (the activity
+    # masked it already, on a worker of this code).
     if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(cause or err)
+        return redact.mask(cause.message)
+    return redact.mask(str(cause or err))
 
 
 def _clip(text: str, limit: int = 80) -> str:
