@@ -387,6 +387,23 @@ async def test_customers_wordings_are_answered_from_the_tools(tmp_path: Path) ->
     assert not report, report
 
 
+@pytest.mark.parametrize(
+    ("question", "said"),
+    [
+        ("Tell me about order 12345678", "12345678"),
+        ("Tell me about order 12345", "12345"),
+        ("Where is order #123-4567?", "123-4567"),
+    ],
+)
+async def test_a_wrong_order_id_is_said_first_in_a_turn(
+    harness: Harness, question: str, said: str
+) -> None:
+    """Through the worker, as `client.py ask` puts it: the turn's answer begins with it."""
+    result = await harness.ask(question)
+    assert result.outcome is Outcome.ANSWERED
+    assert result.answer.startswith(f"{said} {NOT_AN_ORDER} {ORDERS}"), result.answer
+
+
 async def test_a_follow_up_about_a_list_in_a_conversation(harness: Harness) -> None:
     """Through the conversation workflow: the second message refers to the first's answer."""
 
