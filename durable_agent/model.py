@@ -147,7 +147,8 @@ class ModelCatalog:
         imports its SDK and builds a client, which can take seconds on a busy machine,
         and must not hold up the worker's event loop meanwhile (an activity's heartbeats
         stop, its attempt times out and runs again, and a request is sent twice)."""
-        return self._built(spec or self.default) or await asyncio.to_thread(self.resolve, spec)
+        built = self._built(spec or self.default)
+        return built if built is not None else await asyncio.to_thread(self.resolve, spec)
 
     def _built(self, spec: str) -> Model | None:
         if spec in self._cache:
