@@ -130,11 +130,14 @@ def _last_attempt() -> bool:
 
 
 def _cannot_judge(name: str, why: str, fail_open: bool) -> Verdict:
+    """The verdict is a step's text, and the model's to read: it says that the shield
+    could not judge; why (its service's error, which may name an account or repeat what
+    it was sent) is the operator's, in the worker's log."""
     then = "allowed (AGENT_SHIELDS_FAIL_OPEN)" if fail_open else "refused (shields fail closed)"
-    # A remote shield's error may repeat what it was sent: the verdict is a step's text.
+    activity.logger.warning("shield %s could not judge: %s; %s", name, redact.mask(why), then)
     return Verdict(
         shield=name,
         allowed=fail_open,
         category="shield_unavailable",
-        message=f"{name} could not judge ({redact.mask(why)}); {then}",
+        message=f"{name} could not judge; {then}",
     )

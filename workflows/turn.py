@@ -584,7 +584,8 @@ class AgentTurn:
                 self._record(iteration, StepKind.LIMIT, f"agent: {cause.message}")
                 answer = answers.unknown_agent(cause.message)
                 raise _TurnEnded(Outcome.UNKNOWN_AGENT, answer) from None
-            judged = [[_unscreened(cause or e)] for _ in requests]
+            unscreened = self._unscreened(e)
+            judged = [[unscreened] for _ in requests]
         stops = [
             self._judged(iteration, request.position, request.call, verdicts)
             for request, verdicts in zip(requests, judged, strict=True)
@@ -823,6 +824,12 @@ class AgentTurn:
         record_failure(self._span, said, own)
         return said
 
+    def _unscreened(self, err: Exception) -> Verdict:
+        """The shields could not run at all: fail closed. The model and the customer read
+        that they could not; why (a shield's own error) is the operator's (`_failed`)."""
+        said = self._failed("the shields could not run", err)
+        return Verdict(shield="shields", allowed=False, category="shield_error", message=said)
+
     def _earlier_answers(self, turn: TurnInput) -> list[Source]:
         """What the model read that the customer did not write, besides the tool results
         (which parse reads from the conversation)."""
@@ -837,8 +844,8 @@ class AgentTurn:
             self._if_out_of_time()
             self._if_tools_lost(iteration, e)
             # Its shields could not run (one hung past the timeout, say): every call is
-            # blocked, as the shields fail closed; the model reads why.
-            unscreened = _unscreened(_cause(e) or e)
+            # blocked, as the shields fail closed; the model reads that they could not.
+            unscreened = self._unscreened(e)
             never_run = [ValidCall(call=c, timeout=PARSE_TIMEOUT, max_attempts=1) for c in calls]
             return ParseOutput(valid=never_run, rejected=[], verdicts=[[unscreened]] * len(calls))
 
@@ -1574,11 +1581,6 @@ def _duration(d: timedelta) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return f"{seconds / 60:g} min"
     return f"{seconds:g} s"
-
-
-def _unscreened(cause: BaseException) -> Verdict:
-    """The shields could not run at all: fail closed."""
-    return Verdict(shield="shields", allowed=False, category="shield_error", message=str(cause))
 
 
 def _verdict_line(
