@@ -161,8 +161,6 @@ ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 
 # Model errors that say the request can never succeed as configured.
 _REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__, ModelCannotAnswer.__name__)
-_REJECTED = "model request rejected: "
-"""How a LIMIT step of a model that refused the turn's request begins (`rewind.refused_model`)."""
 
 STREAM_KEEP = 50
 """Events of the turn's stream carried into its next run, within `CARRIED_BYTES`: a
@@ -805,15 +803,14 @@ class AgentTurn:
         model = spec or "the worker's default model"
         named = f"{model} failed ({fallback.reason(cause)})"
         if isinstance(cause, ApplicationError) and cause.type in _REFUSED:
-            self._record(iteration, StepKind.LIMIT, self._failed(_REJECTED + named, err))
-            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_rejected())
-        if isinstance(cause, ApplicationError) and cause.type != ModelUnavailable.__name__:
-            self._record(
-                iteration, StepKind.LIMIT, self._failed(f"model reply unusable: {named}", err)
-            )
-            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_unusable())
-        self._record(iteration, StepKind.LIMIT, self._failed(f"model unavailable: {named}", err))
-        return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._found()))
+            # `rewind.refused_model` reads this step: the model cannot be used at all.
+            kind, answer = "model request rejected", answers.model_rejected()
+        elif isinstance(cause, ApplicationError) and cause.type != ModelUnavailable.__name__:
+            kind, answer = "model reply unusable", answers.model_unusable()
+        else:
+            kind, answer = "model unavailable", answers.model_failed(self._found())
+        self._record(iteration, StepKind.LIMIT, self._failed(f"{kind}: {named}", err))
+        return _TurnEnded(Outcome.MODEL_ERROR, answer)
 
     def _failed(self, said: str, err: Exception) -> str:
         """`said` (what the customer may read of a failure: its kind), after the error's
