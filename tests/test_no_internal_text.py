@@ -11,20 +11,26 @@ JSON log and its OTLP spans read as an operator would."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, Field
+from temporalio import workflow
 from temporalio.client import WorkflowHandle
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from durable_agent import Agent, AgentClient, ToolContext, answers, tool
+from durable_agent.chat import ConversationInput
 from durable_agent.errors import (
     InvalidModelOutput,
     ModelRequestRejected,
@@ -33,10 +39,11 @@ from durable_agent.errors import (
     UnknownModel,
 )
 from durable_agent.model import Reply
-from durable_agent.runtime.turns import start_turn
+from durable_agent.runtime.turns import start_chat, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnOutput
+from durable_agent.workflows import Conversation, UnversionedConversation
 from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, error
 from tests.fakes.otlp import OtlpReceiver
@@ -223,6 +230,40 @@ async def test_the_fallback_step_names_the_models_and_the_kind_only(
     assert "throttled" not in shown(result)
     assert "throttled; key sk-***" in caplog.text
     no_secret_in(shown(result), caplog.text, history)
+
+
+@workflow.defn(name="AgentTurn", sandboxed=False)
+class FailingTurn:
+    """A turn whose workflow fails with an operator's words (as a fork refused, or a
+    bug, does): what its conversation tells the customer."""
+
+    @workflow.run
+    async def run(self, turn: Any) -> None:
+        raise ApplicationError(
+            f"profiles at postgresql://app:{PASSWORD}@db.internal/p refused", non_retryable=True
+        )
+
+
+async def test_a_chat_turn_that_fails_is_told_without_its_error(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    task_queue = f"failing-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        harness.client,
+        task_queue=task_queue,
+        workflows=[UnversionedConversation, FailingTurn],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        conversation, _ = await start_chat(harness.client, ConversationInput(), "Hi", task_queue)
+        deadline = time.monotonic() + 30
+        while not (state := await conversation.query(Conversation.state)).exchanges:
+            assert time.monotonic() < deadline, "the turn never ended"
+            await asyncio.sleep(0.05)
+
+    (exchange,) = state.exchanges
+    assert exchange.answer == "(no answer: the turn ended without one)"
+    assert "profiles at postgresql://app:***@db.internal/p refused" in caplog.text
+    no_secret_in(exchange.answer, caplog.text)
 
 
 async def test_a_workers_log_and_trace_hold_a_providers_error_masked(
