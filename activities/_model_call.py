@@ -92,9 +92,17 @@ class ModelCaller:
         return input.model or self._agents.get(input.agent).models.default
 
     async def call(self, input: ModelCallInput, step: Literal["plan", "interpret"]) -> Reply:
+        # Heartbeats from the first moment: all that comes before the request (a
+        # backend built on first use, the conversation read back from the turn's
+        # record, an MCP server's tool list) takes time, and an attempt silent past
+        # HEARTBEAT_TIMEOUT is run again while it goes on, sending its request twice.
+        async with heartbeating():
+            return await self._call(input, step)
+
+    async def _call(self, input: ModelCallInput, step: Literal["plan", "interpret"]) -> Reply:
         served = self._agents.get(input.agent)
         spec = input.model or served.models.default
-        model = served.models.resolve(spec)
+        model = await served.models.get(spec)
         messages = await self._conversation(input)
         # A broken conversation is a bug of the turn: say so before a provider's 400 does.
         check(messages)
@@ -113,7 +121,7 @@ class ModelCaller:
             request.tools = [*request.tools, output.tool()]
             request.final_tool = outputs.OUTPUT_TOOL
         full = _fit(request, model, served.agent.compaction)
-        async with heartbeating(), streams.model_text(input.stream) as sink:
+        async with streams.model_text(input.stream) as sink:
             with (
                 model_span(step, model.provider, model.name) as span,
                 metrics.model_call(model.provider, model.name, served.name) as measured,

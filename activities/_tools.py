@@ -22,6 +22,7 @@ from typing import Any
 
 from temporalio import activity
 
+from durable_agent import redact
 from durable_agent.errors import ToolListUnavailable
 from durable_agent.runtime.storage import STORE_ENV
 from durable_agent.serving import ServedAgent
@@ -46,7 +47,9 @@ async def turn_tools(
     try:
         recorded = await _recorded(version)
     except Exception as e:  # noqa: BLE001 - the record is a help, not a must
-        log.warning("tools version %s: could not read the turn's record: %s", version, e)
+        log.warning(
+            "tools version %s: could not read the turn's record: %s", version, redact.mask(str(e))
+        )
         recorded = None
     if recorded is not None:
         tools = served.recall(version, recorded)

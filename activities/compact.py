@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from durable_agent import compaction
+from durable_agent import compaction, redact
 from durable_agent.activities._common import heartbeating
 from durable_agent.activities._conversation import Conversations
 from durable_agent.activities._model_call import ModelCaller
@@ -59,10 +59,15 @@ class CompactActivity(ModelCaller):
 
     @activity.defn(name="compact")
     async def compact(self, input: CompactInput) -> CompactOutput:
+        # Heartbeats from the start, as a model call's (`ModelCaller.call`).
+        async with heartbeating():
+            return await self._compact(input)
+
+    async def _compact(self, input: CompactInput) -> CompactOutput:
         served = self._agents.get(input.agent)
         policy = served.agent.compaction or compaction.Compaction()
         spec = input.model or served.models.default
-        model = served.models.resolve(spec)
+        model = await served.models.get(spec)
         messages = await self._conversations.of(input.conversation)
         if not 0 < input.kept < len(messages):
             raise ValueError(
@@ -98,20 +103,21 @@ class CompactActivity(ModelCaller):
         `compaction.digest`: a summary is never a reason for a turn to fail."""
         write = getattr(model, "summarise", None) or model.interpret
         provider, name = model.provider, model.name
-        async with heartbeating():
-            with (
-                model_span("compact", provider, name) as span,
-                metrics.model_call(provider, name, agent) as measured,
-            ):
-                try:
-                    reply: Reply = await write(request)
-                except (ModelCannotAnswer, InvalidModelOutput) as e:
-                    activity.logger.warning("compact: %s wrote no summary: %s", spec, e)
-                    return "", Usage(), "digest"
-                record_reply(span, reply)
-                cost = self._pricing.price(reply.usage, provider, name, spec)
-                usage = reply.usage.model_copy(update={"model_calls": 1, "cost_usd": cost})
-                record_cost(span, cost)
-                measured.usage, measured.cost = usage, cost
+        with (
+            model_span("compact", provider, name) as span,
+            metrics.model_call(provider, name, agent) as measured,
+        ):
+            try:
+                reply: Reply = await write(request)
+            except (ModelCannotAnswer, InvalidModelOutput) as e:
+                activity.logger.warning(
+                    "compact: %s wrote no summary: %s", spec, redact.mask(str(e))
+                )
+                return "", Usage(), "digest"
+            record_reply(span, reply)
+            cost = self._pricing.price(reply.usage, provider, name, spec)
+            usage = reply.usage.model_copy(update={"model_calls": 1, "cost_usd": cost})
+            record_cost(span, cost)
+            measured.usage, measured.cost = usage, cost
         activity.logger.info("compact: %s, cost %s", spec, format_cost(cost))
         return reply.text, usage, "model"

@@ -46,7 +46,7 @@ class PricesActivity:
         for given in input.models:
             spec = given or served.models.default
             try:
-                model = served.models.resolve(spec)
+                model = await served.models.get(spec)
             except ModelError:
                 continue  # a spec no backend serves: the model call says so (UnknownModel)
             if self._pricing.price(PROBE, model.provider, model.name, spec) is None:

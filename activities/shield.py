@@ -13,6 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_agent import redact
 from durable_agent.activities._conversation import Conversations
 from durable_agent.serving import Agents, ServedAgent
 from durable_agent.shields import ShieldConfigError, ShieldRequest, ShieldSet, Verdict
@@ -129,10 +130,14 @@ def _last_attempt() -> bool:
 
 
 def _cannot_judge(name: str, why: str, fail_open: bool) -> Verdict:
+    """The verdict is a step's text, and the model's to read: it says that the shield
+    could not judge; why (its service's error, which may name an account or repeat what
+    it was sent) is the operator's, in the worker's log."""
     then = "allowed (AGENT_SHIELDS_FAIL_OPEN)" if fail_open else "refused (shields fail closed)"
+    activity.logger.warning("shield %s could not judge: %s; %s", name, redact.mask(why), then)
     return Verdict(
         shield=name,
         allowed=fail_open,
         category="shield_unavailable",
-        message=f"{name} could not judge ({why}); {then}",
+        message=f"{name} could not judge; {then}",
     )

@@ -87,10 +87,16 @@ def _dollars(amount: float) -> str:
     return "$" + f"{amount:.6f}".rstrip("0").rstrip(".")
 
 
-def instructions_failed(reason: str) -> str:
+# A failure inside the worker is told to the customer in a fixed sentence of its kind,
+# never in the error's own words: those may hold what is the operator's alone (an API
+# key a provider repeats, a host, a query), and go to the worker's log and the trace
+# only, masked (`durable_agent.redact`). The steps say the kind too (`fallback.reason`).
+
+
+def instructions_failed() -> str:
     return (
         "Sorry, I cannot answer right now: this agent's instructions could not be "
-        f"prepared ({reason}). Please try again in a moment."
+        "prepared. Please try again in a moment."
     )
 
 
@@ -123,15 +129,15 @@ def model_failed(steps: list[Step]) -> str:
     )
 
 
-def model_rejected(reason: str) -> str:
+def model_rejected() -> str:
     return (
-        f"Sorry, I cannot answer: the language model refused the request ({reason}). "
+        "Sorry, I cannot answer: the language model refused the request. "
         "Trying again will not help until whoever runs this agent fixes that."
     )
 
 
-def model_unusable(reason: str) -> str:
-    return f"Sorry, I cannot answer: the language model's reply could not be used ({reason})."
+def model_unusable() -> str:
+    return "Sorry, I cannot answer: the language model's reply could not be used."
 
 
 def story(steps: list[Step]) -> str:

@@ -30,7 +30,13 @@ from datetime import timedelta
 
 from temporalio.exceptions import ApplicationError, TimeoutError
 
-from durable_agent.errors import InvalidModelOutput, ModelCannotAnswer, ModelUnavailable
+from durable_agent.errors import (
+    InvalidModelOutput,
+    ModelCannotAnswer,
+    ModelRequestRejected,
+    ModelUnavailable,
+    UnknownModel,
+)
 
 SEPARATOR = ","
 
@@ -82,10 +88,22 @@ def share(time_left: timedelta, models_left: int) -> timedelta | None:
     return time_left / 2 if models_left > 1 else None
 
 
+REASONS = {
+    ModelRequestRejected.__name__: "request rejected",
+    UnknownModel.__name__: "unknown model",
+    ModelCannotAnswer.__name__: "will not take this request",
+    ModelUnavailable.__name__: "unavailable",
+    InvalidModelOutput.__name__: "reply unusable",
+}
+"""The kinds of a model's failure, as a turn's steps name them."""
+
+
 def reason(cause: BaseException | None) -> str:
-    """Why a model failed for good, in a few words, for the story."""
+    """Why a model failed for good, for the story: the kind of failure (`REASONS`), never
+    the error's own text, which may say what is the operator's alone (a key, a host):
+    that goes to the worker's log and the trace, masked."""
     if isinstance(cause, TimeoutError):
-        return "no answer in its share of the turn's time"
+        return "no answer in time"
     if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(cause)
+        return REASONS.get(cause.type or "", REASONS[InvalidModelOutput.__name__])
+    return REASONS[ModelUnavailable.__name__]

@@ -19,6 +19,8 @@ implements `Model`; the worker resolves a turn's model spec (`offline`,
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -110,6 +112,7 @@ class ModelCatalog:
     ) -> None:
         self._factories = dict(factories)
         self._cache: dict[str, Model] = {}
+        self._building = threading.RLock()
         self._base = base
         self.default = default
         """The spec a turn gets when it names none."""
@@ -128,12 +131,28 @@ class ModelCatalog:
 
     def resolve(self, spec: str) -> Model:
         spec = spec or self.default
-        if spec not in self._cache:
-            kind, _, arg = spec.partition(":")
-            factory = self._factories.get(kind)
-            if factory is None:
-                if self._base is not None:
-                    return self._base.resolve(spec)
-                raise UnknownModel(spec, self.kinds)
-            self._cache[spec] = factory(arg)
-        return self._cache[spec]
+        kind, _, arg = spec.partition(":")
+        factory = self._factories.get(kind)
+        if factory is None:
+            if self._base is not None:
+                return self._base.resolve(spec)
+            raise UnknownModel(spec, self.kinds)
+        with self._building:  # once, however many calls ask for it first at once
+            if spec not in self._cache:
+                self._cache[spec] = factory(arg)
+            return self._cache[spec]
+
+    async def get(self, spec: str) -> Model:
+        """`resolve`, with a backend that is not built yet built in a thread: its factory
+        imports its SDK and builds a client, which can take seconds on a busy machine,
+        and must not hold up the worker's event loop meanwhile (an activity's heartbeats
+        stop, its attempt times out and runs again, and a request is sent twice)."""
+        built = self._built(spec or self.default)
+        return built if built is not None else await asyncio.to_thread(self.resolve, spec)
+
+    def _built(self, spec: str) -> Model | None:
+        if spec in self._cache:
+            return self._cache[spec]
+        if spec.partition(":")[0] not in self._factories and self._base is not None:
+            return self._base._built(spec)
+        return None

@@ -700,29 +700,58 @@ class NearMiss:
 
 _EXAMPLE = re.compile(r"\blike\s+([A-Za-z]*)(\d+)\b")
 _ID_LIKE = re.compile(r"(?<![\w$.,-])#?([A-Za-z]*)(\d{2,})(?![\w-]|[.,]\d)")
+_NUMBER = re.compile(r"(?<![\w$])#?(\d{1,4}(?:[-., ]\d{1,4})+|\d{2,})(?![\w-]|[.,]\d)")
+"""A number as a customer writes one, digits in groups or not ("12345678", "12-345-678",
+"12 345 678", "12.345.678"); a list ("123456, 234567") is two."""
 
 
 def near_miss(text: str, profiles: Iterable[_ToolProfile]) -> NearMiss | None:
     """The first id-like value in `text` that an id parameter's pattern refuses, though
     it looks like the parameter's example (`order ID (6 digits, like 123456)`): its
     letters, and a few digits more or less. A bare number counts only when it follows
-    the id's noun ("order 12345", "order #1234567"), so an amount or a year never does."""
+    the id's noun ("order 12345", "order #1234567", "order no. 12-345-678", "my order
+    number is 12345678"), so an amount or a year never does."""
     for p in profiles:
         for param in p.ids:
             example = _EXAMPLE.search(param.description)
             if param.pattern is None or example is None:
                 continue
             prefix, digits = example.group(1).lower(), len(example.group(2))
-            noun = re.escape(id_noun(param))
-            after_noun = re.compile(rf"\b{noun}s?\W*(?:(?:id|number|no|num|nr)\b\W*)?$", re.I)
-            for m in _ID_LIKE.finditer(text):
-                letters, number = m.group(1).lower(), m.group(2)
-                if letters != prefix or abs(len(number) - digits) > 2:
-                    continue
-                if find_id(param.pattern, m.group(0).lstrip("#")) is not None:
-                    continue
-                if prefix or after_noun.search(text[: m.start()]):
-                    return NearMiss(m.group(0).lstrip("#"), param)
+            found = (
+                _prefixed(text, param.pattern, prefix, digits)
+                if prefix
+                else _after_noun(text, param.pattern, id_noun(param), digits)
+            )
+            if found is not None:
+                return NearMiss(found, param)
+    return None
+
+
+def _prefixed(text: str, pattern: re.Pattern[str], prefix: str, digits: int) -> str | None:
+    """An id of letters and digits ("rtn01" for "like rtn001") the pattern refuses."""
+    for m in _ID_LIKE.finditer(text):
+        value = m.group(0).lstrip("#")
+        if m.group(1).lower() != prefix or abs(len(m.group(2)) - digits) > 2:
+            continue
+        if find_id(pattern, value) is None:
+            return value
+    return None
+
+
+def _after_noun(text: str, pattern: re.Pattern[str], noun: str, digits: int) -> str | None:
+    """A number right after the id's noun that the pattern refuses, however its digits
+    are grouped ("order 12345678", "order-12-345-678", "order n° 12 345")."""
+    before = re.compile(
+        rf"\b{re.escape(noun)}s?\W*(?:(?:id|number|no|num|nr)\b\W*|n[°º]\W*)?"
+        r"(?:(?:is|was)\b\W*)?$",
+        re.IGNORECASE,
+    )
+    for m in _NUMBER.finditer(text):
+        value = m.group(1)
+        if abs(sum(c.isdigit() for c in value) - digits) > 2:
+            continue
+        if find_id(pattern, value) is None and before.search(text[: m.start()]):
+            return value
     return None
 
 

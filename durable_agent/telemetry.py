@@ -24,6 +24,7 @@ import contextvars
 import functools
 import logging
 import os
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
+from durable_agent import redact
 from durable_agent.pricing import cost_of
 from durable_agent.types import Usage
 
@@ -126,17 +128,52 @@ def flush(timeout_s: float = 5.0) -> None:
         provider.force_flush(int(timeout_s * 1000))
 
 
+_UNRECORDED: dict[str, Any] = {"record_exception": False, "set_status_on_exception": False}
+"""A span opened with these records no exception itself: `_errors_on` does, masked."""
+
+
+@contextmanager
+def _errors_on(span: Span) -> Iterator[None]:
+    """What OpenTelemetry records of an error raised inside a span (for an `Exception`,
+    not a cancellation), masked, and `error.type` for either."""
+    try:
+        yield
+    except Exception as e:
+        record_error(span, e)
+        raise
+    except BaseException as e:
+        span.set_attribute("error.type", error_type(e))
+        raise
+
+
+def record_error(span: Span, e: BaseException) -> None:
+    """A failure on its span as OpenTelemetry records one (`error.type`, an `exception`
+    event, an error status), its text and traceback with credentials masked
+    (`durable_agent.redact`): a trace is no place for an API key either."""
+    span.set_attribute("error.type", error_type(e))
+    said = redact.mask(str(e))
+    span.add_event(
+        "exception",
+        {
+            "exception.type": type(e).__name__,
+            "exception.message": said,
+            "exception.stacktrace": redact.mask("".join(traceback.format_exception(e))),
+            "exception.escaped": True,
+        },
+    )
+    span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {said}"))
+
+
 @contextmanager
 def command_span(name: str) -> Iterator[Span]:
     """The root span of one client command (`client.py ask`): the turns it starts are
     its children, so a turn's trace begins where the person asked."""
     tracer_provider()
-    with _tracer.start_as_current_span(name, kind=SpanKind.INTERNAL) as span:
-        try:
-            yield span
-        except BaseException as e:
-            span.set_attribute("error.type", error_type(e))
-            raise
+    with (
+        _tracer.start_as_current_span(name, kind=SpanKind.INTERNAL, **_UNRECORDED) as span,
+        _errors_on(span),
+    ):
+        yield span
 
 
 def error_type(e: BaseException) -> str:
@@ -178,8 +215,7 @@ def agent_span(agent: str, model: str, conversation_id: str = "") -> Iterator[Sp
         raise
     except BaseException as e:
         otel_context.detach(token)
-        span.record_exception(e)
-        span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"))
+        record_error(span, e)
         span.end()
         raise
     otel_context.detach(token)
@@ -195,14 +231,32 @@ def record_turn(span: Span, agent: str, outcome: str, usage: Usage) -> None:
     record_cost(span, cost_of(usage))
 
 
-def record_fallback(span: Span | None, failed: str, then: str, reason: str) -> None:
+def record_fallback(span: Span | None, failed: str, then: str, reason: str, error: str) -> None:
     """On the turn's span: a model failed for good and the next got the request (the
-    calls themselves are `chat <model>` spans, the failed ones with `error.type`)."""
+    calls themselves are `chat <model>` spans, the failed ones with `error.type`).
+    `reason`: the failure's class, as the turn's story says it; `error`: its text, masked
+    here (the story never shows it)."""
     if span is None:
         return
     span.add_event(
         "model_fallback",
-        {"agent.model.failed": failed, "agent.model.next": then, "agent.model.reason": reason},
+        {
+            "agent.model.failed": failed,
+            "agent.model.next": then,
+            "agent.model.reason": reason,
+            "agent.model.error": redact.mask(error),
+        },
+    )
+
+
+def record_failure(span: Span | None, reason: str, error: str) -> None:
+    """On the turn's span: what ended the turn, as its answer says it (`reason`, a fixed
+    sentence per kind of failure), and the error's own text, masked (`error`), which
+    the answer and steps never show."""
+    if span is None:
+        return
+    span.add_event(
+        "turn_failure", {"agent.failure.reason": reason, "agent.failure.error": redact.mask(error)}
     )
 
 
@@ -216,21 +270,21 @@ def record_cost(span: Span, cost: float | None) -> None:
 def model_span(step: str, provider: str, model: str) -> Iterator[Span]:
     """A `chat <model>` span per the GenAI conventions; `record_reply` once it is in.
     A failed call gets `error.type` (the error's class) besides the recorded exception."""
-    with _tracer.start_as_current_span(
-        f"chat {model}",
-        kind=SpanKind.CLIENT,
-        attributes={
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider,
-            "gen_ai.request.model": model,
-            "agent.step": step,
-        },
-    ) as span:
-        try:
-            yield span
-        except BaseException as e:
-            span.set_attribute("error.type", error_type(e))
-            raise
+    with (
+        _tracer.start_as_current_span(
+            f"chat {model}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider,
+                "gen_ai.request.model": model,
+                "agent.step": step,
+            },
+            **_UNRECORDED,
+        ) as span,
+        _errors_on(span),
+    ):
+        yield span
 
 
 def record_reply(span: Span, reply: Reply) -> None:
@@ -253,21 +307,21 @@ def _set_usage(span: Span, usage: Usage) -> None:
 
 @contextmanager
 def tool_span(name: str, call_id: str) -> Iterator[Span]:
-    with _tracer.start_as_current_span(
-        f"execute_tool {name}",
-        kind=SpanKind.INTERNAL,
-        attributes={
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": call_id,
-            "gen_ai.tool.type": "function",
-        },
-    ) as span:
-        try:
-            yield span
-        except BaseException as e:
-            span.set_attribute("error.type", error_type(e))
-            raise
+    with (
+        _tracer.start_as_current_span(
+            f"execute_tool {name}",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.tool.type": "function",
+            },
+            **_UNRECORDED,
+        ) as span,
+        _errors_on(span),
+    ):
+        yield span
 
 
 _attempt_span: contextvars.ContextVar[SpanContext | None] = contextvars.ContextVar(

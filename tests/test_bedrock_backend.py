@@ -139,14 +139,18 @@ async def test_cache_points_and_cached_tokens(harness: Harness) -> None:
     assert result.usage.input_tokens > result.usage.cached_input_tokens
 
 
-async def test_validation_error_is_not_retried(harness: Harness) -> None:
+async def test_validation_error_is_not_retried(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     fake = ConverseFake([refuse("The provided model identifier is invalid.")])
     result = await harness.ask("hi", model=model(fake))
     assert result.outcome is Outcome.MODEL_ERROR
     assert len(fake.requests) == 1
     assert "refused the request" in result.answer
     failure = next(s for s in result.steps if s.kind is StepKind.LIMIT)
-    assert "ValidationException" in failure.text and "model identifier is invalid" in failure.text
+    assert failure.text == "model request rejected: scripted failed (request rejected)"
+    # What Bedrock said is the operator's: the worker's log has it.
+    assert "(ValidationException): The provided model identifier is invalid." in caplog.text
 
 
 async def test_guardrail_answer_runs_no_tools(harness: Harness) -> None:

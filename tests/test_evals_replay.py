@@ -87,7 +87,9 @@ async def test_an_oracle_run_replayed_with_its_oracle_diverges_nowhere_and_calls
 
     # A model the worker has, whose backend cannot start: one line, and nothing kept.
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(ReplayError, match=r"its model cannot be used: the openai backend cannot"):
+    with pytest.raises(
+        ReplayError, match=r"its model cannot be used: openai:m failed \(request rejected\)"
+    ):
         await replay_run(env.client, run, "openai:m", state_dir=tmp_path, out=io.StringIO())
     refused = replay_id(run, "openai:m", tmp_path)
     assert Records(tmp_path / f"{refused}.db").finished(f"{report.original}-{refused}") is None

@@ -83,13 +83,17 @@ async def test_a_tool_that_keeps_failing_is_retried_only_while_the_turn_has_time
     assert took <= timedelta(minutes=2)
 
 
-async def test_model_that_always_fails_gets_a_graceful_answer(skipping_harness: Harness) -> None:
+async def test_model_that_always_fails_gets_a_graceful_answer(
+    skipping_harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     model = ScriptedModel(plans=[ModelUnavailable("503 from the model endpoint")])
     result = await skipping_harness.ask("Has order 123456 shipped?", model=model)
     assert result.outcome is Outcome.MODEL_ERROR
     assert "the language model is unavailable" in result.answer
     assert model.calls("plan") == 5  # MODEL_RETRY.maximum_attempts
-    assert any("503 from the model endpoint" in s.text for s in result.steps)
+    # The step says the kind of failure; the error's own words are the operator's.
+    assert "model unavailable: scripted failed (unavailable)" in [s.text for s in result.steps]
+    assert "503 from the model endpoint" in caplog.text
 
 
 class QuotaExhausted(ModelError):
@@ -100,12 +104,17 @@ class QuotaExhausted(ModelError):
     "error",
     [InvalidModelOutput("no calls and no text"), QuotaExhausted("monthly quota used up")],
 )
-async def test_permanent_model_errors_are_not_retried(harness: Harness, error: ModelError) -> None:
+async def test_permanent_model_errors_are_not_retried(
+    harness: Harness, error: ModelError, caplog: pytest.LogCaptureFixture
+) -> None:
     model = ScriptedModel(plans=[error])
     result, handle = await harness.ask_with_handle("Has order 123456 shipped?", model=model)
     assert result.outcome is Outcome.MODEL_ERROR
     assert model.calls("plan") == 1
-    assert any(str(error) in s.text for s in result.steps)
+    assert "model reply unusable: scripted failed (reply unusable)" in [
+        s.text for s in result.steps
+    ]
+    assert str(error) in caplog.text and str(error) not in result.answer
     # Said by the activity, not by a list of error types in each scheduled event.
     history = await handle.fetch_history()
     scheduled = [

@@ -65,6 +65,24 @@ def test_a_line_outside_any_turn_stays_plain() -> None:
     assert TextFormatter().format(rec).endswith("temporalio.activity: it broke")
 
 
+def test_a_line_never_shows_a_credential_not_even_in_its_traceback() -> None:
+    """Whatever logged it (an SDK, a tool's own logger), the worker's log masks keys."""
+    key = "sk-proj-Zx81Lm0Qp7Rt4Vw2Yb9Nc3Kd6Fg5Hj1Aa"
+    try:
+        raise ConnectionError(f"refused: Authorization: Bearer {key}")
+    except ConnectionError:
+        exc_info = sys.exc_info()
+    rec = logging.LogRecord(
+        "tools", logging.WARNING, __file__, 1, "sent %s", (f"api_key={key}",), exc_info
+    )
+    line = json.loads(JsonFormatter().format(rec))
+    assert line["message"] == "sent api_key=***"
+    assert "ConnectionError: refused: Authorization: ***" in line["exception"]
+    text = TextFormatter().format(rec)
+    assert "sent api_key=***" in text and "Authorization: ***" in text
+    assert key not in json.dumps(line) + text
+
+
 async def test_a_turns_lines_from_the_worker_carry_its_ids_and_trace(
     env: WorkflowEnvironment, tmp_path: Path
 ) -> None:

@@ -290,6 +290,11 @@ def case(question: str, calls: list[str], facts: list[str], *absent: str, before
     return Case(question, calls, facts, before=(before,) if before else (), absent=absent)
 
 
+def wrong_id(question: str, said: str) -> Case:
+    """A number given as an order id that cannot be one: said so first, then their list."""
+    return case(question, [LIST], [f"{said} {NOT_AN_ORDER} {ORDERS}"])
+
+
 WORDINGS = [
     # Typos around an id.
     case("wher is my ordr 123456??", [O123], [LATE_TAIL]),
@@ -329,11 +334,27 @@ WORDINGS = [
     case(
         "my order due on the 15th never came", [LIST], ["None of your orders was due on the 15th"]
     ),
-    # An id of the wrong length: not an order id, and their orders.
+    # An id of the wrong length: not an order id, said before their orders.
     case("where is my order 12345", [LIST], [f"12345 {NOT_AN_ORDER}", ORDERS]),
     case("order 1234567 hasn't arrived", [LIST], [f"1234567 {NOT_AN_ORDER}", ORDERS]),
     case("status of order #12345?", [LIST], [f"12345 {NOT_AN_ORDER}", ORDERS]),
     case("what's in order no. 9876543", [LIST], [f"9876543 {NOT_AN_ORDER}"]),
+    wrong_id("Tell me about order 12345678", "12345678"),
+    wrong_id("Tell me about order 12345", "12345"),
+    wrong_id("tell me about order 1234567!!", "1234567"),
+    wrong_id("Order #12345678?", "12345678"),
+    wrong_id("what about order-12345678", "12345678"),
+    wrong_id("Where is order...1234567", "1234567"),
+    wrong_id('Tell me about order "12345".', "12345"),
+    wrong_id("Tell me about order (12345678)", "12345678"),
+    wrong_id("has order 12-345-678 shipped?", "12-345-678"),
+    wrong_id("Tell me about order 12.345.678", "12.345.678"),
+    wrong_id("Tell me about order #12,345,678", "12,345,678"),
+    wrong_id("Tell me about order 12 345", "12 345"),
+    wrong_id("Tell me about order 123-456", "123-456"),
+    wrong_id("Tell me about order n° 1234567", "1234567"),
+    wrong_id("My order number is 12345678.", "12345678"),
+    wrong_id("my order is 12345, where is it?", "12345"),
     case("status of rtn01", [], ["rtn01 is not a return ID (like rtn001).", "Please tell me"]),
     case(
         "rtn001",
@@ -342,6 +363,9 @@ WORDINGS = [
         before="status of rtn01",
     ),
     # Numbers that are no ids are no near misses.
+    case("Tell me about orders 123456, 234567", [O123, "order_status(order_id='234567')"], []),
+    case("I want to order 25 bottles", [], [], "is not an"),
+    case("my order 123456 is 7 days late", [O123], [], "is not an"),
     case("Has order 123456 shipped? I ordered it in 2026", [O123], ["Yes — order 123456 shipped"]),
     case("I placed 2 orders in 2026, where are they?", [LIST], [ORDERS], "is not an"),
     case("How is the weather in 2026?", [], [DECLINED]),
@@ -361,6 +385,23 @@ WORDINGS = [
 async def test_customers_wordings_are_answered_from_the_tools(tmp_path: Path) -> None:
     report = await table_problems(WORDINGS, tmp_path)
     assert not report, report
+
+
+@pytest.mark.parametrize(
+    ("question", "said"),
+    [
+        ("Tell me about order 12345678", "12345678"),
+        ("Tell me about order 12345", "12345"),
+        ("Where is order #123-4567?", "123-4567"),
+    ],
+)
+async def test_a_wrong_order_id_is_said_first_in_a_turn(
+    harness: Harness, question: str, said: str
+) -> None:
+    """Through the worker, as `client.py ask` puts it: the turn's answer begins with it."""
+    result = await harness.ask(question)
+    assert result.outcome is Outcome.ANSWERED
+    assert result.answer.startswith(f"{said} {NOT_AN_ORDER} {ORDERS}"), result.answer
 
 
 async def test_a_follow_up_about_a_list_in_a_conversation(harness: Harness) -> None:

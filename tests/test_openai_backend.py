@@ -11,7 +11,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,50 @@ async def test_unknown_tool_name(harness: Harness, chat: ChatCompletionsServer) 
     assert error_result.startswith("error: unknown tool 'track_parcel'; available tools:")
 
 
+SLOW_START_S = 3.0
+"""Longer than HEARTBEAT_TIMEOUT (2 s): what importing an SDK and building its client
+can take on a busy machine, before a worker's first request to a model."""
+
+
+def slow_to_start(chat: ChatCompletionsServer) -> Callable[[str], Any]:
+    """A backend whose construction holds the worker for a while, as a slow import of
+    its SDK does: plain code, in whatever thread the worker builds backends in."""
+
+    def build(name: str) -> Any:
+        time.sleep(SLOW_START_S)
+        return chat.model(name or "test-model")
+
+    return build
+
+
+@pytest.mark.parametrize(
+    "first",
+    [tool_calls(ORDER), tool_calls(("call_a", "order_status", "{order_id: 123456"))],
+    ids=["valid", "malformed-json"],
+)
+async def test_a_slow_first_call_sends_each_request_once(
+    harness: Harness, chat: ChatCompletionsServer, first: Any
+) -> None:
+    """A worker's first model call waits for its backend to be built: nothing times out
+    and runs again meanwhile, so the server gets exactly the requests the turn counts
+    (and bills), and a malformed reply is the one the model is told about."""
+    malformed = "order_id: 123456" in json.dumps(first)
+    chat.replies = [first, *([tool_calls(ORDER)] if malformed else []), text("Shipped.")]
+    scripted = len(chat.replies)
+    agent = replace(harness.agent(), model="slow", models={"slow": slow_to_start(chat)})
+    async with harness.worker(agents=[agent]) as task_queue:
+        turn = TurnInput(question="Has order 123456 shipped?")
+        result = await (await start_turn(harness.client, turn, task_queue)).result()
+
+    assert result.outcome is Outcome.ANSWERED and result.answer == "Shipped."
+    assert result.usage.model_calls == len(chat.requests) == scripted
+    assert len({json.dumps(r.body, sort_keys=True) for r in chat.requests}) == len(chat.requests)
+    if malformed:
+        told = chat.requests[1].body["messages"][-1]
+        assert told["role"] == "tool" and told["tool_call_id"] == "call_a"
+        assert told["content"].startswith("error: invalid arguments for order_status")
+
+
 async def test_429_with_retry_after_first(harness: Harness, chat: ChatCompletionsServer) -> None:
     chat.replies = [error(429, {"Retry-After": "3"}), tool_calls(ORDER), text("Shipped.")]
     result = await harness.ask("Has order 123456 shipped?", model=chat.model())
@@ -174,8 +219,8 @@ async def test_tools_forever_hit_the_step_cap(
     assert result.usage.model_calls == len(chat.accepted) == 4
 
 
-async def test_rejected_request_says_what_to_fix(
-    harness: Harness, chat: ChatCompletionsServer
+async def test_rejected_request_tells_the_operator_what_to_fix(
+    harness: Harness, chat: ChatCompletionsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     chat.replies = [error(401, message="Incorrect API key provided.")]
     result = await harness.ask("Has order 123456 shipped?", model=chat.model())
@@ -183,16 +228,20 @@ async def test_rejected_request_says_what_to_fix(
     assert result.outcome is Outcome.MODEL_ERROR
     assert len(chat.requests) == 1  # not retried
     assert "refused the request" in result.answer and "unavailable" not in result.answer
-    assert "Incorrect API key provided" in result.answer and "OPENAI_API_KEY" in result.answer
     failure = next(s for s in result.steps if s.kind is StepKind.LIMIT)
-    assert failure.text.startswith("model request rejected:")
+    assert failure.text == "model request rejected: scripted failed (request rejected)"
+    # The provider's words and what to check are the operator's, in the worker's log.
+    assert "Incorrect API key provided" in caplog.text and "OPENAI_API_KEY" in caplog.text
+    assert "OPENAI_API_KEY" not in result.answer
 
 
-async def test_unknown_model_is_named(harness: Harness, chat: ChatCompletionsServer) -> None:
+async def test_unknown_model_is_named(
+    harness: Harness, chat: ChatCompletionsServer, caplog: pytest.LogCaptureFixture
+) -> None:
     result = await harness.ask("Has order 123456 shipped?", model=chat.model("no-such-model"))
     assert result.outcome is Outcome.MODEL_ERROR
-    assert "The model `no-such-model` does not exist" in result.answer
-    assert "check the model name" in result.answer
+    assert "The model `no-such-model` does not exist" in caplog.text
+    assert "check the model name" in caplog.text
     assert len(chat.requests) == 1
 
 

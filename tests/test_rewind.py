@@ -452,8 +452,7 @@ async def test_bad_input_on_the_command_line_is_one_line(harness: Harness, tmp_p
             "error: --instructions: cannot read /no/such"
         )
         assert (await rerun(wid, "--from-step", "1", "--model", "nosuch:x")).startswith(
-            f"error: fork {wid}-fork-1: its model cannot be used: unknown model 'nosuch:x': "
-            "use one of offline, scripted"
+            f"error: fork {wid}-fork-1: its model cannot be used: nosuch:x failed (unknown model)"
         )
     assert len(harness.store.returns_for("123456")) == 1
 

@@ -121,14 +121,20 @@ async def test_throttled_endpoint_is_retried(harness: Harness, endpoint: Any) ->
     assert result.outcome is Outcome.ANSWERED and result.answer == DECLINE
 
 
-async def test_unknown_endpoint_is_not_retried(harness: Harness, endpoint: Any) -> None:
+async def test_unknown_endpoint_is_not_retried(
+    harness: Harness, endpoint: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     client, stubber = endpoint
     stubber.add_client_error(
         "invoke_endpoint", "ValidationError", "Endpoint flan-ul2 of account 1 not found.", 400
     )
     result = await harness.ask("hi", model=SageMakerTextModel("flan-ul2", client=client))
     assert result.outcome is Outcome.MODEL_ERROR
-    assert any("Endpoint flan-ul2 of account 1 not found" in s.text for s in result.steps)
+    assert "model request rejected: scripted failed (request rejected)" in [
+        s.text for s in result.steps
+    ]
+    # The account and endpoint SageMaker named are the operator's: the worker's log.
+    assert "Endpoint flan-ul2 of account 1 not found" in caplog.text
 
 
 async def test_interpret_may_name_the_next_tool(harness: Harness, endpoint: Any) -> None:

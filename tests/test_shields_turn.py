@@ -11,6 +11,7 @@ import re
 import sqlite3
 import time
 
+import pytest
 from pydantic import BaseModel
 
 from durable_agent.approval import ApprovalPolicy
@@ -109,7 +110,9 @@ class Broken:
         raise AgentError("the shield's own bug")
 
 
-async def test_calls_whose_shield_cannot_run_at_all_are_blocked(harness: Harness) -> None:
+async def test_calls_whose_shield_cannot_run_at_all_are_blocked(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     """The tool-input shields run inside `parse`: when that step fails as a whole, no
     call runs and the model reads why, as when any shield fails closed."""
     model = ScriptedModel(
@@ -120,8 +123,11 @@ async def test_calls_whose_shield_cannot_run_at_all_are_blocked(harness: Harness
         result = await (await start_turn(harness.client, turn, tq)).result()
     assert result.outcome is Outcome.ANSWERED
     assert "tool_call" not in kinds(result)  # never ran
-    assert result.answer.startswith("blocked by the shields shield (shield_error)")
-    assert "the shield's own bug" in result.answer
+    assert result.answer == (
+        "blocked by the shields shield (shield_error): the shields could not run"
+    )
+    # Why is the operator's: the worker's log says it.
+    assert "the shields could not run: the shield's own bug" in caplog.text
 
 
 class Nothing(BaseModel):
@@ -211,7 +217,9 @@ async def test_an_answer_with_someone_elses_id_is_blocked(harness: Harness) -> N
     assert result.answer.startswith("Sorry, I can't share that answer")
 
 
-async def test_shields_that_stay_down_fail_closed_or_open(harness: Harness) -> None:
+async def test_shields_that_stay_down_fail_closed_or_open(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     model = ScriptedModel(plans=[Reply(text="Hello!")])
     async with harness.worker(model, shields=at("input", Down())) as tq:
         turn = TurnInput(question="hi", model="scripted")
@@ -222,6 +230,8 @@ async def test_shields_that_stay_down_fail_closed_or_open(harness: Harness) -> N
     assert closed.outcome is Outcome.REFUSED
     assert "shield_unavailable" in closed.steps[0].text
     assert "refused (shields fail closed)" in closed.steps[0].text
+    assert "shield down could not judge: guardrail service unavailable" in caplog.text
+    assert "guardrail service" not in closed.steps[0].text
     assert opened.outcome is Outcome.ANSWERED and opened.answer == "Hello!"
 
 

@@ -267,12 +267,13 @@ async def test_a_worker_that_did_not_list_a_turns_tools_serves_it_by_their_hash(
     assert result.answer.startswith("Sorry, I cannot go on with this request")
     [step] = [s.text for s in result.steps if s.text.startswith("tools: ")]
     assert [s.kind for s in result.steps if s.text == step] == [StepKind.LIMIT]
+    assert step == "tools: the tools this turn started with are not available"
     why = {
         "changed": f"the tool list {digest[:12]} in {folder} does not have the hash",
         "missing": f"MCP server 'evil' this turn started with ({digest[:12]}) is not in the "
         f"tool-list store ({folder})",
     }[store]
-    assert why in step and "\n" not in step
+    assert why in said  # the operator's to read: the store, the hash
     assert len(fake.accepted) == 1  # the model was not asked again without its tools
     assert not [s for s in result.steps if s.kind is StepKind.OBSERVATION]
 

@@ -218,7 +218,8 @@ async def test_a_fallback_shows_on_the_turns_span_once(
         "first",
         "second",
     )
-    assert event.attributes["agent.model.reason"] == "garbled"
+    assert event.attributes["agent.model.reason"] == "reply unusable"
+    assert event.attributes["agent.model.error"] == "garbled"
     failed = [s for s in spans if s.name == "chat first"]
     assert len(failed) == 1 and failed[0].attributes
     assert failed[0].attributes["error.type"] == "InvalidModelOutput"

@@ -35,6 +35,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from durable_agent import redact
     from durable_agent.answers import markdown_safe
     from durable_agent.chat import (
         ChatMessage,
@@ -169,8 +170,12 @@ class Conversation:
             answer, outcome = result.answer, result.outcome
             self._spent += result.usage.cost_usd or 0.0
         except ChildWorkflowError as e:
-            # A turn that failed (terminated, say) must not end the conversation.
-            answer = f"(no answer: the turn ended without one: {e.cause or e})"
+            # A turn that failed (terminated, say) must not end the conversation. Why is
+            # the operator's (the worker's log), never the customer's: it may hold a
+            # host or a key.
+            said = redact.mask(str(e.cause or e))
+            workflow.logger.warning("turn %s ended without an answer: %s", turn_id, said)
+            answer = "(no answer: the turn ended without one)"
             outcome = Outcome.MODEL_ERROR
         answered = TurnAnswered(turn_id=turn_id, outcome=outcome, answer=answer)
         self._events.publish(answered.model_dump(mode="json"))

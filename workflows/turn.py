@@ -68,7 +68,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent import answers, fallback, outputs, rewind
+    from durable_agent import answers, fallback, outputs, redact, rewind
     from durable_agent.activities import (
         CompactActivity,
         CompactInput,
@@ -128,7 +128,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.shields import ShieldRequest, Verdict
     from durable_agent.stream import TURN_TOPIC, DoneEvent, StepEvent, carried
     from durable_agent.subagents import SubAgent
-    from durable_agent.telemetry import agent_span, record_fallback, record_turn
+    from durable_agent.telemetry import agent_span, record_failure, record_fallback, record_turn
     from durable_agent.transcript import ConversationRef
     from durable_agent.types import (
         AgentInfo,
@@ -416,9 +416,8 @@ class AgentTurn:
         except (ActivityError, ApplicationError) as e:
             self._if_out_of_time()
             self._if_tools_lost(1, e)
-            reason = _failure(e)
-            self._record(1, StepKind.LIMIT, f"instructions: {reason}")
-            raise _TurnEnded(Outcome.MODEL_ERROR, answers.instructions_failed(reason)) from None
+            self._record(1, StepKind.LIMIT, self._failed("instructions: could not be prepared", e))
+            raise _TurnEnded(Outcome.MODEL_ERROR, answers.instructions_failed()) from None
         self._agent = self._agent.model_copy(update={"fingerprint": out.fingerprint})
         return out.text
 
@@ -437,7 +436,8 @@ class AgentTurn:
             unpriced = out.unpriced
         except (ActivityError, ApplicationError) as e:
             self._if_out_of_time()
-            unpriced = [f"{', '.join(self._models) or 'the default'} ({_failure(e)})"]
+            models = ", ".join(self._models) or "the default"
+            unpriced = [self._failed(f"{models} (its prices could not be read)", e)]
         if unpriced:
             raise _TurnEnded(Outcome.COST_LIMIT, answers.unpriced(cap, unpriced))
 
@@ -592,7 +592,8 @@ class AgentTurn:
                 self._record(iteration, StepKind.LIMIT, f"agent: {cause.message}")
                 answer = answers.unknown_agent(cause.message)
                 raise _TurnEnded(Outcome.UNKNOWN_AGENT, answer) from None
-            judged = [[_unscreened(cause or e)] for _ in requests]
+            unscreened = self._unscreened(e)
+            judged = [[unscreened] for _ in requests]
         stops = [
             self._judged(iteration, request.position, request.call, verdicts)
             for request, verdicts in zip(requests, judged, strict=True)
@@ -673,8 +674,9 @@ class AgentTurn:
             )
         except ActivityError as e:
             self._if_out_of_time()
-            line = f"context: no summary ({_failure(e)}); older results stay shortened"
-            self._record(iteration, StepKind.COMPACT, line)
+            why = fallback.reason(_cause(e))
+            line = f"context: no summary ({why}); older results stay shortened"
+            self._record(iteration, StepKind.COMPACT, self._failed(line, e))
             return
         self._usage += out.usage
         first = kept[0]
@@ -767,8 +769,8 @@ class AgentTurn:
                 # A local activity's failure may arrive unwrapped (ApplicationError).
                 self._if_out_of_time()
                 if i + 1 == len(models) or not fallback.next_may_answer(_cause(e)):
-                    raise self._model_failed(iteration, e) from e
-                self._fell_back(iteration, spec, models[i + 1], _cause(e))
+                    raise self._model_failed(iteration, spec, e) from e
+                self._fell_back(iteration, spec, models[i + 1], e)
                 # The failed model is asked no more in this turn: the next calls go
                 # straight to the model that answers.
                 self._models = models[i + 1 :]
@@ -790,28 +792,50 @@ class AgentTurn:
             # A cost nobody knows is no cost within the cap.
             raise _TurnEnded(Outcome.COST_LIMIT, answers.cost_limit(cap, spent, self._found()))
 
-    def _fell_back(
-        self, iteration: int, failed: str, then: str, cause: BaseException | None
-    ) -> None:
-        """The story, the trace and the metrics say that the next model gets the request."""
-        why = fallback.reason(cause)
+    def _fell_back(self, iteration: int, failed: str, then: str, err: Exception) -> None:
+        """The story, the trace and the metrics say that the next model gets the request:
+        the story names the models and the kind of failure only (`fallback.reason`)."""
+        why = fallback.reason(_cause(err))
         self._record(iteration, StepKind.FALLBACK, f"{failed} failed ({why}); asking {then}")
-        record_fallback(self._span, failed, then, why)
+        said = redact.mask(_failure(err))
+        workflow.logger.warning("model %s failed (%s): %s; asking %s", failed, why, said, then)
+        record_fallback(self._span, failed, then, why, said)
         count_fallback(self._agent.name, failed, then)
 
-    def _model_failed(self, iteration: int, err: ActivityError | ApplicationError) -> _TurnEnded:
-        """Transient trouble that outlasted every retry, or a request a retry cannot fix."""
+    def _model_failed(
+        self, iteration: int, spec: str, err: ActivityError | ApplicationError
+    ) -> _TurnEnded:
+        """Transient trouble that outlasted every retry, or a request a retry cannot fix.
+        The step and the answer say which kind; the error's own words go to the log and
+        the trace (`_failed`)."""
         self._if_tools_lost(iteration, err)
         cause = _cause(err)
+        model = spec or "the worker's default model"
+        named = f"{model} failed ({fallback.reason(cause)})"
         if isinstance(cause, ApplicationError) and cause.type in _REFUSED:
-            self._record(iteration, StepKind.LIMIT, f"model request rejected: {cause.message}")
-            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_rejected(cause.message))
-        if isinstance(cause, ApplicationError) and cause.type != ModelUnavailable.__name__:
-            self._record(iteration, StepKind.LIMIT, f"model reply unusable: {cause.message}")
-            return _TurnEnded(Outcome.MODEL_ERROR, answers.model_unusable(cause.message))
-        reason = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-        self._record(iteration, StepKind.LIMIT, f"model unavailable: {reason}")
-        return _TurnEnded(Outcome.MODEL_ERROR, answers.model_failed(self._found()))
+            # `rewind.refused_model` reads this step: the model cannot be used at all.
+            kind, answer = "model request rejected", answers.model_rejected()
+        elif isinstance(cause, ApplicationError) and cause.type != ModelUnavailable.__name__:
+            kind, answer = "model reply unusable", answers.model_unusable()
+        else:
+            kind, answer = "model unavailable", answers.model_failed(self._found())
+        self._record(iteration, StepKind.LIMIT, self._failed(f"{kind}: {named}", err))
+        return _TurnEnded(Outcome.MODEL_ERROR, answer)
+
+    def _failed(self, said: str, err: Exception) -> str:
+        """`said` (what the customer may read of a failure: its kind), after the error's
+        own text went where only the operator reads it: the worker's log and the turn's
+        span, credentials masked. Never into a step or an answer."""
+        own = redact.mask(_failure(err))
+        workflow.logger.warning("%s: %s", said, own)
+        record_failure(self._span, said, own)
+        return said
+
+    def _unscreened(self, err: Exception) -> Verdict:
+        """The shields could not run at all: fail closed. The model and the customer read
+        that they could not; why (a shield's own error) is the operator's (`_failed`)."""
+        said = self._failed("the shields could not run", err)
+        return Verdict(shield="shields", allowed=False, category="shield_error", message=said)
 
     def _earlier_answers(self, turn: TurnInput) -> list[Source]:
         """What the model read that the customer did not write, besides the tool results
@@ -827,8 +851,8 @@ class AgentTurn:
             self._if_out_of_time()
             self._if_tools_lost(iteration, e)
             # Its shields could not run (one hung past the timeout, say): every call is
-            # blocked, as the shields fail closed; the model reads why.
-            unscreened = _unscreened(_cause(e) or e)
+            # blocked, as the shields fail closed; the model reads that they could not.
+            unscreened = self._unscreened(e)
             never_run = [ValidCall(call=c, timeout=PARSE_TIMEOUT, max_attempts=1) for c in calls]
             return ParseOutput(valid=never_run, rejected=[], verdicts=[[unscreened]] * len(calls))
 
@@ -1293,7 +1317,8 @@ class AgentTurn:
         changed one), the turn ends, saying so; no step can go on without them."""
         cause = _cause(err)
         if isinstance(cause, ApplicationError) and cause.type == ToolListUnavailable.__name__:
-            self._record(iteration, StepKind.LIMIT, f"tools: {cause.message}")
+            line = self._failed("tools: the tools this turn started with are not available", err)
+            self._record(iteration, StepKind.LIMIT, line)
             raise _TurnEnded(Outcome.UNKNOWN_AGENT, answers.tools_unavailable())
 
     async def _consent(
@@ -1577,11 +1602,6 @@ def _duration(d: timedelta) -> str:
     return f"{seconds:g} s"
 
 
-def _unscreened(cause: BaseException) -> Verdict:
-    """The shields could not run at all: fail closed."""
-    return Verdict(shield="shields", allowed=False, category="shield_error", message=str(cause))
-
-
 def _verdict_line(
     position: str, call: ToolCall | None, verdicts: list[Verdict], stop: Verdict | None
 ) -> str:
@@ -1622,9 +1642,11 @@ def _failure_text(err: Exception, call: ToolCall, vc: ValidCall) -> str:
             f"{call.name} timed out after {vc.timeout.total_seconds():g} s "
             f"({vc.max_attempts} attempt(s)); try again later."
         )
+    # The model needs the tool's words; a credential in them is masked (the activity
+    # masked it already, on a worker of this code).
     if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(cause or err)
+        return redact.mask(cause.message)
+    return redact.mask(str(cause or err))
 
 
 def _clip(text: str, limit: int = 80) -> str:

@@ -77,6 +77,11 @@ class OpenAIChatModel:
                     f"the openai backend cannot start ({e}); set OPENAI_API_KEY for the "
                     "worker (any value for a local server that needs none) and restart it"
                 ) from None
+        retries = getattr(client, "max_retries", 0)
+        if isinstance(retries, int) and retries > 0 and hasattr(client, "with_options"):
+            # A client of the agent's own retries nothing either: a request the SDK
+            # sends again inside one attempt is one the turn neither sees nor counts.
+            client = client.with_options(max_retries=0)
         self._client = client
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:

@@ -13,6 +13,9 @@ was current, so a line leads to the turn in the Web UI and to its trace:
            "activity_type": "plan", "activity_id": "1", "attempt": 1,
            "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "..."}
 
+Whatever looks like a credential is masked out of every line, its traceback included
+(`durable_agent.redact`): an error's text may repeat the key a provider was sent.
+
 The SDK's workflow and activity loggers (`workflow.logger`, `activity.logger`)
 already attach the ids (`temporal_workflow`, `temporal_activity`); any other logger
 used inside an activity gets them from the activity's context. The trace id is
@@ -32,6 +35,7 @@ from opentelemetry import trace
 from temporalio import activity
 from temporalio import workflow as temporal_workflow
 
+from durable_agent import redact
 from durable_agent.telemetry import attempt_span_context
 
 FORMATS = ("text", "json")
@@ -99,11 +103,11 @@ class JsonFormatter(logging.Formatter):
             ),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact.mask(record.getMessage()),
             **{k: v for k, v in getattr(record, "turn", {}).items() if v is not None},
         }
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = redact.mask(self.formatException(record.exc_info))
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
@@ -114,7 +118,7 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        text = redact.mask(super().format(record))
         fields = getattr(record, "turn", {})
         where = [fields["workflow_id"]] if fields.get("workflow_id") else []
         if fields.get("activity_type"):

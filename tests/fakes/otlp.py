@@ -45,6 +45,10 @@ class Span:
     """Empty for a root span."""
     service: str
     attributes: dict[str, Any] = field(hash=False)
+    events: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False, compare=False)
+    """By name (the last of a name): `exception`, `model_fallback`, ..."""
+    status: str = field(default="", compare=False)
+    """The status's description (an error's), empty when none."""
 
 
 def _value(kv: KeyValue) -> Any:
@@ -119,6 +123,8 @@ class OtlpReceiver:
                                 parent_id=s.parent_span_id.hex(),
                                 service=service,
                                 attributes=attributes(s.attributes),
+                                events={e.name: attributes(e.attributes) for e in s.events},
+                                status=s.status.message,
                             )
                         )
         return found
