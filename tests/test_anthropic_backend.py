@@ -30,6 +30,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_agent import Agent, AgentClient, Compaction
 from durable_agent.backends import default_models
 from durable_agent.backends.anthropic import AnthropicModel, classify
+from durable_agent.bounds import bounded_reply
 from durable_agent.conversation import AssistantMessage, Message, Opaque, ToolResult, UserMessage
 from durable_agent.errors import ModelCannotAnswer, ModelRequestRejected, ModelUnavailable
 from durable_agent.model import ModelRequest, Reply
@@ -452,6 +453,33 @@ async def test_thinking_that_fills_max_tokens_is_one_line(api: MessagesServer) -
     api.replies = [Said(stop="max_tokens")]
     with pytest.raises(ModelCannotAnswer, match=r"max_tokens 6144.*\+max_tokens=N"):
         await api.model(thinking=2_048).plan(request(QUESTION))
+
+
+async def test_a_call_cut_at_max_tokens_is_not_run(api: MessagesServer) -> None:
+    """Cut while it wrote its last call: that call's input may parse, and be wrong."""
+    api.replies = [tool_use(ORDER, RETURN, stop="max_tokens")]
+    reply = await api.model().plan(request(QUESTION))
+    assert reply.calls[0].error is None and reply.calls[0].arguments == ORDER[2]
+    assert reply.calls[1].error == "cut short: the reply reached max_tokens (4096) while writing it"
+
+
+def test_thinking_over_its_bound_leaves_the_record_and_the_round_does_not_think() -> None:
+    long = {"type": "thinking", "thinking": "x" * 200_001, "signature": "s"}
+    reply = Reply(
+        calls=[ToolCall(id="c1", name="order_status", arguments={"order_id": "123456"})],
+        opaque=Opaque(provider="anthropic", model=MODEL, blocks=[long]),
+    )
+    kept = bounded_reply(reply)
+    assert kept.opaque is None and kept.calls == reply.calls
+    messages: list[Message] = [
+        UserMessage(text=QUESTION),
+        kept.message(),
+        ToolResult(call_id="c1", tool="order_status", ok=True, text="shipped"),
+    ]
+    body = AnthropicModel(MODEL, client=object(), thinking=2_048).request(
+        ModelRequest(messages=messages)
+    )
+    assert "thinking" not in body and violation(body) is None
 
 
 # --- the backend's requests ---------------------------------------------------------------

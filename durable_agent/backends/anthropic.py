@@ -1,6 +1,6 @@
 """Anthropic's Messages API, with native tool use, prompt caching and extended thinking.
 
-    --model anthropic:<model>                  e.g. anthropic:claude-sonnet-4-5
+    --model anthropic:<model>                  e.g. anthropic:claude-sonnet-4-6
     --model anthropic:<model>+thinking         extended thinking, a budget of 4,096 tokens
     --model anthropic:<model>+thinking=16000   ... of 16,000 tokens (`=adaptive`: the
                                                model's own choice, on models that have it)
@@ -91,7 +91,7 @@ class AnthropicModel:
         none; `cache`: None reads AGENT_ANTHROPIC_CACHE (on unless `0`)."""
         if not model:
             raise ModelRequestRejected(
-                "name the model: --model anthropic:<model>, e.g. anthropic:claude-sonnet-4-5"
+                "name the model: --model anthropic:<model>, e.g. anthropic:claude-sonnet-4-6"
             )
         if isinstance(thinking, int) and thinking < 1_024:
             raise ModelRequestRejected(
@@ -315,6 +315,13 @@ def _reply(message: Any, model: str, max_tokens: int) -> Reply:
     blocks = list(message.content)
     text = "".join(b.text for b in blocks if b.type == "text")
     calls = [_decode_call(b) for b in blocks if b.type == "tool_use"]
+    if stop == "max_tokens" and blocks and blocks[-1].type == "tool_use":
+        # Cut while it wrote this call: what arrived of its input may parse, and be wrong.
+        calls[-1] = ToolCall(
+            id=calls[-1].id,
+            name=calls[-1].name,
+            error=f"cut short: the reply reached max_tokens ({max_tokens}) while writing it",
+        )
     if stop == "refusal":
         # The API's safety classifier stopped the reply: what came before is not an answer.
         details = getattr(message, "stop_details", None)
