@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from durable_agent.conversation import MAX_OPAQUE_CHARS
 from durable_agent.model import Reply
 from durable_agent.render import truncate
 from durable_agent.types import Observation, PendingApproval, ToolCall
@@ -36,7 +37,11 @@ def bounded_reply(reply: Reply, max_calls: int = MAX_CALLS_PER_ROUND) -> Reply:
     """`reply` within the bounds: its text cut with the truncation marker; calls past
     `max_calls` answered by one refusal (on the first of them; the rest are left out of
     the conversation); a call whose arguments are over their bound kept with none, and
-    refused with a result that says so. `reply` itself is left as it was."""
+    refused with a result that says so; a provider's opaque part over
+    `MAX_OPAQUE_CHARS` left out (its backend then asks without it: Anthropic's next
+    call of the round thinks no more). `reply` itself is left as it was."""
+    if reply.opaque is not None and len(reply.opaque.model_dump_json()) > MAX_OPAQUE_CHARS:
+        reply = reply.model_copy(update={"opaque": None})
     text = truncate(reply.text, MAX_REPLY_CHARS)
     budget = MAX_REPLY_CHARS - len(text)
     calls: list[ToolCall] = []

@@ -106,6 +106,8 @@ KNOWN_WINDOWS: tuple[tuple[str, int], ...] = (
     ("o1", 200_000),
     ("o3", 200_000),
     ("o4", 200_000),
+    # Anthropic (its own API)
+    ("claude", 200_000),
     # Bedrock (ids, with or without a region prefix)
     ("anthropic.claude", 200_000),
     ("amazon.nova-micro", 128_000),

@@ -1,7 +1,8 @@
 """The turn's conversation with the model: one provider-neutral shape.
 
     user       the customer's words
-    assistant  the model's own message, as it sent it: its text and/or tool calls
+    assistant  the model's own message, as it sent it: its text and/or tool calls, and
+               what only its provider reads (`Opaque`: Anthropic's signed thinking)
     tool       one result per call of the assistant message before it, in call order
 
 Every model call of a turn sends the same system prompt and this conversation,
@@ -15,9 +16,9 @@ the rules all of them share; the backends map messages 1:1 to their API.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from durable_agent.errors import InvalidConversation
 from durable_agent.types import Exchange, Observation, Tagged, ToolCall
@@ -28,10 +29,36 @@ class UserMessage(Tagged):
     text: str
 
 
+MAX_OPAQUE_CHARS = 200_000
+"""The most an `Opaque` part may hold, as JSON (`durable_agent.bounds`): a model's
+thinking within its budget fits many times over."""
+
+
+class Opaque(BaseModel):
+    """Parts of an assistant message that no one reads but the provider that wrote
+    them, which asks for them back unchanged with the message: Anthropic's thinking
+    blocks and their signatures, which must open the model's next request within a
+    round of tool use. Only a backend of the same provider and model sends them back;
+    every other leaves them out."""
+
+    provider: str
+    """`Model.provider` of the backend that wrote them (`anthropic`)."""
+    model: str
+    """`Model.name`: a signature holds for the model that made it."""
+    blocks: list[dict[str, Any]] = Field(default_factory=list)
+    """As the provider sent them, in order."""
+
+    def of(self, provider: str, model: str) -> list[dict[str, Any]]:
+        """The blocks, for that provider's model; none for any other."""
+        return self.blocks if (self.provider, self.model) == (provider, model) else []
+
+
 class AssistantMessage(Tagged):
     role: Literal["assistant"] = "assistant"
     text: str = ""
     calls: list[ToolCall] = Field(default_factory=list)
+    opaque: Opaque | None = None
+    """What only its provider reads, sent back to it unchanged (None for most)."""
 
 
 class ToolResult(Tagged):

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from durable_agent.conversation import AssistantMessage, Message, question
+from durable_agent.conversation import AssistantMessage, Message, Opaque, question
 from durable_agent.errors import UnknownModel
 from durable_agent.stream import TextSink
 from durable_agent.tools import ToolSpec
@@ -71,6 +71,9 @@ class Reply(BaseModel):
     output_error: str = ""
     """For a turn with an output type: why the value the reply gave does not fit (the
     model reads it and tries again: `durable_agent.outputs.repair`)."""
+    opaque: Opaque | None = None
+    """Parts of the message only its provider reads (Anthropic's signed thinking), kept
+    with the message in the conversation and sent back to that provider unchanged."""
     context_full: bool = False
     """Set by the model-call activity: the conversation fills the model's context window
     even with older results shortened, so the turn summarises older exchanges before
@@ -78,7 +81,7 @@ class Reply(BaseModel):
 
     def message(self) -> AssistantMessage:
         """The reply as it goes back into the conversation."""
-        return AssistantMessage(text=self.text, calls=self.calls)
+        return AssistantMessage(text=self.text, calls=self.calls, opaque=self.opaque)
 
 
 class Model(Protocol):

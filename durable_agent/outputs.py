@@ -233,18 +233,18 @@ def _checked(output: Output, given: Any) -> ReadOutput:
         return ReadOutput(error=str(e))
 
 
-def repair(text: str, calls: list[ToolCall], error: str) -> list[Message]:
-    """What goes back to the model after a value that does not fit: its message, then
-    the errors (as the output tool's result, or in a message of their own)."""
-    said = AssistantMessage(text=text, calls=calls)
+def repair(said: AssistantMessage, error: str) -> list[Message]:
+    """What goes back to the model after a value that does not fit: its message (as it
+    wrote it, with what only its provider reads), then the errors (as the output tool's
+    result, or in a message of their own)."""
     fix = f"The value does not fit the output schema: {error}. Fix it and give it again."
-    if not calls:
+    if not said.calls:
         return [said, UserMessage(text=fix)]
     results: list[Message] = [
         ToolResult(
             call_id=c.id, tool=c.name, ok=False, text=fix if c.name == OUTPUT_TOOL else NOT_RUN
         )
-        for c in calls
+        for c in said.calls
     ]
     return [said, *results]
 

@@ -7,11 +7,14 @@ A call is priced by the first of these that knows its model:
 1. `AGENT_MODEL_PRICES`, the operator's word: a self-hosted endpoint or a negotiated
    rate, in US dollars per million tokens, keyed by model spec or model name:
    `openai:llama3.1=0.10/0.20/0.05,sagemaker:flan-ul2=0.30/0.30` (input / output /
-   cached input; cached input costs as much as input when left out).
+   cached input / cache writes; cached input and cache writes cost as much as input
+   when left out).
 2. The offline model runs inside the worker: it costs nothing.
-3. `genai-prices` (PyPI, maintained by the Pydantic team): input, cached input and
-   output prices by provider and model. Its table ships inside the package; nothing
-   here starts its `UpdatePrices`, so nothing is downloaded at run time.
+3. `genai-prices` (PyPI, maintained by the Pydantic team): input, cached input, cache
+   write and output prices by provider and model (Claude's models among them, whatever
+   address serves them: no one else serves a model named `claude-…`). Its table ships
+   inside the package; nothing here starts its `UpdatePrices`, so nothing is downloaded
+   at run time.
 4. Otherwise the cost is unknown (None), and so is the cost of any turn that made
    such a call: a sum that silently leaves out calls would be wrong, not cheap.
 
@@ -38,7 +41,7 @@ FREE_PROVIDERS = frozenset({"offline"})
 # This project's provider names (`Model.provider`, the GenAI conventions' names) to
 # the provider ids of genai-prices. Providers missing here are never looked up by
 # model name alone: a self-hosted model called `gpt-4o` is not OpenAI's.
-TABLE_PROVIDERS = {"openai": "openai", "aws.bedrock": "aws"}
+TABLE_PROVIDERS = {"openai": "openai", "aws.bedrock": "aws", "anthropic": "anthropic"}
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +58,26 @@ class Price:
     output: float
     cached_input: float | None = None
     """Cached (prompt-cache read) input tokens; None: the same as `input`."""
+    cache_write: float | None = None
+    """Input tokens written to the prompt cache; None: the same as `input`."""
 
     def of(self, usage: Usage) -> float:
         cached = min(usage.cached_input_tokens, usage.input_tokens)
+        written = min(usage.cache_write_tokens, usage.input_tokens - cached)
         cached_rate = self.input if self.cached_input is None else self.cached_input
+        write_rate = self.input if self.cache_write is None else self.cache_write
         dollars = (
-            (usage.input_tokens - cached) * self.input
+            (usage.input_tokens - cached - written) * self.input
             + cached * cached_rate
+            + written * write_rate
             + usage.output_tokens * self.output
         )
         return dollars / 1_000_000
 
 
 def parse_prices(text: str) -> dict[str, Price]:
-    """`MODEL=INPUT/OUTPUT[/CACHED_INPUT],...` → prices by model spec or name."""
+    """`MODEL=INPUT/OUTPUT[/CACHED_INPUT[/CACHE_WRITE]],...` → prices by model spec or
+    name."""
     prices: dict[str, Price] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         # The last `=`: Bedrock ids contain colons, never an equals sign.
@@ -77,10 +86,10 @@ def parse_prices(text: str) -> dict[str, Price]:
             numbers = [float(r) for r in rates.split("/")]
         except ValueError:
             numbers = []
-        if not key.strip() or len(numbers) not in (2, 3) or min(numbers) < 0:
+        if not key.strip() or len(numbers) not in (2, 3, 4) or min(numbers) < 0:
             raise PriceSettingError(
-                f"{SETTING}: {item!r} is not MODEL=INPUT/OUTPUT[/CACHED_INPUT] in US dollars "
-                "per million tokens, e.g. openai:llama3.1=0.10/0.20/0.05"
+                f"{SETTING}: {item!r} is not MODEL=INPUT/OUTPUT[/CACHED_INPUT[/CACHE_WRITE]] "
+                "in US dollars per million tokens, e.g. openai:llama3.1=0.10/0.20/0.05"
             )
         prices[key.strip()] = Price(*numbers)
     return prices
@@ -124,6 +133,7 @@ def table_price(usage: Usage, provider: str, model: str) -> float | None:
     counted = table.Usage(
         input_tokens=usage.input_tokens,
         cache_read_tokens=usage.cached_input_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
         output_tokens=usage.output_tokens,
     )
     try:
@@ -160,7 +170,10 @@ def format_cost(cost: float | None) -> str:
 def usage_line(usage: Usage) -> str:
     """`usage: 2 model call(s), 93 in / 13 out tokens, cost $0`: a turn's usage in one
     line, the same in the CLI and the Web UI."""
-    cached = f" ({usage.cached_input_tokens} cached)" if usage.cached_input_tokens else ""
+    cache = [f"{usage.cached_input_tokens} cached"] if usage.cached_input_tokens else []
+    if usage.cache_write_tokens:
+        cache.append(f"{usage.cache_write_tokens} written to cache")
+    cached = f" ({', '.join(cache)})" if cache else ""
     return (
         f"usage: {usage.model_calls} model call(s), {usage.input_tokens} in / "
         f"{usage.output_tokens} out tokens{cached}, cost {format_cost(cost_of(usage))}"

@@ -301,6 +301,7 @@ def _set_usage(span: Span, usage: Usage) -> None:
             "gen_ai.usage.input_tokens": usage.input_tokens,
             "gen_ai.usage.output_tokens": usage.output_tokens,
             "gen_ai.usage.cache_read.input_tokens": usage.cached_input_tokens,
+            "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
         }
     )
 

@@ -95,6 +95,9 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cached_input_tokens: int = 0
     """Input tokens the provider read from its prompt cache (billed at a discount)."""
+    cache_write_tokens: int = 0
+    """Input tokens the provider wrote to its prompt cache (billed at a premium, by
+    Anthropic: its cache is written only where a request asks)."""
     cost_usd: float | None = None
     """What the calls cost in US dollars, priced by the worker as each call returned
     (`durable_agent/pricing.py`); None when a call's price is unknown (so the sum is too)."""
@@ -109,6 +112,7 @@ class Usage(BaseModel):
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             cost_usd=None
             if self.cost_usd is None or other.cost_usd is None
             else self.cost_usd + other.cost_usd,

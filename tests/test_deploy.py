@@ -191,6 +191,8 @@ def test_worker_variables_are_ones_the_code_or_its_libraries_read(
                 assert name in agent_names, f"{service}: no code reads {name}"
             elif name.startswith("OPENAI_"):
                 assert reads("openai", name), f"openai never reads {name}"
+            elif name.startswith("ANTHROPIC_"):
+                assert reads("anthropic", name), f"anthropic never reads {name}"
             elif name.startswith("AWS_"):
                 assert reads("botocore", name), f"boto3 never reads {name}"
             elif name.startswith("OTEL_"):
@@ -242,7 +244,14 @@ def test_worker_gets_the_settings_a_deployment_needs(services: dict[str, Any]) -
     defaults = code_defaults()
     assert env["AGENT_MODEL"] == defaults["model"]
     assert env["AGENT_TASK_QUEUE"] == defaults["task_queue"]  # the host's client.py agrees
-    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION"):
+    for name in (
+        "OPENAI_BASE_URL",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_DEFAULT_REGION",
+    ):
         assert name in env, name
         assert env[name] is None, f"{name}: pass it through only when set; empty breaks it"
     assert "AGENT_ENCRYPTION_KEY" in env

@@ -85,11 +85,37 @@ def test_the_operators_prices_come_first_by_spec_or_name() -> None:
     assert parse_prices(f"{bedrock_id}=0.8/4") == {bedrock_id: Price(0.8, 4.0)}
 
 
+# 1,000 input tokens: 600 read from the prompt cache, 300 written to it, 100 neither.
+CACHING = Usage(
+    model_calls=1,
+    input_tokens=1000,
+    cached_input_tokens=600,
+    cache_write_tokens=300,
+    output_tokens=100,
+)
+
+
+def test_cache_reads_and_writes_are_priced_at_their_own_rates(no_network: None) -> None:
+    """Claude Sonnet 4.6: $3 input, $0.30 cache reads, $3.75 cache writes (5 minutes),
+    $15 output per million tokens; the operator's fourth number is the write rate."""
+    cost = Pricing().price(CACHING, "anthropic", "claude-sonnet-4-6")
+    assert cost == pytest.approx((100 * 3 + 600 * 0.30 + 300 * 3.75 + 100 * 15) / 1_000_000)
+    assert Pricing().price(CACHING, "anthropic", "claude-haiku-4-5-20251001") is not None
+    assert Pricing().price(CACHING, "anthropic", "deepseek-chat") is None
+    own = Pricing.from_env({"AGENT_MODEL_PRICES": "anthropic:claude-x=2/10/0.2/2.5"})
+    assert own.price(CACHING, "anthropic", "claude-x", "anthropic:claude-x") == pytest.approx(
+        (100 * 2 + 600 * 0.2 + 300 * 2.5 + 100 * 10) / 1_000_000
+    )
+    assert usage_line(CACHING).startswith(
+        "usage: 1 model call(s), 1000 in / 100 out tokens (600 cached, 300 written to cache)"
+    )
+
+
 @pytest.mark.parametrize(
-    "text", ["gpt-4o=5", "gpt-4o", "=1/2", "gpt-4o=1/x", "m=-1/2", "m=1/2/3/4"]
+    "text", ["gpt-4o=5", "gpt-4o", "=1/2", "gpt-4o=1/x", "m=-1/2", "m=1/2/3/4/5"]
 )
 def test_a_malformed_price_setting_shows_the_shape(text: str) -> None:
-    with pytest.raises(PriceSettingError, match=r"MODEL=INPUT/OUTPUT\[/CACHED_INPUT\]"):
+    with pytest.raises(PriceSettingError, match=r"MODEL=INPUT/OUTPUT\[/CACHED_INPUT\[/CACHE_W"):
         parse_prices(text)
 
 

@@ -704,7 +704,7 @@ class AgentTurn:
                 answer = answers.invalid_output(reply.output_error, repairs)
                 raise _TurnEnded(Outcome.INVALID_OUTPUT, answer)
             repairs += 1
-            self._messages.extend(outputs.repair(reply.text, reply.calls, reply.output_error))
+            self._messages.extend(outputs.repair(reply.message(), reply.output_error))
             reply = await self._decide(turn, iteration, f"repair output #{repairs}")
         return reply
 

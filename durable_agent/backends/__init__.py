@@ -7,10 +7,10 @@ from durable_agent.model import Model, ModelCatalog
 
 
 def default_models(default: str = "offline") -> ModelCatalog:
-    """`offline`, `openai:<model>` (any OpenAI-compatible server), `bedrock:<model-id>`,
-    `sagemaker:<endpoint>`. Backends are built on first use, once per worker (their
-    SDKs are imported then: they are optional extras); `default` is the spec of turns
-    whose agent names none."""
+    """`offline`, `openai:<model>` (any OpenAI-compatible server), `anthropic:<model>`,
+    `bedrock:<model-id>`, `sagemaker:<endpoint>`. Backends are built on first use, once
+    per worker (their SDKs are imported then: they are optional extras); `default` is
+    the spec of turns whose agent names none."""
 
     def offline(_arg: str) -> Model:
         from durable_agent.offline import OfflineModel
@@ -21,6 +21,11 @@ def default_models(default: str = "offline") -> ModelCatalog:
         from durable_agent.backends.openai_chat import OpenAIChatModel
 
         return OpenAIChatModel(model)
+
+    def anthropic(spec: str) -> Model:
+        from durable_agent.backends.anthropic import AnthropicModel
+
+        return AnthropicModel.from_spec(spec)
 
     def bedrock(model_id: str) -> Model:
         from durable_agent.backends.bedrock import BedrockConverseModel
@@ -33,6 +38,12 @@ def default_models(default: str = "offline") -> ModelCatalog:
         return SageMakerTextModel(endpoint)
 
     return ModelCatalog(
-        {"offline": offline, "openai": openai_chat, "bedrock": bedrock, "sagemaker": sagemaker},
+        {
+            "offline": offline,
+            "openai": openai_chat,
+            "anthropic": anthropic,
+            "bedrock": bedrock,
+            "sagemaker": sagemaker,
+        },
         default=default,
     )

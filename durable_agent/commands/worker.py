@@ -158,6 +158,7 @@ def main() -> None:
             "settings (environment): TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / "
             "TEMPORAL_PROFILE (the server; unset: this folder's own, started if need be), "
             "AGENT_AGENTS, AGENT_MODEL (default model spec), OPENAI_BASE_URL / OPENAI_API_KEY, "
+            "ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL, "
             "AWS_*, AGENT_APPROVAL_REQUIRED / AGENT_APPROVAL_WAIVED, AGENT_SHIELDS_*, "
             "AGENT_ENCRYPTION_KEY, AGENT_SHOP_DB / AGENT_SHOP_STORE, AGENT_MODEL_PRICES, "
             "OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER; see README.md"
