@@ -389,7 +389,7 @@ def _brief(value: Any) -> str:
 
 
 @functools.cache
-def _safe_class(base: type) -> Any:
+def _safe_class(base: Any) -> Any:
     from jsonschema import FormatChecker, validators
 
     # The metaschema's `format: regex` too: a pattern is a regex when the engine that
