@@ -55,8 +55,8 @@ a character grows with the automaton: `(?:.{0,50}){0,50}x` took 7 s on 100,000
 characters, `(?:.{0,30}){0,30}x` 0.03 s."""
 CHECK_BUDGET = 2_000_000
 """What one check may match: its strings' lengths, each times its pattern's width,
-together. Measured at most 5e-8 s a unit (the worst of 30 patterns at their widest):
-a tenth of a second, on a busy machine a few tenths."""
+together. Measured at most 5e-8 s a unit (the worst of some 25 patterns made to be
+slow, at their widest): a tenth of a second, on a busy machine a few tenths."""
 VALUE_KEYWORDS = ("const", "enum", "default", "examples")
 """Keywords whose values are instances, not schemas: their patterns are not checked."""
 
@@ -66,7 +66,7 @@ class UnusableSchema(ValueError):
     linear-time engine takes (the message names it and where it is)."""
 
 
-class TooCostly(Exception):
+class _TooCostly(Exception):
     """A check past its budget (`CHECK_BUDGET`)."""
 
 
@@ -290,7 +290,7 @@ def search(pattern: str, text: str) -> bool:
         spent[0] += cost
         cost = spent[0]
     if cost > CHECK_BUDGET:
-        raise TooCostly
+        raise _TooCostly
     return regex.search(text)
 
 
@@ -400,7 +400,9 @@ def _safe_class(base: Any) -> Any:
 
 
 def _compiles(pattern: object) -> bool:
-    return not isinstance(pattern, str) or compiled(pattern) is not None
+    if isinstance(pattern, str):
+        compiled(pattern)  # `RefusedPattern` if not
+    return True
 
 
 class Checker:
@@ -419,7 +421,7 @@ class Checker:
         token = _spent.set([0])
         try:
             found = list(self._validator.iter_errors(value))
-        except TooCostly:
+        except _TooCostly:
             found = [
                 ValidationError(
                     "its strings are too long to check against the schema's patterns "
@@ -434,9 +436,6 @@ class Checker:
         finally:
             _spent.reset(token)
         return iter(found)
-
-    def is_valid(self, value: Any) -> bool:
-        return next(self.iter_errors(value), None) is None
 
 
 def validator(schema: Any) -> Checker:

@@ -36,7 +36,6 @@ from durable_agent.conversation import Message, ToolResult, UserMessage
 from durable_agent.errors import InvalidCall, InvalidOutputType
 from durable_agent.model import Reply
 from durable_agent.outputs import OUTPUT_TOOL
-from durable_agent.schemas import CHECK_BUDGET
 from durable_agent.tools import ToolContext, ToolRegistry, ToolSpec, schema_tool
 from durable_agent.types import Outcome, OutputSpec, ToolCall, TurnInput
 from tests.conftest import Harness
@@ -121,14 +120,16 @@ def lookup(schema: dict[str, Any], name: str = "lookup") -> Any:
     return schema_tool(name, "Look a code up.", schema, lambda args, ctx: "found")
 
 
-def validate(t: Any, arguments: dict[str, Any]) -> float:
-    """Seconds `ToolRegistry.validate` took over the call (it raises as it does)."""
+def check(t: Any, arguments: dict[str, Any]) -> tuple[str | None, float]:
+    """What `ToolRegistry.validate` says of a call (None: it is valid), and the
+    seconds it took to say it."""
     started = time.perf_counter()
     try:
         ToolRegistry([t]).validate(ToolCall(id="c1", name=t.name, arguments=arguments))
-    finally:
-        took = time.perf_counter() - started
-    return took
+        said = None
+    except InvalidCall as e:
+        said = str(e)
+    return said, time.perf_counter() - started
 
 
 # -- a tool described by a JSON schema: each check at once ----------------------------
@@ -141,12 +142,10 @@ def test_a_value_that_would_backtrack_is_refused_at_once_wherever_its_pattern_is
 ) -> None:
     schema, value_at = places(pattern)[place]
     t = lookup(schema)
-    started = time.perf_counter()
-    with pytest.raises(InvalidCall, match=r"does not match|do not match") as refused:
-        validate(t, {"code": value_at(HOSTILE[pattern])})
-    assert time.perf_counter() - started < 2
-    assert "\n" not in str(refused.value) and len(str(refused.value)) < 1_000
-    validate(t, {"code": value_at(FITTING[pattern])})  # what fits still passes
+    said, took = check(t, {"code": value_at(HOSTILE[pattern])})
+    assert said and ("does not match" in said or "not match any of the regexes" in said), said
+    assert took < 2 and "\n" not in said and len(said) < 1_000
+    assert check(t, {"code": value_at(FITTING[pattern])})[0] is None  # what fits passes
 
 
 def test_a_wide_pattern_is_refused_when_loaded_and_a_long_value_is_not_checked_for_long() -> None:
@@ -156,28 +155,26 @@ def test_a_wide_pattern_is_refused_when_loaded_and_a_long_value_is_not_checked_f
         lookup(object_with({"type": "string", "pattern": r"(?:.{0,50}){0,50}x"}))
     assert "(?:.{0,50}){0,50}x" in str(refused.value) and "too wide" in str(refused.value)
 
-    wide = lookup(object_with({"type": "string", "pattern": r"(?:.{0,30}){0,30}x"}))
-    with pytest.raises(InvalidCall, match="too long to check against the schema's patterns"):
-        assert validate(wide, {"code": "a" * 100_000}) < 2
-    assert validate(wide, {"code": "a" * 1_000 + "x"}) < 2
-    # The budget is per value, whatever the number of strings in it.
-    many = lookup(
-        object_with(
-            {"type": "array", "items": {"type": "string", "pattern": r"(?:.{0,30}){0,30}x"}}
-        )
-    )
-    strings = ["a" * 2_000] * (CHECK_BUDGET // (2_000 * 900) + 1)
-    with pytest.raises(InvalidCall, match="too long to check"):
-        assert validate(many, {"code": strings}) < 2
+    wide = {"type": "string", "pattern": r"(?:.{0,30}){0,30}x"}  # 931 atoms wide
+    said, took = check(lookup(object_with(wide)), {"code": "a" * 100_000})
+    assert said and "too long to check against the schema's patterns" in said and took < 2
+    said, took = check(lookup(object_with(wide)), {"code": "a" * 1_000 + "x"})
+    assert said is None and took < 2
+    # The budget is a value's: two strings, each within it, are over it together.
+    many = lookup(object_with({"type": "array", "items": wide}))
+    said, took = check(many, {"code": ["a" * 2_000] * 2})
+    assert said and "too long to check" in said and took < 2
 
 
 def test_unique_items_of_many_objects_are_compared_in_linear_time() -> None:
-    """`jsonschema` compares objects pairwise: 3,000 took 18 s."""
+    """Compared pairwise, 3,000 objects took 18 s."""
     t = lookup(object_with({"type": "array", "uniqueItems": True}))
-    assert validate(t, {"code": [{"n": n, "tags": ["a", n]} for n in range(20_000)]}) < 2
-    with pytest.raises(InvalidCall, match="non-unique"):
-        validate(t, {"code": [{"n": n} for n in range(20_000)] + [{"n": 7.0}]})
-    validate(t, {"code": [1, True, [1], [True], {"a": 1}, {"a": True}]})  # JSON's equality
+    said, took = check(t, {"code": [{"n": n, "tags": ["a", n]} for n in range(20_000)]})
+    assert said is None and took < 2
+    said, took = check(t, {"code": [{"n": n} for n in range(20_000)] + [{"n": 7.0}]})
+    assert said and "non-unique" in said and took < 2
+    # JSON's equality: true is not 1, at any depth.
+    assert check(t, {"code": [1, True, [1], [True], {"a": 1}, {"a": True}]})[0] is None
 
 
 def test_a_remote_ref_is_never_fetched() -> None:
@@ -198,9 +195,8 @@ def test_a_remote_ref_is_never_fetched() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/code.json"
-        t = lookup(object_with({"$ref": url}))
-        with pytest.raises(InvalidCall, match="cannot be resolved"):
-            validate(t, {"code": "x"})
+        said, _ = check(lookup(object_with({"$ref": url})), {"code": "x"})
+        assert said and "cannot be resolved" in said
     finally:
         server.shutdown()
         server.server_close()
@@ -493,9 +489,12 @@ async def test_an_mcp_servers_patterns_refuse_hostile_values_at_once_and_the_wor
         assert result.outcome is Outcome.ANSWERED, (question, result.answer)
         assert says in result.answer, (question, result.answer)
     assert after.answer == "Hello from the model."
-    # The tools with look-around were left out as the worker started: one line.
-    said = [line for line in worker.lines if "left out" in line]
-    assert len(said) == 1 and "left out 2 tool(s)" in said[0], said
+    # The tools with look-around were left out as the worker started, in one line (and
+    # so again each time the server's list is read: after its connection was renewed).
+    lines = list(worker.lines)
+    ready = next(n for n, line in enumerate(lines) if "worker ready" in line)
+    said = [line for line in lines[:ready] if "left out" in line]
+    assert len(said) == 1 and "left out 2 tool(s)" in said[0], lines[:ready]
     assert "'ahead' (tool evil__ahead: its JSON schema's pattern '^(?!0)" in said[0]
     assert "'behind' (tool evil__behind: its output schema: its JSON schema's pattern" in said[0]
 
