@@ -397,7 +397,8 @@ class ToolRegistry:
 @functools.cache
 def _linear_patterns(args_model: type[BaseModel]) -> None:
     """`UnusableSchema` when pydantic would check an argument's pattern with Python's
-    backtracking `re` (a model's own choice): the model writes the values."""
+    backtracking `re` (`regex_engine="python-re"`, a compiled `re.Pattern`): the values
+    it would match are what a model wrote."""
     schemas.check_type(args_model.__pydantic_core_schema__)
 
 
