@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from durable_agent.schemas import safe_for_backtracking
 from durable_agent.tools import ToolSpec
 
 
@@ -88,7 +89,9 @@ def required_params(spec: ToolSpec) -> tuple[Param, ...]:
             continue
         pattern = schema.get("pattern")
         compiled = exact = None
-        if isinstance(pattern, str) and pattern:
+        # Searched with Python's `re` over what the customer wrote: only a pattern that
+        # cannot backtrack for long (a tool's schema may come from an MCP server).
+        if isinstance(pattern, str) and pattern and safe_for_backtracking(pattern):
             body = pattern.removeprefix("^").removesuffix("$")
             try:
                 compiled = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.IGNORECASE)

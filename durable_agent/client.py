@@ -50,6 +50,7 @@ from durable_agent.errors import (
     AgentClientError,
     CannotFork,
     InvalidContext,
+    InvalidOutputType,
     NoWorker,
     OutputMismatch,
     TurnTaskFailing,
@@ -227,8 +228,8 @@ class AgentClient:
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
-        except TypeError as e:  # a type pydantic cannot describe
-            raise AgentClientError(str(e)) from None
+        except TypeError as e:  # a type pydantic cannot describe, or a schema unchecked
+            raise InvalidOutputType(str(e)) from None
         handle = await self.start_turn(turn, request_id=request_id)
         handle.output_type = output_type
         return handle
@@ -239,6 +240,11 @@ class AgentClient:
         """`start`, for a `TurnInput` built by the caller. `workflow_id`: the turn's id
         of the caller's own naming (unique in the namespace), as idempotent as a
         `request_id`'s."""
+        if turn.output is not None:
+            try:
+                output_spec(turn.output)  # refused here, not by the worker mid-turn
+            except TypeError as e:
+                raise InvalidOutputType(str(e)) from None
         if request_id and not workflow_id:
             workflow_id = request_workflow_id(turn.customer_id, request_id)
         try:

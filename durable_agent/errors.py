@@ -35,6 +35,7 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
     ├── OutputMismatch             a typed turn's value fails its type's own validators
     ├── InvalidContext             a turn's context is not a JSON object, or too large
+    ├── InvalidOutputType          a turn's output type cannot be described or checked
     ├── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
     └── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
 """
@@ -194,6 +195,13 @@ class OutputMismatch(AgentClientError):
 class InvalidContext(AgentClientError):
     """A turn's context is not a JSON object, or too large to travel with the turn
     (`durable_agent.types.MAX_CONTEXT_BYTES`); the message says which."""
+
+
+class InvalidOutputType(AgentClientError):
+    """A turn's output type that cannot be used: pydantic cannot describe it, its JSON
+    schema is not one, or a pattern in it cannot be checked in linear time (look-around,
+    backreferences: `durable_agent.schemas`). Refused before the turn starts; the
+    message names the type and the pattern."""
 
 
 class TurnTaskFailing(AgentClientError):

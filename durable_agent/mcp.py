@@ -23,8 +23,9 @@ Web UI and the trace. A server that dies is started again (stdio) or reconnected
 What a server cannot do to the worker: a list is read within a time, a number of
 pages, a number of tools and a size (`MAX_PAGES`, `MAX_TOOLS`, `MAX_LIST_BYTES`; past
 one, the server's list is refused in one line naming it); a tool it lists that no
-model could call (a schema that is not one, a name a model API refuses, a name listed
-twice) is left out with a warning; a list read again between turns that fails keeps
+model could call (a schema that is not one, or with a pattern no linear-time engine
+takes: `durable_agent.schemas`; a name a model API refuses, a name listed twice) is
+left out with a warning; a list read again between turns that fails keeps
 the tools as they were; lines on a stdio server's stdout that are not MCP messages
 are dropped, and counted in one log line a minute at most.
 
@@ -51,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -62,6 +64,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from durable_agent import schemas
 from durable_agent.errors import AgentDefinitionError, OutcomeUnknown, ToolError, ToolUnavailable
 from durable_agent.runtime.tool_lists import list_hash
 from durable_agent.tools import Tool, ToolContext, ToolRegistry, schema_tool
@@ -462,13 +465,11 @@ class Connection:
     async def _run(self, ready: asyncio.Future[None]) -> None:
         ended = asyncio.Event()
         try:
-            from mcp import ClientSession
-
             # Over stdio, what the transport cannot read as a message is a stray line.
             stray = self._stray if self.server.command else None
             async with (
                 self._transport() as (read, write),
-                ClientSession(
+                _session_class()(
                     _Watched(read, ended, stray), write, message_handler=self._heard
                 ) as session,
             ):
@@ -698,6 +699,11 @@ def tools_of(connection: Connection, listed: Sequence[Any]) -> list[Tool]:
         read_only = bool(hints and hints.read_only_hint) and not bool(
             hints and hints.destructive_hint
         )
+        if listed_tool.output_schema is not None:
+            try:  # the SDK checks each result's structured content against it
+                schemas.validator(listed_tool.output_schema)
+            except schemas.UnusableSchema as e:
+                raise TypeError(f"tool {name}: its output schema: {e}") from None
         made.append(
             schema_tool(
                 name,
@@ -711,6 +717,25 @@ def tools_of(connection: Connection, listed: Sequence[Any]) -> list[Tool]:
             )
         )
     return made
+
+
+@functools.cache
+def _session_class() -> Any:
+    """The SDK's `ClientSession`, whose check of a result's structured content against
+    its tool's output schema uses `durable_agent.schemas` (patterns on a linear-time
+    engine, within a budget, no remote `$ref`): the SDK's own `jsonschema` validator
+    runs a server's patterns on Python's backtracking `re`, where one result could hold
+    the worker for hours."""
+    from mcp import ClientSession
+
+    class Session(ClientSession):
+        def _output_schema_validator(self, name: str, output_schema: dict[str, Any]) -> Any:
+            try:
+                return schemas.validator(output_schema)
+            except schemas.UnusableSchema as e:  # listed since: its tool is left out
+                raise RuntimeError(f"Invalid schema for tool {name}: {e}") from None
+
+    return Session
 
 
 def _caller(connection: Connection, tool: str, *, write: bool) -> Any:

@@ -33,13 +33,13 @@ one is its `output_error`, which goes back to the model (`repair`) at most
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from durable_agent import schemas
 from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage
 from durable_agent.tools import ToolSpec
 from durable_agent.types import OutputSpec, ToolCall, compact_json
@@ -56,12 +56,16 @@ Mode = Literal["tool", "native"]
 
 
 def output_spec(output_type: Any) -> OutputSpec:
-    """The JSON schema of a type, as a turn carries it; `TypeError` naming the type
-    when pydantic cannot describe it."""
+    """The JSON schema of a type, as a turn carries it (an `OutputSpec` as it is);
+    `TypeError` naming the type when pydantic cannot describe it, or when its values
+    could not be checked in linear time (a pattern with look-around or backreferences,
+    or one pydantic would run on Python's `re`: `durable_agent.schemas`)."""
     if isinstance(output_type, OutputSpec):
+        _checked_schema(output_type)
         return output_type
     try:
-        schema = TypeAdapter(output_type).json_schema()
+        adapter = TypeAdapter(output_type)
+        schema = adapter.json_schema()
     except Exception as e:  # PydanticSchemaGenerationError, PydanticInvalidForJsonSchema
         raise TypeError(
             f"output_type {output_type!r}: pydantic cannot describe it as JSON schema ({e}); "
@@ -69,16 +73,34 @@ def output_spec(output_type: Any) -> OutputSpec:
         ) from None
     title = schema.get("title") or getattr(output_type, "__name__", "") or "output"
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", str(title)).strip("_")[:64] or "output"
-    return OutputSpec(name=name, json_schema=schema)
+    spec = OutputSpec(name=name, json_schema=schema)
+    try:  # an agent's type checks its values itself, a turn's by its JSON schema
+        schemas.check_type(adapter.core_schema)
+    except schemas.UnusableSchema as e:
+        raise TypeError(f"output type {name!r}: {e}") from None
+    _checked_schema(spec)
+    return spec
+
+
+def _checked_schema(spec: OutputSpec) -> Any:
+    """The validator of a turn's output type; `TypeError` naming the type and why its
+    schema cannot be checked."""
+    try:
+        return schemas.validator(spec.json_schema)
+    except schemas.UnusableSchema as e:
+        raise TypeError(f"output type {spec.name!r}: {e}") from None
 
 
 class Output:
     """A turn's output type, as the worker checks it: its spec, and how values are
     validated (by the type itself when the worker has it, else by its JSON schema)."""
 
-    def __init__(self, spec: OutputSpec, adapter: TypeAdapter[Any] | None = None) -> None:
+    def __init__(
+        self, spec: OutputSpec, adapter: TypeAdapter[Any] | None = None, checker: Any = None
+    ) -> None:
         self.spec = spec
         self._adapter = adapter
+        self._checker = checker
 
     @classmethod
     def of_type(cls, output_type: Any) -> Output:
@@ -86,8 +108,8 @@ class Output:
 
     @classmethod
     def of_spec(cls, spec: OutputSpec) -> Output:
-        _schema_validator(spec.json_schema)  # a schema that is not one fails here
-        return cls(spec)
+        """A turn's own type, checked by its JSON schema: `TypeError` when it cannot be."""
+        return cls(spec, checker=_checked_schema(spec))
 
     @property
     def wrapped(self) -> bool:
@@ -112,8 +134,8 @@ class Output:
             except ValidationError as e:
                 raise InvalidOutput(_pydantic_problems(e)) from None
             return compact_json(self._adapter.dump_python(valid, mode="json"))
-        validator = _schema_validator(self.spec.json_schema)
-        problems = sorted(validator.iter_errors(value), key=lambda e: list(e.path))
+        checker = self._checker or _checked_schema(self.spec)
+        problems = sorted(checker.iter_errors(value), key=lambda e: list(e.path))
         if problems:
             raise InvalidOutput("; ".join(f"{_path(e.path)}: {e.message}" for e in problems[:10]))
         return compact_json(value)
@@ -247,23 +269,6 @@ def repair(said: AssistantMessage, error: str) -> list[Message]:
         for c in said.calls
     ]
     return [said, *results]
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_validator(schema_json: str) -> Any:
-    import jsonschema  # imported when first needed: most turns are text
-
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as e:
-        raise TypeError(f"the output's JSON schema is not valid: {e.message}") from None
-    return cls(schema)
-
-
-def _schema_validator(schema: dict[str, Any]) -> Any:
-    return _cached_validator(json.dumps(schema, sort_keys=True))
 
 
 def _path(path: Any) -> str:

@@ -347,7 +347,7 @@ def ids_of(tools: ToolRegistry) -> Ids:
     for tool in tools.tools.values():
         for param in required_params(tool.spec):
             pattern = tool.spec.parameters["properties"][param.name].get("pattern")
-            if pattern:
+            if pattern and param.is_id:  # one argfill searches for (`safe_for_backtracking`)
                 patterns[pattern] = None
                 nouns[id_noun(param)] = None
     return Ids(patterns=tuple(patterns), nouns=tuple(nouns))

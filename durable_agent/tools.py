@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
+from durable_agent import schemas
 from durable_agent.errors import InvalidCall
 from durable_agent.provenance import roles_of
 from durable_agent.render import MAX_RESULT_CHARS_LIMIT
@@ -118,7 +119,8 @@ class Tool:
     """The agent that answers it, for a tool made by `Agent.as_tool` (served with it)."""
     schema: dict[str, Any] | None = None
     """The arguments' JSON schema, for a tool without an `args_model`: calls are checked
-    against it (`jsonschema`) and the tool gets them as a dict."""
+    against it (`durable_agent.schemas`: patterns on a linear-time engine) and the tool
+    gets them as a dict."""
     check: Callable[..., Any] | None = None
     """For a tool that needs consent: `check(args, ctx) -> str`, a read with no side
     effect, run before anyone is asked. It says what the call will change (shown where
@@ -150,8 +152,8 @@ class Tool:
 
     @functools.cached_property
     def validator(self) -> Any:
-        """The `jsonschema` validator of a tool described by a schema (`schema`), made
-        once: checking the schema itself costs more than checking a call."""
+        """The validator of a tool described by a schema (`schema`), made once (and
+        shared by tools of one schema): checking the schema costs more than a call."""
         return _validator(self.name, self.parameters)
 
     @property
@@ -172,7 +174,8 @@ def schema_tool(
     """A tool described by a JSON schema of its own (an MCP server's, a benchmark's):
     `fn(arguments, ctx)` gets the call's arguments as a dict, checked against
     `parameters`. `options` are `Tool`'s (`side_effects`, `quick`, `timeout`, ...).
-    Needs `jsonschema` (it comes with the `mcp` and `evals` extras)."""
+    A schema that is not one, or has a pattern no linear-time engine takes
+    (look-around, backreferences: `durable_agent.schemas`), is a `TypeError` naming it."""
     if parameters.get("type", "object") != "object":
         raise TypeError(f"tool {name}: its JSON schema must describe an object")
     made = Tool(
@@ -182,26 +185,11 @@ def schema_tool(
     return made
 
 
-@functools.cache
-def _validators() -> Any:
-    try:
-        import jsonschema
-    except ImportError:
-        raise ImportError(
-            "tools described by a JSON schema need `jsonschema`: pip install jsonschema "
-            "(the `mcp` and `evals` extras bring it)"
-        ) from None
-    return jsonschema
-
-
 def _validator(name: str, parameters: dict[str, Any]) -> Any:
-    jsonschema = _validators()
-    cls = jsonschema.validators.validator_for(parameters)
     try:
-        cls.check_schema(parameters)
-    except jsonschema.SchemaError as e:
-        raise TypeError(f"tool {name}: its JSON schema is not valid: {e.message}") from None
-    return cls(parameters)
+        return schemas.validator(parameters)
+    except schemas.UnusableSchema as e:
+        raise TypeError(f"tool {name}: {e}") from None
 
 
 def tool(
@@ -337,6 +325,11 @@ class ToolRegistry:
             raise BadToolName(t.name)
         if t.name in self.tools:
             raise DuplicateTool(t.name, same=self.tools[t.name] is t)
+        if t.args_model is not None:
+            try:
+                _linear_patterns(t.args_model)
+            except schemas.UnusableSchema as e:
+                raise schemas.UnusableSchema(f"tool {t.name}: {e}") from None
         self.tools[t.name] = t
         self._specs = None
         self._roles = None
@@ -399,6 +392,14 @@ class ToolRegistry:
                 for err in e.errors()
             )
             raise InvalidCall(f"{INVALID_ARGUMENTS} {call.name}: {problems}") from None
+
+
+@functools.cache
+def _linear_patterns(args_model: type[BaseModel]) -> None:
+    """`UnusableSchema` when pydantic would check an argument's pattern with Python's
+    backtracking `re` (`regex_engine="python-re"`, a compiled `re.Pattern`): the values
+    it would match are what a model wrote."""
+    schemas.check_type(args_model.__pydantic_core_schema__)
 
 
 def _check_schema(t: Tool, call: ToolCall) -> dict[str, Any]:

@@ -79,6 +79,8 @@ def offered(request: ModelRequest) -> set[str]:
 
 BAD_SCHEMA = {"type": "object", "properties": {"q": {"type": "nonsense"}}}
 BAD_REGEX = {"type": "object", "properties": {"q": {"type": "string", "pattern": "("}}}
+LOOKING = {"type": "string", "pattern": r"^(?!x)\w+"}
+"""A pattern no linear-time engine takes (`durable_agent/schemas.py`)."""
 SIXTY_FIVE = "x" * 65
 
 RELISTED = {
@@ -97,6 +99,11 @@ RELISTED = {
         },
         {"evil__change", "evil__find"},
         "left out 2 tool(s)",
+    ),
+    "look-around-pattern": (
+        {"tools": [FIND, tool("lookup", {"type": "object", "properties": {"q": LOOKING}})]},
+        {"evil__change", "evil__find"},
+        f"'lookup' (tool evil__lookup: its JSON schema's pattern {LOOKING['pattern']!r} at",
     ),
     "odd-names": (
         {"tools": [FIND, tool("look up"), tool(SIXTY_FIVE)]},

@@ -16,6 +16,8 @@ whose tools were upgraded does):
                   (the SDK's stdio transport moves print()'s stdout to stderr: these
                   go to the protocol's pipe, as an older or careless server's do)
     call_noise    as many after each call
+    structured    {tool: value}: a call of that tool answers `value` as its structured
+                  content too (a tool listed with an `outputSchema` must)
     then          the SPEC from the `change` call on
 
 A call of a listed tool answers `<tool> got <arguments as JSON>`.
@@ -74,7 +76,11 @@ def main() -> None:
         else:
             text = f"{params.name} got {json.dumps(params.arguments or {}, sort_keys=True)}"
         junk(state.get("call_noise", 0))
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+        content = [types.TextContent(type="text", text=text)]
+        structured = state.get("structured", {})
+        if params.name in structured:
+            return types.CallToolResult(content=content, structured_content=structured[params.name])
+        return types.CallToolResult(content=content)
 
     server = Server("misbehaving", on_list_tools=list_tools, on_call_tool=call_tool)
 
