@@ -40,10 +40,14 @@ from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import (
+    ApplicationError,
+    TerminatedError,
+    WorkflowAlreadyStartedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent import fallback
+from durable_agent import answers, fallback
 from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.errors import (
@@ -52,6 +56,7 @@ from durable_agent.errors import (
     InvalidContext,
     NoWorker,
     OutputMismatch,
+    PayloadUnavailable,
     TurnTaskFailing,
     UnknownTurn,
 )
@@ -67,10 +72,13 @@ from durable_agent.types import (
     Exchange,
     Outcome,
     PendingApproval,
+    Step,
+    StepKind,
     TurnInput,
     TurnLimits,
     TurnOutput,
     TurnProgress,
+    Usage,
     check_context,
 )
 from durable_agent.workflows import AgentTurn, Conversation
@@ -513,6 +521,8 @@ class TurnHandle:
         except RPCError as e:
             raise _rpc_error(e, self.id) from None
         except WorkflowFailureError as e:  # terminated or cancelled by an operator
+            if (ended := _ended_unavailable(e, self.id)) is not None:
+                return ended
             raise AgentClientError(f"turn {self.id} did not finish: {e.cause or e}") from None
         # A turn that continued as new: its earlier runs' steps too, one story.
         steps = await turns.whole(self.temporal, output)
@@ -662,6 +672,27 @@ def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> Exception:
             f"see it with `{client_command()} show {workflow_id}` once the server is back"
         )
     return e
+
+
+def _ended_unavailable(e: WorkflowFailureError, workflow_id: str) -> TurnResult | None:
+    """A turn its worker ended because a payload of its record could not be had (failed
+    with `PayloadUnavailable`, or terminated with it as the reason: `runtime/storage.py`),
+    as a result: its outcome, and one step with the store's line."""
+    cause, marker = e.cause, f"{PayloadUnavailable.__name__}: "
+    if isinstance(cause, ApplicationError) and cause.type == PayloadUnavailable.__name__:
+        line = cause.message
+    elif isinstance(cause, TerminatedError) and cause.message.startswith(marker):
+        line = cause.message.removeprefix(marker)
+    else:
+        return None
+    step = Step(kind=StepKind.LIMIT, text=f"payload store: {line}")
+    return TurnResult(
+        answer=answers.PAYLOAD_UNAVAILABLE,
+        outcome=Outcome.PAYLOAD_UNAVAILABLE,
+        steps=[step],
+        usage=Usage(),
+        workflow_id=workflow_id,
+    )
 
 
 def _typed(output_type: Any, value: Any, workflow_id: str) -> Any:
