@@ -39,7 +39,12 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.exceptions import (
     ApplicationError,
     TerminatedError,
@@ -62,7 +67,7 @@ from durable_agent.errors import (
 )
 from durable_agent.outputs import output_spec
 from durable_agent.rewind import Origin
-from durable_agent.runtime import rewind, server, turns
+from durable_agent.runtime import rewind, server, storage, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.streams import turn_events
@@ -537,7 +542,12 @@ class TurnHandle:
         """The steps so far (of all the turn's runs), the usage and the calls awaiting
         a decision (a worker answers: with `timeout`, `WorkerNeeded` after that many
         seconds)."""
-        progress = await turns.progress_of(self.temporal, timeout)
+        try:
+            progress = await turns.progress_of(self.temporal, timeout)
+        except WorkflowQueryFailedError:  # no worker can replay it: a payload it lacks?
+            if line := await storage.first_unreadable(self.client.temporal, self.id):
+                raise PayloadUnavailable(line) from None
+            raise
         if not progress.earlier_steps:
             return progress
         steps = await turns.whole(self.temporal, progress)

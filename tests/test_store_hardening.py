@@ -74,10 +74,11 @@ def files_holding(folder: Path, text: bytes) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and text in p.read_bytes()]
 
 
-def cli(
+async def cli(
     env: WorkflowEnvironment, environ: dict[str, str], *args: str
 ) -> subprocess.CompletedProcess:
-    """`client.py ARGS` against the test server, with `environ`'s payload settings only."""
+    """`client.py ARGS` against the test server, with `environ`'s payload settings only
+    (in a thread: a worker of the test's goes on meanwhile)."""
     clean = {
         k: v
         for k, v in os.environ.items()
@@ -88,7 +89,8 @@ def cli(
         TEMPORAL_CONFIG_FILE="/nonexistent/temporal.toml",
         **environ,
     )
-    return subprocess.run(
+    return await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "client.py", *args],
         cwd=ROOT,
         env=clean,
@@ -145,6 +147,10 @@ async def test_a_lost_payload_ends_the_running_turn_with_its_outcome_and_line(
         assert harmed
         for path in harmed:
             path.unlink() if harm == "deleted" else _flip(path)
+        # No worker can replay the turn to answer `show`'s query: it says why, one line.
+        running = await cli(env, environ, "--task-queue", task_queue, "show", turn.id)
+        assert running.returncode == 1 and "Traceback" not in running.stderr, running.stderr
+        assert running.stderr.strip().splitlines()[-1].startswith("error: stored payload sha256:")
         started = time.monotonic()
         with contextlib.suppress(Exception):  # the decision meets a turn that ends under it
             await turn.approve(RETURN.id, by="test")
@@ -163,7 +169,7 @@ async def test_a_lost_payload_ends_the_running_turn_with_its_outcome_and_line(
     assert took < ENDS_WITHIN_S
     assert store.returns_for("123456") == []  # the write never ran
 
-    shown = cli(env, environ, "--task-queue", task_queue, "show", turn.id)
+    shown = await cli(env, environ, "--task-queue", task_queue, "show", turn.id)
     assert shown.returncode == 3, shown.stderr  # ended without an answer
     assert "Traceback" not in shown.stderr
     assert f"answer (payload_unavailable): {answers.PAYLOAD_UNAVAILABLE}" in shown.stdout
@@ -189,7 +195,9 @@ async def test_an_altered_tool_result_is_never_served_by_replay(
             _flip(path)
         with pytest.raises(PayloadUnavailable, match="does not match its hash"):
             await agents.replay(original.workflow_id)
-        replayed = cli(env, environ, "--task-queue", task_queue, "replay", original.workflow_id)
+        replayed = await cli(
+            env, environ, "--task-queue", task_queue, "replay", original.workflow_id
+        )
     assert replayed.returncode == 1
     assert "Traceback" not in replayed.stderr
     (line,) = replayed.stderr.strip().splitlines()
@@ -223,14 +231,14 @@ async def test_a_process_that_stores_nothing_reads_what_a_worker_stored(
     reader = client_with(env, {"AGENT_PAYLOAD_STORE": "off", "AGENT_STATE_DIR": str(state)})
     again = await AgentClient(reader, task_queue=task_queue).turn(asked.workflow_id).result()
     assert again.answer == asked.answer and again.steps == asked.steps
-    shown = cli(env, {"AGENT_STATE_DIR": str(state)}, "show", asked.workflow_id)
+    shown = await cli(env, {"AGENT_STATE_DIR": str(state)}, "show", asked.workflow_id)
     assert shown.returncode == 0, shown.stderr
     assert f"answer (answered): {asked.answer}" in shown.stdout
 
     elsewhere = {"AGENT_STATE_DIR": str(tmp_path / "elsewhere")}
     with pytest.raises(PayloadUnavailable, match="every process must use the same"):
         await AgentClient(client_with(env, elsewhere)).turn(asked.workflow_id).result()
-    shown = cli(env, elsewhere, "show", asked.workflow_id)
+    shown = await cli(env, elsewhere, "show", asked.workflow_id)
     assert shown.returncode == 1 and "Traceback" not in shown.stderr
     (line,) = shown.stderr.strip().splitlines()
     assert (

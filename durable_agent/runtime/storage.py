@@ -39,20 +39,28 @@ its key ends with (in S3, the claim's hash, which its key names too): a payload
 altered in the store is never used. Readers with no context (the codec server, a
 history read by hand) check everything but the workflow.
 
-When a payload cannot be had, the turn ends; it never waits on a workflow task that
-fails again and again. A read that fails for good (missing, altered, refused, in a
-store this process does not read) raises `PayloadUnavailable`
-(`durable_agent/errors.py`), a non-retryable `ApplicationError` whose one line names
-the payload, the store and what to do. Met while a worker runs the turn's workflow
-task, the SDK fails the turn at once with it (any other exception would fail the task
-instead, retried forever, the turn stuck RUNNING); met in an activity, the activity
-fails for good and the turn ends with the outcome `payload_unavailable` and a step
-that says it; a client (`AgentClient`, `client.py show`, the codec server) says the
-line. A write that fails (a full disk, a read-only folder, a bucket refused) does not
-fail either: the reference records that the payload was not stored, and why, and
-whoever reads it meets `PayloadUnavailable` with that reason (the turn ends at its
-next step). Only a read that may work in a moment (S3 unreachable) fails the task, to
-be tried again.
+When a payload cannot be had, the turn ends: it never waits on a workflow task that
+fails again and again. A read that fails for good (missing, altered, refused, in a store
+this process does not read) raises `PayloadUnavailable` (`durable_agent/errors.py`), a
+non-retryable `ApplicationError` whose one line names the payload, the store and what
+to do. Where it is met decides how the turn ends:
+
+    a workflow task, on the    the SDK fails the turn at once with it (any other error
+    turn's newest events       would fail the task instead, retried forever)
+    a workflow task replaying  failing the turn there would contradict the history not
+    older events (a worker     replayed yet: the task fails, and the worker that met the
+    restarted; the turn was    error terminates the turn, the line its reason
+    out of its cache)          (`ending_stuck_turns`)
+    an activity                it fails for good; the turn ends with the outcome
+                               `payload_unavailable` and a step that says it
+    a client                   the line (`AgentClient`, `client.py show`, the codec server)
+
+`AgentClient.result()` gives a turn failed or terminated so as a result: the outcome
+`payload_unavailable` and one step, the line. A write that fails (a full disk, a
+read-only folder, a bucket refused) does not fail its task either: the reference records
+that the payload was not stored, and why, and whoever reads it meets `PayloadUnavailable`
+with that reason, so a turn whose store refuses writes ends at its next step. Only a read
+that may work in a moment (S3 unreachable or throttled) fails the task, to be tried again.
 
 The folder holds one file per payload, `<namespace>/<workflow id>/<sha256>`, each
 name percent-encoded (a name over 200 characters: `h-` and its sha256, and the folder
@@ -91,8 +99,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
-from google.protobuf.message import DecodeError
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
 from temporalio.api.common.v1 import Payload
+from temporalio.api.sdk.v1 import ExternalStorageReference
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
 from temporalio.converter import (
@@ -649,6 +659,61 @@ async def _end_if_stuck(client: Client, workflow_id: str, line: str) -> None:
                     reason=f"{PayloadUnavailable.__name__}: {line}"
                 )
             return
+
+
+async def first_unreadable(client: Client, workflow_id: str) -> str | None:
+    """The line of the first payload of the workflow's (latest run's) history that `client`
+    cannot have from its stores; None when it can have them all. For a turn no worker can
+    replay (its query fails): what to tell whoever asked."""
+    storage = client.data_converter.external_storage
+    if not isinstance(storage, PayloadStore):
+        return None
+    reader = storage.with_context(WorkflowSerializationContext(client.namespace, workflow_id))
+    drivers = {d.name(): d for d in reader.drivers}
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        for payload in _payloads_in(event):
+            reference = _reference(payload)
+            driver = drivers.get(reference.driver_name) if reference is not None else None
+            if reference is None or driver is None:
+                continue
+            claim = StorageDriverClaim(claim_data=dict(reference.claim_data))
+            try:
+                await driver.retrieve(StorageDriverRetrieveContext(), [claim])
+            except PayloadUnavailable as e:
+                return e.message
+    return None
+
+
+def _payloads_in(message: Message) -> Iterator[Payload]:
+    """Every payload in a message (a history event), wherever it sits."""
+    if isinstance(message, Payload):
+        yield message
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            values = value.values()
+        elif field.is_repeated:
+            values = value
+        else:
+            values = [value]
+        for item in values:
+            if isinstance(item, Message):
+                yield from _payloads_in(item)
+
+
+_REFERENCE_TYPE = ExternalStorageReference.DESCRIPTOR.full_name.encode()
+
+
+def _reference(payload: Payload) -> ExternalStorageReference | None:
+    """The reference a payload is, if it is one (as Temporal's External Storage writes it)."""
+    if payload.metadata.get("messageType") != _REFERENCE_TYPE:
+        return None
+    try:
+        return json_format.Parse(payload.data, ExternalStorageReference())
+    except json_format.ParseError:
+        return None
 
 
 def external_storage(environ: Mapping[str, str] | None = None) -> PayloadStore:
