@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 from pydantic import TypeAdapter, ValidationError
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -500,7 +501,12 @@ class TurnHandle:
             async for offset, event in turn_events(self.client.temporal, self.id, from_offset):
                 yield Streamed(offset, event)
         except RPCError as e:
-            raise _rpc_error(e, self.id) from None
+            if not task_failing(e) or await self._running():
+                raise _rpc_error(e, self.id) from None
+            # It ended with its task failing (a payload it lacked, say): `result` says how.
+        except WorkflowQueryFailedError as e:  # no worker can replay it
+            if await self._running():
+                raise await self._unreadable(e) from None
 
     async def result(self, *, no_worker_after: float | None = None) -> TurnResult:
         """Wait for the turn's end. With `no_worker_after`, `NoWorker` when it has
@@ -544,14 +550,24 @@ class TurnHandle:
         seconds)."""
         try:
             progress = await turns.progress_of(self.temporal, timeout)
-        except WorkflowQueryFailedError:  # no worker can replay it: a payload it lacks?
-            if line := await storage.first_unreadable(self.client.temporal, self.id):
-                raise PayloadUnavailable(line) from None
-            raise
+        except WorkflowQueryFailedError as e:  # no worker can replay it
+            raise await self._unreadable(e) from None
         if not progress.earlier_steps:
             return progress
         steps = await turns.whole(self.temporal, progress)
         return progress.model_copy(update={"steps": steps, "earlier_steps": 0})
+
+    async def _running(self) -> bool:
+        try:
+            return (await self.temporal.describe()).status == WorkflowExecutionStatus.RUNNING
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from None
+
+    async def _unreadable(self, e: Exception) -> Exception:
+        """Why no worker can replay the turn to answer a query: a stored payload it
+        lacks, said in one line (`PayloadUnavailable`); else `e`."""
+        line = await storage.first_unreadable(self.client.temporal, self.id)
+        return PayloadUnavailable(line) if line else e
 
     async def pending(self) -> list[PendingApproval]:
         """The calls of this turn that await a decision."""

@@ -156,6 +156,8 @@ async def test_a_lost_payload_ends_the_running_turn_with_its_outcome_and_line(
             await turn.approve(RETURN.id, by="test")
         result = await asyncio.wait_for(turn.result(), ENDS_WITHIN_S)
         took = time.monotonic() - started
+        # Its story can no longer be replayed: read, it ends, and `result` says the rest.
+        assert [s async for s in turn.events()] == []
 
     assert result.outcome is Outcome.PAYLOAD_UNAVAILABLE, result
     assert result.answer == answers.PAYLOAD_UNAVAILABLE
