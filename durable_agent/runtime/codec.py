@@ -54,7 +54,7 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
-from durable_agent.runtime.storage import external_storage
+from durable_agent.runtime.storage import StoreConverter, external_storage
 from durable_agent.types import LEAN
 
 ENCODING = b"binary/encrypted"
@@ -254,7 +254,9 @@ def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
     With encryption on, failure messages and stack traces move into an encoded
     payload too: a tool's error text can quote what the customer wrote."""
     ring = key_ring_from_env(environ)
-    converter = dataclasses.replace(LEAN_DATA_CONVERTER, external_storage=external_storage(environ))
+    converter = StoreConverter(
+        payload_converter_class=LeanPayloadConverter, external_storage=external_storage(environ)
+    )
     if ring is None:
         return converter
     return dataclasses.replace(

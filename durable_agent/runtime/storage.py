@@ -107,6 +107,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
 from temporalio.converter import (
     ActivitySerializationContext,
+    DataConverter,
     ExternalStorage,
     SerializationContext,
     StorageDriver,
@@ -157,6 +158,9 @@ _S3_KEY = re.compile(
 """A key of Temporal's S3 driver that names a namespace: `v0/ns/<ns>[/wt/<type>/wi/<id>/
 ri/<run>]/d/sha256/<sha256>` (without the workflow when that would be over 1,024 bytes)."""
 _S3_MAX_KEY = 1024
+MAX_BOUND = 256
+"""Contexts (workflows', activities') a process keeps its converter bound to, the most
+recent (`StoreConverter.with_context`)."""
 NEVER = 2**62
 """The threshold of a process that stores nothing: no payload is ever that large."""
 
@@ -714,6 +718,32 @@ def _reference(payload: Payload) -> ExternalStorageReference | None:
         return json_format.Parse(payload.data, ExternalStorageReference())
     except json_format.ParseError:
         return None
+
+
+@dataclass(frozen=True)
+class StoreConverter(DataConverter):
+    """The SDK's data converter over a `PayloadStore`, with what that costs kept down: it
+    binds the store (and itself) to a context at every payload of every workflow task,
+    and to where a payload would be stored. A binding is made once (a turn's tasks ask
+    for its workflow's, and each activity's, again and again), and a store that stores
+    nothing is not bound to where it would store."""
+
+    _contexts: dict[SerializationContext, DataConverter] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def with_context(self, context: SerializationContext) -> StoreConverter:
+        bound = self._contexts.pop(context, None) or super().with_context(context)
+        self._contexts[context] = bound  # the most recent last
+        if len(self._contexts) > MAX_BOUND:
+            del self._contexts[next(iter(self._contexts))]  # the least recent
+        return bound  # type: ignore[return-value]
+
+    def _with_store_context(self, store_ctx: StorageDriverStoreContext) -> DataConverter:
+        storage = self.external_storage
+        if isinstance(storage, PayloadStore) and storage.storing is None:
+            return self
+        return super()._with_store_context(store_ctx)
 
 
 def external_storage(environ: Mapping[str, str] | None = None) -> PayloadStore:
