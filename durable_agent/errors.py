@@ -231,8 +231,9 @@ class PayloadUnavailable(AgentClientError, ApplicationError):
 
     Raised as a non-retryable `ApplicationError`: a worker that meets one while it runs
     a turn's workflow task fails the turn at once (the SDK fails the workflow rather than
-    its task, which Temporal would retry forever), and an activity that meets one fails
-    for good. A client raises it as the `AgentClientError` it also is."""
+    its task, which Temporal would retry forever; replaying older events, where it cannot,
+    the worker terminates the turn instead), and an activity that meets one fails for
+    good. A client raises it as the `AgentClientError` it also is."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, type=PayloadUnavailable.__name__, non_retryable=True)

@@ -152,7 +152,7 @@ _KEY = re.compile(rf"^({_SEGMENT})/({_SEGMENT})/([0-9a-f]{{64}})$")
 _HASHED = re.compile(r"^h-[0-9a-f]{64}$")
 _S3_SEGMENT = r"[A-Za-z0-9!_.*'()%-]{1,1024}"
 _S3_KEY = re.compile(
-    rf"^v0/ns/({_S3_SEGMENT})(?:/wt/{_S3_SEGMENT}/wi/({_S3_SEGMENT})/ri/{_S3_SEGMENT})?"
+    rf"^v0/ns/({_S3_SEGMENT})(?:/wt/({_S3_SEGMENT})/wi/({_S3_SEGMENT})/ri/({_S3_SEGMENT}))?"
     r"/d/sha256/([0-9a-f]{64})$"
 )
 """A key of Temporal's S3 driver that names a namespace: `v0/ns/<ns>[/wt/<type>/wi/<id>/
@@ -397,8 +397,8 @@ class S3Store(_OwnedDriver):
         if self.client is None or self.bucket is None:
             raise StorageConfigError("this process stores in no S3 bucket")  # never selected
         owner = self.owner or _target_owner(context)
-        # No workflow type or run in the key: its reader knows neither, and must find
-        # the payload's workflow in it (`_read_checked`).
+        # The key names the namespace and workflow, what a reader checks; no type or run
+        # (`null`), so that a reader knows when a long id's key leaves the workflow out.
         target = (
             StorageDriverWorkflowInfo(namespace=owner.namespace, id=owner.workflow_id)
             if owner is not None
@@ -444,14 +444,14 @@ class S3Store(_OwnedDriver):
         if (
             not found
             or claim.get("hash_algorithm") != "sha256"
-            or found[3] != digest
+            or found[5] != digest
             or any(s is not None and _dots(s) for s in found.groups())
         ):
             raise PayloadUnavailable(
                 f"a reference names {_clip(key)!r} in s3://{bucket}, which is no payload's "
                 "place in that store: refused"
             )
-        if self.owner is not None and not _s3_owned(found[1], found[2], self.owner):
+        if self.owner is not None and not _s3_owned(found[1], found[3], self.owner):
             raise self._refused(key)
         try:
             data = await self.client.get_object(bucket=bucket, key=key)
@@ -633,17 +633,11 @@ def _ending_if_stuck(owner: Owner | None) -> Iterator[None]:
 
 
 async def _end_if_stuck(client: Client, workflow_id: str, line: str) -> None:
-    """Terminate the turn if its workflow task fails again: its reason, `line`.
-
-    A payload a workflow task cannot read fails the turn at once (`PayloadUnavailable`
-    is a non-retryable `ApplicationError`) when it belongs to the newest events. When it
-    belongs to older ones, read again as a worker replays the history (after a restart,
-    or with the turn out of its cache), failing the turn there would contradict the
-    history the replay has not reached: the task fails (nondeterminism), and would fail
-    again forever. Such a turn is terminated, with `PayloadUnavailable: <line>` as the
-    reason (`AgentClient` presents it as the turn's outcome). A payload met in an
-    activity, or one the SDK failed the turn with, leaves no task failing: nothing to do.
-    One met in a parent's task is a child's (its result): the parent is the one watched."""
+    """Terminate the turn, `line` its reason, if its workflow task fails again within
+    `STUCK_AFTER_S`: a replay that met an unreadable payload (see the module docstring).
+    A turn the SDK failed, or one whose activity met the payload, has no task failing.
+    A closed workflow's payload met in a task is a child's, read by its parent: the
+    parent is the one watched."""
     deadline = time.monotonic() + STUCK_AFTER_S
     while time.monotonic() < deadline:
         await asyncio.sleep(0.5)
