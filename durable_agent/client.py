@@ -500,13 +500,14 @@ class TurnHandle:
         try:
             async for offset, event in turn_events(self.client.temporal, self.id, from_offset):
                 yield Streamed(offset, event)
-        except RPCError as e:
-            if not task_failing(e) or await self._running():
+        except (RPCError, WorkflowQueryFailedError) as e:
+            # A turn that ended before its stream was read to the end (no worker could
+            # replay it, for a payload it lacked, say): its result says how it ended.
+            if not await self._running():
+                return
+            if isinstance(e, RPCError):
                 raise _rpc_error(e, self.id) from None
-            # It ended with its task failing (a payload it lacked, say): `result` says how.
-        except WorkflowQueryFailedError as e:  # no worker can replay it
-            if await self._running():
-                raise await self._unreadable(e) from None
+            raise await self._unreadable(e) from None
 
     async def result(self, *, no_worker_after: float | None = None) -> TurnResult:
         """Wait for the turn's end. With `no_worker_after`, `NoWorker` when it has

@@ -278,12 +278,18 @@ async def test_a_store_that_refuses_writes_ends_the_turn_not_a_stuck_task(
         assert described.typed_search_attributes.get(search.OUTCOME) == "payload_unavailable"
 
         (tmp_path / "client").mkdir()
-        refusing = client_with(env, stored_in(unwritable(tmp_path / "client")))
+        refusing_env = stored_in(unwritable(tmp_path / "client"))
+        refusing = client_with(env, refusing_env)
         turn = await AgentClient(refusing, task_queue=task_queue).start("Hi?", model="scripted")
         result = await asyncio.wait_for(turn.result(), ENDS_WITHIN_S)
+        asked = await cli(
+            env, refusing_env, "--task-queue", task_queue, "ask", "Hi?", "--model", "scripted"
+        )
     assert result.outcome is Outcome.PAYLOAD_UNAVAILABLE
     (step,) = result.steps
     assert "was never stored" in step.text and "Not a directory" in step.text
+    assert asked.returncode == 3 and "Traceback" not in asked.stderr, asked.stderr
+    assert f"answer (payload_unavailable): {answers.PAYLOAD_UNAVAILABLE}" in asked.stdout
 
 
 async def test_instructions_too_large_to_carry_end_the_turn_at_once(
