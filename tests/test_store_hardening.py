@@ -71,7 +71,12 @@ def client_with(env: WorkflowEnvironment, environ: dict[str, str]) -> Client:
 
 
 def files_holding(folder: Path, text: bytes) -> list[Path]:
-    return [p for p in folder.rglob("*") if p.is_file() and text in p.read_bytes()]
+    """The stored payloads (not the folders' `.workflow` files) whose bytes hold `text`."""
+    return [
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and not p.name.startswith(".") and text in p.read_bytes()
+    ]
 
 
 async def cli(
