@@ -392,9 +392,9 @@ async def test_a_childs_payloads_stay_while_its_parent_runs(
     assert sorted(gone) == sorted([answered.workflow_id, chat.id])
 
 
-def reference_to(key: str) -> Payload:
+def reference_to(key: str, driver: str = "durable-agent.folder") -> Payload:
     """A reference to the folder store's `key`, as a history holds one."""
-    claim = {"driverName": "durable-agent.folder", "claimData": {"key": key}}
+    claim = {"driverName": driver, "claimData": {"key": key}}
     return Payload(
         metadata={
             "encoding": b"json/protobuf",
@@ -413,8 +413,8 @@ async def test_a_reference_to_another_workflows_payload_or_outside_the_store_is_
     env: WorkflowEnvironment, store: ShopStore, tmp_path: Path
 ) -> None:
     """A client that can start turns slips references into a turn's input: to another
-    customer's stored question, and out of the store with `..`. The worker reads neither:
-    each turn ends at once, its line saying the reference was refused."""
+    customer's stored question, out of the store with `..`, and to a store the worker does
+    not have. The worker reads none: each turn ends at once, its line saying why."""
     payloads = tmp_path / "payloads"
     environ = stored_in(payloads)
     harness = Harness(client_with(env, environ), store)
@@ -428,19 +428,28 @@ async def test_a_reference_to_another_workflows_payload_or_outside_the_store_is_
         assert (payloads / key).is_file()
         sha = key.rsplit("/", 1)[1]
         (payloads / sha).write_bytes((payloads / key).read_bytes())  # outside any folder
-        forged = {"another's": key, "..": f"default/../{sha}"}
+        forged = {
+            "another's": reference_to(key),
+            "..": reference_to(f"default/../{sha}"),
+            "a store it does not have": reference_to(key, driver="someone.elses"),
+        }
         ended = {}
-        for name, forged_key in forged.items():
+        for name, reference in forged.items():
             attacker = await inline.start_workflow(
                 "AgentTurn",
-                RawValue(reference_to(forged_key)),
+                RawValue(reference),
                 id=f"forged-{uuid.uuid4().hex[:8]}",
                 task_queue=task_queue,
             )
             ended[name] = await asyncio.wait_for(agents.turn(attacker.id).result(), ENDS_WITHIN_S)
+    said = {
+        "another's": "refused",
+        "..": "refused",
+        "a store it does not have": "a payload store this process does not have",
+    }
     for name, result in ended.items():
         assert result.outcome is Outcome.PAYLOAD_UNAVAILABLE, name
-        assert "refused" in result.steps[0].text, name
+        assert said[name] in result.steps[0].text, (name, result.steps[0].text)
         assert "secret" not in result.model_dump_json()
 
 

@@ -558,6 +558,30 @@ def _clip(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class _NoSuchDriver(StorageDriver):
+    """What a reference to a driver this process does not have reads as."""
+
+    def __init__(self, driver: str, owner: Owner | None) -> None:
+        self.driver, self.owner = driver, owner
+
+    def name(self) -> str:
+        return self.driver
+
+    async def store(
+        self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+    ) -> list[StorageDriverClaim]:
+        raise StorageConfigError(f"no payload store {self.driver!r} here")  # never selected
+
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
+        with _ending_if_stuck(self.owner):
+            raise PayloadUnavailable(
+                f"a payload stored by {_clip(self.driver)!r}, a payload store this process "
+                f"does not have (it has {FOLDER_DRIVER} and {S3_DRIVER}); {SAME_STORE}"
+            )
+
+
 @dataclass(frozen=True)
 class _Storing:
     """`ExternalStorage.driver_selector`: the driver that stores (None: none does)."""
@@ -583,6 +607,14 @@ class PayloadStore(ExternalStorage, WithSerializationContext):
         """The driver payloads over the threshold go to (None: storing is off)."""
         selector = self.driver_selector
         return selector.driver if isinstance(selector, _Storing) else None
+
+    def _get_driver_by_name(self, name: str) -> StorageDriver:
+        """A reference names its driver: one this process does not have is a payload it
+        cannot have, said as such (the SDK's own error would fail the task forever)."""
+        try:
+            return super()._get_driver_by_name(name)
+        except ValueError:
+            return _NoSuchDriver(name, self.owner)
 
     def with_context(self, context: SerializationContext) -> PayloadStore:
         owner = owner_of(context)
