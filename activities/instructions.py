@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from durable_agent.activities._tools import turn_tools
+from durable_agent.bounds import MAX_INSTRUCTIONS_CHARS
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.serving import Agents
 
@@ -66,6 +67,12 @@ class InstructionsActivity:
             raise AgentDefinitionError(
                 f"agent {served.name!r}: its instructions function returned "
                 f"{_shown(text)}; return the instructions as text"
+            )
+        if len(text) > MAX_INSTRUCTIONS_CHARS:
+            raise AgentDefinitionError(
+                f"agent {served.name!r}: its instructions function returned {len(text):,} "
+                f"characters, over the {MAX_INSTRUCTIONS_CHARS:,} a turn carries; return "
+                "shorter instructions (a large reference is a tool's to read)"
             )
         tools = await turn_tools(served, input.tools_version, input.tool_lists)
         return InstructionsOutput(text=text, fingerprint=served.fingerprint_with(text, tools))

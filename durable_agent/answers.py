@@ -122,6 +122,14 @@ def tools_unavailable() -> str:
     )
 
 
+PAYLOAD_UNAVAILABLE = (
+    "Sorry, I cannot go on with this request: part of its record could not be read or "
+    "saved. Please ask again."
+)
+"""A payload of the turn's record cannot be had (`PayloadUnavailable`): the payload and
+the store are the operator's, in the turn's step."""
+
+
 def model_failed(steps: list[Step]) -> str:
     return (
         "Sorry, I cannot answer right now: the language model is unavailable. "

@@ -27,6 +27,11 @@ MAX_REPLY_CHARS = 500_000
 """A reply's text and all its calls' arguments together."""
 MAX_ROUND_RESULTS_CHARS = 1_000_000
 """The results of one round together, as the model reads them next."""
+MAX_INSTRUCTIONS_CHARS = 100_000
+"""An agent's instructions for one turn, as its instructions function returns them: they
+travel with the turn (in its history, and with every model call), so one text over this
+ends the turn at once, as a failed instructions function does, rather than leave it
+retrying a workflow task Temporal refuses (a 2 MB payload)."""
 MAX_RESULTS_IN_FLIGHT_CHARS = 600_000
 """The results the calls running at once may return (by their tools' result limits):
 one workflow task takes them all in (Temporal's gRPC messages stop at 4 MB). The quick

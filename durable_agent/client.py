@@ -39,11 +39,21 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.exceptions import (
+    ApplicationError,
+    TerminatedError,
+    WorkflowAlreadyStartedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent import fallback
+from durable_agent import answers, fallback
 from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.errors import (
@@ -53,12 +63,13 @@ from durable_agent.errors import (
     InvalidOutputType,
     NoWorker,
     OutputMismatch,
+    PayloadUnavailable,
     TurnTaskFailing,
     UnknownTurn,
 )
 from durable_agent.outputs import output_spec
 from durable_agent.rewind import Origin
-from durable_agent.runtime import rewind, server, turns
+from durable_agent.runtime import rewind, server, storage, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.streams import turn_events
@@ -68,10 +79,13 @@ from durable_agent.types import (
     Exchange,
     Outcome,
     PendingApproval,
+    Step,
+    StepKind,
     TurnInput,
     TurnLimits,
     TurnOutput,
     TurnProgress,
+    Usage,
     check_context,
 )
 from durable_agent.workflows import AgentTurn, Conversation
@@ -492,8 +506,14 @@ class TurnHandle:
         try:
             async for offset, event in turn_events(self.client.temporal, self.id, from_offset):
                 yield Streamed(offset, event)
-        except RPCError as e:
-            raise _rpc_error(e, self.id) from None
+        except (RPCError, WorkflowQueryFailedError) as e:
+            # A turn that ended before its stream was read to the end (no worker could
+            # replay it, for a payload it lacked, say): its result says how it ended.
+            if not await self._running():
+                return
+            if isinstance(e, RPCError):
+                raise _rpc_error(e, self.id) from None
+            raise await self._unreadable(e) from None
 
     async def result(self, *, no_worker_after: float | None = None) -> TurnResult:
         """Wait for the turn's end. With `no_worker_after`, `NoWorker` when it has
@@ -519,6 +539,8 @@ class TurnHandle:
         except RPCError as e:
             raise _rpc_error(e, self.id) from None
         except WorkflowFailureError as e:  # terminated or cancelled by an operator
+            if (ended := _ended_unavailable(e, self.id)) is not None:
+                return ended
             raise AgentClientError(f"turn {self.id} did not finish: {e.cause or e}") from None
         # A turn that continued as new: its earlier runs' steps too, one story.
         steps = await turns.whole(self.temporal, output)
@@ -533,11 +555,26 @@ class TurnHandle:
         """The steps so far (of all the turn's runs), the usage and the calls awaiting
         a decision (a worker answers: with `timeout`, `WorkerNeeded` after that many
         seconds)."""
-        progress = await turns.progress_of(self.temporal, timeout)
+        try:
+            progress = await turns.progress_of(self.temporal, timeout)
+        except WorkflowQueryFailedError as e:  # no worker can replay it
+            raise await self._unreadable(e) from None
         if not progress.earlier_steps:
             return progress
         steps = await turns.whole(self.temporal, progress)
         return progress.model_copy(update={"steps": steps, "earlier_steps": 0})
+
+    async def _running(self) -> bool:
+        try:
+            return (await self.temporal.describe()).status == WorkflowExecutionStatus.RUNNING
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from None
+
+    async def _unreadable(self, e: Exception) -> Exception:
+        """Why no worker can replay the turn to answer a query: a stored payload it
+        lacks, said in one line (`PayloadUnavailable`); else `e`."""
+        line = await storage.first_unreadable(self.client.temporal, self.id)
+        return PayloadUnavailable(line) if line else e
 
     async def pending(self) -> list[PendingApproval]:
         """The calls of this turn that await a decision."""
@@ -668,6 +705,27 @@ def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> Exception:
             f"see it with `{client_command()} show {workflow_id}` once the server is back"
         )
     return e
+
+
+def _ended_unavailable(e: WorkflowFailureError, workflow_id: str) -> TurnResult | None:
+    """A turn its worker ended because a payload of its record could not be had (failed
+    with `PayloadUnavailable`, or terminated with it as the reason: `runtime/storage.py`),
+    as a result: its outcome, and one step with the store's line."""
+    cause, marker = e.cause, f"{PayloadUnavailable.__name__}: "
+    if isinstance(cause, ApplicationError) and cause.type == PayloadUnavailable.__name__:
+        line = cause.message
+    elif isinstance(cause, TerminatedError) and cause.message.startswith(marker):
+        line = cause.message.removeprefix(marker)
+    else:
+        return None
+    step = Step(kind=StepKind.LIMIT, text=f"payload store: {line}")
+    return TurnResult(
+        answer=answers.PAYLOAD_UNAVAILABLE,
+        outcome=Outcome.PAYLOAD_UNAVAILABLE,
+        steps=[step],
+        usage=Usage(),
+        workflow_id=workflow_id,
+    )
 
 
 def _typed(output_type: Any, value: Any, workflow_id: str) -> Any:

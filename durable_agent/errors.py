@@ -37,10 +37,15 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── InvalidContext             a turn's context is not a JSON object, or too large
     ├── InvalidOutputType          a turn's output type cannot be described or checked
     ├── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
-    └── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
+    ├── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
+    └── PayloadUnavailable         a stored payload cannot be read (missing, altered, refused,
+                                   never stored): also a non-retryable `ApplicationError`, so
+                                   a worker that meets one ends the turn at once
 """
 
 from __future__ import annotations
+
+from temporalio.exceptions import ApplicationError
 
 from durable_agent.runtime.settings import client_command, worker_command
 
@@ -222,3 +227,24 @@ class CannotFork(AgentClientError):
     """A turn cannot be forked as asked: it is still running or did not finish, the step
     is past its end, or the agent that would run the fork is not the one that ran it
     (then the fork's workflow fails with this type: only a worker knows its agents)."""
+
+
+class PayloadUnavailable(AgentClientError, ApplicationError):
+    """A payload the history refers to cannot be had from the payload store
+    (`durable_agent/runtime/storage.py`): it is missing (deleted, swept, or stored where
+    this process does not read), it does not match its hash, its reference is refused
+    (it names a place outside the store, or another workflow's payload), or it was never
+    stored (the store refused the write). The message names the payload and the store,
+    and says what to do.
+
+    Raised as a non-retryable `ApplicationError`: a worker that meets one while it runs
+    a turn's workflow task fails the turn at once (the SDK fails the workflow rather than
+    its task, which Temporal would retry forever; replaying older events, where it cannot,
+    the worker terminates the turn instead), and an activity that meets one fails for
+    good. A client raises it as the `AgentClientError` it also is."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, type=PayloadUnavailable.__name__, non_retryable=True)
+
+    def __str__(self) -> str:  # the line itself, as every client error says it
+        return self.message

@@ -133,9 +133,11 @@ class AgentPlugin(SimplePlugin):
 
     @contextlib.asynccontextmanager
     async def _opened(self) -> AsyncIterator[None]:
-        """For as long as the worker runs: every agent's deps, opened once; and, once it
-        polls, its version made current as `Settings.promote` says."""
-        async with self.agents.opened():
+        """For as long as the worker runs: every agent's deps, opened once; once it polls,
+        its version made current as `Settings.promote` says; and a turn whose workflow task
+        it cannot run for want of a stored payload, ended (`storage.ending_stuck_turns`)."""
+        ending = storage_.ending_stuck_turns(self._client) if self._client else None
+        async with self.agents.opened(), ending or contextlib.nullcontext():
             settling = asyncio.create_task(self._promote())
             sweeping = self._sweeping()
             try:
@@ -146,11 +148,10 @@ class AgentPlugin(SimplePlugin):
                     sweeping.cancel()
 
     def _sweeping(self) -> asyncio.Task[None] | None:
-        """With a local payload store: its payloads of closed workflows deleted after the
+        """Storing in a local folder: its payloads of closed workflows deleted after the
         retention, once an hour (`storage.keep_swept`)."""
         storage = self._client.data_converter.external_storage if self._client else None
-        drivers = storage.drivers if storage is not None else []
-        folder = next((d for d in drivers if isinstance(d, storage_.FolderStorageDriver)), None)
+        folder = storage_.storing_folder(storage)
         if folder is None or self._client is None:
             return None
         return asyncio.create_task(storage_.keep_swept(self._client, folder))

@@ -224,6 +224,10 @@ class Outcome(str, Enum):
     COST_LIMIT = "cost_limit"
     """The turn's spending cap (`TurnLimits.max_cost`) was reached, or it could not be
     kept: a model of the turn has no known price."""
+    PAYLOAD_UNAVAILABLE = "payload_unavailable"
+    """A payload of the turn's record could not be read or written: missing from the
+    payload store, altered there, or refused by it (`durable_agent.errors.PayloadUnavailable`;
+    its step says which payload, which store, and what to do)."""
 
 
 class OutputSpec(BaseModel):

@@ -154,7 +154,11 @@ async def test_codec_refuses_altered_or_relabelled_payloads_and_passes_plain_one
 
 
 async def test_data_converter_encrypts_values_and_failure_messages_only_with_a_key() -> None:
-    assert data_converter({"AGENT_PAYLOAD_STORE": "off"}) is LEAN_DATA_CONVERTER
+    plain = data_converter({"AGENT_PAYLOAD_STORE": "off"})  # reads stores, stores nothing
+    assert plain.payload_codec is None
+    assert plain.payload_converter_class is LEAN_DATA_CONVERTER.payload_converter_class
+    [inline] = await plain.encode(["Has order 123456 shipped? " * 1000])
+    assert b"123456" in inline.data and not inline.external_payloads
     converter = data_converter({"AGENT_ENCRYPTION_KEY": new_key(), "AGENT_PAYLOAD_STORE": "off"})
     [payload] = await converter.encode([TurnInput(question="Has order 123456 shipped?")])
     assert b"123456" not in payload.SerializeToString()

@@ -116,6 +116,7 @@ with workflow.unsafe.imports_passed_through():
         ModelRequestRejected,
         ModelUnavailable,
         NothingPending,
+        PayloadUnavailable,
         ToolListUnavailable,
         UnknownAgent,
         UnknownModel,
@@ -587,6 +588,7 @@ class AgentTurn:
         except (ActivityError, ApplicationError) as e:
             # A local activity's failure may arrive unwrapped (ApplicationError).
             self._if_out_of_time()
+            self._if_record_lost(iteration, e)
             cause = _cause(e)
             if isinstance(cause, ApplicationError) and cause.type == UnknownAgent.__name__:
                 self._record(iteration, StepKind.LIMIT, f"agent: {cause.message}")
@@ -1314,12 +1316,23 @@ class AgentTurn:
     def _if_tools_lost(self, iteration: int, err: Exception) -> None:
         """After an activity failed: if its worker could not get the tools the turn
         started with (`ToolListUnavailable`: no copy of an MCP server's list, or a
-        changed one), the turn ends, saying so; no step can go on without them."""
+        changed one), or a payload of the turn's record (`_if_record_lost`), the turn
+        ends, saying so; no step can go on without them."""
+        self._if_record_lost(iteration, err)
         cause = _cause(err)
         if isinstance(cause, ApplicationError) and cause.type == ToolListUnavailable.__name__:
             line = self._failed("tools: the tools this turn started with are not available", err)
             self._record(iteration, StepKind.LIMIT, line)
             raise _TurnEnded(Outcome.UNKNOWN_AGENT, answers.tools_unavailable())
+
+    def _if_record_lost(self, iteration: int, err: Exception) -> None:
+        """After an activity failed: if a payload of the turn's record could not be had
+        (`PayloadUnavailable`: missing from the payload store, altered there, never
+        stored), the turn ends, its step saying which payload and store. A payload the
+        workflow itself cannot read ends the turn in the worker, before this code runs."""
+        if (line := _unavailable(err)) is not None:
+            self._record(iteration, StepKind.LIMIT, f"payload store: {line}")
+            raise _TurnEnded(Outcome.PAYLOAD_UNAVAILABLE, answers.PAYLOAD_UNAVAILABLE)
 
     async def _consent(
         self,
@@ -1633,6 +1646,16 @@ def _failure(err: Exception) -> str:
 def _cause(err: Exception) -> BaseException | None:
     """What went wrong in an activity, however its failure arrived."""
     return err.cause if isinstance(err, ActivityError) else err
+
+
+def _unavailable(err: BaseException | None) -> str | None:
+    """The line of a `PayloadUnavailable` anywhere in an activity's failure (an activity
+    whose arguments could not be read fails with it as the cause of the SDK's own)."""
+    while err is not None:
+        if isinstance(err, ApplicationError) and err.type == PayloadUnavailable.__name__:
+            return err.message
+        err = err.__cause__
+    return None
 
 
 def _failure_text(err: Exception, call: ToolCall, vc: ValidCall) -> str:

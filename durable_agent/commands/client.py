@@ -144,6 +144,7 @@ UNANSWERED = (
     Outcome.TOKEN_LIMIT,
     Outcome.INVALID_OUTPUT,
     Outcome.COST_LIMIT,
+    Outcome.PAYLOAD_UNAVAILABLE,
 )
 
 
@@ -901,15 +902,20 @@ async def cmd_show(args: argparse.Namespace) -> int:
                     print(decide_hint(desc.id, step))
             print_running(desc.typed_search_attributes)
             return 0
-        if desc.status != WorkflowExecutionStatus.COMPLETED:
+        if desc.status not in SHOWN_ENDS:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
-        result = await turn.result()
+        result = await turn.result()  # a turn that failed: its outcome, or why, in one line
         for step in result.steps:
             print(step.render())
         return await print_result(conn, turn, result)
 
 
 SHOW_QUERY_S = 5.0
+SHOWN_ENDS = (
+    WorkflowExecutionStatus.COMPLETED,
+    WorkflowExecutionStatus.FAILED,
+    WorkflowExecutionStatus.TERMINATED,  # a worker ends a turn that cannot read its record
+)
 
 
 def print_running(attributes: TypedSearchAttributes) -> None:

@@ -54,7 +54,7 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
-from durable_agent.runtime.storage import external_storage
+from durable_agent.runtime.storage import StoreConverter, external_storage
 from durable_agent.types import LEAN
 
 ENCODING = b"binary/encrypted"
@@ -248,15 +248,15 @@ LEAN_DATA_CONVERTER = DataConverter(payload_converter_class=LeanPayloadConverter
 def data_converter(environ: Mapping[str, str] | None = None) -> DataConverter:
     """The project's converter (pydantic), encrypting when a key is configured, with
     large payloads in the store AGENT_PAYLOAD_STORE names (`runtime/storage.py`):
-    encrypted before they are stored.
+    encrypted before they are stored. Whether or not it stores, it reads the payloads a
+    history refers to, from every store this process knows of.
 
     With encryption on, failure messages and stack traces move into an encoded
     payload too: a tool's error text can quote what the customer wrote."""
     ring = key_ring_from_env(environ)
-    storage = external_storage(environ)
-    if ring is None and storage is None:
-        return LEAN_DATA_CONVERTER
-    converter = dataclasses.replace(LEAN_DATA_CONVERTER, external_storage=storage)
+    converter = StoreConverter(
+        payload_converter_class=LeanPayloadConverter, external_storage=external_storage(environ)
+    )
     if ring is None:
         return converter
     return dataclasses.replace(

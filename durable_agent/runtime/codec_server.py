@@ -16,8 +16,9 @@ contract: `POST /encode` and `POST /decode` (also under a prefix, e.g.
     AGENT_CODEC_TOKEN    if set, requests need `Authorization: Bearer <token>`
     AGENT_CODEC_HOSTS    comma-separated host names it answers to (`*`: any); default,
                          on loopback: the loopback names; beyond loopback it must be set
-    AGENT_PAYLOAD_STORE  the workers' payload store (`runtime/storage.py`): a history's
-                         reference to a stored payload decodes to that payload
+    AGENT_PAYLOAD_STORE  the payload stores it reads (`runtime/storage.py`): a history's
+    AGENT_PAYLOAD_READ   reference to a stored payload decodes to that payload, checked
+                         against its hash; one it cannot have is answered 404, one line
 
 A request from a browser page of any other origin is refused (403), so a web
 page the operator happens to open cannot use the codec server to decrypt; a
@@ -61,6 +62,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import DataConverter, ExternalStorage, PayloadConverter
 
+from durable_agent.errors import PayloadUnavailable
 from durable_agent.runtime.cli import OneLineParser, port_number
 from durable_agent.runtime.codec import (
     DEFAULT_CODEC_PORT,
@@ -73,7 +75,7 @@ from durable_agent.runtime.codec import (
     key_ring_from_env,
 )
 from durable_agent.runtime.server import answered_hosts, host_allowed, is_loopback
-from durable_agent.runtime.storage import PayloadMissing, StorageConfigError, external_storage
+from durable_agent.runtime.storage import StorageConfigError, external_storage
 
 log = logging.getLogger("durable_agent.codec_server")
 
@@ -559,8 +561,10 @@ def _resolved(storage: ExternalStorage, payloads: Payloads) -> Payloads:
     reader = DataConverter(payload_converter_class=_AsStored, external_storage=storage)
     try:
         return Payloads(payloads=asyncio.run(reader.decode(payloads.payloads)))
-    except PayloadMissing as e:
+    except PayloadUnavailable as e:
         raise _Refused(HTTPStatus.NOT_FOUND, str(e)) from None
+    except RuntimeError as e:  # a store that may answer in a moment (S3 unreachable)
+        raise _Refused(HTTPStatus.SERVICE_UNAVAILABLE, f"the payload store: {_short(e)}") from None
     except (ValueError, TypeError) as e:
         raise _Refused(HTTPStatus.BAD_REQUEST, f"a reference is malformed: {_short(e)}") from None
 
