@@ -34,9 +34,10 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── NoWorker                   no worker serves the task queue
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
     ├── OutputMismatch             a typed turn's value fails its type's own validators
-    ├── InvalidContext             a turn's context is not a JSON object, or too large
+    ├── InvalidContext             a turn's context is not a JSON object, holds NaN, or too large
     ├── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
-    └── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
+    ├── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
+    └── RequestConflict            a request id already names a turn of another request
 """
 
 from __future__ import annotations
@@ -214,3 +215,10 @@ class CannotFork(AgentClientError):
     """A turn cannot be forked as asked: it is still running or did not finish, the step
     is past its end, or the agent that would run the fork is not the one that ran it
     (then the fork's workflow fails with this type: only a worker knows its agents)."""
+
+
+class RequestConflict(AgentClientError):
+    """A request id (an Idempotency-Key) already names a turn started for another
+    request (another question, context, agent, model, limits or output type), or a
+    conversation id of the caller's naming is another customer's. The same request
+    again gets its turn; a new request needs a new id."""
