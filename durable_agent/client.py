@@ -45,7 +45,12 @@ from urllib.parse import quote
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -772,7 +777,9 @@ def _plainly(workflow_id: str = "", what: str = "turn") -> Iterator[None]:
     (the cause kept as `__cause__` for whoever debugs it)."""
     try:
         yield
-    except AgentClientError:
+    except (AgentClientError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        # The latter is how the SDK says that an update's caller was cancelled (or its
+        # deadline passed): a cancellation, which the caller's own code handles.
         raise
     except RPCError as e:
         raise _rpc_error(e, workflow_id, what) from None

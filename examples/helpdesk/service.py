@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -102,7 +103,8 @@ async def start(
         request_id=idempotency_key or "",
         stream=True,  # the answer's text as the model writes it
     )
-    return {"workflow_id": turn.id, "events": f"/turns/{turn.id}/events"}
+    # An id may hold `%`, `~`, `+` (`runtime.turns.workflow_id`): a path carries it quoted.
+    return {"workflow_id": turn.id, "events": f"/turns/{quote(turn.id, safe='')}/events"}
 
 
 @app.get("/turns/{workflow_id}/events")
