@@ -193,7 +193,8 @@ class OutputMismatch(AgentClientError):
 
 
 class InvalidContext(AgentClientError):
-    """A turn's context is not a JSON object, or too large to travel with the turn
+    """A turn's context is not a JSON object, holds NaN or Infinity, nests too deep
+    (`durable_agent.client.MAX_CONTEXT_DEPTH`), or is too large to travel with the turn
     (`durable_agent.types.MAX_CONTEXT_BYTES`); the message says which."""
 
 

@@ -2,7 +2,9 @@
 
 What every front end does (`client.py` today), in one place:
 
+    workflow_id(kind, customer, key)              ids no two customers' keys share
     start_turn(client, TurnInput(...))            one question, one AgentTurn workflow
+    started_with(handle, type, input type)        whom a turn or conversation serves
     start_chat / send                             a Conversation; each message is a turn
     follow(client, turn_id)                       a turn's events as they happen (its stream)
     pending(client) / decide(client, wf, ...)     calls awaiting consent, and deciding them
