@@ -811,8 +811,11 @@ def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> AgentClient
     if task_failing(e):
         return TurnTaskFailing(workflow_id, what)
     if e.status == RPCStatusCode.UNAVAILABLE:
+        lost = f"lost the Temporal server ({_one_line(e.message)})"
+        if not workflow_id:
+            return server.ServerUnavailable(f"{lost}: ask again once it is back")
         return server.ServerUnavailable(
-            f"lost the Temporal server ({_one_line(e.message)}); {subject} is kept there: "
+            f"{lost}; {subject} is kept there: "
             f"see it with `{client_command()} show {workflow_id}` once the server is back"
         )
     if _too_large(e):

@@ -31,7 +31,8 @@ from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.turns import MAX_ID_PART, chat_id, opening, turn_id, workflow_id
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import ShopStore
-from durable_agent.types import OutputSpec, ToolCall, TurnLimits
+from durable_agent.types import OutputSpec, ToolCall, TurnInput, TurnLimits
+from durable_agent.workflows import AgentTurn
 from tests.conftest import Harness
 
 ODD_CUSTOMERS = [
@@ -200,6 +201,23 @@ async def test_a_request_id_with_another_request_is_a_conflict(
             assert "another request" in message and first.workflow_id in message
         # Another customer's same key is theirs, and no conflict.
         theirs = await agents.ask("Has order 654321 shipped?", customer="bob-x", request_id=key)
+        # A turn started before turns kept their request's hash: its input tells.
+        earlier = TurnInput(question=question, customer_id="bob")
+        older = f"{key}-old"
+        await env.client.start_workflow(
+            AgentTurn.run, earlier, id=turn_id("bob", older), task_queue=task_queue
+        )
+        same = await agents.start(question, customer="bob", request_id=older)
+        assert same.id == turn_id("bob", older)
+        with pytest.raises(RequestConflict):
+            await agents.start("Has order 654321 shipped?", customer="bob", request_id=older)
+        # A workflow id of the caller's naming that is a conversation's: no turn of this.
+        chat = agents.chat(customer="bob")
+        await (await chat.start(question)).result()
+        with pytest.raises(RequestConflict, match=f"workflow id '{chat.id}' was used"):
+            await agents.start_turn(earlier, workflow_id=chat.id)
+        await chat.end()
+        await same.result()
     assert theirs.workflow_id != first.workflow_id and theirs.answered
     assert (await agents.turn(first.workflow_id).result()).steps == first.steps
 

@@ -154,12 +154,14 @@ def request_fingerprint(turn: TurnInput) -> str:
 
 async def same_request(handle: WorkflowHandle, turn: TurnInput) -> bool:
     """Whether the turn `handle` names was started for `turn`'s request: by the
-    fingerprint in its memo, or (a turn started before turns kept one) by its input."""
+    fingerprint in its memo, or (a turn started before turns kept one) by its input.
+    A workflow of that id that is no turn (a conversation) is not."""
     described = await handle.describe()
     try:
         recorded = await described.memo_value(REQUEST_MEMO, type_hint=str)
     except KeyError:
-        recorded = request_fingerprint(await opening(handle))
+        opened = await started_with(handle, "AgentTurn", TurnInput)
+        recorded = request_fingerprint(opened) if opened is not None else ""
     return bool(recorded == request_fingerprint(turn))
 
 
