@@ -90,7 +90,7 @@ def workflow_id(kind: str, customer_id: str, key: str) -> str:
     the first, and no two (customer, key) pairs give one id (`bob` asking `x-k1` is
     `turn-bob-x~k1`, `bob-x` asking `k1` is `turn-bob~x-k1`). Ids made from an id by
     adding `-…` (a conversation's turns `<id>-<n>`, forks `<id>-fork-<n>`, sub-agents)
-    have more, so they never equal one made here. At most 135 characters, whatever
+    have more, so they never equal one made here. At most 134 characters, whatever
     the customer (Temporal caps ids at 1,000; forks and sub-agents add to them)."""
     return f"{kind}-{escaped_part(customer_id)}-{escaped_part(key)}"
 
