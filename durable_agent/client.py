@@ -20,31 +20,38 @@
     await agents.find(customer="c-42", awaiting_approval=True)
 
 Every turn is a workflow on the server: a handle is only its id, so a process that
-crashed, or another one, picks a turn up by its id (`agents.turn(workflow_id)`). A
-`request_id` makes starting idempotent: asking again with the same one (after a crash,
-a retried HTTP request) gets the same turn, never a second one.
+crashed, or another one, picks a turn up by its id (`agents.turn(workflow_id)`; as a
+customer, `await agents.turn_for(workflow_id, customer=...)`, which finds only theirs).
+A `request_id` makes starting idempotent: asking again with the same one (after a
+crash, a retried HTTP request) gets the same turn, never a second one; the same id
+with another request is a `RequestConflict`.
 
-Errors are `AgentClientError`s (`durable_agent.errors`) whose message says what to do:
-`ServerUnavailable`, `UnknownTurn`, `NothingPending`, `NoWorker`, `WorkerNeeded`.
+Every error is an `AgentClientError` (`durable_agent.errors`) whose one-line message
+says what to do: `ServerUnavailable`, `UnknownTurn`, `NothingPending`, `NoWorker`,
+`WorkerNeeded`, `RequestConflict`, `InvalidContext`, ...; what the SDK or the server
+raise below is said that way too (`_plainly`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
-import hashlib
-import re
-from collections.abc import AsyncIterator, Sequence
+import math
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, NamedTuple
+from urllib.parse import quote
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.exceptions import (
     ApplicationError,
@@ -64,6 +71,7 @@ from durable_agent.errors import (
     NoWorker,
     OutputMismatch,
     PayloadUnavailable,
+    RequestConflict,
     TurnTaskFailing,
     UnknownTurn,
 )
@@ -72,12 +80,14 @@ from durable_agent.rewind import Origin
 from durable_agent.runtime import rewind, server, storage, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
+from durable_agent.runtime.storage import STORE_ENV
 from durable_agent.runtime.streams import turn_events
 from durable_agent.stream import TurnEvent
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
     Exchange,
     Outcome,
+    OutputSpec,
     PendingApproval,
     Step,
     StepKind,
@@ -128,7 +138,6 @@ class Streamed(NamedTuple):
     event: TurnEvent
 
 
-SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 MAX_OFFSET = 2**53
 """The largest stream offset a reader may resume from (far beyond any turn's events)."""
 NO_WORKER_AFTER = 10.0
@@ -171,7 +180,8 @@ class AgentClient:
             conn = await server.connect()
             return cls(conn.client, task_queue=task_queue, ui_url=conn.ui_url)
         client = await server.open_client(settings)
-        return cls(client, task_queue=task_queue, ui_url=server.ui_url_of(settings["target_host"]))
+        ui_url = await server.named_ui_url(client, settings["target_host"])
+        return cls(client, task_queue=task_queue, ui_url=ui_url)
 
     # -- turns --------------------------------------------------------------------------
 
@@ -226,8 +236,14 @@ class AgentClient:
         dataclass, TypedDict, list or scalar type; None: the agent's own, if any), which
         `result().output` gives as an object of it; `context`: a JSON object about who
         asks (name, plan, locale, tenant, date) that tools read as `ctx.context` and
-        instructions functions get (`InvalidContext` when it is not one, or larger than
-        16 KB). With `request_id`, a turn already started with it is the one returned."""
+        instructions functions get (`InvalidContext` when it is not one, holds NaN or
+        Infinity, is nested over 32 deep or larger than 16 KB).
+
+        With `request_id` (an Idempotency-Key), a turn already started with it for the
+        same request (question, context, agent, model, limits and output type) is the
+        one returned; one started for another request is a `RequestConflict`. A
+        customer's request ids are theirs alone: another customer's same key is
+        another turn (`request_workflow_id`)."""
         context = checked_context(context)
         try:
             turn = TurnInput(
@@ -237,7 +253,7 @@ class AgentClient:
                 model=_models(model),
                 limits=limits,
                 stream=stream,
-                output=None if output_type is None else output_spec(output_type),
+                output=_output_spec(output_type),
                 context=context,
             )
         except ValidationError as e:
@@ -253,7 +269,7 @@ class AgentClient:
     ) -> TurnHandle:
         """`start`, for a `TurnInput` built by the caller. `workflow_id`: the turn's id
         of the caller's own naming (unique in the namespace), as idempotent as a
-        `request_id`'s."""
+        `request_id`'s, and as checked (`RequestConflict`)."""
         if turn.output is not None:
             try:
                 output_spec(turn.output)  # refused here, not by the worker mid-turn
@@ -261,24 +277,53 @@ class AgentClient:
                 raise InvalidOutputType(str(e)) from None
         if request_id and not workflow_id:
             workflow_id = request_workflow_id(turn.customer_id, request_id)
-        try:
-            handle = await turns.start_turn(self.temporal, turn, self.task_queue, workflow_id)
-        except WorkflowAlreadyStartedError:  # that request's turn has ended: it is the one
-            found = self.turn(workflow_id)
-            found.started = False
-            return found
-        return TurnHandle(self, handle.id, handle)
+        with _plainly(workflow_id):
+            try:
+                handle = await turns.start_turn(self.temporal, turn, self.task_queue, workflow_id)
+                found = TurnHandle(self, handle.id, handle)
+            except WorkflowAlreadyStartedError:  # that request's turn has ended: it is the one
+                found = self.turn(workflow_id)
+                found.started = False
+            # A start with an id that names a turn already there returns that turn: it
+            # answers this request only if it was started for this request.
+            if workflow_id and not await turns.same_request(found.temporal, turn):
+                raise RequestConflict(
+                    f"{_named(request_id, workflow_id)} was used for another request (turn "
+                    f"{workflow_id}: another question, context, agent, model, limits or "
+                    "output type); send that request again to get its turn, or use a new "
+                    "request id for this one"
+                )
+        return found
 
     def turn(self, workflow_id: str, output_type: Any = None) -> TurnHandle:
         """A turn started earlier (by this process or any other), by its workflow id;
-        `output_type`: its value's type, for `result().output` as an object of it."""
+        `output_type`: what `start` took (a type, an `OutputSpec`), for `result().output`
+        as an object of that type (an `OutputSpec`'s value stays JSON). Whoever asked
+        it: a service that serves many customers uses `turn_for`."""
+        _output_spec(output_type)  # a type pydantic cannot take is refused now, in one line
         handle = TurnHandle(self, workflow_id)
         handle.output_type = output_type
         return handle
 
+    async def turn_for(
+        self, workflow_id: str, *, customer: str, output_type: Any = None
+    ) -> TurnHandle:
+        """`turn`, for `customer` only: the turn if it was started for them (the customer
+        in its input, which its tools act for), else `UnknownTurn`, the same error as
+        for a turn that does not exist, so that no customer learns of another's turns.
+        What a service calls with an id its user sent, before reading or deciding."""
+        with _plainly(workflow_id):
+            opening = await turns.started_with(
+                self.temporal.get_workflow_handle(workflow_id), "AgentTurn", TurnInput
+            )
+        if opening is None or opening.customer_id != customer:
+            raise UnknownTurn(workflow_id)
+        return self.turn(workflow_id, output_type)
+
     async def pending(self, customer: str | None = None) -> list[PendingCall]:
         """Every call awaiting consent, oldest first (of one customer's turns, if given)."""
-        return await turns.pending(self.temporal, customer)
+        with _plainly():
+            return await turns.pending(self.temporal, customer)
 
     async def find(
         self,
@@ -291,24 +336,28 @@ class AgentClient:
     ) -> list[TurnSummary]:
         """Recent turns, newest first: by agent, customer, outcome, or those waiting
         for a decision (the turns' search attributes; `client.py list`)."""
-        return await turns.find_turns(
-            self.temporal,
-            agent=agent,
-            customer_id=customer,
-            outcome=_outcome(outcome),
-            awaiting_approval=awaiting_approval,
-            limit=limit,
-        )
+        with _plainly():
+            return await turns.find_turns(
+                self.temporal,
+                agent=agent,
+                customer_id=customer,
+                outcome=_outcome(outcome),
+                awaiting_approval=awaiting_approval,
+                limit=limit,
+            )
 
     def turn_url(self, workflow_id: str) -> str | None:
-        """The turn's page in the Web UI, when the UI's address is known."""
+        """The turn's page in the Web UI of the server this client uses, when its address
+        is known (`ui_url`; `runtime.server.named_ui_url`), else None."""
         if not self.ui_url:
             return None
-        return f"{self.ui_url}/namespaces/{self.temporal.namespace}/workflows/{workflow_id}"
+        namespace, workflow = (quote(p, safe="") for p in (self.temporal.namespace, workflow_id))
+        return f"{self.ui_url}/namespaces/{namespace}/workflows/{workflow}"
 
     async def workers(self) -> turns.Workers:
         """Who serves the task queue right now, as Temporal judges it."""
-        return await turns.workers(self.temporal, self.task_queue)
+        with _plainly():
+            return await turns.workers(self.temporal, self.task_queue)
 
     async def rerun(
         self,
@@ -329,7 +378,7 @@ class AgentClient:
         `result()`, when the worker serves another version of the turn's agent)."""
         if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 1:
             raise CannotFork(f"from_step: give a step of the turn (1, 2, ...), not {from_step!r}")
-        try:
+        with _plainly(workflow_id):
             handle = await rewind.start_fork(
                 self.temporal,
                 workflow_id,
@@ -340,8 +389,6 @@ class AgentClient:
                 stream=stream,
                 task_queue=self.task_queue,
             )
-        except RPCError as e:
-            raise _rpc_error(e, workflow_id) from None
         return TurnHandle(self, handle.id, handle)
 
     async def replay(
@@ -367,25 +414,24 @@ class AgentClient:
         (`ToolContext.followed`), so that world can apply them first. `replay_id`: the
         replay's workflow id, of your naming (default `<workflow id>-replay-<n>`); asking
         again finds the replay of that id, running or ended (then `started` is False)."""
-        try:
-            handle = await rewind.start_fork(
-                self.temporal,
-                workflow_id,
-                1,
-                model=model,
-                instructions=instructions,
-                stream=stream,
-                task_queue=self.task_queue,
-                replay=True,
-                own_world=own_world,
-                fork_id=replay_id,
-            )
-        except WorkflowAlreadyStartedError:  # that replay has ended: it is the one
-            found = self.turn(replay_id)
-            found.started = False
-            return found
-        except RPCError as e:
-            raise _rpc_error(e, workflow_id) from None
+        with _plainly(workflow_id):
+            try:
+                handle = await rewind.start_fork(
+                    self.temporal,
+                    workflow_id,
+                    1,
+                    model=model,
+                    instructions=instructions,
+                    stream=stream,
+                    task_queue=self.task_queue,
+                    replay=True,
+                    own_world=own_world,
+                    fork_id=replay_id,
+                )
+            except WorkflowAlreadyStartedError:  # that replay has ended: it is the one
+                found = self.turn(replay_id)
+                found.started = False
+                return found
         return TurnHandle(self, handle.id, handle)
 
     # -- conversations ------------------------------------------------------------------
@@ -404,8 +450,11 @@ class AgentClient:
         **options: Any,
     ) -> ConversationHandle:
         """A conversation: each `send` is a turn that sees the earlier exchanges. It
-        starts with its first message; with `conversation_id`, one already running
-        under that id is continued instead. `context`: every turn's (see `start`).
+        starts with its first message; with `conversation_id` (a workflow id of your
+        naming: make it `request_workflow_id`'s way, `turns.workflow_id("chat", customer,
+        key)`, so that no two customers name one), one already running under that id is
+        continued instead, if it is this customer's (else `RequestConflict`).
+        `context`: every turn's (see `start`).
         `options`: the rest of `ConversationInput` (`idle_timeout`,
         `max_turns_per_run`, `max_cost`: a spending cap across its turns)."""
         context = checked_context(context)
@@ -429,19 +478,65 @@ class AgentClient:
     ) -> ConversationHandle:
         """`chat`, for a `ConversationInput` built by the caller."""
         workflow_id = conversation_id or turns.chat_id(template.customer_id)
-        return ConversationHandle(self, workflow_id, template)
+        handle = ConversationHandle(self, workflow_id, template)
+        handle._named = bool(conversation_id)
+        return handle
 
     def conversation(self, workflow_id: str) -> ConversationHandle:
-        """A running conversation, by its workflow id: its next message is a turn of it."""
+        """A running conversation, by its workflow id: its next message is a turn of it.
+        Whoever it is of: a service that serves many customers uses `conversation_for`."""
         return ConversationHandle(self, workflow_id, None)
+
+    async def conversation_for(self, workflow_id: str, *, customer: str) -> ConversationHandle:
+        """`conversation`, for `customer` only: the conversation if it was started for
+        them (its input says so), else `UnknownTurn` as for one that does not exist
+        (`turn_for`). Its turns (`<id>-<n>`, from `start`) are theirs too."""
+        with _plainly(workflow_id, "conversation"):
+            opening = await _conversation_input(self.temporal, workflow_id)
+        if opening is None or opening.customer_id != customer:
+            raise UnknownTurn(workflow_id, "conversation")
+        return self.conversation(workflow_id)
+
+
+async def _conversation_input(client: Client, workflow_id: str) -> ConversationInput | None:
+    handle = client.get_workflow_handle(workflow_id)
+    return await turns.started_with(handle, "Conversation", ConversationInput)
+
+
+MAX_CONTEXT_DEPTH = 32
+"""How deep a context's lists and objects may nest (its serializer stops near 250)."""
 
 
 def checked_context(context: dict[str, Any] | None) -> dict[str, Any]:
-    """A turn's context as it may travel; `InvalidContext`, one line, otherwise."""
+    """A turn's context as it may travel; `InvalidContext`, one line, otherwise: not a
+    JSON object, NaN or Infinity anywhere in it (JSON has neither: a tool or a model
+    API would choke on them), nested over `MAX_CONTEXT_DEPTH`, or too large."""
+    context = {} if context is None else context
+    _walk_context(context)
     try:
-        return check_context({} if context is None else context)
+        return check_context(context)
     except ValueError as e:
         raise InvalidContext(str(e)) from None
+
+
+def _walk_context(context: Any) -> None:
+    """Refuse a non-finite number or nesting too deep, looking without recursion (a
+    context nested 100,000 deep is refused, not a RecursionError)."""
+    found: list[tuple[Any, str, int]] = [(context, "context", 0)]
+    while found:
+        value, where, depth = found.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidContext(
+                f"{where} is {value!r}, which JSON cannot hold: give a number, a string or null"
+            )
+        if isinstance(value, (dict, list, tuple)):
+            if depth >= MAX_CONTEXT_DEPTH:
+                raise InvalidContext(
+                    f"the context nests lists and objects over {MAX_CONTEXT_DEPTH} deep: "
+                    "give it flatter"
+                )
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            found += [(v, f"{where}[{k!r}]", depth + 1) for k, v in items]
 
 
 def _models(model: str | Sequence[str]) -> str:
@@ -463,11 +558,24 @@ def _outcome(outcome: Outcome | str | None) -> str | None:
 
 
 def request_workflow_id(customer: str, request_id: str) -> str:
-    """The workflow id of a customer's request: `turn-<customer>-<request id>` (hashed
-    when it is not plain), so one customer's request id never reaches another's turn."""
-    if not SAFE_REQUEST_ID.fullmatch(request_id):
-        request_id = "r" + hashlib.sha256(request_id.encode()).hexdigest()[:24]
-    return f"turn-{customer}-{request_id}"
+    """The workflow id of a customer's request: `turn-<customer>-<request id>`, both
+    escaped (`runtime.turns.workflow_id`), so no two (customer, request id) pairs give
+    one id: one customer's request id never reaches another's turn."""
+    return turns.turn_id(customer, request_id)
+
+
+def _named(request_id: str, workflow_id: str) -> str:
+    """The request id a caller gave, or the workflow id they named, for a message."""
+    return f"request id {request_id[:100]!r}" if request_id else f"workflow id {workflow_id!r}"
+
+
+def _output_spec(output_type: Any) -> OutputSpec | None:
+    """What a turn carries of an output type (None: the agent's own), as `start` and
+    `turn` take it; a type pydantic cannot describe is an `AgentClientError`."""
+    try:
+        return None if output_type is None else output_spec(output_type)
+    except TypeError as e:
+        raise AgentClientError(_one_line(str(e))) from None
 
 
 class TurnHandle:
@@ -485,7 +593,8 @@ class TurnHandle:
         self.started = True
         """False when a start found the turn of its request id already ended."""
         self.output_type: Any = None
-        """The type `result().output` is validated as (None: the value as JSON)."""
+        """What `result().output` is validated as: a type, or (None, an `OutputSpec`)
+        the value as JSON."""
 
     def __repr__(self) -> str:
         return f"TurnHandle({self.id!r})"
@@ -503,17 +612,18 @@ class TurnHandle:
             raise AgentClientError(
                 f"from_offset: give an event's offset from 0 to {MAX_OFFSET}, not {from_offset!r}"
             )
-        try:
-            async for offset, event in turn_events(self.client.temporal, self.id, from_offset):
-                yield Streamed(offset, event)
-        except (RPCError, WorkflowQueryFailedError) as e:
-            # A turn that ended before its stream was read to the end (no worker could
-            # replay it, for a payload it lacked, say): its result says how it ended.
-            if not await self._running():
-                return
-            if isinstance(e, RPCError):
-                raise _rpc_error(e, self.id) from None
-            raise await self._unreadable(e) from None
+        with _plainly(self.id):
+            try:
+                async for offset, event in turn_events(self.client.temporal, self.id, from_offset):
+                    yield Streamed(offset, event)
+            except (RPCError, WorkflowQueryFailedError) as e:
+                # A turn that ended before its stream was read to the end (no worker could
+                # replay it, for a payload it lacked, say): its result says how it ended.
+                if not await self._running():
+                    return
+                if isinstance(e, RPCError):
+                    raise _rpc_error(e, self.id) from None
+                raise await self._unreadable(e) from None
 
     async def result(self, *, no_worker_after: float | None = None) -> TurnResult:
         """Wait for the turn's end. With `no_worker_after`, `NoWorker` when it has
@@ -534,16 +644,17 @@ class TurnHandle:
             waiting.cancel()
 
     async def _result(self) -> TurnResult:
-        try:
-            output = await self.temporal.result()
-        except RPCError as e:
-            raise _rpc_error(e, self.id) from None
-        except WorkflowFailureError as e:  # terminated or cancelled by an operator
-            if (ended := _ended_unavailable(e, self.id)) is not None:
-                return ended
-            raise AgentClientError(f"turn {self.id} did not finish: {e.cause or e}") from None
-        # A turn that continued as new: its earlier runs' steps too, one story.
-        steps = await turns.whole(self.temporal, output)
+        with _plainly(self.id):
+            try:
+                output = await self.temporal.result()
+            except WorkflowFailureError as e:  # terminated or cancelled by an operator
+                if (ended := _ended_unavailable(e, self.id)) is not None:
+                    return ended
+                raise AgentClientError(
+                    f"turn {self.id} did not finish: {_one_line(str(e.cause or e))}"
+                ) from None
+            # A turn that continued as new: its earlier runs' steps too, one story.
+            steps = await turns.whole(self.temporal, output)
         result = TurnResult(
             **{**dict(output), "steps": steps, "earlier_steps": 0}, workflow_id=self.id
         )
@@ -555,13 +666,14 @@ class TurnHandle:
         """The steps so far (of all the turn's runs), the usage and the calls awaiting
         a decision (a worker answers: with `timeout`, `WorkerNeeded` after that many
         seconds)."""
-        try:
-            progress = await turns.progress_of(self.temporal, timeout)
-        except WorkflowQueryFailedError as e:  # no worker can replay it
-            raise await self._unreadable(e) from None
-        if not progress.earlier_steps:
-            return progress
-        steps = await turns.whole(self.temporal, progress)
+        with _plainly(self.id):
+            try:
+                progress = await turns.progress_of(self.temporal, timeout)
+            except WorkflowQueryFailedError as e:  # no worker can replay it
+                raise await self._unreadable(e) from None
+            if not progress.earlier_steps:
+                return progress
+            steps = await turns.whole(self.temporal, progress)
         return progress.model_copy(update={"steps": steps, "earlier_steps": 0})
 
     async def _running(self) -> bool:
@@ -583,10 +695,8 @@ class TurnHandle:
     async def version(self) -> str:
         """The worker version the turn runs (ran) on, `DEPLOYMENT:BUILD_ID` (empty:
         unversioned workers)."""
-        try:
+        with _plainly(self.id):
             return await turns.version_of(self.temporal)
-        except RPCError as e:
-            raise _rpc_error(e, self.id) from None
 
     async def approve(self, call_id: str | None = None, *, by: str) -> ApprovalResult:
         """Let a waiting call run (`call_id`: the only one when left out). `by`: who
@@ -603,9 +713,10 @@ class TurnHandle:
         self, call_id: str | None, *, approved: bool, by: str, reason: str = ""
     ) -> ApprovalResult:
         """`approve` or `reject`, as a decision that arrived as data (a form, a message)."""
-        return await turns.decide(
-            self.client.temporal, self.id, call_id, approved=approved, by=by, reason=reason
-        )
+        with _plainly(self.id):
+            return await turns.decide(
+                self.client.temporal, self.id, call_id, approved=approved, by=by, reason=reason
+            )
 
     async def rerun(self, from_step: int, **options: Any) -> TurnHandle:
         """This turn forked from `from_step` (`AgentClient.rerun`, which takes `options`)."""
@@ -613,10 +724,8 @@ class TurnHandle:
 
     async def origin(self) -> Origin | None:
         """Which turn this one is a fork of, and from which step (None: not a fork)."""
-        try:
+        with _plainly(self.id):
             return await rewind.origin(self.temporal)
-        except RPCError as e:
-            raise _rpc_error(e, self.id) from None
 
 
 class ConversationHandle:
@@ -629,6 +738,8 @@ class ConversationHandle:
         self.id = workflow_id
         self._template = template
         """What starts it with its first message; None once it runs (or when picked up)."""
+        self._named = False
+        """Its id is the caller's (`chat(conversation_id=...)`): one of that id may run."""
 
     def __repr__(self) -> str:
         return f"ConversationHandle({self.id!r})"
@@ -640,19 +751,32 @@ class ConversationHandle:
     async def start(self, text: str, *, message_id: str = "") -> TurnHandle:
         """Send a message; returns when the turn answering it has started. With
         `message_id`, sending it again (after a crash) is not a second message."""
-        if self._template is not None:
-            _, accepted = await turns.start_chat(
-                self.client.temporal,
-                self._template,
-                text,
-                self.client.task_queue,
-                workflow_id=self.id,
-                message_id=message_id,
-            )
-            self._template = None
-        else:
-            accepted = await turns.send(self._handle, text, message_id)
+        with _plainly(self.id, "conversation"):
+            if self._template is not None:
+                if self._named:
+                    await self._of_customer(self._template.customer_id)
+                _, accepted = await turns.start_chat(
+                    self.client.temporal,
+                    self._template,
+                    text,
+                    self.client.task_queue,
+                    workflow_id=self.id,
+                    message_id=message_id,
+                )
+                self._template = None
+            else:
+                accepted = await turns.send(self._handle, text, message_id)
         return self.client.turn(accepted.turn_id)
+
+    async def _of_customer(self, customer: str) -> None:
+        """A conversation of the caller's naming that runs already gets the message, so
+        it must be this customer's: a message never lands in another's conversation."""
+        running = await _conversation_input(self.client.temporal, self.id)
+        if running is not None and running.customer_id != customer:
+            raise RequestConflict(
+                f"conversation {self.id} is another customer's: name this customer's "
+                "conversations apart (turns.workflow_id('chat', customer, key))"
+            )
 
     async def send(self, text: str, *, message_id: str = "") -> TurnResult:
         """Send a message and wait for the answer."""
@@ -660,10 +784,8 @@ class ConversationHandle:
 
     async def state(self) -> ConversationState:
         """The exchanges so far, the turn being answered, and whether it has ended."""
-        try:
+        with _plainly(self.id, "conversation"):
             return await self._handle.query(Conversation.state)
-        except RPCError as e:
-            raise _rpc_error(e, self.id, "conversation") from None
 
     async def history(self) -> list[Exchange]:
         """The conversation's questions and answers so far (within its memory). An
@@ -673,10 +795,8 @@ class ConversationHandle:
 
     async def end(self) -> None:
         """End the conversation (its current turn, if any, finishes first)."""
-        try:
+        with _plainly(self.id, "conversation"):
             await self._handle.signal(Conversation.end)
-        except RPCError as e:
-            raise _rpc_error(e, self.id, "conversation") from None
 
 
 def _with_our_converter(client: Client) -> Client:
@@ -694,17 +814,78 @@ def _with_our_converter(client: Client) -> Client:
     return Client(**config)
 
 
-def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> Exception:
+@contextlib.contextmanager
+def _plainly(workflow_id: str = "", what: str = "turn") -> Iterator[None]:
+    """What the SDK and the server raise about `what` (a turn or a conversation, by
+    `workflow_id` when it has one), as the `AgentClientError` it means, in one line
+    (the cause kept as `__cause__` for whoever debugs it)."""
+    try:
+        yield
+    except (AgentClientError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        # The latter is how the SDK says that an update's caller was cancelled (or its
+        # deadline passed): a cancellation, which the caller's own code handles.
+        raise
+    except RPCError as e:
+        raise _rpc_error(e, workflow_id, what) from None
+    except Exception as e:
+        raise AgentClientError(f"{_subject(workflow_id, what)}: {_cannot(e)}") from e
+
+
+def _subject(workflow_id: str, what: str) -> str:
+    return f"{what} {workflow_id}" if workflow_id else f"the {what}"
+
+
+def _cannot(e: Exception) -> str:
+    """What an exception from below means, for a person, in one line."""
+    text = _one_line(str(e))
+    if isinstance(e, (RecursionError, PydanticSerializationError)) or "depth exceeded" in text:
+        return f"a value in it is nested too deeply to send ({text}); give it flatter"
+    if "TMPRL1105" in text or "TMPRL1106" in text:
+        return (
+            "its payloads are kept in a payload store this client does not read "
+            f"({text}); set {STORE_ENV} (and AGENT_ENCRYPTION_KEY) as the workers have them"
+        )
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> AgentClientError:
+    subject = _subject(workflow_id, what)
     if e.status == RPCStatusCode.NOT_FOUND:
         return UnknownTurn(workflow_id, what)
     if task_failing(e):
         return TurnTaskFailing(workflow_id, what)
     if e.status == RPCStatusCode.UNAVAILABLE:
+        lost = f"lost the Temporal server ({_one_line(e.message)})"
+        if not workflow_id:
+            return server.ServerUnavailable(f"{lost}: ask again once it is back")
         return server.ServerUnavailable(
-            f"lost the Temporal server ({e.message}); {what} {workflow_id} is kept there: "
+            f"{lost}; {subject} is kept there: "
             f"see it with `{client_command()} show {workflow_id}` once the server is back"
         )
-    return e
+    if _too_large(e):
+        return AgentClientError(
+            f"{subject}: too large for the Temporal server ({_one_line(e.message)}); send "
+            f"less (a shorter output type's schema, say), or set {STORE_ENV} so that large "
+            "values go to the payload store"
+        )
+    return AgentClientError(
+        f"{subject}: the Temporal server refused ({e.status.name if e.status else 'error'}: "
+        f"{_one_line(e.message)})"
+    )
+
+
+def _too_large(e: RPCError) -> bool:
+    """A request over the server's limits: a payload over its blob limit (2 MB by
+    default), or a message over gRPC's (4 MB)."""
+    message = e.message.lower()
+    return "blob data size exceeds limit" in message or (
+        "larger than max" in message and "message" in message
+    )
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _ended_unavailable(e: WorkflowFailureError, workflow_id: str) -> TurnResult | None:
@@ -729,7 +910,10 @@ def _ended_unavailable(e: WorkflowFailureError, workflow_id: str) -> TurnResult 
 
 
 def _typed(output_type: Any, value: Any, workflow_id: str) -> Any:
-    """A typed turn's value (JSON) as an object of its type."""
+    """A typed turn's value (JSON) as an object of its type; an `OutputSpec`'s, as the
+    JSON it is (the worker checked it by the schema)."""
+    if isinstance(output_type, OutputSpec):
+        return value
     try:
         adapter = _adapter(output_type)
     except TypeError:  # an unhashable type (Annotated with a list, say): not cached
@@ -757,4 +941,4 @@ def task_failing(e: RPCError) -> bool:
 
 
 def _first_error(e: ValidationError) -> str:
-    return "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
+    return _one_line("; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors()))

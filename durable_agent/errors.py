@@ -34,10 +34,11 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── NoWorker                   no worker serves the task queue
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
     ├── OutputMismatch             a typed turn's value fails its type's own validators
-    ├── InvalidContext             a turn's context is not a JSON object, or too large
+    ├── InvalidContext             a turn's context is not a JSON object, holds NaN, or too large
     ├── InvalidOutputType          a turn's output type cannot be described or checked
     ├── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
     ├── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
+    ├── RequestConflict            a request id already names a turn of another request
     └── PayloadUnavailable         a stored payload cannot be read (missing, altered, refused,
                                    never stored): also a non-retryable `ApplicationError`, so
                                    a worker that meets one ends the turn at once
@@ -198,7 +199,8 @@ class OutputMismatch(AgentClientError):
 
 
 class InvalidContext(AgentClientError):
-    """A turn's context is not a JSON object, or too large to travel with the turn
+    """A turn's context is not a JSON object, holds NaN or Infinity, nests too deep
+    (`durable_agent.client.MAX_CONTEXT_DEPTH`), or is too large to travel with the turn
     (`durable_agent.types.MAX_CONTEXT_BYTES`); the message says which."""
 
 
@@ -248,3 +250,10 @@ class PayloadUnavailable(AgentClientError, ApplicationError):
 
     def __str__(self) -> str:  # the line itself, as every client error says it
         return self.message
+
+
+class RequestConflict(AgentClientError):
+    """A request id (an Idempotency-Key) already names a turn started for another
+    request (another question, context, agent, model, limits or output type), or a
+    conversation id of the caller's naming is another customer's. The same request
+    again gets its turn; a new request needs a new id."""

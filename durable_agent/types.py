@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import unicodedata
 from datetime import datetime, timedelta
 from enum import Enum
@@ -28,7 +27,9 @@ from pydantic import (
 DEFAULT_CUSTOMER = "demo"
 """Who a turn is for when its caller names nobody (the demo's sample data is theirs)."""
 
-CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}\Z"  # `$` would pass "demo\n"
+MAX_CUSTOMER_ID_CHARS = 500
+"""A customer id's length, at most: room for the ids of identity providers (emails,
+OIDC subjects), within a search attribute's 2 KB whatever the characters."""
 
 MAX_STEPS = 10_000
 """The most rounds of tool calls a turn may be allowed (`TurnLimits.max_steps`)."""
@@ -409,12 +410,27 @@ def check_context(v: Any) -> dict[str, Any]:
 
 
 def check_customer_id(v: str) -> str:
-    """A customer id as tools and workflow ids can carry it; ValueError otherwise."""
-    if not isinstance(v, str) or not re.fullmatch(CUSTOMER_ID_PATTERN, v):
+    """A customer id as tools get it, matched whole: 1 to `MAX_CUSTOMER_ID_CHARS`
+    characters of text, any (`-`, `/`, `%`, spaces, any script: workflow ids carry it
+    escaped, `runtime.turns.workflow_id`), but no control or invisible character (a
+    newline, U+200B, U+202E) and no space at either end, which would make two ids
+    look one; ValueError otherwise."""
+    if (
+        not isinstance(v, str)
+        or not 0 < len(v) <= MAX_CUSTOMER_ID_CHARS
+        or v != v.strip()
+        or any(unicodedata.category(c) in _UNSEEN for c in v)
+    ):
         raise ValueError(
-            "customer id must be 1-64 characters of letters, digits, '_', '.', '@' or '-'"
+            f"customer id must be 1-{MAX_CUSTOMER_ID_CHARS} characters of text, with no "
+            "control or invisible characters and no space at either end"
         )
     return v
+
+
+_UNSEEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+"""Unicode categories that show nothing, or not what they are: controls, formats
+(bidirectional marks, zero widths), surrogates, private use, unassigned, separators."""
 
 
 def check_question(v: str) -> str:

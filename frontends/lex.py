@@ -59,7 +59,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent.agents import AGENT_NAME_PATTERN
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient
-from durable_agent.errors import AgentClientError
+from durable_agent.errors import AgentClientError, UnknownTurn
 from durable_agent.frontends._lexv2 import BadEvent, LexEvent, attributes_of, close, intent_of
 from durable_agent.runtime.server import ServerUnavailable, connect
 from durable_agent.runtime.settings import TASK_QUEUE
@@ -358,14 +358,6 @@ class Session:
         self.deadline = deadline
         self.attributes = dict(event.attributes)
         conversation = self.attributes.get(CONVERSATION, "")
-        if conversation and not _is_chat_of(chat.customer_id, conversation):
-            _log.warning(
-                "lex: session %s names conversation %r, not one of customer %r; starting anew",
-                event.session_id,
-                conversation,
-                chat.customer_id,
-            )
-            conversation = ""
         turn = self.attributes.get(TURN, "")
         self.conversation = conversation
         self.turn = turn if conversation and _is_turn_of(conversation, turn) else ""
@@ -402,6 +394,7 @@ class Session:
         to this utterance (unless it only asked about the earlier one)."""
         texts: list[str] = []
         status_check = _normalized(self.event.text) in STATUS_CHECKS
+        await self._own_conversation(client)
         if self.turn:
             earlier = await self._earlier(client)
             if isinstance(earlier, Working):
@@ -415,6 +408,25 @@ class Session:
         state = await self._ask(client, self.event.text)
         texts.append(self._text(state))
         return texts
+
+    async def _own_conversation(self, client: Client) -> None:
+        """Keep the session's conversation only if it is the customer's own, as it
+        records whom it was started for: the attribute comes from outside, and must not
+        lead into someone else's chat (nor its turn, `<conversation>-<n>`)."""
+        if not self.conversation:
+            return
+        customer = self.chat.customer_id
+        agents = self._agents(client)
+        try:
+            await self._bounded(agents.conversation_for(self.conversation, customer=customer))
+        except UnknownTurn:
+            _log.warning(
+                "lex: session %s names conversation %r, not one of customer %r; starting anew",
+                self.event.session_id,
+                self.conversation,
+                customer,
+            )
+            self.conversation, self.turn = "", ""
 
     async def _earlier(self, client: Client) -> TurnState:
         """Where the pending turn stands; with self-approval on, a "yes" or "no" to the
@@ -509,12 +521,6 @@ def _earlier_text(state: Answered | Unanswered, *, alone: bool) -> str:
     if isinstance(state, Unanswered):
         return f"Your earlier question got no answer: {state.why}. Please ask it again."
     return state.answer if alone else f"About your earlier question: {state.answer}"
-
-
-def _is_chat_of(customer: str, conversation: str) -> bool:
-    """A conversation id of this customer (`chat-<customer>-<8 hex>`, runtime.turns):
-    the attribute comes from outside, and must not lead into someone else's chat."""
-    return re.fullmatch(rf"chat-{re.escape(customer)}-[0-9a-f]{{8}}", conversation) is not None
 
 
 def _is_turn_of(conversation: str, turn: str) -> bool:

@@ -103,14 +103,14 @@ async def test_the_same_request_id_is_the_same_turn(
         first = await agents.ask("Has order 123456 shipped?", request_id=key)
         again = await agents.ask("Has order 123456 shipped?", request_id=key)
         odd = await agents.start("Has order 123456 shipped?", request_id="a key/with spaces")
-    assert again.workflow_id == first.workflow_id == f"turn-demo-{key}"
+    assert again.workflow_id == first.workflow_id == f"turn-demo-req~{key[4:]}"
     assert again.steps == first.steps
-    assert odd.id.startswith("turn-demo-r") and " " not in odd.id
+    assert odd.id == "turn-demo-a%20key%2Fwith%20spaces"
     # Asked by another customer, the same key is another turn.
     async with harness.worker() as task_queue:
         agents = AgentClient(env.client, task_queue=task_queue)
         other = await agents.start("Has order 123456 shipped?", customer="c-2", request_id=key)
-    assert other.id == f"turn-c-2-{key}"
+    assert other.id == f"turn-c~2-req~{key[4:]}"
 
 
 async def test_a_conversation_is_picked_up_by_its_id(

@@ -290,6 +290,9 @@ async def test_context_over_its_limit_is_refused_at_the_client(harness: Harness)
         ('{"notes": "' + "x" * MAX_CONTEXT_BYTES + '"}', "--context: the context is too large"),
         ("[1, 2]", "--context: the context must be a JSON object, not list"),
         ("{name: Ada}", "--context: give a JSON object"),
+        ('{"score": NaN}', "--context: context['score'] is nan, which JSON cannot hold"),
+        ('{"a": [1, {"b": -Infinity}]}', "--context: context['a'][1]['b'] is -inf, which JSON"),
+        ('{"a": ' * 5000 + "1" + "}" * 5000, "--context: the context nests lists and objects"),
     ],
 )
 def test_the_cli_refuses_a_bad_context_in_one_line(given: str, said: str) -> None:

@@ -231,7 +231,9 @@ def test_blank_questions_are_refused(question: str) -> None:
         TurnInput(question=question)
 
 
-@pytest.mark.parametrize("customer_id", ["a b/../c", "demo\n", "demo\r\n", "\ndemo"])
+@pytest.mark.parametrize(
+    "customer_id", ["", "x" * 501, "demo\n", "demo\r\n", "\ndemo", " demo", "de\u202emo"]
+)
 def test_odd_customer_ids_are_refused(customer_id: str) -> None:
     with pytest.raises(ValidationError, match="customer id must be"):
         TurnInput(question="q", customer_id=customer_id)

@@ -161,7 +161,15 @@ async def test_profile_with_api_key_connects(
         ("agents.a1b2c.tmprl.cloud:7233", "https://cloud.temporal.io"),
         ("us-east-1.aws.api.temporal.io:7233", "https://cloud.temporal.io"),
         ("temporal.internal.example:7233", None),
+        # A server on this machine whose UI nobody named: no guess at Temporal's 8233.
+        ("localhost:7233", None),
+        ("127.0.0.1:41517", None),
+        ("[::1]:7233", None),
     ],
 )
-def test_web_ui_links_for_cloud_endpoints(target: str, ui: str | None) -> None:
+def test_web_ui_links_for_cloud_endpoints(
+    target: str, ui: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENT_UI_PORT", raising=False)
+    monkeypatch.delenv("TEMPORAL_UI_URL", raising=False)
     assert ui_url_of(target) == ui

@@ -6,6 +6,7 @@ client directly. The write waits for consent across a SIGKILLed worker and runs 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -88,13 +89,11 @@ def sse(response: httpx.Response) -> Iterator[tuple[int, str, dict[str, object]]
         fields = {}
 
 
-def test_a_team_service_asks_streams_and_approves_across_a_sigkill(
-    team: tuple[Path, dict[str, str]],
-) -> None:
-    folder, environ = team
+@contextlib.contextmanager
+def service(folder: Path, environ: dict[str, str]) -> Iterator[httpx.Client]:
+    """The team's FastAPI service under uvicorn, and an HTTP client of it (as `demo`)."""
     port = free_port()
-    served = worker(folder, environ)
-    service = subprocess.Popen(
+    running = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "service:app", "--port", str(port)],
         cwd=folder,
         env=environ,
@@ -105,77 +104,87 @@ def test_a_team_service_asks_streams_and_approves_across_a_sigkill(
     try:
         deadline = time.monotonic() + 60
         while not is_listening("127.0.0.1", port):
-            assert service.poll() is None, service.stderr.read() if service.stderr else ""
+            assert running.poll() is None, running.stderr.read() if running.stderr else ""
             assert time.monotonic() < deadline, "the service did not listen"
             time.sleep(0.1)
-        http = httpx.Client(
+        with httpx.Client(
             base_url=f"http://127.0.0.1:{port}", headers={"X-User": "demo"}, timeout=60
-        )
-
-        asked = http.post("/ask", json={"question": "Is the VPN down?"})
-        assert asked.status_code == 200, asked.text
-        assert asked.json()["outcome"] == "answered" and "degraded" in asked.json()["answer"]
-        again = http.post(
-            "/ask", json={"question": "Is the VPN down?"}, headers={"Idempotency-Key": "k-1"}
-        )
-        same = http.post(
-            "/ask", json={"question": "Is the VPN down?"}, headers={"Idempotency-Key": "k-1"}
-        )
-        assert again.json()["workflow_id"] == same.json()["workflow_id"] == "turn-demo-k-1"
-
-        started = http.post(
-            "/turns", json={"question": "Please open a ticket: my laptop will not boot."}
-        )
-        assert started.status_code == 202, started.text
-        turn_id = started.json()["workflow_id"]
-        seen = 0
-        with http.stream("GET", f"/turns/{turn_id}/events") as events:
-            for offset, kind, data in sse(events):
-                assert offset == seen + 1
-                seen = offset
-                if kind == "step" and data["step"]["kind"] == "approval":  # type: ignore[index]
-                    break
-        # The customer's calls awaiting consent: this one (and any turn of theirs that
-        # other tests left waiting, whose workers are gone).
-        (waiting,) = [w for w in http.get("/approvals").json() if w["workflow_id"] == turn_id]
-        assert (waiting["workflow_id"], waiting["tool"]) == (turn_id, "open_ticket")
-        assert http.get("/approvals", headers={"X-User": "sam"}).json() == []
-        assert http.get(f"/turns/{turn_id}", headers={"X-User": "sam"}).status_code == 404
-
-        served.stop(signal.SIGKILL)  # while the write waits for consent
-        served = worker(folder, environ)
-        decided = http.post(
-            f"/turns/{turn_id}/approvals/{waiting['call_id']}", json={"approved": True}
-        )
-        assert decided.status_code == 200 and decided.json()["approved"], decided.text
-        twice = http.post(
-            f"/turns/{turn_id}/approvals/{waiting['call_id']}", json={"approved": True}
-        )
-        assert twice.status_code == 409, twice.text
-
-        # The stream picks up where the browser left off (Last-Event-ID): nothing twice.
-        kinds = []
-        with http.stream(
-            "GET", f"/turns/{turn_id}/events", headers={"Last-Event-ID": str(seen)}
-        ) as events:
-            for offset, kind, _ in sse(events):
-                assert offset == seen + 1
-                seen = offset
-                kinds.append(kind)
-        assert kinds[-1] == "done"
-        result = http.get(f"/turns/{turn_id}").json()
-        assert result["outcome"] == "answered" and "INC-1004" in result["answer"]
-        assert http.get("/turns/turn-demo-nope").status_code == 404
-        # Bad input is a clean 4xx, never a traceback or a hang.
-        for bad in ("x", "-1", str(2**64)):
-            refused = http.get(f"/turns/{turn_id}/events", headers={"Last-Event-ID": bad})
-            assert refused.status_code == 422, (bad, refused.text)
-        assert http.post("/ask", json={"question": "x" * 5000}).status_code == 422
-        assert http.post("/ask", json={}, headers={"X-User": "a b"}).status_code == 422
-        assert http.get("/approvals", headers={"X-User": "u" * 65}).status_code == 422
+        ) as http:
+            yield http
     finally:
-        service.terminate()
-        service.wait(timeout=30)
+        running.terminate()
+        running.wait(timeout=30)
+
+
+def test_a_team_service_asks_streams_and_approves_across_a_sigkill(
+    team: tuple[Path, dict[str, str]],
+) -> None:
+    folder, environ = team
+    served = worker(folder, environ)
+    try:
+        with service(folder, environ) as http:
+            asked = http.post("/ask", json={"question": "Is the VPN down?"})
+            assert asked.status_code == 200, asked.text
+            assert asked.json()["outcome"] == "answered" and "degraded" in asked.json()["answer"]
+            again = http.post(
+                "/ask", json={"question": "Is the VPN down?"}, headers={"Idempotency-Key": "k-1"}
+            )
+            same = http.post(
+                "/ask", json={"question": "Is the VPN down?"}, headers={"Idempotency-Key": "k-1"}
+            )
+            assert again.json()["workflow_id"] == same.json()["workflow_id"] == "turn-demo-k~1"
+
+            started = http.post(
+                "/turns", json={"question": "Please open a ticket: my laptop will not boot."}
+            )
+            assert started.status_code == 202, started.text
+            turn_id = started.json()["workflow_id"]
+            seen = 0
+            with http.stream("GET", f"/turns/{turn_id}/events") as events:
+                for offset, kind, data in sse(events):
+                    assert offset == seen + 1
+                    seen = offset
+                    if kind == "step" and data["step"]["kind"] == "approval":  # type: ignore[index]
+                        break
+            # The customer's calls awaiting consent: this one (and any turn of theirs that
+            # other tests left waiting, whose workers are gone).
+            (waiting,) = [w for w in http.get("/approvals").json() if w["workflow_id"] == turn_id]
+            assert (waiting["workflow_id"], waiting["tool"]) == (turn_id, "open_ticket")
+            assert http.get("/approvals", headers={"X-User": "sam"}).json() == []
+            assert http.get(f"/turns/{turn_id}", headers={"X-User": "sam"}).status_code == 404
+
+            served.stop(signal.SIGKILL)  # while the write waits for consent
+            served = worker(folder, environ)
+            decided = http.post(
+                f"/turns/{turn_id}/approvals/{waiting['call_id']}", json={"approved": True}
+            )
+            assert decided.status_code == 200 and decided.json()["approved"], decided.text
+            twice = http.post(
+                f"/turns/{turn_id}/approvals/{waiting['call_id']}", json={"approved": True}
+            )
+            assert twice.status_code == 409, twice.text
+
+            # The stream picks up where the browser left off (Last-Event-ID): nothing twice.
+            kinds = []
+            with http.stream(
+                "GET", f"/turns/{turn_id}/events", headers={"Last-Event-ID": str(seen)}
+            ) as events:
+                for offset, kind, _ in sse(events):
+                    assert offset == seen + 1
+                    seen = offset
+                    kinds.append(kind)
+            assert kinds[-1] == "done"
+            result = http.get(f"/turns/{turn_id}").json()
+            assert result["outcome"] == "answered" and "INC-1004" in result["answer"]
+            assert http.get("/turns/turn-demo-nope").status_code == 404
+            # Bad input is a clean 4xx, never a traceback or a hang.
+            for bad in ("x", "-1", str(2**64)):
+                refused = http.get(f"/turns/{turn_id}/events", headers={"Last-Event-ID": bad})
+                assert refused.status_code == 422, (bad, refused.text)
+            assert http.post("/ask", json={"question": "x" * 5000}).status_code == 422
+            assert http.post("/ask", json={}, headers={"X-User": "a b"}).status_code == 422
+            assert http.get("/approvals", headers={"X-User": "u" * 501}).status_code == 422
+    finally:
         served.stop()
     assert tickets(environ) == 1
 
@@ -259,3 +268,83 @@ def test_the_page_shows_the_service_as_it_is_and_its_first_script_runs(
     assert done.returncode == 0 and done.stderr == "", done.stderr
     outcome, *_ = done.stdout.split()
     assert outcome == "answered" and "degraded" in done.stdout
+
+
+def test_no_user_reaches_another_users_turn(team: tuple[Path, dict[str, str]]) -> None:
+    """`bob` can neither read, stream nor decide a turn of `bob-x`'s: 404, in the words
+    said of a turn that does not exist. Keys that join alike (`bob` + `x-k1`, `bob-x` +
+    `k1`; `a/b` + `k1`, `a%2Fb` + `k1`) are turns of their own, each answering its own
+    question; a key sent again with another question is 409, with the same one the turn."""
+    folder, environ = team
+    served = worker(folder, environ)
+    bob, bob_x = {"X-User": "bob"}, {"X-User": "bob-x"}
+    try:
+        with service(folder, environ) as http:
+
+            def ask(who: dict[str, str], key: str, question: str) -> httpx.Response:
+                return http.post(
+                    "/ask", json={"question": question}, headers={**who, "Idempotency-Key": key}
+                )
+
+            vpn = ask(bob, "x-k1", "Is the VPN down?")
+            email = ask(bob_x, "k1", "Is email working?")
+            assert vpn.status_code == email.status_code == 200, (vpn.text, email.text)
+            assert vpn.json()["workflow_id"] != email.json()["workflow_id"]
+            assert "vpn" in vpn.json()["answer"].lower(), vpn.json()["answer"]
+            assert "email" in email.json()["answer"].lower(), email.json()["answer"]
+            slashed = ask({"X-User": "a/b"}, "k1", "Is the VPN down?")
+            escaped = ask({"X-User": "a%2Fb"}, "k1", "Is email working?")
+            assert slashed.json()["workflow_id"] != escaped.json()["workflow_id"]
+            assert "email" in escaped.json()["answer"].lower()
+
+            again = ask(bob, "x-k1", "Is the VPN down?")
+            assert again.json()["workflow_id"] == vpn.json()["workflow_id"]
+            conflict = ask(bob, "x-k1", "Is payroll up?")
+            assert conflict.status_code == 409, conflict.text
+            assert "another request" in conflict.json()["detail"]
+
+            started = http.post(
+                "/turns",
+                json={"question": "Please open a ticket: my laptop will not boot."},
+                headers=bob_x,
+            )
+            assert started.status_code == 202, started.text
+            turn_id = started.json()["workflow_id"]
+            deadline = time.monotonic() + 60
+            while not (
+                waiting := [
+                    w
+                    for w in http.get("/approvals", headers=bob_x).json()
+                    if w["workflow_id"] == turn_id
+                ]
+            ):
+                assert time.monotonic() < deadline, "the ticket never waited for consent"
+                time.sleep(0.2)
+            call_id = waiting[0]["call_id"]
+            assert all(
+                w["workflow_id"] != turn_id for w in http.get("/approvals", headers=bob).json()
+            )
+
+            nowhere = f"turn-bob-{uuid.uuid4().hex[:8]}"
+            tries = [
+                ("GET", "/turns/{}", None),
+                ("GET", "/turns/{}/events", None),
+                ("POST", "/turns/{}/approvals/" + call_id, {"approved": True}),
+            ]
+            for who in (bob, {"X-User": "Bob-x"}, {"X-User": "bob-x-"}, {"X-User": "bob~x"}):
+                for method, path, body in tries:
+                    theirs = http.request(method, path.format(turn_id), json=body, headers=who)
+                    none = http.request(method, path.format(nowhere), json=body, headers=who)
+                    assert theirs.status_code == none.status_code == 404, (who, path, theirs.text)
+                    said = theirs.json()["detail"].replace(turn_id, "ID")
+                    assert said == none.json()["detail"].replace(nowhere, "ID"), said
+
+            decided = http.post(
+                f"/turns/{turn_id}/approvals/{call_id}", json={"approved": True}, headers=bob_x
+            )
+            assert decided.status_code == 200, decided.text
+            result = http.get(f"/turns/{turn_id}", headers=bob_x).json()
+            assert result["outcome"] == "answered" and "INC-" in result["answer"]
+    finally:
+        served.stop()
+    assert tickets(environ) == 1

@@ -389,9 +389,9 @@ SECRET = "a-secret-the-application-and-the-function-share"
             id="four-parts",
         ),
         pytest.param(
-            {lex.CUSTOMER_ENV: "demo; drop table"},
+            {lex.CUSTOMER_ENV: "demo\u202e; drop table"},
             {},
-            "customer id 'demo; drop table': customer id must be 1-64 characters",
+            "customer id 'demo\\u202e; drop table': customer id must be 1-500 characters",
             id="bad-id",
         ),
     ],

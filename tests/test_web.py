@@ -308,7 +308,10 @@ async def test_problems_show_as_a_line_in_the_chat(harness: Harness, page: Page)
     assert decided.status_code == 409 and "no call awaits approval" in decided.json()["error"]
     assert form.status_code == 415
     assert foreign.status_code == 403
-    assert other.status_code == 404 and "customer demo" in other.json()["error"]
+    # Another customer's conversation reads as one that does not exist (never a 404 of its
+    # own, which would tell that it does).
+    assert other.status_code == 200 and "event: missing" in other.text, other.text
+    assert "no conversation chat-bob-12345678 (it ended long ago, or never began)" in other.text
     assert rebound.status_code == 400
 
 

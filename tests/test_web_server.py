@@ -11,6 +11,7 @@ import contextlib
 import json
 import re
 import socket
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -38,13 +39,17 @@ from tests.conftest import Harness
 
 @asynccontextmanager
 async def chat_server(
-    env: WorkflowEnvironment, host: str, task_queue: str = "q", **limits: Any
+    env: WorkflowEnvironment,
+    host: str,
+    task_queue: str = "q",
+    customer: str = "demo",
+    **limits: Any,
 ) -> AsyncIterator[str]:
-    """The chat on `host` and a free port (with `limits`: request_timeout,
+    """The chat of `customer` on `host` and a free port (with `limits`: request_timeout,
     max_connections), for turns on `task_queue`; its base URL."""
     port = free_port()
     conn = Connection(client=env.client, ui_url="http://localhost:8233")
-    chat = ConversationInput(customer_id="demo")
+    chat = ConversationInput(customer_id=customer)
     serving = asyncio.create_task(
         serve(conn, chat, host=host, port=port, task_queue=task_queue, **limits)
     )
@@ -469,3 +474,53 @@ async def _sse(http: httpx.AsyncClient, path: str) -> list[tuple[str, Any]]:
             elif line.startswith("data: "):
                 events.append((name, json.loads(line.removeprefix("data: "))))
     return events
+
+
+async def test_a_customers_chat_reaches_nothing_of_another_customer(
+    env: WorkflowEnvironment, harness: Harness
+) -> None:
+    """The chat of `bob` neither reads, streams, decides nor writes into what is
+    `bob-x`'s (their conversation, its turn awaiting consent; their ids began with
+    `chat-bob-` once): each is answered as for an id that does not exist, and `bob-x`'s
+    call still waits, their chat unchanged."""
+    with sqlite3.connect(harness.store.path) as db:  # an order of bob-x's to return
+        db.execute(
+            "INSERT INTO orders VALUES (?,?,?,?,?,?,?,?)",
+            ("777777", "bob-x", "Herbal Handsoap", 1, 999, "delivered", "2026-11-18", "2026-11-21"),
+        )
+    async with (
+        harness.worker() as task_queue,
+        chat_server(env, "127.0.0.1", task_queue, customer="bob") as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        theirs = agents.chat(customer="bob-x")
+        question = "Please start a return for order 777777, the soap arrived damaged"
+        turn = await theirs.start(question)
+        call_id = await _awaiting_consent(turn)
+        nowhere = f"chat-bob-{uuid.uuid4().hex[:8]}"
+        tries = [(theirs.id, nowhere), (turn.id, f"{nowhere}-1")]
+        for real, missing in tries:
+            kind = "chats" if real == theirs.id else "turns"
+            seen = await _sse(http, f"/api/{kind}/{real}/events")
+            unseen = await _sse(http, f"/api/{kind}/{missing}/events")
+            assert [n for n, _ in seen] == [n for n, _ in unseen] == ["missing"], seen
+            told = seen[0][1]["message"].replace(real, "ID")
+            assert told == unseen[0][1]["message"].replace(missing, "ID"), told
+        body = {"call_id": call_id, "approved": True}
+        said = [await http.post(f"/api/turns/{i}/decisions", json=body) for i in (turn.id, nowhere)]
+        assert [r.status_code for r in said] == [404, 404], [r.text for r in said]
+        assert said[0].json()["error"].replace(turn.id, "ID") == said[1].json()["error"].replace(
+            nowhere, "ID"
+        )
+        text = {"text": "Approve it, please"}
+        sent = [
+            await http.post(f"/api/chats/{i}/messages", json=text) for i in (theirs.id, nowhere)
+        ]
+        assert [r.status_code for r in sent] == [410, 410], [r.text for r in sent]
+        assert [p.call.id for p in await turn.pending()] == [call_id]
+        state = await theirs.state()
+        assert state.turns == 1
+        own = await http.post("/api/chats", json={"text": "Has order 123456 shipped?"})
+        assert own.status_code == 201, own.text
+        await theirs.end()

@@ -52,7 +52,7 @@ from durable_agent import mcp, telemetry
 from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
-from durable_agent.client import AgentClient, TurnHandle, checked_context
+from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, checked_context
 from durable_agent.errors import AgentDefinitionError, InvalidContext
 from durable_agent.pricing import usage_line
 from durable_agent.rewind import Comparison, Origin, refused_model
@@ -361,6 +361,11 @@ def context_of(args: argparse.Namespace) -> dict[str, object]:
     except json.JSONDecodeError as e:
         example = '{"plan": "pro"}'
         raise CliError(f"--context: give a JSON object, e.g. '{example}' ({e})") from None
+    except RecursionError:
+        raise CliError(
+            f"--context: the context nests lists and objects over {MAX_CONTEXT_DEPTH} deep: "
+            "give it flatter"
+        ) from None
     try:
         return checked_context(given)
     except InvalidContext as e:

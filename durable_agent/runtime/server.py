@@ -38,7 +38,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
@@ -66,7 +66,9 @@ PORT_SETTING, UI_PORT_SETTING = "AGENT_SERVER_PORT", "AGENT_UI_PORT"
 LOCAL_PORT = int(os.environ.get(PORT_SETTING, DEFAULT_PORT))
 """`client.py server`'s port (compose publishes its server there too)."""
 LOCAL_UI_PORT = int(os.environ.get(UI_PORT_SETTING, DEFAULT_UI_PORT))
-"""The Web UI's port beside a server on this machine that was named, not started here."""
+"""`client.py server`'s Web UI port (compose publishes its UI there too)."""
+UI_URL_SETTING = "TEMPORAL_UI_URL"
+"""The Web UI's base URL, for links to a server whose UI cannot be known otherwise."""
 
 # Dev-server tuning: the default transfer-queue poll rate (20/s) adds ~50 ms to
 # every activity; eager start lets a turn started next to a worker (`ask --embedded`,
@@ -302,15 +304,16 @@ class Connection:
 
     @property
     def workflows_url(self) -> str | None:
-        return (
-            f"{self.ui_url}/namespaces/{self.client.namespace}/workflows" if self.ui_url else None
-        )
-
-    def workflow_url(self, workflow_id: str, run_id: str | None = None) -> str | None:
         if not self.ui_url:
             return None
-        tail = f"/{run_id}/history" if run_id else ""
-        return f"{self.workflows_url}/{workflow_id}{tail}"
+        return f"{self.ui_url}/namespaces/{quote(self.client.namespace, safe='')}/workflows"
+
+    def workflow_url(self, workflow_id: str, run_id: str | None = None) -> str | None:
+        """A workflow's page in the Web UI of this server, when its address is known."""
+        if not self.ui_url:
+            return None
+        tail = f"/{quote(run_id, safe='')}/history" if run_id else ""
+        return f"{self.workflows_url}/{quote(workflow_id, safe='')}{tail}"
 
     def close(self) -> None:
         """Stop the embedded server, if this process started it (see `aclose`)."""
@@ -369,7 +372,8 @@ async def connect(*, start_embedded: bool = False, runtime: Runtime | None = Non
     settings = connect_settings()
     if "target_host" in settings:
         client = await open_client(settings, runtime=runtime)
-        return Connection(client=client, ui_url=ui_url_of(settings["target_host"]))
+        ui_url = await named_ui_url(client, settings["target_host"])
+        return Connection(client=client, ui_url=ui_url)
     folder = state_dir()
     async with folder_lock(folder, exclusive=start_embedded):
         record = ServerRecord.read(folder)
@@ -557,17 +561,46 @@ async def open_client(
 
 
 def ui_url_of(target: str, ui_port: int | None = None) -> str | None:
-    """The Web UI of the server at `target`: TEMPORAL_UI_URL; the one a server of this
-    folder serves on `ui_port`; else a guess (a named server on this machine: the
-    UI port beside it, AGENT_UI_PORT or 8233; Temporal Cloud's)."""
-    if os.environ.get("TEMPORAL_UI_URL"):
-        return os.environ["TEMPORAL_UI_URL"].rstrip("/")
+    """The Web UI of the server at `target`, when it is known: TEMPORAL_UI_URL; the one
+    a server of this folder serves on `ui_port`; AGENT_UI_PORT, set, beside a named
+    server on this machine (compose publishes it there); Temporal Cloud's. Else None:
+    never a guess (the UI on Temporal's 8233 may be another server's)."""
+    if os.environ.get(UI_URL_SETTING, "").strip():
+        return os.environ[UI_URL_SETTING].strip().rstrip("/")
     if ui_port is not None:
         return f"http://localhost:{ui_port}"
-    host = target.rsplit(":", 1)[0]
-    if host in ("localhost", "127.0.0.1", "[::1]"):
-        return f"http://localhost:{LOCAL_UI_PORT}"
+    host = _host_of(target)
+    if host in LOOPBACK_NAMES and (set_port := _port_setting(UI_PORT_SETTING)) is not None:
+        return f"http://localhost:{set_port}"
     # Temporal Cloud: namespace endpoints (mTLS) and regional API endpoints (API keys).
     if host.endswith((".tmprl.cloud", ".api.temporal.io")):
         return "https://cloud.temporal.io"
     return None
+
+
+async def named_ui_url(client: Client, target: str) -> str | None:
+    """`ui_url_of` a server the settings named (TEMPORAL_ADDRESS, a profile), `client`'s;
+    when none is set for it, the UI of this folder's own server if `target` is that
+    server's address and it proves to be that one (`identify`): else None."""
+    known = ui_url_of(target)
+    if known is not None:
+        return known
+    record = ServerRecord.read(state_dir())
+    if record is None or _host_of(target) not in LOOPBACK_NAMES:
+        return None
+    if _host_of(record.address) not in LOOPBACK_NAMES or _port_of(target) != record.port:
+        return None
+    try:
+        same = await asyncio.wait_for(identify(client), IDENTIFY_S) == record.cluster_id
+    except (RPCError, TimeoutError):
+        return None
+    return ui_url_of(record.address, record.ui_port) if same else None
+
+
+def _host_of(target: str) -> str:
+    return target.rsplit(":", 1)[0].strip("[]").lower()
+
+
+def _port_of(target: str) -> int | None:
+    port = target.rsplit(":", 1)[-1]
+    return int(port) if ":" in target and port.isdigit() else None

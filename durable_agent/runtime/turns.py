@@ -2,7 +2,9 @@
 
 What every front end does (`client.py` today), in one place:
 
+    workflow_id(kind, customer, key)              ids no two customers' keys share
     start_turn(client, TurnInput(...))            one question, one AgentTurn workflow
+    started_with(handle, type, input type)        whom a turn or conversation serves
     start_chat / send                             a Conversation; each message is a turn
     follow(client, turn_id)                       a turn's events as they happen (its stream)
     pending(client) / decide(client, wf, ...)     calls awaiting consent, and deciding them
@@ -17,6 +19,9 @@ Errors a person can act on are `AgentClientError`s with a one-line message.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import string
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -70,14 +75,113 @@ from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
 T = TypeVar("T")
 
 
-def turn_id(customer_id: str) -> str:
-    """`turn-<customer>-<8 hex>`: readable in the Web UI, unique per turn."""
-    return f"turn-{customer_id}-{uuid.uuid4().hex[:8]}"
+ID_KEPT = frozenset(string.ascii_letters + string.digits + "_.@")
+"""Characters an id part keeps as they are (`escaped_part`)."""
+MAX_ID_PART = 64
+"""Characters of one escaped part of an id, at most: a longer one is cut and hashed."""
+_HASHED = 32
+"""Hex digits of SHA-256 that stand for a part too long to keep whole (128 bits)."""
+
+
+def workflow_id(kind: str, customer_id: str, key: str) -> str:
+    """The workflow id of a customer's `kind` ("turn", "chat") named `key` (a request
+    id, or a random one): `<kind>-<customer>-<key>`, each part escaped (`escaped_part`)
+    so that it holds no `-`. The two `-` are then the only ones: the customer ends at
+    the first, and no two (customer, key) pairs give one id (`bob` asking `x-k1` is
+    `turn-bob-x~k1`, `bob-x` asking `k1` is `turn-bob~x-k1`). Ids made from an id by
+    adding `-…` (a conversation's turns `<id>-<n>`, forks `<id>-fork-<n>`, sub-agents)
+    have more, so they never equal one made here. At most 134 characters, whatever
+    the customer (Temporal caps ids at 1,000; forks and sub-agents add to them)."""
+    return f"{kind}-{escaped_part(customer_id)}-{escaped_part(key)}"
+
+
+def escaped_part(text: str) -> str:
+    """`text` as one part of a workflow id, readable where it can be: letters, digits,
+    `_`, `.` and `@` as they are, `-` as `~`, any other character as its UTF-8 bytes in
+    `%XX` (`c-42` → `c~42`, `josé` → `jos%C3%A9`, `a/b` → `a%2Fb`). Over `MAX_ID_PART`
+    characters, its start and then `+` and its SHA-256 (escaping never writes a `+`, so a
+    cut part never equals a whole one)."""
+    pieces: list[str] = []
+    size = 0
+    for char in text:
+        piece = char if char in ID_KEPT else "~" if char == "-" else _percent(char)
+        pieces.append(piece)
+        size += len(piece)
+    if size <= MAX_ID_PART:
+        return "".join(pieces)
+    kept, room = [], MAX_ID_PART - 1 - _HASHED
+    for piece in pieces:
+        if len(piece) > room:
+            break
+        kept.append(piece)
+        room -= len(piece)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return "".join(kept) + "+" + digest[:_HASHED]
+
+
+def _percent(char: str) -> str:
+    return "".join(f"%{b:02X}" for b in char.encode("utf-8", "surrogatepass"))
+
+
+def turn_id(customer_id: str, request_id: str = "") -> str:
+    """A turn's id (`workflow_id`): of the customer's request `request_id`, the same for
+    the same request; without one, new each time (`turn-<customer>-<8 hex>`)."""
+    return workflow_id("turn", customer_id, request_id or uuid.uuid4().hex[:8])
 
 
 def chat_id(customer_id: str) -> str:
-    """`chat-<customer>-<8 hex>`; its turns are `<chat id>-<n>`."""
-    return f"chat-{customer_id}-{uuid.uuid4().hex[:8]}"
+    """A new conversation's id, `chat-<customer>-<8 hex>` (`workflow_id`); its turns are
+    `<chat id>-<n>`."""
+    return workflow_id("chat", customer_id, uuid.uuid4().hex[:8])
+
+
+REQUEST_MEMO = "request"
+"""The memo entry of a turn started by this client: its request's fingerprint, which
+a start with the same request id compares (`request_fingerprint`)."""
+
+
+def request_fingerprint(turn: TurnInput) -> str:
+    """What makes a turn's request that one, hashed (64 hex digits, whatever its size):
+    who asks, the question, the agent, model and limits, the output type and the
+    context. Not `stream`, which changes how the turn is read, never what it does."""
+    identity = turn.model_dump(
+        mode="json",
+        include={"customer_id", "question", "agent", "model", "limits", "output", "context"},
+    )
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+async def same_request(handle: WorkflowHandle, turn: TurnInput) -> bool:
+    """Whether the turn `handle` names was started for `turn`'s request: by the
+    fingerprint in its memo, or (a turn started before turns kept one) by its input.
+    A workflow of that id that is no turn (a conversation) is not."""
+    described = await handle.describe()
+    try:
+        recorded = await described.memo_value(REQUEST_MEMO, type_hint=str)
+    except KeyError:
+        opened = await started_with(handle, "AgentTurn", TurnInput)
+        recorded = request_fingerprint(opened) if opened is not None else ""
+    return bool(recorded == request_fingerprint(turn))
+
+
+async def started_with(handle: WorkflowHandle, workflow_type: str, input_type: type[T]) -> T | None:
+    """The input a workflow of `workflow_type` (`AgentTurn`, `Conversation`) was started
+    with, as its latest run was given it; None when no workflow of that type has the
+    handle's id. The customer in it is whom the workflow serves (its tools act for
+    them): an owner is checked against it, never against the id."""
+    converter = handle._client.data_converter  # the handle's own, payload store included
+    try:
+        async for event in handle.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            if started.workflow_type.name != workflow_type:
+                return None
+            [value] = await converter.decode(list(started.input.payloads), [input_type])
+            return value  # type: ignore[no-any-return]
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:
+            raise
+    return None
 
 
 async def start_turn(
@@ -85,7 +189,8 @@ async def start_turn(
 ) -> WorkflowHandle:
     """Start a turn. With `workflow_id`, a turn already started with that id is the one
     returned (running or finished; WorkflowAlreadyStartedError for a finished one):
-    asking again after a crash never asks twice."""
+    asking again after a crash never asks twice. Whether that turn is of the same
+    request, `same_request` says: its memo holds the request's fingerprint."""
     indexed = await registered.available(client)
     once: dict[str, Any] = (
         {
@@ -103,6 +208,7 @@ async def start_turn(
         **once,
         static_summary=markdown_safe(turn.question[:200]),
         static_details=markdown_safe(details(turn)),
+        memo={REQUEST_MEMO: request_fingerprint(turn)},
         search_attributes=search.at_start(turn.customer_id, turn.model, agent=turn.agent)
         if indexed
         else None,
@@ -422,16 +528,10 @@ async def runs(
 async def opening(handle: WorkflowHandle) -> TurnInput:
     """The turn's input as its latest run was given it: its question, who asked, and
     what it is a fork of (every run's input carries them). `UnknownTurn`."""
-    converter = handle._client.data_converter  # the handle's own, payload store included
-    try:
-        async for event in handle.fetch_history_events(page_size=1):
-            started = event.workflow_execution_started_event_attributes
-            [turn] = await converter.decode(list(started.input.payloads), [TurnInput])
-            return turn
-    except RPCError as e:
-        if e.status != RPCStatusCode.NOT_FOUND:
-            raise
-    raise UnknownTurn(handle.id)
+    turn = await started_with(handle, "AgentTurn", TurnInput)
+    if turn is None:
+        raise UnknownTurn(handle.id)
+    return turn
 
 
 async def earlier_steps(handle: WorkflowHandle, run_id: str | None = None) -> list[Step]:

@@ -9,7 +9,9 @@ turn to the browser as server-sent events, list and decide the calls awaiting co
         -d '{"question": "Is the VPN down?"}'
 
 Who asks comes from the `X-User` header here; in your service it comes from your own
-authentication. Each user sees and decides only the turns they started.
+authentication. Each user sees and decides only the turns they started: a turn is
+looked up as theirs (`turn_for`), never recognised by its id. An Idempotency-Key is
+the user's own, and sent again with another question it is refused (409).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
+from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -27,6 +30,7 @@ from durable_agent.errors import (
     AgentClientError,
     NothingPending,
     NoWorker,
+    RequestConflict,
     ServerUnavailable,
     UnknownTurn,
 )
@@ -50,8 +54,9 @@ def agents(request: Request) -> AgentClient:
     return client
 
 
-def user(x_user: Annotated[str, Header(pattern=r"^[A-Za-z0-9_.@-]{1,64}$")]) -> str:
-    """Who is asking. Yours comes from your authentication, never from the request body."""
+def user(x_user: Annotated[str, Header(min_length=1, max_length=500)]) -> str:
+    """Who is asking. Yours comes from your authentication, never from the request body.
+    Any id will do (an email, an OIDC subject): the client checks it as a customer id."""
     return x_user
 
 
@@ -68,13 +73,6 @@ class Decision(BaseModel):
     reason: str = Field(default="", max_length=500)
 
 
-def own_turn(workflow_id: str, who: str) -> str:
-    """A turn of this user's (their turns' ids start `turn-<user>-`), else 404."""
-    if not workflow_id.startswith(f"turn-{who}-"):
-        raise HTTPException(404, f"no turn {workflow_id!r} of yours")
-    return workflow_id
-
-
 @app.post("/ask")
 async def ask(
     body: Question,
@@ -83,7 +81,8 @@ async def ask(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> TurnResult:
     """Ask and wait for the answer. The same Idempotency-Key is the same turn: a
-    client that retries after a timeout never asks twice."""
+    client that retries after a timeout never asks twice (the key with another
+    question: 409)."""
     return await agents.ask(
         body.question, agent=AGENT, customer=who, request_id=idempotency_key or ""
     )
@@ -104,7 +103,8 @@ async def start(
         request_id=idempotency_key or "",
         stream=True,  # the answer's text as the model writes it
     )
-    return {"workflow_id": turn.id, "events": f"/turns/{turn.id}/events"}
+    # An id may hold `%`, `~`, `+` (`runtime.turns.workflow_id`): a path carries it quoted.
+    return {"workflow_id": turn.id, "events": f"/turns/{quote(turn.id, safe='')}/events"}
 
 
 @app.get("/turns/{workflow_id}/events")
@@ -117,7 +117,7 @@ async def events(
     """The turn as server-sent events: each step, the answer as it is written, then
     `done`. A browser's EventSource that reconnects sends Last-Event-ID and gets what
     it missed, nothing twice."""
-    turn = agents.turn(own_turn(workflow_id, who))
+    turn = await agents.turn_for(workflow_id, customer=who)  # another's: 404, as no turn
 
     async def stream() -> AsyncIterator[str]:
         async for offset, event in turn.events(from_offset=last_event_id):
@@ -129,7 +129,7 @@ async def events(
 @app.get("/turns/{workflow_id}")
 async def result(workflow_id: str, agents: Agents, who: User) -> TurnResult:
     """The turn's result, once it has one (this waits)."""
-    return await agents.turn(own_turn(workflow_id, who)).result()
+    return await (await agents.turn_for(workflow_id, customer=who)).result()
 
 
 @app.get("/approvals")
@@ -153,13 +153,19 @@ async def decide(
     workflow_id: str, call_id: str, body: Decision, agents: Agents, who: User
 ) -> dict[str, Any]:
     """Approve or reject one waiting call; the turn goes on at once."""
-    turn = agents.turn(own_turn(workflow_id, who))
+    turn = await agents.turn_for(workflow_id, customer=who)
     decided = await turn.decide(call_id, approved=body.approved, by=who, reason=body.reason)
     return decided.model_dump()
 
 
 # The client's errors, as HTTP answers whose body says what to do.
-STATUS = {UnknownTurn: 404, NothingPending: 409, NoWorker: 503, ServerUnavailable: 503}
+STATUS = {
+    UnknownTurn: 404,
+    NothingPending: 409,
+    RequestConflict: 409,
+    NoWorker: 503,
+    ServerUnavailable: 503,
+}
 
 
 @app.exception_handler(AgentClientError)

@@ -33,7 +33,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
-from durable_agent.client import AgentClient
+from durable_agent.client import AgentClient, ConversationHandle
 from durable_agent.errors import AgentClientError, UnknownTurn
 from durable_agent.frontends.web.events import (
     Event,
@@ -114,14 +113,10 @@ def create_app(
     template = (chat or ConversationInput()).model_copy(update={"stream": True})
     client = conn.client
     agents = AgentClient(client, task_queue=task_queue, ui_url=conn.ui_url)
-    # This customer's conversations (`runtime.turns.chat_id`) and their turns: the
-    # only ones this chat reads or decides.
-    own_chat = rf"chat-{re.escape(template.customer_id)}-[0-9a-f]+"
-    # Its turns asked by themselves (`client.py ask`), and forks and replays of both.
-    own_turn = (
-        rf"(?:{own_chat}-\d+|turn-{re.escape(template.customer_id)}-[0-9a-f]+)"
-        r"(?:-(?:fork|replay)-\d+)*"
-    )
+    # The only conversations and turns this chat reads or decides are its customer's,
+    # as each records whom it was started for (`AgentClient.turn_for`): another's is
+    # answered as one that does not exist.
+    customer = template.customer_id
     limits = rate_limits or RateLimits.from_env()
     new_chats, messages = Buckets(limits.chats), Buckets(limits.messages)
 
@@ -140,11 +135,12 @@ def create_app(
                 {"Retry-After": retry_after(wait)},
             )
 
-    def chat_id(request: Request) -> str:
-        value = str(request.path_params["chat_id"])
-        if not re.fullmatch(own_chat, value):
-            raise Problem(404, f"no conversation {value!r} for customer {template.customer_id}")
-        return value
+    async def own_chat(chat_id: str) -> ConversationHandle:
+        try:
+            return await agents.conversation_for(chat_id, customer=customer)
+        except UnknownTurn:
+            # Ended long ago or never begun, or another's: the page starts a new one.
+            raise Problem(410, f"no conversation {chat_id} of yours: start a new one") from None
 
     async def session(request: Request) -> Response:
         card = agent.card() if agent is not None else await _answering(client, template, task_queue)
@@ -161,8 +157,8 @@ def create_app(
         return JSONResponse({"chat_id": started.id, "turn_id": turn.id}, status_code=201)
 
     async def message(request: Request) -> Response:
-        ongoing = agents.conversation(chat_id(request))
         text = _text(await _body(request))
+        ongoing = await own_chat(str(request.path_params["chat_id"]))
         within(request, messages, "messages")
         try:
             turn = await ongoing.start(text)
@@ -174,8 +170,6 @@ def create_app(
 
     async def decision(request: Request) -> Response:
         turn_id = str(request.path_params["turn_id"])
-        if not re.fullmatch(own_turn, turn_id):
-            raise Problem(404, f"no turn {turn_id!r} of this customer")
         body = await _body(request)
         call_id, approved = _field(body, "call_id", str), _field(body, "approved", bool)
         reason = _field(body, "reason", str) if "reason" in body else ""
@@ -183,30 +177,31 @@ def create_app(
             ApprovalDecision(call_id=call_id, approved=approved, by=DECIDED_BY, reason=reason)
         except ValidationError as e:
             raise Problem(400, _invalid(e)) from None
-        result = await agents.turn(turn_id).decide(
-            call_id, approved=approved, by=DECIDED_BY, reason=reason
-        )
+        turn = await agents.turn_for(turn_id, customer=customer)
+        result = await turn.decide(call_id, approved=approved, by=DECIDED_BY, reason=reason)
         return JSONResponse(result.model_dump(mode="json"))
 
     async def events(request: Request) -> Response:
         after = Position.parse(request.headers.get("last-event-id"))
-        chat = chat_id(request)
-        story = conversation(conn.client, chat, after, conn.workflow_url)
+        chat = str(request.path_params["chat_id"])
         missing = f"no conversation {chat} (it ended long ago, or never began)"
-        return _streaming(_sse(story, closing, what="the conversation", missing=missing))
+
+        async def story() -> AsyncIterator[Event]:
+            await agents.conversation_for(chat, customer=customer)
+            async for event in conversation(conn.client, chat, after, conn.workflow_url):
+                yield event
+
+        return _streaming(_sse(story(), closing, what="the conversation", missing=missing))
 
     async def turn_events(request: Request) -> Response:
         """A turn of this customer's by itself, headed by what it is a fork of."""
         turn_id = str(request.path_params["turn_id"])
         after = Position.parse(request.headers.get("last-event-id"))
-        missing = f"no turn {turn_id} of customer {template.customer_id}"
+        missing = f"no turn {turn_id} of customer {customer}"
 
         async def story() -> AsyncIterator[Event]:
-            if not re.fullmatch(own_turn, turn_id):
-                raise UnknownTurn(turn_id)
-            opening = await turns.opening(client.get_workflow_handle(turn_id))
-            if opening.customer_id != template.customer_id:
-                raise UnknownTurn(turn_id)
+            turn = await agents.turn_for(turn_id, customer=customer)
+            opening = await turns.opening(turn.temporal)
             origin = Origin.of(opening.fork) if opening.fork else None
             head = {
                 "turn_id": turn_id,
@@ -276,6 +271,8 @@ def _guarded(handler: Handler) -> Handler:
             return _error(e.status, str(e), e.headers)
         except ClientDisconnect:  # gone before its body arrived (the server's deadline)
             return _error(400, "the request ended before its body did")
+        except UnknownTurn as e:  # none of that id, or another customer's: the same
+            return _error(404, str(e))
         except AgentClientError as e:  # the validator's or the client's own words
             return _error(409, str(e))
         except RPCError as e:
