@@ -175,6 +175,9 @@ async def test_a_lost_payload_ends_the_running_turn_with_its_outcome_and_line(
         assert "every process must use the same AGENT_PAYLOAD_STORE" in step.text
     assert took < ENDS_WITHIN_S
     assert store.returns_for("123456") == []  # the write never ran
+    # It awaits nothing now, and listing the calls that do is not broken by it (its
+    # status stayed `awaiting_approval`, its memo unreadable).
+    assert turn.id not in [p.workflow_id for p in await agents.pending()]
 
     shown = await cli(env, environ, "--task-queue", task_queue, "show", turn.id)
     assert shown.returncode == 3, shown.stderr  # ended without an answer
@@ -298,11 +301,12 @@ async def test_a_store_that_refuses_writes_ends_the_turn_not_a_stuck_task(
 
 
 async def test_instructions_too_large_to_carry_end_the_turn_at_once(
-    harness: Harness,
+    harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     """3 MB of instructions would be a payload Temporal refuses, the turn retrying its
     task forever; over the bound, the turn ends at its first step, as a failed
-    instructions function does."""
+    instructions function does: the step says so by its kind, the operator's log says
+    by how much."""
     model = ScriptedModel(plans=[Reply(text="never asked")])
     agent = Agent(
         name="verbose",
@@ -317,7 +321,8 @@ async def test_instructions_too_large_to_carry_end_the_turn_at_once(
         )
     assert result.outcome is Outcome.MODEL_ERROR
     assert result.steps[-1].kind is StepKind.LIMIT
-    assert f"3,250,000 characters, over the {MAX_INSTRUCTIONS_CHARS:,}" in result.steps[-1].text
+    assert "instructions: could not be prepared" in result.steps[-2].text
+    assert f"3,250,000 characters, over the {MAX_INSTRUCTIONS_CHARS:,}" in caplog.text
     assert model.requests == []
     assert time.monotonic() - started < ENDS_WITHIN_S
 

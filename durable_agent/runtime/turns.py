@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import string
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -73,6 +74,7 @@ from durable_agent.workflows.carry import TurnCarry
 from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 ID_KEPT = frozenset(string.ascii_letters + string.digits + "_.@")
@@ -629,8 +631,11 @@ async def pending(client: Client, customer_id: str | None = None) -> list[Waitin
     """Every call awaiting consent, oldest first (of the customer's turns, if given).
     A turn whose version has no worker running is listed from its memo, `stalled`."""
     if await registered.available(client):
+        # Running too: a turn that failed or was terminated while it waited (a payload it
+        # could not read, say) keeps the status it had, and awaits nothing.
         query = (
-            f"WorkflowType = 'AgentTurn' AND {search.STATUS.name} = '{search.AWAITING_APPROVAL}'"
+            f"WorkflowType = 'AgentTurn' AND ExecutionStatus = 'Running' "
+            f"AND {search.STATUS.name} = '{search.AWAITING_APPROVAL}'"
         )
         if customer_id:
             query += f" AND {search.CUSTOMER.name} = '{_quoted(customer_id)}'"
@@ -654,7 +659,13 @@ async def pending(client: Client, customer_id: str | None = None) -> list[Waitin
             except (AgentClientError, RPCError):
                 continue  # finished meanwhile
         if waiting is None:
-            waiting = await memo_pending(wf.memo_value)
+            try:
+                waiting = await memo_pending(wf.memo_value)
+            except AgentClientError as e:
+                # One turn this process cannot read (its memo in a store it lacks) must
+                # not hide every other turn's calls: it is left out, and said.
+                log.warning("turn %s awaits a decision but cannot be read: %s", wf.id, e)
+                continue
         found += [Waiting(wf.id, p, version, stalled) for p in waiting]
     return sorted(found, key=lambda w: w.approval.since)
 
