@@ -578,7 +578,12 @@ def test_setup_mistakes_are_named_and_exit_non_zero(
     env = {k: v for k, v in shared_server.items() if k != "OPENAI_API_KEY"}
     env["AGENT_MODEL"] = "openai:gpt-4o"
     worker = subprocess.Popen(
-        [sys.executable, "worker.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "worker.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         assert worker.stdout is not None and "worker ready" in worker.stdout.readline()
@@ -587,12 +592,15 @@ def test_setup_mistakes_are_named_and_exit_non_zero(
         nobody = run(["client.py", "ask", "hi", "--agent", "nosuch"], env)
     finally:
         worker.terminate()
-        worker.wait(timeout=30)
+        logged, _ = worker.communicate(timeout=30)
+    # The asker reads the kind of failure; what to set is the operator's, in the worker's log.
     assert no_key.returncode == 3, no_key.stdout + no_key.stderr
-    assert "set OPENAI_API_KEY for the worker" in no_key.stdout
-    assert "unavailable" not in no_key.stdout
+    assert "the language model refused the request" in no_key.stdout
+    assert "unavailable" not in no_key.stdout and "OPENAI_API_KEY" not in no_key.stdout
+    assert "set OPENAI_API_KEY for the worker" in logged
     assert unknown.returncode == 3
-    assert "unknown model 'gpt4:turbo': use one of bedrock, offline, openai" in unknown.stdout
+    assert "the language model refused the request" in unknown.stdout
+    assert "unknown model 'gpt4:turbo': use one of anthropic, bedrock, offline, openai" in logged
     assert nobody.returncode == 3, nobody.stdout + nobody.stderr
     assert "answer (unknown_agent): Sorry, I cannot answer: no agent 'nosuch'" in nobody.stdout
     assert "(this worker serves: shop)" in nobody.stdout

@@ -356,3 +356,28 @@ async def test_a_turn_whose_payloads_this_client_cannot_read_is_one_line(
             message = str(refused.value)
             assert "AGENT_PAYLOAD_STORE" in message and "\n" not in message, message
             assert turn.id in message
+
+
+async def test_a_new_turn_never_takes_the_id_of_an_earlier_one(
+    env: WorkflowEnvironment, harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn without a request id draws its id at random (8 hex digits, which meet
+    again over tens of thousands of a customer's turns): an id an earlier turn has is
+    drawn again, so the earlier turn's record is never hidden behind a new run."""
+    from durable_agent.runtime import turns
+
+    taken = f"turn-c-{uuid.uuid4().hex[:8]}"
+    fresh = f"turn-c-{uuid.uuid4().hex[:8]}"
+    draws = iter([taken, taken, fresh])
+    monkeypatch.setattr(turns, "turn_id", lambda customer, request_id="": next(draws))
+    async with harness.worker() as task_queue:
+        agents = AgentClient(env.client, task_queue=task_queue)
+        first = await agents.start("Has order 123456 shipped?", customer="c")
+        assert first.id == taken
+        answered = await first.result()
+        second = await agents.start("Has order 654321 shipped?", customer="c")
+        assert second.id == fresh
+        await second.result()
+        again = await agents.turn(taken).result()  # still the first turn, one run
+        assert again.answer == answered.answer
+        assert (await opening(first.temporal)).question == "Has order 123456 shipped?"

@@ -19,6 +19,7 @@ Errors a person can act on are `AgentClientError`s with a one-line message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -43,7 +44,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.answers import markdown_plain, markdown_safe
@@ -194,20 +195,42 @@ async def start_turn(
     asking again after a crash never asks twice. Whether that turn is of the same
     request, `same_request` says: its memo holds the request's fingerprint."""
     indexed = await registered.available(client)
-    once: dict[str, Any] = (
-        {
-            "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
-        }
-        if workflow_id
-        else {}
+    if not workflow_id:
+        # A new id: one that some earlier turn of the customer's already has (8 hex
+        # digits meet again over tens of thousands of turns) is never reused, so no
+        # turn's record is hidden behind a new run of its id; another id is drawn.
+        for _ in range(RANDOM_ID_DRAWS - 1):
+            with contextlib.suppress(WorkflowAlreadyStartedError):
+                return await _start(client, turn, task_queue, turn_id(turn.customer_id), indexed)
+        return await _start(client, turn, task_queue, turn_id(turn.customer_id), indexed)
+    return await _start(
+        client,
+        turn,
+        task_queue,
+        workflow_id,
+        indexed,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
+
+
+RANDOM_ID_DRAWS = 4
+
+
+async def _start(
+    client: Client,
+    turn: TurnInput,
+    task_queue: str,
+    workflow_id: str,
+    indexed: bool,
+    id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+) -> WorkflowHandle:
     return await client.start_workflow(
         AgentTurn.run,
         turn,
-        id=workflow_id or turn_id(turn.customer_id),
+        id=workflow_id,
         task_queue=task_queue,
-        **once,
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        id_conflict_policy=id_conflict_policy,
         static_summary=markdown_safe(turn.question[:200]),
         static_details=markdown_safe(details(turn)),
         memo={REQUEST_MEMO: request_fingerprint(turn)},
