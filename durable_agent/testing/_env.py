@@ -45,7 +45,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
-from temporalio.client import WorkflowHandle
+from temporalio.client import (
+    Client,
+    Interceptor,
+    OutboundInterceptor,
+    StartWorkflowInput,
+    WorkflowHandle,
+)
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.agents import Agent
@@ -89,11 +95,12 @@ async def agent_test(
         task_queue = f"test-{uuid.uuid4().hex[:8]}"
         served = replace(settings or Settings(), versioning=False, task_queue=task_queue)
         models = OnlyModel(model) if model is not None else None
-        async with build_worker(
-            env.client, agent, *more, task_queue=task_queue, settings=served, models=models
-        ):
-            client = TestClient(env, task_queue=task_queue, server=server)
-            yield AgentTest(client=client, env=env, server=server, task_queue=task_queue)
+        with env.auto_time_skipping_disabled():  # the client's own clock takes over
+            async with build_worker(
+                env.client, agent, *more, task_queue=task_queue, settings=served, models=models
+            ):
+                client = TestClient(env, task_queue=task_queue, server=server)
+                yield AgentTest(client=client, env=env, server=server, task_queue=task_queue)
     finally:
         await env.shutdown()
 
@@ -189,34 +196,39 @@ class AgentTest:
 
 
 class TestClient(AgentClient):
-    """The `AgentClient` a test gets. On the time-skipping server: a turn picked up by id
-    (and a chat's turns) skips time while its result is awaited, as a turn started here
-    does; what the server has no service for says so in one line (`ServerLacks`) rather
-    than failing with an RPC error; and the worker check of `ask` trusts the test's own
-    worker, since the server cannot list pollers."""
+    """The `AgentClient` a test gets. On the time-skipping server: the clock runs while
+    any turn's result is awaited (a turn started here, picked up by id, or a chat's),
+    and stands still otherwise; what the server has no service for says so in one line
+    (`ServerLacks`) rather than failing with an RPC error; and the worker check of `ask`
+    trusts the test's own worker, since the server cannot list pollers."""
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
 
     def __init__(self, env: WorkflowEnvironment, *, task_queue: str, server: Server) -> None:
-        super().__init__(env.client, task_queue=task_queue)
         self.server = server
-        self._skipping = server == TIME_SKIPPING
+        self._clock = Clock(env.client) if server == TIME_SKIPPING else None
+        client = env.client
+        if self._clock is not None:
+            config = client.config()
+            config["interceptors"] = [_Started(self._clock), *config["interceptors"]]
+            client = Client(**config)
+        super().__init__(client, task_queue=task_queue)
 
     def turn(self, workflow_id: str, output_type: Any = None) -> TurnHandle:
         handle = super().turn(workflow_id, output_type)
-        if self._skipping:
-            _skip_while_awaited(handle.temporal)
+        if self._clock is not None:
+            _runs_clock(handle.temporal, self._clock)
         return handle
 
     async def workers(self) -> turns.Workers:
-        if self._skipping:
+        if self._clock is not None:
             # The server lists no pollers; the test's worker serves the queue while the
             # `agent_test` block runs.
             return turns.Workers(live=1, last_seen=None)
         return await super().workers()
 
     async def pending(self, customer: str | None = None) -> list[PendingCall]:
-        if self._skipping:
+        if self._clock is not None:
             raise ServerLacks(
                 "AgentClient.pending (every turn's waiting calls)",
                 "a visibility store; a turn's own pending() works on either server",
@@ -232,7 +244,7 @@ class TestClient(AgentClient):
         awaiting_approval: bool = False,
         limit: int = 20,
     ) -> list[TurnSummary]:
-        if self._skipping:
+        if self._clock is not None:
             raise ServerLacks("AgentClient.find", "a visibility store and search attributes")
         return await super().find(
             agent=agent,
@@ -243,17 +255,65 @@ class TestClient(AgentClient):
         )
 
 
-def _skip_while_awaited(handle: WorkflowHandle[Any, Any]) -> None:
-    """The time-skipping server moves its clock only while a result is awaited through
-    a handle its environment started; a handle made from an id gets the same."""
-    handle.__class__ = _SkippingHandle
+class Clock:
+    """The time-skipping server's clock, running while at least one result is awaited.
 
+    The server counts unlocks: with each waiter unlocking it on its own (as the SDK's
+    handles do), several turns awaited at once unlock it more often than it locks
+    itself for a workflow task in flight, and it skips time through that task; its
+    timeout fires, and the turn is lost (measured: 3 turns at once, 1 in 30 ran out of
+    time). Here the first waiter unlocks it and the last one locks it again."""
 
-class _SkippingHandle(WorkflowHandle[Any, Any]):
-    async def result(self, **options: Any) -> Any:  # type: ignore[override]
-        service = self._client.test_service
-        await service.unlock_time_skipping(UnlockTimeSkippingRequest())
+    def __init__(self, client: Client) -> None:
+        self._service = client.test_service
+        self._waiters = 0
+        self._changing = asyncio.Lock()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with self._changing:
+            self._waiters += 1
+            if self._waiters == 1:
+                await self._service.unlock_time_skipping(UnlockTimeSkippingRequest())
         try:
-            return await super().result(**options)
+            yield
         finally:
-            await service.lock_time_skipping(LockTimeSkippingRequest())
+            async with self._changing:
+                self._waiters -= 1
+                if self._waiters == 0:
+                    await self._service.lock_time_skipping(LockTimeSkippingRequest())
+
+
+class _Started(Interceptor):
+    """Every workflow this client starts (turns, forks, replays) runs the clock while
+    its result is awaited."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _StartedOutbound(next, self.clock)
+
+
+class _StartedOutbound(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, clock: Clock) -> None:
+        super().__init__(next)
+        self.clock = clock
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle[Any, Any]:
+        handle = await super().start_workflow(input)
+        _runs_clock(handle, self.clock)
+        return handle
+
+
+def _runs_clock(handle: WorkflowHandle[Any, Any], clock: Clock) -> None:
+    handle.__class__ = _ClockHandle  # as the SDK's own time-skipping handles are made
+    handle.clock = clock  # type: ignore[attr-defined]
+
+
+class _ClockHandle(WorkflowHandle[Any, Any]):
+    clock: Clock
+
+    async def result(self, **options: Any) -> Any:  # type: ignore[override]
+        async with self.clock.running():
+            return await super().result(**options)
