@@ -21,8 +21,8 @@ Measured, for each thing a test does (tests/test_testing.py):
 
     time-skipping and dev   ask, start, result, a turn's events, steps and pending calls,
                             approve and reject, rerun and replay, chats, typed outputs,
-                            sub-agents
-    time-skipping only      a durable wait skipped (approval timeouts, retries' backoff)
+                            sub-agents, several turns awaited at once
+    time-skipping only      a durable wait skipped (a consent nobody gives, `skip`)
     dev only                find, AgentClient.pending (visibility and search attributes)
 
 The agent's model is overridden for the test (the agent itself is not changed, nor its

@@ -110,7 +110,8 @@ class TestModel:
             return typed_reply(request, self.output)
         schema = _output_schema(request)
         try:
-            return _as_value(request, value_for(schema, seed=self.seed))
+            made = value_for(schema, seed=self.seed, text=request.question)
+            return _as_value(request, made)
         except CannotMake as e:
             note = f"cannot make the output value: {e}"
             log.warning("TestModel %s", note)

@@ -39,6 +39,8 @@ from durable_agent.testing._errors import ReplayFailed
 from durable_agent.types import TurnInput
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+WRAPPED = re.compile(r'message: "((?:[^"\\]|\\.)*)"')
+"""The message of a failure the SDK's core wraps in its own text."""
 
 
 async def record_turn(
@@ -139,6 +141,9 @@ async def _agent_of(replayer: Replayer, history: WorkflowHistory) -> str:
 
 
 def _line(error: BaseException, limit: int = 300) -> str:
-    """The first line of an error's message, within `limit` characters."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    """An error's message in one line, within `limit` characters: the failure's own
+    message where the SDK wraps it (`Failure { failure: Some(Failure { message: "…"`)."""
+    text = str(error).strip()
+    inner = WRAPPED.search(text)
+    text = inner.group(1) if inner else (text.splitlines()[0] if text else type(error).__name__)
     return text if len(text) <= limit else text[: limit - 1] + "…"
