@@ -5,13 +5,14 @@
     TestModel(call_tools=["ticket_status"], text="All fine.")
     FunctionModel(reply)                   `reply(request) -> Reply | str`, sync or async
 
-Neither keeps anything between calls. A worker builds a model once and every turn it
-runs shares that one object (`ModelCatalog` caches backends by spec), concurrently:
-what a model kept from one call would reach another turn's call. So each reply is a
-function of the request alone — the conversation of that turn and the tools it
-offers — and a reply given is a fresh copy (the model-call activity names its calls
-in place). `durable_agent.scripted.ScriptedModel`, which pops replies from queues, is
-the project's own fake for its own tests; these two are the ones for yours.
+Neither keeps anything between calls: their slots hold their options, nothing else. A
+worker builds a model once and every turn it runs shares that one object (`ModelCatalog`
+caches backends by spec), concurrently: what a model kept from one call would reach
+another turn's call. So each reply is a function of the request alone — the
+conversation of that turn and the tools it offers — and a reply given is a fresh copy
+(the model-call activity names its calls in place). `durable_agent.scripted.ScriptedModel`,
+which pops replies from queues, is the project's own fake for its own tests; these two
+are the ones for yours.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ ReplyFunction = Callable[[ModelRequest], Union[Reply, str, Awaitable[Union[Reply
 """`reply(request) -> Reply | str`, sync or async: a `FunctionModel`'s function."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TestModel:
     """Calls each tool the turn offers once, in one round, with arguments made from its
     JSON schema (`durable_agent.testing.arguments_for`: a value of a pattern or an enum
@@ -50,7 +51,8 @@ class TestModel:
     `call_tools`: "all", or the names of the tools to call (none: `[]`). A tool whose
     arguments it cannot make valid is not called: the reply's text says which and why
     (`skipped open_ticket: cannot make title: ...`), and so does the worker's log.
-    `seed` picks other enum members and union options. Frozen: it keeps nothing."""
+    `seed` picks other enum members and union options. Its slots are its options: it
+    has nowhere to keep anything else."""
 
     __test__: ClassVar[bool] = False  # not a test class, whatever pytest thinks of the name
 
@@ -59,7 +61,7 @@ class TestModel:
     output: Any = None
     seed: int = 0
     name: str = "test"
-    provider: ClassVar[str] = "test"
+    provider: str = field(default="test", init=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.call_tools, str) and self.call_tools != "all":
@@ -133,7 +135,7 @@ def _results(request: ModelRequest, notes: list[str]) -> str:
     return "\n".join([*said, *notes]) or "no tools called"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class FunctionModel:
     """A model whose every reply is `function(request)`: the request holds the turn's
     conversation so far (`request.messages`: `UserMessage`, `AssistantMessage`,
@@ -144,11 +146,11 @@ class FunctionModel:
     The function gets a copy of the request, and its reply is copied: nothing it
     returns is shared between calls. It decides from the conversation alone — a
     counter or a queue in its closure would be shared by every turn the worker runs,
-    at once. Frozen: the model keeps nothing either."""
+    at once. Its slots are its function and name: it has nowhere to keep anything."""
 
     function: ReplyFunction
-    name: str = field(default="")
-    provider: ClassVar[str] = "function"
+    name: str = ""
+    provider: str = field(default="function", init=False)
 
     def __post_init__(self) -> None:
         if not callable(self.function):
@@ -157,7 +159,7 @@ class FunctionModel:
                 f"{type(self.function).__name__}"
             )
         if not self.name:
-            object.__setattr__(self, "name", getattr(self.function, "__name__", "function"))
+            self.name = getattr(self.function, "__name__", "function")
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         return await self._reply(request, stream)

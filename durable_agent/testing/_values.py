@@ -22,7 +22,6 @@ enum member or union option first).
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import re
 from collections.abc import Iterator
@@ -599,8 +598,3 @@ def first_problem(
 def _short(message: str, limit: int = 160) -> str:
     line = message.splitlines()[0] if message else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def dumps(value: Any) -> str:
-    """A made value as compact JSON (for notes and logs)."""
-    return json.dumps(value, separators=(",", ":"), default=str)
