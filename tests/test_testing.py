@@ -238,6 +238,11 @@ UNMAKEABLE = [
     ({"type": "string", "minLength": 5, "maxLength": 3}, "x"),
     ({"type": "string", "pattern": r"^\p{L}+$"}, "not one Python can read"),
     ({"type": "string", "pattern": r"(?<=a)b\1"}, "x"),
+    ({"type": "array", "items": {"type": "integer"}, "minItems": 10**9}, "over 10,000"),
+    ({"type": "string", "minLength": 10**9}, "over 10,000"),
+    ({"type": "string", "pattern": "^(a{1000}){1000}$"}, "a repeat longer than 10,000"),
+    ({"type": "array", "items": {"type": "array", "minItems": 200}, "minItems": 200}, "over"),
+    ({"type": "array", "minItems": "two"}, "its schema cannot be read"),
 ]
 
 
@@ -252,7 +257,7 @@ def test_a_field_it_cannot_make_valid_is_a_note_that_names_it(
     )
     made = arguments_for(spec)
     assert made.values is None
-    assert made.note.startswith("odd: cannot make name: "), made.note
+    assert made.note.startswith("odd: cannot make name"), made.note
     assert "\n" not in made.note and (why == "x" or why in made.note), made.note
 
 

@@ -32,6 +32,10 @@ from durable_agent.tools import ToolSpec
 
 MAX_DEPTH = 12
 """How deep a made value nests (a recursive schema stops here)."""
+MAX_VALUES = 10_000
+"""How many values (items, properties, scalars) one made value holds at most."""
+MAX_CHARS = 10_000
+"""The longest string it makes (a `minLength` or a pattern's repeat beyond it is refused)."""
 
 FORMATS: dict[str, str] = {
     "date": "2026-01-02",
@@ -96,11 +100,25 @@ def value_for(schema: Any, *, seed: int = 0, text: str = "") -> Any:
     """A value valid for `schema` (checked with `jsonschema`); `CannotMake` otherwise.
     `text`: words to find a pattern's or an enum's value in first."""
     maker = _Maker(schema if isinstance(schema, dict) else {}, seed, text)
-    value = maker.make(schema, "", "", 0, 0)
+    try:
+        value = maker.make(schema, "", "", 0, 0)
+    except CannotMake:
+        raise
+    except UNREADABLE as e:
+        raise CannotMake("", _unreadable(e)) from None
     problem = first_problem(schema, value)
     if problem:
         raise CannotMake(*problem)
     return value
+
+
+UNREADABLE = (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError)
+"""What a schema no validator would take raises here (`minItems: "two"`): it is said in
+the note, never a traceback."""
+
+
+def _unreadable(e: BaseException) -> str:
+    return f"its schema cannot be read ({type(e).__name__}: {_short(str(e))})"
 
 
 class _Maker:
@@ -108,12 +126,16 @@ class _Maker:
         self.root = root
         self.seed = seed
         self.text = text
+        self.made = 0
 
     def make(self, schema: Any, path: str, hint: str, depth: int, variant: int) -> Any:
         """A value for `schema` at `path` (`hint`: the property's name; `variant`: the
         item's index, for items that must differ)."""
         if depth > MAX_DEPTH:
             raise CannotMake(path, f"nested deeper than {MAX_DEPTH} levels (a recursive schema)")
+        self.made += 1
+        if self.made > MAX_VALUES:
+            raise CannotMake(path, f"the value would hold over {MAX_VALUES:,} values")
         if schema is True or schema == {}:
             return _text(hint, variant)
         if schema is False or not isinstance(schema, dict):
@@ -128,6 +150,9 @@ class _Maker:
                 value = candidate()
             except CannotMake as e:
                 problems.append(e)
+                continue
+            except UNREADABLE as e:
+                problems.append(CannotMake(path, _unreadable(e)))
                 continue
             problem = first_problem(schema, value, self.root)
             if problem is None:
@@ -244,6 +269,8 @@ class _Maker:
             prefix, items = items, schema.get("additionalItems", True)
         least = int(schema.get("minItems") or 0)
         most = schema.get("maxItems")
+        if least > MAX_VALUES:
+            raise CannotMake(path, f"it asks for {least:,} items, over {MAX_VALUES:,}")
         # One item beyond what is required shows what an item looks like.
         n = max(least, len(prefix), 0 if items is False else 1)
         if most is not None:
@@ -334,6 +361,8 @@ def _text(hint: str, variant: int) -> str:
 def _string(schema: dict[str, Any], path: str, hint: str, variant: int) -> str:
     least = int(schema.get("minLength") or 0)
     most = schema.get("maxLength")
+    if least > MAX_CHARS:
+        raise CannotMake(path, f"it asks for {least:,} characters, over {MAX_CHARS:,}")
     pattern = schema.get("pattern")
     if isinstance(pattern, str):
         return _matching(pattern, least, most, path, variant)
@@ -447,7 +476,12 @@ class _Regex:
         if op in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             lo, hi, sub = av
             count = max(lo, min(self.grow, hi))
-            return "".join(self.text(sub) for _ in range(count))
+            if count == 0:
+                return ""
+            piece = self.text(sub)
+            if count * len(piece) > MAX_CHARS:
+                raise _Unsupported(f"a repeat longer than {MAX_CHARS:,} characters")
+            return piece + "".join(self.text(sub) for _ in range(count - 1))
         if op == "SUBPATTERN":
             group, sub = av[0], av[-1]
             made = self.text(sub)
