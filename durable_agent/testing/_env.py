@@ -157,7 +157,8 @@ class AgentTest:
 
     client: TestClient
     env: WorkflowEnvironment
-    """The Temporal test environment (its `client` is the Temporal client underneath)."""
+    """The Temporal test environment. Its own `client` moves no clock: await results
+    through `client` (or `client.temporal`, the Temporal client underneath)."""
     server: Server
     task_queue: str
 
@@ -261,8 +262,8 @@ class Clock:
     The server counts unlocks: with each waiter unlocking it on its own (as the SDK's
     handles do), several turns awaited at once unlock it more often than it locks
     itself for a workflow task in flight, and it skips time through that task; its
-    timeout fires, and the turn is lost (measured: 3 turns at once, 1 in 30 ran out of
-    time). Here the first waiter unlocks it and the last one locks it again."""
+    timeout fires, and the turn is lost (measured: six turns at once, five times, lost
+    4 of the 30). Here the first waiter unlocks it and the last one locks it again."""
 
     def __init__(self, client: Client) -> None:
         self._service = client.test_service

@@ -136,7 +136,10 @@ async def _agent_of(replayer: Replayer, history: WorkflowHistory) -> str:
     if kind is type(None) or not started.input.payloads:
         return ""
     converter = replayer.config(active_config=True)["data_converter"]
-    [given] = await converter.decode(list(started.input.payloads), [kind])
+    try:
+        [given] = await converter.decode(list(started.input.payloads), [kind])
+    except Exception:  # an input this code cannot read: the replay says what is wrong
+        return ""
     return str(getattr(given, "agent", "") or "")
 
 
