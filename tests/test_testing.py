@@ -21,7 +21,7 @@ from durable_agent import Agent, ShieldSettings, ToolContext, TurnLimits, tool
 from durable_agent.conversation import ToolResult, UserMessage
 from durable_agent.model import ModelRequest
 from durable_agent.outputs import OUTPUT_TOOL, Output
-from durable_agent.stream import DoneEvent
+from durable_agent.stream import DoneEvent, TokensEvent
 from durable_agent.testing import (
     SERVERS,
     FunctionModel,
@@ -424,6 +424,15 @@ async def test_a_function_that_returns_no_reply_ends_the_turn_as_a_model_error(
 
     assert result.outcome is Outcome.MODEL_ERROR
     assert "FunctionModel broken: its function returned int; return a Reply" in caplog.text
+
+
+async def test_a_streamed_turn_gets_the_test_models_text_as_it_is_written() -> None:
+    async with agent_test(desk(), model=FunctionModel(lambda r: "All systems are up.")) as t:
+        turn = await t.client.start("Is email up?", stream=True)
+        events = [item.event async for item in turn.events()]
+
+    written = "".join(e.text for e in events if isinstance(e, TokensEvent))
+    assert written == "All systems are up."  # as it wrote it, before the answer step
 
 
 async def test_the_override_replaces_every_model_and_leaves_the_agent_as_it_was() -> None:
