@@ -13,10 +13,12 @@ for numbers the bounds, exclusive or not, and `multipleOf`; for arrays `items`,
 `properties` and `additionalProperties`. Optional properties are filled when they can
 be. Every value is checked against the schema with `jsonschema` before it is given:
 what it cannot make valid (a lookaround in a pattern, a `not`, a recursion deeper than
-`MAX_DEPTH`) is a `CannotMake` that says where and why, never a wrong value.
+`MAX_DEPTH`, a value over `MAX_VALUES` parts or `MAX_CHARS` characters, a schema no
+validator would take) is a `CannotMake` that says where and why, never a wrong value.
 
-Deterministic: the same schema and `seed` give the same value (`seed` picks another
-enum member or union option first).
+With `text` (the customer's words), a value of an enum or a pattern found in it is tried
+first. Deterministic: the same schema, `seed` and `text` give the same value (`seed`
+picks another enum member or union option first).
 """
 
 from __future__ import annotations
