@@ -36,6 +36,8 @@ from durable_agent.testing import (
     record_turn,
 )
 
+# The `agent_test` fixture: the `agent_test` imported above (used outside tests, below),
+# with the worker's own files in each test's temporary folder.
 pytest_plugins = ["durable_agent.testing.pytest"]
 
 HISTORIES = Path(__file__).with_name("histories")
