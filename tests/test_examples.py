@@ -1,6 +1,7 @@
 """Agents of one's own, as a person meets them: `docs/your-own-agent.md` followed as
 written (its module, its commands, its outputs), and the help desk example run from its
-own folder, its write waiting for consent and running once across a SIGKILL."""
+own folder, its write waiting for consent and running once across a SIGKILL; then their
+tests, as `docs/testing.md` writes them and as the help desk's own test file has them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -30,6 +32,7 @@ from tests.conftest import Harness
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 DOC = ROOT / "docs" / "your-own-agent.md"
+TESTING_DOC = ROOT / "docs" / "testing.md"
 HELPDESK = ROOT / "examples" / "helpdesk"
 
 
@@ -351,3 +354,58 @@ async def test_the_help_desk_answers_greetings_thanks_and_what_it_cannot_do(
             assert result.outcome is Outcome.ANSWERED, (question, result.answer)
             assert result.answer.startswith(says) or says in result.answer, (question, result)
             assert "(" not in result.answer, (question, result.answer)
+
+
+def pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest run in `folder`, as its owner runs it there (its own pyproject.toml)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_testing_page_takes_the_bookstore_to_passing_tests(tmp_path: Path) -> None:
+    """docs/testing.md followed as written, in the folder docs/your-own-agent.md made: its
+    pytest settings, its test file, its two commands."""
+    folder = tmp_path / "bookstore"
+    folder.mkdir()
+    module, *_ = code_blocks(DOC.read_text(), "python")
+    (folder / "bookstore.py").write_text(module)
+    page = TESTING_DOC.read_text()
+    [settings] = code_blocks(page, "toml")
+    (folder / "pyproject.toml").write_text(settings)
+    tests, *_ = code_blocks(page, "python")
+    (folder / "test_bookstore.py").write_text(tests)
+    record, run_them = [
+        line.split("#")[0].split()
+        for line in code_blocks(page.split("## 3. Run them")[1], "bash")[0].splitlines()
+    ]
+    assert record == ["python", "test_bookstore.py"] and run_them[:3] == ["python", "-m", "pytest"]
+    run([sys.executable, *record[1:]], folder, dict(os.environ))
+    assert sorted(p.name for p in (folder / "histories").iterdir()) == ["price.id", "price.json"]
+    assert not (folder / "books.db").exists()  # the recording's data went elsewhere
+
+    done = pytest_in(folder, *run_them[3:])
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"\b4 passed\b", done.stdout), done.stdout
+    assert not (folder / "books.db").exists()  # each test's shelf in its own folder
+
+
+def test_the_help_desks_own_tests_pass_where_a_team_copies_them(tmp_path: Path) -> None:
+    """examples/helpdesk/test_helpdesk.py with the agent and its recorded turns, copied to
+    a folder of its own with the pytest settings of docs/testing.md: TestModel and
+    FunctionModel turns, consent given and refused, a 3-day timeout, the replay gate."""
+    folder = tmp_path / "helpdesk"
+    shutil.copytree(HELPDESK, folder, ignore=shutil.ignore_patterns("__pycache__", "*.db"))
+    [settings] = code_blocks(TESTING_DOC.read_text(), "toml")
+    (folder / "pyproject.toml").write_text(settings)
+
+    done = pytest_in(folder, "-q", "test_helpdesk.py", "--durations=0")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"\b10 passed\b", done.stdout), done.stdout
+    assert not list(folder.glob("*.db"))  # the tests' data stayed in their own folders

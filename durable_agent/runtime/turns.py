@@ -764,7 +764,10 @@ async def decide(
                 alive = True
         else:
             # Not listed (yet) by the memo, or no call named: the turn itself says.
-            alive = _build(version) in await checking
+            try:
+                alive = _build(version) in await checking
+            except RPCError:  # a server that lists no pollers (the time-skipping test
+                alive = True  # server, a key without the permission): the query tells
             if alive:
                 try:
                     waiting = (await progress_of(handle, QUERY_WAIT_S)).pending
