@@ -35,7 +35,7 @@ import dataclasses
 import functools
 import hashlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
@@ -51,11 +51,13 @@ from durable_agent.errors import (
     CannotFork,
     InvalidContext,
     InvalidOutputType,
+    InvalidSettings,
     NoWorker,
     OutputMismatch,
     TurnTaskFailing,
     UnknownTurn,
 )
+from durable_agent.model_settings import ModelSettings
 from durable_agent.outputs import output_spec
 from durable_agent.rewind import Origin
 from durable_agent.runtime import rewind, server, turns
@@ -173,6 +175,7 @@ class AgentClient:
         no_worker_after: float | None = NO_WORKER_AFTER,
         output_type: Any = None,
         context: dict[str, Any] | None = None,
+        settings: ModelSettings | Mapping[str, Any] | None = None,
     ) -> TurnResult:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
@@ -187,6 +190,7 @@ class AgentClient:
             request_id=request_id,
             output_type=output_type,
             context=context,
+            settings=settings,
         )
         return await turn.result(no_worker_after=no_worker_after)
 
@@ -202,6 +206,7 @@ class AgentClient:
         stream: bool = False,
         output_type: Any = None,
         context: dict[str, Any] | None = None,
+        settings: ModelSettings | Mapping[str, Any] | None = None,
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
         the worker's first); `customer`: who asks, trusted (tools get it); `model`: a
@@ -213,8 +218,11 @@ class AgentClient:
         `result().output` gives as an object of it; `context`: a JSON object about who
         asks (name, plan, locale, tenant, date) that tools read as `ctx.context` and
         instructions functions get (`InvalidContext` when it is not one, or larger than
-        16 KB). With `request_id`, a turn already started with it is the one returned."""
+        16 KB); `settings`: how its models are asked (`ModelSettings`, or a dict of its
+        fields), over the agent's own field by field (`InvalidSettings` when out of
+        bounds). With `request_id`, a turn already started with it is the one returned."""
         context = checked_context(context)
+        settings = checked_settings(settings)
         try:
             turn = TurnInput(
                 question=question,
@@ -225,6 +233,7 @@ class AgentClient:
                 stream=stream,
                 output=None if output_type is None else output_spec(output_type),
                 context=context,
+                settings=settings,
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
@@ -387,14 +396,17 @@ class AgentClient:
         conversation_id: str = "",
         stream: bool = True,
         context: dict[str, Any] | None = None,
+        settings: ModelSettings | Mapping[str, Any] | None = None,
         **options: Any,
     ) -> ConversationHandle:
         """A conversation: each `send` is a turn that sees the earlier exchanges. It
         starts with its first message; with `conversation_id`, one already running
-        under that id is continued instead. `context`: every turn's (see `start`).
+        under that id is continued instead. `context` and `settings`: every turn's (see
+        `start`).
         `options`: the rest of `ConversationInput` (`idle_timeout`,
         `max_turns_per_run`, `max_cost`: a spending cap across its turns)."""
         context = checked_context(context)
+        settings = checked_settings(settings)
         try:
             template = ConversationInput(
                 customer_id=customer,
@@ -404,6 +416,7 @@ class AgentClient:
                 memory=memory or Memory(),
                 stream=stream,
                 context=context,
+                settings=settings,
                 **options,
             )
         except ValidationError as e:
@@ -428,6 +441,18 @@ def checked_context(context: dict[str, Any] | None) -> dict[str, Any]:
         return check_context({} if context is None else context)
     except ValueError as e:
         raise InvalidContext(str(e)) from None
+
+
+def checked_settings(
+    settings: ModelSettings | Mapping[str, Any] | None,
+) -> ModelSettings | None:
+    """A turn's model settings as they may travel; `InvalidSettings`, one line, otherwise."""
+    if settings is None or isinstance(settings, ModelSettings):
+        return settings
+    try:
+        return ModelSettings.model_validate(settings)
+    except ValidationError as e:
+        raise InvalidSettings(_first_error(e)) from None
 
 
 def _models(model: str | Sequence[str]) -> str:

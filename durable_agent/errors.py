@@ -35,6 +35,7 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
     ├── OutputMismatch             a typed turn's value fails its type's own validators
     ├── InvalidContext             a turn's context is not a JSON object, or too large
+    ├── InvalidSettings            a turn's model settings are out of their bounds
     ├── InvalidOutputType          a turn's output type cannot be described or checked
     ├── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
     └── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
@@ -195,6 +196,11 @@ class OutputMismatch(AgentClientError):
 class InvalidContext(AgentClientError):
     """A turn's context is not a JSON object, or too large to travel with the turn
     (`durable_agent.types.MAX_CONTEXT_BYTES`); the message says which."""
+
+
+class InvalidSettings(AgentClientError):
+    """A turn's model settings (`ask(settings=)`, `--set`) are unknown or out of their
+    bounds; the message names the setting and its bounds."""
 
 
 class InvalidOutputType(AgentClientError):
