@@ -35,14 +35,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from durable_agent import fallback
 from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.bounds import MAX_CALLS_PER_ROUND, MAX_CALLS_PER_ROUND_LIMIT
 from durable_agent.compaction import Compaction
-from durable_agent.model_settings import ModelSettings, merged
+from durable_agent.model_settings import ModelSettings, merged, one_line
 from durable_agent.outputs import output_spec
 from durable_agent.render import MAX_OBSERVATION_CHARS, MAX_RESULT_CHARS_LIMIT
 from durable_agent.shields import ShieldSettings
@@ -178,7 +178,7 @@ class Agent:
     settings: ModelSettings | None = None
     """How its models are asked (temperature, output limit, stop sequences, ...): under
     what `models` gives a model and what a turn gives (`AgentClient.ask(settings=)`),
-    field by field. None: the providers' defaults."""
+    field by field. A dict of its fields will do. None: the providers' defaults."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_result_chars <= MAX_RESULT_CHARS_LIMIT:
@@ -225,17 +225,26 @@ class Agent:
             fallback.check(self.model)
         except ValueError as e:
             raise ValueError(f"agent {self.name!r}: {e}") from None
-        if self.settings is not None and not isinstance(self.settings, ModelSettings):
+        # Settings may be given as dicts of their fields, as Pydantic AI's are: kept typed.
+        object.__setattr__(self, "settings", self._settings("settings", self.settings))
+        models = {
+            key: given if callable(given) else self._settings(f"models[{key!r}]", given)
+            for key, given in self.models.items()
+        }
+        object.__setattr__(self, "models", models)
+
+    def _settings(self, where: str, given: Any) -> ModelSettings | None:
+        if given is None or isinstance(given, ModelSettings):
+            return given
+        if not isinstance(given, Mapping):
             raise ValueError(
-                f"agent {self.name!r}: settings must be a ModelSettings(...) or None, "
-                f"not {type(self.settings).__name__}"
+                f"agent {self.name!r}: {where} must be a ModelSettings(...) (or a factory, in "
+                f"models), not {type(given).__name__}"
             )
-        for key, given in self.models.items():
-            if not isinstance(given, ModelSettings) and not callable(given):
-                raise ValueError(
-                    f"agent {self.name!r}: models[{key!r}] must be a factory (kind -> Model) "
-                    f"or a ModelSettings(...), not {type(given).__name__}"
-                )
+        try:
+            return ModelSettings.model_validate(given)
+        except ValidationError as e:
+            raise ValueError(f"agent {self.name!r}: {where}: {one_line(e)}") from None
 
     @property
     def registry(self) -> ToolRegistry:

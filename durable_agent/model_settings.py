@@ -281,7 +281,8 @@ def one_line(e: ValidationError) -> str:
 def unknown_setting(name: str) -> str:
     return (
         f"no setting {name!r}: the settings are {', '.join(ModelSettings.model_fields)}; "
-        f"a provider's own parameter goes in extra (--set extra.{name}=VALUE)"
+        f"a provider's own parameter goes in extra (extra={{{name!r}: ...}}, "
+        f"--set extra.{name}=...)"
     )
 
 
