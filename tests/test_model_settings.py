@@ -31,13 +31,15 @@ from durable_agent.errors import AgentClientError, InvalidSettings
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.model_settings import from_pairs, merged
 from durable_agent.scripted import ScriptedModel
-from durable_agent.types import Outcome, Step, StepKind, ToolCall, TurnOutput
+from durable_agent.tools import ToolRegistry
+from durable_agent.types import Outcome, Step, StepKind, ToolCall, TurnLimits, TurnOutput
 from tests.conftest import Harness
 from tests.fakes import anthropic_messages as messages_api
 from tests.fakes import chat_completions as chat_api
 from tests.fakes import converse as converse_api
 from tests.fakes.anthropic_messages import MessagesServer
 from tests.fakes.chat_completions import ChatCompletionsServer, running
+from tests.test_compaction import Reader, read_doc
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "Has order 123456 shipped?"
@@ -534,3 +536,37 @@ async def test_converse_gets_inference_config_and_the_models_own_fields(harness:
     assert converse_api.violation(too_hot) == (
         "The value at inferenceConfig.temperature must be less than or equal to 1."
     )
+
+
+class SummaryReader(Reader):
+    """The long-turn reader of `tests/test_compaction.py`, keeping what each summary
+    request was given."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.summary_requests: list[ModelRequest] = []
+
+    async def summarise(self, request: ModelRequest, stream: object = None) -> Reply:
+        self.summary_requests.append(request)
+        return await super().summarise(request, stream)
+
+
+async def test_a_summary_is_asked_with_the_turns_settings(harness: Harness) -> None:
+    """Compaction's summary is a call of the turn's model like the others."""
+    model = SummaryReader(30, 10_000, write_at=0)
+    agent = Agent(
+        name="reader",
+        tools=ToolRegistry([read_doc]),
+        model="scripted",
+        settings=ModelSettings(max_tokens=700),
+    )
+    async with harness.worker(model, agents=[agent]) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        result = await client.ask(
+            "Read", agent="reader", limits=TurnLimits(max_steps=40), settings={"seed": 4}
+        )
+
+    assert result.outcome is Outcome.ANSWERED and result.answer == "end-of-doc-30"
+    given = ModelSettings(max_tokens=700, seed=4)
+    assert model.summary_requests
+    assert all(r.settings == given for r in [*model.requests, *model.summary_requests])
