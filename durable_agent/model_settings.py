@@ -296,7 +296,9 @@ def unsupported(model: Any, request: ModelRequest) -> dict[str, str]:
     said = getattr(model, "unsupported_settings", None)
     if said is None:
         return {name: "this model takes no settings" for name in settings.given()}
-    return dict(said(request))
+    why = dict(said(request))
+    # In the settings' own order, whatever order the backend says them in.
+    return {name: why[name] for name in settings.given() if name in why}
 
 
 _reported: set[tuple[str, str, str]] = set()

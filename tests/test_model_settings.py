@@ -8,6 +8,7 @@ settings in one line, before anything reaches the server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.stub import Stubber
 from openai import AsyncOpenAI
 from pydantic import ValidationError
 from temporalio.testing import WorkflowEnvironment
@@ -25,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_agent import Agent, AgentClient, ModelSettings
 from durable_agent.backends.bedrock import BedrockConverseModel
 from durable_agent.backends.openai_chat import OpenAIChatModel
+from durable_agent.backends.sagemaker import SageMakerTextModel
 from durable_agent.commands.client import main
 from durable_agent.conversation import UserMessage
 from durable_agent.errors import AgentClientError, InvalidSettings
@@ -33,13 +36,14 @@ from durable_agent.model_settings import from_pairs, merged
 from durable_agent.scripted import ScriptedModel
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Outcome, Step, StepKind, ToolCall, TurnLimits, TurnOutput
-from tests.conftest import Harness
+from tests.conftest import Capture, Harness, stubbed_aws_client
 from tests.fakes import anthropic_messages as messages_api
 from tests.fakes import chat_completions as chat_api
 from tests.fakes import converse as converse_api
 from tests.fakes.anthropic_messages import MessagesServer
 from tests.fakes.chat_completions import ChatCompletionsServer, running
 from tests.test_compaction import Reader, read_doc
+from tests.test_sagemaker_backend import completion, expect
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "Has order 123456 shipped?"
@@ -570,3 +574,50 @@ async def test_a_summary_is_asked_with_the_turns_settings(harness: Harness) -> N
     given = ModelSettings(max_tokens=700, seed=4)
     assert model.summary_requests
     assert all(r.settings == given for r in [*model.requests, *model.summary_requests])
+
+
+async def test_a_sagemaker_container_gets_its_own_parameters(harness: Harness) -> None:
+    """TGI's `parameters` (sampling turned on by a temperature, a seed, stop sequences,
+    the container's own extras); text2text's body, without stop sequences."""
+    client = stubbed_aws_client("sagemaker-runtime")
+    settings = ModelSettings(
+        temperature=0.4,
+        top_p=0.9,
+        max_tokens=120,
+        stop=["END"],
+        seed=11,
+        reasoning_effort="low",
+        extra={"repetition_penalty": 1.1},
+    )
+    for payload in ("tgi", "text2text"):
+        plan, interpret = Capture(), Capture()
+        with Stubber(client) as stubber:
+            stubber.add_response("invoke_endpoint", completion("order_status"), expect(plan))
+            stubber.add_response("invoke_endpoint", completion("It shipped."), expect(interpret))
+            model = SageMakerTextModel("flan-ul2", client=client, payload=payload)
+            result = await ask(harness, model, shop(harness), settings=settings)
+        assert result.outcome is Outcome.ANSWERED
+        for seen in (plan.seen, interpret.seen):
+            body = json.loads(seen[0])
+            if payload == "tgi":
+                assert body["parameters"] == {
+                    "max_new_tokens": 120,
+                    "do_sample": True,
+                    "temperature": 0.4,
+                    "top_p": 0.9,
+                    "seed": 11,
+                    "stop": ["END"],
+                    "repetition_penalty": 1.1,
+                }
+            else:
+                assert body == {
+                    "text_inputs": body["text_inputs"],
+                    "max_length": 120,
+                    "temperature": 0.4,
+                    "top_p": 0.9,
+                    "do_sample": True,
+                    "seed": 11,
+                    "repetition_penalty": 1.1,
+                }
+        ignored = ["reasoning_effort"] if payload == "tgi" else ["stop", "reasoning_effort"]
+        assert [s.settings_ignored for s in replies(result)] == [ignored, ignored]
