@@ -43,6 +43,7 @@ from tests.fakes import converse as converse_api
 from tests.fakes.anthropic_messages import MessagesServer
 from tests.fakes.chat_completions import ChatCompletionsServer, running
 from tests.test_compaction import Reader, read_doc
+from tests.test_examples import code_blocks
 from tests.test_sagemaker_backend import completion, expect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -621,3 +622,17 @@ async def test_a_sagemaker_container_gets_its_own_parameters(harness: Harness) -
                 }
         ignored = ["reasoning_effort"] if payload == "tgi" else ["stop", "reasoning_effort"]
         assert [s.settings_ignored for s in replies(result)] == [ignored, ignored]
+
+
+def test_the_docs_example_gives_each_model_what_it_says() -> None:
+    page = (ROOT / "docs" / "models.md").read_text()
+    block = code_blocks(page.split("### Model settings", 1)[1], "python")[0]
+    namespace: dict[str, Any] = {}
+    exec(block.split("\nawait ", 1)[0], namespace)  # the definition, without the turn
+    agent = namespace["agent"]
+    assert agent.settings_for("anthropic:claude-sonnet-4-6") == ModelSettings(
+        temperature=0.2, max_tokens=800, reasoning_effort="low"
+    )
+    assert agent.settings_for("openai:gpt-4.1-mini") == ModelSettings(
+        temperature=0.2, max_tokens=800, seed=7
+    )

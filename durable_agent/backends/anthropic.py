@@ -29,6 +29,14 @@ API refuses thinking there. A typed turn cannot force its output tool while thin
 (the API refuses that too): the model is offered it, and asked again if it answers in
 words.
 
+Model settings (`ModelRequest.settings`): `max_tokens` is the reply's own limit (over
+the spec's `+max_tokens`; a thinking budget is added to it), `stop_sequences`,
+`output_config.effort` for a reasoning effort from low to max (`none`: no thinking),
+`disable_parallel_tool_use` for no parallel calls; temperature, top_p and a provider's
+own parameters in the body (`extra_body`: the SDK has no argument for them). While the
+model thinks the API refuses a temperature but 1 and a top_p under 0.95: a request that
+thinks does not send them, and says so (`unsupported_settings`), as it does of a seed.
+
 Given a `TextSink`, the request streams: text goes to the sink as it comes (thinking
 does not), and the reply is the one the whole message gives.
 

@@ -22,6 +22,11 @@ A typed turn offers the output tool (`ModelRequest.final_tool`) and sets `toolCh
 so the model answers with a tool call: `any` (it may call other tools first), or that
 tool when it is the only one.
 
+Model settings (`ModelRequest.settings`): the output limit, temperature, top_p and stop
+sequences in `inferenceConfig`; a model's own parameters (`extra`) in
+`additionalModelRequestFields`. Converse has no seed, parallel-call switch or reasoning
+effort: those are ignored, and said so (`unsupported_settings`).
+
 botocore's own retries are off (one attempt per activity attempt): throttling,
 timeouts, 5xx and a model that is not ready yet become `ModelUnavailable`; bad
 credentials, access denied, validation errors and unknown models become

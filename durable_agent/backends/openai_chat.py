@@ -16,6 +16,12 @@ chunk): the text goes to the sink as it comes, the tool calls are put together
 from their pieces, and the reply is the one the whole response would have given.
 A server that sends no usage while streaming leaves it at zero.
 
+Model settings (`ModelRequest.settings`) go under the API's names: `temperature`,
+`top_p`, `stop`, `seed`, `reasoning_effort`, `parallel_tool_calls` (only in a request
+with tools: the API refuses it without), the output limit as `max_completion_tokens` to
+OpenAI's own API (its reasoning models refuse `max_tokens`) and as `max_tokens` to any
+other server; a provider's own parameters in `extra_body`, at the body's top level.
+
 The client's own retries are off; Temporal owns every attempt. Errors are
 classified as the official SDKs do: connection errors, timeouts, 408, 409, 429
 and 5xx are transient (`ModelUnavailable`, honouring `retry-after-ms` and

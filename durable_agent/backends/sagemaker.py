@@ -18,6 +18,12 @@ Payload formats: `tgi` (TGI / LMI / most JumpStart LLM containers):
 `text2text` (JumpStart Flan-T5/UL2): `{"text_inputs": ..., "max_length": ...}`
 → `{"generated_texts": [...]}`. Token usage is estimated from word counts.
 
+Model settings (`ModelRequest.settings`) go into the payload as the containers name
+them: the output limit (`max_new_tokens`, `max_length`; over each prompt's own), a
+temperature above 0 or a top_p under 1 with `do_sample`, a seed, TGI's stop sequences,
+and a container's own parameters (`extra`). A completion has no parallel calls or
+reasoning effort: those are ignored, and said so (`unsupported_settings`).
+
 A task of N rounds of tools costs N + 1 completions, as with the chat backends.
 """
 
