@@ -56,7 +56,7 @@ MAX_TEMPERATURE = 2.0
 """OpenAI's upper bound; Anthropic and Bedrock take up to 1 (their API says so)."""
 MAX_OUTPUT_TOKENS = 1_000_000
 MAX_STOP = 4
-"""Stop sequences: the most OpenAI's API takes, so a turn's work with any backend."""
+"""Stop sequences: the most OpenAI's API takes, so a turn's settings work with any backend."""
 MAX_STOP_CHARS = 100
 MAX_SEED = 2**63 - 1
 """Seeds are 64-bit signed integers (OpenAI's API)."""
@@ -115,8 +115,9 @@ class ModelSettings(BaseModel):
     """How hard a reasoning model thinks: none, minimal, low, medium, high, xhigh, max."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """A provider's own parameters, as it names them (`{"top_k": 40}`), sent beside the
-    others; at most 4 KB of JSON. A later place's extra adds to an earlier one's, key by
-    key; an extra the provider does not know is its 400."""
+    others (one of a setting's own name has the last word); at most 4 KB of JSON. A
+    later place's extra adds to an earlier one's, key by key; an extra the provider does
+    not know is its 400."""
 
     @model_validator(mode="before")
     @classmethod
@@ -317,15 +318,6 @@ def ignored_line(provider: str, name: str, ignored: Mapping[str, str]) -> str:
     """One line: which settings a backend ignores, and why."""
     reasons = "; ".join(f"{k}: {why}" for k, why in ignored.items())
     return f"{provider} {name} ignores {', '.join(ignored)} ({reasons})"
-
-
-def without(settings: ModelSettings, names: Iterable[str]) -> ModelSettings:
-    """`settings` with these left out: what a backend sent of them."""
-    drop = set(names)
-    if not drop:
-        return settings
-    kept = {n: getattr(settings, n) for n in settings.given() if n not in drop}
-    return ModelSettings.model_validate(kept)
 
 
 def _number(name: str, v: Any, low: float, high: float) -> Any:

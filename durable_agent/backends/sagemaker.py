@@ -130,9 +130,9 @@ class SageMakerTextModel:
         limit = given.max_tokens or max_new_tokens
         if self.payload == "tgi":
             parameters: dict[str, Any] = {"max_new_tokens": limit, "do_sample": False}
-            parameters.update(_sampling(given))
             if given.stop:
                 parameters["stop"] = list(given.stop)
+            parameters.update(_sampling(given))
             body: dict[str, Any] = {"inputs": prompt, "parameters": parameters}
         else:
             body = {"text_inputs": prompt, "max_length": limit, **_sampling(given)}
