@@ -14,18 +14,19 @@ from typing import Literal
 from pydantic import BaseModel
 from temporalio import activity
 
-from durable_agent import compaction, outputs
+from durable_agent import compaction, model_settings, outputs
 from durable_agent.activities._common import heartbeating, server_suggested_delay
 from durable_agent.activities._conversation import Sent, recorded_conversation, turn_key
 from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import bounded_reply
 from durable_agent.conversation import AssistantMessage, Message, calls_so_far, check
 from durable_agent.errors import ModelRequestRejected
-from durable_agent.model import ModelRequest, Reply
+from durable_agent.model import Model, ModelRequest, Reply
+from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import Pricing, format_cost
 from durable_agent.runtime import metrics, streams
 from durable_agent.serving import Agents
-from durable_agent.telemetry import model_span, record_cost, record_reply
+from durable_agent.telemetry import model_span, record_cost, record_reply, record_settings
 from durable_agent.transcript import Delta, Transcripts
 from durable_agent.types import OutputSpec
 
@@ -59,6 +60,8 @@ class ModelCallInput(BaseModel):
     recorded before turns continued as new; the conversation is this run's)."""
     output: OutputSpec | None = None
     """The turn's own output type; None: its agent's, if it has one (`outputs`)."""
+    settings: ModelSettings | None = None
+    """The turn's own model settings, over its agent's and its model's (`TurnInput.settings`)."""
 
     @property
     def delta(self) -> Delta:
@@ -111,6 +114,7 @@ class ModelCaller:
             messages=messages,
             tools=tools.specs_for(input.tools),
             instructions=input.instructions or served.instructions,
+            settings=model_settings.merged(served.agent.settings_for(spec), input.settings),
         )
         output = _output(input.output) if input.output else served.output
         how = outputs.mode(getattr(model, "native_output", False), output) if output else "tool"
@@ -121,12 +125,14 @@ class ModelCaller:
             request.tools = [*request.tools, output.tool()]
             request.final_tool = outputs.OUTPUT_TOOL
         full = _fit(request, model, served.agent.compaction)
+        ignored = settings_ignored(model, request)
         async with streams.model_text(input.stream) as sink:
             with (
                 model_span(step, model.provider, model.name) as span,
                 metrics.model_call(model.provider, model.name, served.name) as measured,
                 server_suggested_delay(),
             ):
+                record_settings(span, request.settings, ignored)
                 # A model that cannot stream writes nothing: its text comes with the
                 # step that records it, a moment later, and costs the turn no signal.
                 reply = await getattr(model, step)(request, sink)
@@ -147,6 +153,7 @@ class ModelCaller:
         )
         _name_calls(reply, messages)
         reply.context_full = full and bool(reply.calls)
+        reply.settings, reply.settings_ignored = request.settings, list(ignored)
         # What the model said enters the turn's history here: within its bounds.
         reply = bounded_reply(reply, served.agent.max_calls_per_round)
         if output is not None:
@@ -164,6 +171,15 @@ class ModelCaller:
         else:
             rebuild = functools.partial(recorded_conversation, before=info.activity_id)
         return await self._transcripts.assemble(turn_key(input.turn), input.delta, rebuild)
+
+
+def settings_ignored(model: Model, request: ModelRequest) -> dict[str, str]:
+    """What of the request's settings the backend does not send, and why; the worker
+    says so once per backend and setting (not once per call)."""
+    ignored = model_settings.unsupported(model, request)
+    if new := model_settings.first_reports(model.provider, model.name, ignored):
+        activity.logger.warning(model_settings.ignored_line(model.provider, model.name, new))
+    return ignored
 
 
 def _fit(request: ModelRequest, model: object, policy: compaction.Compaction | None) -> bool:

@@ -13,16 +13,17 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from durable_agent import compaction, redact
+from durable_agent import compaction, model_settings, redact
 from durable_agent.activities._common import heartbeating
 from durable_agent.activities._conversation import Conversations
-from durable_agent.activities._model_call import ModelCaller
+from durable_agent.activities._model_call import ModelCaller, settings_ignored
 from durable_agent.conversation import UserMessage
 from durable_agent.errors import InvalidModelOutput, ModelCannotAnswer
 from durable_agent.model import Model, ModelRequest, Reply
+from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import format_cost
 from durable_agent.runtime import metrics
-from durable_agent.telemetry import model_span, record_cost, record_reply
+from durable_agent.telemetry import model_span, record_cost, record_reply, record_settings
 from durable_agent.transcript import ConversationRef
 from durable_agent.types import Usage
 
@@ -39,6 +40,9 @@ class CompactInput(BaseModel):
     """How many messages at the end stay as they are (the latest round)."""
     consented: list[str] = Field(default_factory=list)
     """Calls a person granted consent to: written into the summary word for word."""
+    settings: ModelSettings | None = None
+    """The turn's own model settings (`TurnInput.settings`): the summary is a call of
+    the turn's model like the others, asked as they are."""
 
 
 class CompactOutput(BaseModel):
@@ -84,7 +88,11 @@ class CompactActivity(ModelCaller):
         instructions, rendered = compaction.summary_prompt(older, chars)
         room = (window - policy.reply_tokens - compaction.estimate(instructions)) * 2 // 3
         rendered = compaction.shorten(rendered, max(room, 1) * compaction.CHARS_PER_TOKEN)
-        request = ModelRequest(messages=[UserMessage(text=rendered)], instructions=instructions)
+        request = ModelRequest(
+            messages=[UserMessage(text=rendered)],
+            instructions=instructions,
+            settings=model_settings.merged(served.agent.settings_for(spec), input.settings),
+        )
         summary, usage, by = await self._summary(model, spec, served.name, request)
         if not summary.strip():
             summary, by = compaction.digest(rendered, chars), "digest"
@@ -103,10 +111,12 @@ class CompactActivity(ModelCaller):
         `compaction.digest`: a summary is never a reason for a turn to fail."""
         write = getattr(model, "summarise", None) or model.interpret
         provider, name = model.provider, model.name
+        ignored = settings_ignored(model, request)
         with (
             model_span("compact", provider, name) as span,
             metrics.model_call(provider, name, agent) as measured,
         ):
+            record_settings(span, request.settings, ignored)
             try:
                 reply: Reply = await write(request)
             except (ModelCannotAnswer, InvalidModelOutput) as e:

@@ -10,6 +10,8 @@ The public API:
                                (`durable_agent.compaction`)
     ShieldSettings             which shields run where (`durable_agent.shields`)
     TurnLimits                 steps, time, tokens, cost and approval timeout of a turn
+    ModelSettings              how its models are asked: temperature, output limit, stop
+                               sequences, ... (`durable_agent.model_settings`)
     Settings                   a worker's settings (`durable_agent.settings`)
     AgentPlugin, build_worker  serve agents in a Temporal worker (`durable_agent.plugin`)
     AgentClient, TurnResult    ask agents, follow and decide their turns from your own
@@ -34,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.approval import ApprovalPolicy
     from durable_agent.compaction import Compaction
     from durable_agent.errors import NotAllowed, NotFound, ToolError, ToolUnavailable
+    from durable_agent.model_settings import ModelSettings
     from durable_agent.settings import Settings
     from durable_agent.shields import ShieldSettings
     from durable_agent.subagents import agent_tool
@@ -50,6 +53,7 @@ __all__ = [
     "AgentPlugin",
     "ApprovalPolicy",
     "Compaction",
+    "ModelSettings",
     "NotAllowed",
     "NotFound",
     "Refusals",

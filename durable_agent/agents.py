@@ -35,13 +35,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from durable_agent import fallback
 from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.bounds import MAX_CALLS_PER_ROUND, MAX_CALLS_PER_ROUND_LIMIT
 from durable_agent.compaction import Compaction
+from durable_agent.model_settings import ModelSettings, merged, one_line
 from durable_agent.outputs import output_spec
 from durable_agent.render import MAX_OBSERVATION_CHARS, MAX_RESULT_CHARS_LIMIT
 from durable_agent.shields import ShieldSettings
@@ -148,9 +149,12 @@ class Agent:
     """What tools get as `ctx.deps`: a value, or a zero-argument callable that opens it
     once per worker — its result, or what it yields if it is a context manager (sync
     or async), which is closed when the worker shuts down."""
-    models: Mapping[str, ModelFactory] = field(default_factory=dict)
+    models: Mapping[str, ModelFactory | ModelSettings] = field(default_factory=dict)
     """Model kinds this agent adds or replaces (`{"offline": factory}`): a factory gets
-    the part of the spec after `kind:` and returns a `Model`."""
+    the part of the spec after `kind:` and returns a `Model`. And settings of its own
+    for some models (`{"anthropic": ModelSettings(...), "openai:gpt-4o":
+    ModelSettings(...)}`): a kind's for every model of that kind, a spec's for that
+    model, each over `settings` (`durable_agent.model_settings`)."""
     mcp_servers: Sequence[MCPServer] = ()
     """MCP servers whose tools it also offers (`durable_agent.mcp`): the worker connects
     to them as it starts, and their tools are named `<server>__<tool>`."""
@@ -171,6 +175,10 @@ class Agent:
     TypedDict, a list or a scalar type (`durable_agent/outputs.py`). The model gives a
     value of it as its final step; the turn validates it, and `TurnResult.output` holds
     it. None: text. A turn may name its own (`AgentClient.ask(..., output_type=...)`)."""
+    settings: ModelSettings | None = None
+    """How its models are asked (temperature, output limit, stop sequences, ...): under
+    what `models` gives a model and what a turn gives (`AgentClient.ask(settings=)`),
+    field by field. A dict of its fields will do. None: the providers' defaults."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_result_chars <= MAX_RESULT_CHARS_LIMIT:
@@ -217,6 +225,26 @@ class Agent:
             fallback.check(self.model)
         except ValueError as e:
             raise ValueError(f"agent {self.name!r}: {e}") from None
+        # Settings may be given as dicts of their fields, as Pydantic AI's are: kept typed.
+        object.__setattr__(self, "settings", self._settings("settings", self.settings))
+        models = {
+            key: given if callable(given) else self._settings(f"models[{key!r}]", given)
+            for key, given in self.models.items()
+        }
+        object.__setattr__(self, "models", models)
+
+    def _settings(self, where: str, given: Any) -> ModelSettings | None:
+        if given is None or isinstance(given, ModelSettings):
+            return given
+        if not isinstance(given, Mapping):
+            raise ValueError(
+                f"agent {self.name!r}: {where} must be a ModelSettings(...) (or a factory, in "
+                f"models), not {type(given).__name__}"
+            )
+        try:
+            return ModelSettings.model_validate(given)
+        except ValidationError as e:
+            raise ValueError(f"agent {self.name!r}: {where}: {one_line(e)}") from None
 
     @property
     def registry(self) -> ToolRegistry:
@@ -246,6 +274,22 @@ class Agent:
     def model_specs(self) -> list[str]:
         """Its model specs, in order (empty: the worker's default)."""
         return fallback.specs(self.model)
+
+    @property
+    def model_factories(self) -> dict[str, ModelFactory]:
+        """The model kinds it adds or replaces (`models` without its settings)."""
+        return {k: v for k, v in self.models.items() if not isinstance(v, ModelSettings)}
+
+    def settings_for(self, spec: str) -> ModelSettings | None:
+        """Its settings for the model of `spec`: its own, then its kind's (`models`), then
+        the spec's, each over the one before field by field."""
+        kind = spec.partition(":")[0]
+
+        def given(key: str) -> ModelSettings | None:
+            found = self.models.get(key)
+            return found if isinstance(found, ModelSettings) else None
+
+        return merged(self.settings, given(kind), given(spec) if spec != kind else None)
 
     @property
     def question_refusal(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from durable_agent.model_settings import ModelSettings
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
     Exchange,
@@ -86,6 +87,8 @@ class ConversationInput(BaseModel):
     turn stops at what is left of it (besides its own `limits.max_cost`)."""
     spent_usd: float = 0.0
     """Carried over continue-as-new: what its turns have cost so far."""
+    settings: ModelSettings | None = None
+    """Every turn's model settings (`TurnInput.settings`)."""
 
     @field_validator("context")
     @classmethod

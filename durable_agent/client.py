@@ -39,7 +39,7 @@ import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -68,6 +68,7 @@ from durable_agent.errors import (
     CannotFork,
     InvalidContext,
     InvalidOutputType,
+    InvalidSettings,
     NoWorker,
     OutputMismatch,
     PayloadUnavailable,
@@ -75,6 +76,7 @@ from durable_agent.errors import (
     TurnTaskFailing,
     UnknownTurn,
 )
+from durable_agent.model_settings import ModelSettings
 from durable_agent.outputs import output_spec
 from durable_agent.rewind import Origin
 from durable_agent.runtime import rewind, server, storage, turns
@@ -197,6 +199,7 @@ class AgentClient:
         no_worker_after: float | None = NO_WORKER_AFTER,
         output_type: Any = None,
         context: dict[str, Any] | None = None,
+        settings: ModelSettings | Mapping[str, Any] | None = None,
     ) -> TurnResult:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
@@ -211,6 +214,7 @@ class AgentClient:
             request_id=request_id,
             output_type=output_type,
             context=context,
+            settings=settings,
         )
         return await turn.result(no_worker_after=no_worker_after)
 
@@ -226,6 +230,7 @@ class AgentClient:
         stream: bool = False,
         output_type: Any = None,
         context: dict[str, Any] | None = None,
+        settings: ModelSettings | Mapping[str, Any] | None = None,
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
         the worker's first); `customer`: who asks, trusted (tools get it); `model`: a
@@ -237,14 +242,17 @@ class AgentClient:
         `result().output` gives as an object of it; `context`: a JSON object about who
         asks (name, plan, locale, tenant, date) that tools read as `ctx.context` and
         instructions functions get (`InvalidContext` when it is not one, holds NaN or
-        Infinity, is nested over 32 deep or larger than 16 KB).
+        Infinity, is nested over 32 deep or larger than 16 KB); `settings`: how its
+        models are asked (`ModelSettings`, or a dict of its fields), over the agent's own
+        field by field (`InvalidSettings` when out of bounds).
 
         With `request_id` (an Idempotency-Key), a turn already started with it for the
-        same request (question, context, agent, model, limits and output type) is the
-        one returned; one started for another request is a `RequestConflict`. A
+        same request (question, context, agent, model, settings, limits and output type)
+        is the one returned; one started for another request is a `RequestConflict`. A
         customer's request ids are theirs alone: another customer's same key is
         another turn (`request_workflow_id`)."""
         context = checked_context(context)
+        settings = checked_settings(settings)
         try:
             turn = TurnInput(
                 question=question,
@@ -255,6 +263,7 @@ class AgentClient:
                 stream=stream,
                 output=_output_spec(output_type),
                 context=context,
+                settings=settings,
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
@@ -289,7 +298,7 @@ class AgentClient:
             if workflow_id and not await turns.same_request(found.temporal, turn):
                 raise RequestConflict(
                     f"{_named(request_id, workflow_id)} was used for another request (turn "
-                    f"{workflow_id}: another question, context, agent, model, limits or "
+                    f"{workflow_id}: another question, context, agent, model, settings, limits or "
                     "output type); send that request again to get its turn, or use a new "
                     "request id for this one"
                 )
@@ -447,6 +456,7 @@ class AgentClient:
         conversation_id: str = "",
         stream: bool = True,
         context: dict[str, Any] | None = None,
+        settings: ModelSettings | Mapping[str, Any] | None = None,
         **options: Any,
     ) -> ConversationHandle:
         """A conversation: each `send` is a turn that sees the earlier exchanges. It
@@ -454,10 +464,11 @@ class AgentClient:
         naming: make it `request_workflow_id`'s way, `turns.workflow_id("chat", customer,
         key)`, so that no two customers name one), one already running under that id is
         continued instead, if it is this customer's (else `RequestConflict`).
-        `context`: every turn's (see `start`).
+        `context` and `settings`: every turn's (see `start`).
         `options`: the rest of `ConversationInput` (`idle_timeout`,
         `max_turns_per_run`, `max_cost`: a spending cap across its turns)."""
         context = checked_context(context)
+        settings = checked_settings(settings)
         try:
             template = ConversationInput(
                 customer_id=customer,
@@ -467,6 +478,7 @@ class AgentClient:
                 memory=memory or Memory(),
                 stream=stream,
                 context=context,
+                settings=settings,
                 **options,
             )
         except ValidationError as e:
@@ -537,6 +549,18 @@ def _walk_context(context: Any) -> None:
                 )
             items = value.items() if isinstance(value, dict) else enumerate(value)
             found += [(v, f"{where}[{k!r}]", depth + 1) for k, v in items]
+
+
+def checked_settings(
+    settings: ModelSettings | Mapping[str, Any] | None,
+) -> ModelSettings | None:
+    """A turn's model settings as they may travel; `InvalidSettings`, one line, otherwise."""
+    if settings is None or isinstance(settings, ModelSettings):
+        return settings
+    try:
+        return ModelSettings.model_validate(settings)
+    except ValidationError as e:
+        raise InvalidSettings(_first_error(e)) from None
 
 
 def _models(model: str | Sequence[str]) -> str:

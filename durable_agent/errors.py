@@ -35,6 +35,7 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
     ├── OutputMismatch             a typed turn's value fails its type's own validators
     ├── InvalidContext             a turn's context is not a JSON object, holds NaN, or too large
+    ├── InvalidSettings            a turn's model settings are out of their bounds
     ├── InvalidOutputType          a turn's output type cannot be described or checked
     ├── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
     ├── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
@@ -204,6 +205,11 @@ class InvalidContext(AgentClientError):
     (`durable_agent.types.MAX_CONTEXT_BYTES`); the message says which."""
 
 
+class InvalidSettings(AgentClientError):
+    """A turn's model settings (`ask(settings=)`, `--set`) are unknown or out of their
+    bounds; the message names the setting and its bounds."""
+
+
 class InvalidOutputType(AgentClientError):
     """A turn's output type that cannot be used: pydantic cannot describe it, its JSON
     schema is not one, or a pattern in it cannot be checked in linear time (look-around,
@@ -254,6 +260,6 @@ class PayloadUnavailable(AgentClientError, ApplicationError):
 
 class RequestConflict(AgentClientError):
     """A request id (an Idempotency-Key) already names a turn started for another
-    request (another question, context, agent, model, limits or output type), or a
+    request (another question, context, agent, model, settings, limits or output type), or a
     conversation id of the caller's naming is another customer's. The same request
     again gets its turn; a new request needs a new id."""

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from durable_agent.conversation import AssistantMessage, Message, Opaque, question
 from durable_agent.errors import UnknownModel
+from durable_agent.model_settings import ModelSettings
 from durable_agent.stream import TextSink
 from durable_agent.tools import ToolSpec
 from durable_agent.types import OutputSpec, ToolCall, Usage
@@ -46,6 +47,10 @@ class ModelRequest(BaseModel):
     final_tool: str = ""
     """A tool among `tools` the model must end its turn by calling (the output tool):
     a backend that can make the model call a tool does (Bedrock's `toolChoice`)."""
+    settings: ModelSettings | None = None
+    """How to ask (temperature, output limit, ...): the agent's, the model's and the
+    turn's, merged (`durable_agent.model_settings`). A backend sends what its API takes,
+    under the API's names, and says what it does not (`Model.unsupported_settings`)."""
 
     @property
     def question(self) -> str:
@@ -78,6 +83,11 @@ class Reply(BaseModel):
     """Set by the model-call activity: the conversation fills the model's context window
     even with older results shortened, so the turn summarises older exchanges before
     its next call (`durable_agent.compaction`)."""
+    settings: ModelSettings | None = None
+    """Set by the model-call activity: the settings the call was given (the step that
+    records this reply shows them)."""
+    settings_ignored: list[str] = Field(default_factory=list)
+    """Set by the model-call activity: those of `settings` the backend did not send."""
 
     def message(self) -> AssistantMessage:
         """The reply as it goes back into the conversation."""
@@ -86,9 +96,11 @@ class Reply(BaseModel):
 
 class Model(Protocol):
     """A backend. Besides these, it may declare `context_window` (tokens), which the
-    turn keeps its conversation within (`durable_agent.compaction`), and a method
+    turn keeps its conversation within (`durable_agent.compaction`), a method
     `summarise(request) -> Reply` that writes the summary compaction asks for (else
-    `interpret` is asked it, with no tools)."""
+    `interpret` is asked it, with no tools), and a method
+    `unsupported_settings(request) -> dict[str, str]`: which of `request.settings` it
+    does not send, and why (a model without it is taken to send none of them)."""
 
     provider: str
     """Provider name, reported as `gen_ai.provider.name` (e.g. `openai`, `aws.bedrock`)."""

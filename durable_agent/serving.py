@@ -107,7 +107,7 @@ class ServedAgent:
         """Its turns' models, in order, when a turn names none (fallback: the next gets a
         request the one before failed for good)."""
         default = self.model_specs[0] if self.model_specs else models.default
-        self.models = models.layered(agent.models, default)
+        self.models = models.layered(agent.model_factories, default)
         self.limits: TurnLimits = agent.limits
         self.unknown_outcomes = agent.unknown_outcomes
         self.model_calls = agent.model_calls

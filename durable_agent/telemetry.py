@@ -25,7 +25,7 @@ import functools
 import logging
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ from durable_agent.types import Usage
 
 if TYPE_CHECKING:
     from durable_agent.model import Reply
+    from durable_agent.model_settings import ModelSettings
 
 _tracer = trace.get_tracer("durable_agent")
 
@@ -293,6 +294,38 @@ def record_reply(span: Span, reply: Reply) -> None:
         span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
     if reply.response_model:
         span.set_attribute("gen_ai.response.model", reply.response_model)
+
+
+SETTING_ATTRIBUTES = {
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "max_tokens": "gen_ai.request.max_tokens",
+    "stop": "gen_ai.request.stop_sequences",
+    "seed": "gen_ai.request.seed",
+    "reasoning_effort": "gen_ai.request.reasoning.level",
+    "parallel_tool_calls": "agent.request.parallel_tool_calls",
+}
+"""A model call's settings on its span: the GenAI semantic conventions' names where
+they have one."""
+
+
+def record_settings(
+    span: Span, settings: ModelSettings | None, ignored: Mapping[str, str] | None = None
+) -> None:
+    """What the call sent of its settings (`SETTING_ATTRIBUTES`; the names of its
+    extras, not their values, in `agent.request.extra`), and what its backend did not
+    send (`agent.request.settings_ignored`)."""
+    if settings is None:
+        return
+    skipped = set(ignored or ())
+    for name, attribute in SETTING_ATTRIBUTES.items():
+        value = getattr(settings, name)
+        if value is not None and name not in skipped:
+            span.set_attribute(attribute, value)
+    if settings.extra and "extra" not in skipped:
+        span.set_attribute("agent.request.extra", sorted(settings.extra))
+    if skipped:
+        span.set_attribute("agent.request.settings_ignored", sorted(skipped))
 
 
 def _set_usage(span: Span, usage: Usage) -> None:

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from durable_agent.model_settings import ModelSettings
+
 DEFAULT_CUSTOMER = "demo"
 """Who a turn is for when its caller names nobody (the demo's sample data is theirs)."""
 
@@ -164,9 +166,21 @@ class Step(BaseModel):
     model: str = ""
     """The model spec whose reply this step is, in a turn that names several models
     (fallback); empty otherwise."""
+    settings: ModelSettings | None = None
+    """The settings the model call whose reply this step is was given (its agent's, its
+    model's and its turn's: `durable_agent.model_settings`); None when none was set."""
+    settings_ignored: list[str] = Field(default_factory=list)
+    """Of those, what the model's backend did not send (its API has no such parameter,
+    or not in this request): the worker's log says why."""
 
     def render(self) -> str:
-        return f"[{self.iteration}] {self.kind.value:<11} {self.text}"
+        return f"[{self.iteration}] {self.kind.value:<11} {self.text}{self._settings_line()}"
+
+    def _settings_line(self) -> str:
+        if self.settings is None:
+            return ""
+        ignored = f"; ignored: {', '.join(self.settings_ignored)}" if self.settings_ignored else ""
+        return f"  (settings: {self.settings.line()}{ignored})"
 
     # Most lines only say what the step holds: an observation's is `tool: text`, a
     # step of calls lists them as they read. A stored payload (context LEAN,
@@ -373,6 +387,9 @@ class TurnInput(BaseModel):
     """This turn is a fork of another from one of its steps (`durable_agent/rewind.py`):
     it starts from that turn's conversation there, and the calls that turn ran answer
     with their recorded results."""
+    settings: ModelSettings | None = None
+    """How its models are asked (temperature, output limit, ...), over its agent's and
+    its models' own, field by field (`durable_agent.model_settings`); None: theirs."""
 
     @field_validator("question")
     @classmethod

@@ -175,7 +175,8 @@ async def test_a_request_id_with_another_request_is_a_conflict(
     env: WorkflowEnvironment, harness: Harness
 ) -> None:
     """The same request again is the same turn (streamed or not); the same request id
-    with another question, context, agent, model, limits or output type is refused,
+    with another question, context, agent, model, settings, limits or output type is
+    refused,
     and no turn is started for it."""
     key = f"k-{uuid.uuid4().hex[:6]}"
     question = "Has order 123456 shipped?"
@@ -191,6 +192,7 @@ async def test_a_request_id_with_another_request_is_a_conflict(
             {"model": "offline,offline2"},
             {"limits": TurnLimits(max_steps=3)},
             {"output_type": output_spec(dict)},
+            {"settings": {"temperature": 0.2}},
         ]
         for changed in others:
             asked = {"question": question, **changed}

@@ -31,7 +31,7 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent import Agent, ToolContext, tool
+from durable_agent import Agent, ModelSettings, ToolContext, tool
 from durable_agent.chat import ConversationInput
 from durable_agent.errors import InvalidModelOutput, ModelUnavailable
 from durable_agent.model import Reply
@@ -43,6 +43,8 @@ from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome, ToolCall, TurnInput
 from durable_agent.workflows import AgentTurn, search
 from tests.conftest import Harness
+from tests.fakes.anthropic_messages import MessagesServer
+from tests.fakes.anthropic_messages import text as said
 from tests.fakes.otlp import OtlpReceiver, Span
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -224,6 +226,50 @@ async def test_a_fallback_shows_on_the_turns_span_once(
     assert len(failed) == 1 and failed[0].attributes
     assert failed[0].attributes["error.type"] == "InvalidModelOutput"
     assert len([s for s in spans if s.name == "chat second"]) == 1
+
+
+async def test_a_model_calls_settings_are_on_its_span_by_their_genai_names(
+    traced_client: Client, store: ShopStore, exporter: InMemorySpanExporter
+) -> None:
+    """What the call sent, under the GenAI semantic conventions' names (an extra by its
+    name alone: its value may be anything); what its backend did not send, named."""
+    server = MessagesServer()
+    server.replies = [said("Fine.")]
+    settings = ModelSettings(
+        temperature=0.2,
+        top_p=0.9,
+        max_tokens=300,
+        stop=["END"],
+        seed=7,
+        reasoning_effort="low",
+        extra={"top_k": 20},
+    )
+    agent = Agent(
+        name="bookstore",
+        tools=[book_price],
+        model="anthropic",
+        models={"anthropic": lambda _: server.model()},
+        settings=settings,
+    )
+    try:
+        async with Harness(traced_client, store).worker(agents=[agent]) as task_queue:
+            turn = TurnInput(question="Are you open?", agent="bookstore")
+            result = await (await start_turn(traced_client, turn, task_queue)).result()
+    finally:
+        server.close()
+
+    assert result.outcome is Outcome.ANSWERED
+    (chat,) = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert chat.attributes is not None
+    assert chat.attributes["gen_ai.request.temperature"] == 0.2
+    assert chat.attributes["gen_ai.request.top_p"] == 0.9
+    assert chat.attributes["gen_ai.request.max_tokens"] == 300
+    assert tuple(chat.attributes["gen_ai.request.stop_sequences"]) == ("END",)
+    assert chat.attributes["gen_ai.request.reasoning.level"] == "low"
+    assert tuple(chat.attributes["agent.request.extra"]) == ("top_k",)
+    # The Messages API has no seed: not on the span as sent, named as not sent.
+    assert "gen_ai.request.seed" not in chat.attributes
+    assert tuple(chat.attributes["agent.request.settings_ignored"]) == ("seed",)
 
 
 async def test_a_chats_turns_name_their_conversation(

@@ -144,6 +144,7 @@ class Conversation:
             conversation_id=workflow.info().workflow_id,
             stream=self._input.stream,
             context=self._input.context,
+            settings=self._input.settings,
             cost_left=None
             if self._input.max_cost is None
             else max(0.0, self._input.max_cost - self._spent),

@@ -473,7 +473,7 @@ class AgentTurn:
                     # Between rounds: the history nears Temporal's limits.
                     raise await self._move(turn, reply, iteration, replans, source)
                 self._record(
-                    iteration, source, _describe(reply), calls=reply.calls, model=self._replied_by
+                    iteration, source, _describe(reply), calls=reply.calls, **self._by(reply)
                 )
                 if iteration > self._limits.max_steps:
                     # The model still wants tools: stop here, with what was found.
@@ -510,13 +510,25 @@ class AgentTurn:
                 iteration, replans, source = iteration + 1, 0, StepKind.CONTINUE
 
         if reply.output is not None:
-            return await self._answered(
-                turn, iteration, reply.output, typed=True, model=self._replied_by
-            )
-        return await self._answered(turn, iteration, reply.text, model=self._replied_by)
+            return await self._answered(turn, iteration, reply.output, typed=True, reply=reply)
+        return await self._answered(turn, iteration, reply.text, reply=reply)
+
+    def _by(self, reply: Reply) -> dict[str, Any]:
+        """What the step that records `reply` says of the call that gave it: which model
+        (of several), and the settings it was given."""
+        return {
+            "model": self._replied_by,
+            "settings": reply.settings,
+            "settings_ignored": reply.settings_ignored,
+        }
 
     async def _answered(
-        self, turn: TurnInput, iteration: int, answer: str, typed: bool = False, model: str = ""
+        self,
+        turn: TurnInput,
+        iteration: int,
+        answer: str,
+        typed: bool = False,
+        reply: Reply | None = None,
     ) -> TurnOutput:
         """The answer, once the output shields let it through (a typed value: its JSON).
         What it may draw on is the conversation, which the shield activity reads
@@ -528,7 +540,7 @@ class AgentTurn:
         if stop:
             refusal = screened.refusal if screened else ""
             raise _TurnEnded(Outcome.REFUSED, refusal or answers.REFUSED_ANSWER)
-        self._record(iteration, StepKind.ANSWER, answer, model=model)
+        self._record(iteration, StepKind.ANSWER, answer, **(self._by(reply) if reply else {}))
         return self._finish(Outcome.ANSWERED, answer, json.loads(answer) if typed else None)
 
     def _own(self) -> list[str]:
@@ -663,6 +675,7 @@ class AgentTurn:
             question=turn.question,
             kept=len(kept),
             consented=self._consented,
+            settings=turn.settings,
         )
         try:
             out = await workflow.execute_activity_method(
@@ -733,6 +746,7 @@ class AgentTurn:
             tools_version=self._agent.tools_version,
             tool_lists=self._agent.tool_lists,
             output=turn.output,
+            settings=turn.settings,
         )
 
     async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]

@@ -29,6 +29,14 @@ API refuses thinking there. A typed turn cannot force its output tool while thin
 (the API refuses that too): the model is offered it, and asked again if it answers in
 words.
 
+Model settings (`ModelRequest.settings`): `max_tokens` is the reply's own limit (over
+the spec's `+max_tokens`; a thinking budget is added to it), `stop_sequences`,
+`output_config.effort` for a reasoning effort from low to max (`none`: no thinking),
+`disable_parallel_tool_use` for no parallel calls; temperature, top_p and a provider's
+own parameters in the body (`extra_body`: the SDK has no argument for them). While the
+model thinks the API refuses a temperature but 1 and a top_p under 0.95: a request that
+thinks does not send them, and says so (`unsupported_settings`), as it does of a seed.
+
 Given a `TextSink`, the request streams: text goes to the sink as it comes (thinking
 does not), and the reply is the one the whole message gives.
 
@@ -52,6 +60,7 @@ from durable_agent.compaction import known_window
 from durable_agent.conversation import AssistantMessage, Message, Opaque, ToolResult, UserMessage
 from durable_agent.errors import ModelCannotAnswer, ModelRequestRejected, ModelUnavailable
 from durable_agent.model import ModelRequest, Reply
+from durable_agent.model_settings import ModelSettings
 from durable_agent.stream import TextSink
 from durable_agent.types import ToolCall, Usage
 
@@ -64,6 +73,11 @@ MAX_TOKENS = 4_096
 THINKING_BUDGET = 4_096
 """Thinking tokens when `+thinking` names no budget (the API's least is 1,024)."""
 THINKING = ("thinking", "redacted_thinking")
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+"""`output_config.effort` as the API takes it (a `reasoning_effort` of `none` sends no
+thinking; `minimal` has no match)."""
+MIN_TOP_P_THINKING = 0.95
+"""While the model thinks, the API takes `top_p` from this up, and `temperature` only 1."""
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 TRANSIENT_KINDS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
 """An `error` event's type inside a stream the API had accepted (HTTP 200), as the
@@ -165,19 +179,38 @@ class AnthropicModel:
     # A chat model answers "what next, given the results" from the same conversation.
     interpret = plan
 
+    def unsupported_settings(self, request: ModelRequest) -> dict[str, str]:
+        """No seed, no `minimal` effort; while the model thinks, no temperature but 1
+        and no top_p under 0.95 (the API refuses them then)."""
+        if request.settings is None:
+            return {}
+        return _settings(request.settings, self._thinking_in(request) is not None)[1]
+
+    def _thinking_in(self, request: ModelRequest) -> int | str | None:
+        """The thinking this request asks for: the spec's, unless the turn's effort is
+        `none` or its round may not think (`_may_think`)."""
+        if self._thinking is None or _effort(request) == "none":
+            return None
+        return self._thinking if _may_think(request.messages, self.name) else None
+
     def request(self, request: ModelRequest) -> dict[str, Any]:
         """The `messages.create` keyword arguments for a request."""
-        thinking = self._thinking if _may_think(request.messages, self.name) else None
+        settings = request.settings or ModelSettings()
+        thinking = self._thinking_in(request)
         body: dict[str, Any] = {
             "model": self.name,
-            "max_tokens": self._max_tokens,
+            "max_tokens": settings.max_tokens or self._max_tokens,
             "system": [{"type": "text", "text": request.instructions or self._instructions}],
             "messages": to_messages(request.messages, self.name, thinking=thinking is not None),
         }
         if request.tools:
             body["tools"] = [_tool(t.name, t.description, t.parameters) for t in request.tools]
-            if request.final_tool:
-                body["tool_choice"] = _tool_choice(request, thinking is not None)
+            choice = _tool_choice(request, thinking is not None) if request.final_tool else None
+            if settings.parallel_tool_calls is False:
+                choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
+            if choice is not None:
+                body["tool_choice"] = choice
+        body.update(_settings(settings, thinking is not None)[0])
         if thinking == "adaptive":
             body["thinking"] = {"type": "adaptive"}
             body["max_tokens"] += THINKING_BUDGET
@@ -188,6 +221,47 @@ class AnthropicModel:
         if self._cache:
             _mark_cache(body)
         return body
+
+
+def _effort(request: ModelRequest) -> str | None:
+    return request.settings.reasoning_effort if request.settings is not None else None
+
+
+def _settings(settings: ModelSettings, thinking: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings as `messages.create` takes them (what the SDK has no argument for,
+    and a provider's own extras, in `extra_body`: the body's top level), and those it
+    does not send, with why. The output limit and the parallel-call switch are set
+    where the request is built."""
+    sent: dict[str, Any] = {}
+    body: dict[str, Any] = {}
+    ignored: dict[str, str] = {}
+    if settings.temperature is not None:
+        if thinking and settings.temperature != 1:
+            ignored["temperature"] = "the API takes none but 1 while the model thinks (+thinking)"
+        else:
+            body["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        if thinking and settings.top_p < MIN_TOP_P_THINKING:
+            ignored["top_p"] = (
+                f"the API takes none under {MIN_TOP_P_THINKING} while the model thinks (+thinking)"
+            )
+        else:
+            body["top_p"] = settings.top_p
+    if settings.stop:
+        sent["stop_sequences"] = list(settings.stop)
+    if settings.seed is not None:
+        ignored["seed"] = "the Messages API has no seed"
+    effort = settings.reasoning_effort
+    if effort in EFFORTS:
+        sent["output_config"] = {"effort": effort}
+    elif effort == "minimal":
+        ignored["reasoning_effort"] = (
+            f"the API's efforts are {', '.join(EFFORTS)} (none: no thinking)"
+        )
+    body.update(settings.extra)
+    if body:
+        sent["extra_body"] = body
+    return sent, ignored
 
 
 def _client(timeout: float) -> Any:
@@ -332,7 +406,8 @@ def _reply(message: Any, model: str, max_tokens: int) -> Reply:
         if stop == "max_tokens":
             raise ModelCannotAnswer(
                 f"the model reached its output limit (max_tokens {max_tokens}) before it "
-                "wrote an answer: raise it (anthropic:<model>+max_tokens=N)"
+                "wrote an answer: raise it (the max_tokens setting, or "
+                "anthropic:<model>+max_tokens=N)"
             )
         if stop == "model_context_window_exceeded":
             raise ModelCannotAnswer("the conversation fills the model's context window")

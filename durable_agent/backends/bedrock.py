@@ -22,6 +22,11 @@ A typed turn offers the output tool (`ModelRequest.final_tool`) and sets `toolCh
 so the model answers with a tool call: `any` (it may call other tools first), or that
 tool when it is the only one.
 
+Model settings (`ModelRequest.settings`): the output limit, temperature, top_p and stop
+sequences in `inferenceConfig`; a model's own parameters (`extra`) in
+`additionalModelRequestFields`. Converse has no seed, parallel-call switch or reasoning
+effort: those are ignored, and said so (`unsupported_settings`).
+
 botocore's own retries are off (one attempt per activity attempt): throttling,
 timeouts, 5xx and a model that is not ready yet become `ModelUnavailable`; bad
 credentials, access denied, validation errors and unknown models become
@@ -41,10 +46,13 @@ from durable_agent.compaction import known_window
 from durable_agent.conversation import AssistantMessage, UserMessage
 from durable_agent.errors import ModelCannotAnswer, ModelRequestRejected, ModelUnavailable
 from durable_agent.model import ModelRequest, Reply
+from durable_agent.model_settings import ModelSettings
 from durable_agent.stream import TextSink
 from durable_agent.types import ToolCall, Usage
 
 CACHE_POINT = {"cachePoint": {"type": "default"}}
+NOT_IN_CONVERSE_NAMES = ("seed", "parallel_tool_calls", "reasoning_effort")
+NOT_IN_CONVERSE = "Converse has no such parameter; a model's own goes in extra"
 GUARDRAIL_ANSWER = "Sorry, I can't help with that."
 
 
@@ -118,6 +126,14 @@ class BedrockConverseModel:
     # A chat model answers "what next, given the results" from the same conversation.
     interpret = plan
 
+    def unsupported_settings(self, request: ModelRequest) -> dict[str, str]:
+        """Converse has no seed, parallel-call switch or reasoning effort of its own: a
+        model's own parameter for them goes in `extra` (`additionalModelRequestFields`)."""
+        settings = request.settings
+        if settings is None:
+            return {}
+        return {name: NOT_IN_CONVERSE for name in settings.given() if name in NOT_IN_CONVERSE_NAMES}
+
     def request(self, request: ModelRequest) -> dict[str, Any]:
         """The `converse` keyword arguments for a request."""
         system: list[dict[str, Any]] = [{"text": request.instructions or self._instructions}]
@@ -148,7 +164,26 @@ class BedrockConverseModel:
                 only = len(request.tools) == 1
                 choice = {"tool": {"name": request.final_tool}} if only else {"any": {}}
                 kwargs["toolConfig"]["toolChoice"] = choice
+        if request.settings is not None:
+            kwargs.update(_settings(request.settings))
         return kwargs
+
+
+def _settings(settings: ModelSettings) -> dict[str, Any]:
+    """The settings Converse takes (`inferenceConfig`), and a model's own parameters
+    (`additionalModelRequestFields`, which Bedrock passes to the model as they are)."""
+    config = {
+        "maxTokens": settings.max_tokens,
+        "temperature": settings.temperature,
+        "topP": settings.top_p,
+        "stopSequences": settings.stop or None,
+    }
+    sent: dict[str, Any] = {}
+    if inference := {k: v for k, v in config.items() if v is not None}:
+        sent["inferenceConfig"] = inference
+    if settings.extra:
+        sent["additionalModelRequestFields"] = dict(settings.extra)
+    return sent
 
 
 def _reply(resp: dict[str, Any]) -> Reply:

@@ -16,6 +16,12 @@ chunk): the text goes to the sink as it comes, the tool calls are put together
 from their pieces, and the reply is the one the whole response would have given.
 A server that sends no usage while streaming leaves it at zero.
 
+Model settings (`ModelRequest.settings`) go under the API's names: `temperature`,
+`top_p`, `stop`, `seed`, `reasoning_effort`, `parallel_tool_calls` (only in a request
+with tools: the API refuses it without), the output limit as `max_completion_tokens` to
+OpenAI's own API (its reasoning models refuse `max_tokens`) and as `max_tokens` to any
+other server; a provider's own parameters in `extra_body`, at the body's top level.
+
 The client's own retries are off; Temporal owns every attempt. Errors are
 classified as the official SDKs do: connection errors, timeouts, 408, 409, 429
 and 5xx are transient (`ModelUnavailable`, honouring `retry-after-ms` and
@@ -38,9 +44,13 @@ from durable_agent.compaction import known_window
 from durable_agent.conversation import AssistantMessage, UserMessage
 from durable_agent.errors import ModelCannotAnswer, ModelRequestRejected, ModelUnavailable
 from durable_agent.model import ModelRequest, Reply
+from durable_agent.model_settings import ModelSettings
 from durable_agent.stream import TextSink
 from durable_agent.types import ToolCall, Usage
 
+MAX_TOKENS_PARAMS = ("max_completion_tokens", "max_tokens")
+OPENAI_HOSTS = ("api.openai.com", ".openai.azure.com")
+"""OpenAI's own API (and Azure's): the output limit is `max_completion_tokens` there."""
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 THIS_MODEL_ONLY = frozenset(
     {"context_length_exceeded", "content_filter", "string_above_max_length"}
@@ -55,8 +65,17 @@ class OpenAIChatModel:
     """A typed turn's schema goes as `response_format` (strict structured outputs)."""
 
     def __init__(
-        self, model: str, client: Any = None, instructions: str = INSTRUCTIONS, timeout: float = 50
+        self,
+        model: str,
+        client: Any = None,
+        instructions: str = INSTRUCTIONS,
+        timeout: float = 50,
+        *,
+        max_tokens_param: str | None = None,
     ) -> None:
+        """`max_tokens_param`: the name a reply's output limit is sent under;
+        None: `max_completion_tokens` to OpenAI's own API (its reasoning models refuse
+        `max_tokens`), `max_tokens` to any other server (what they all take)."""
         if not model:
             raise ModelRequestRejected("name the model: --model openai:<model>, e.g. openai:gpt-4o")
         self.name = model
@@ -83,8 +102,30 @@ class OpenAIChatModel:
             # sends again inside one attempt is one the turn neither sees nor counts.
             client = client.with_options(max_retries=0)
         self._client = client
+        if max_tokens_param not in (None, *MAX_TOKENS_PARAMS):
+            raise ModelRequestRejected(
+                f"max_tokens_param={max_tokens_param!r}: use one of {', '.join(MAX_TOKENS_PARAMS)}"
+            )
+        self.max_tokens_param = max_tokens_param or _max_tokens_param(client)
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        body = self.request(request)
+        try:
+            if stream is None:
+                answer = _whole(await self._client.chat.completions.create(**body))
+            else:
+                answer = await self._streamed(body, stream)
+        except Exception as e:  # the openai package is optional: classify by shape
+            raise classify(e) from e
+        return answer.reply()
+
+    def unsupported_settings(self, request: ModelRequest) -> dict[str, str]:
+        """Every setting has its parameter here (whether the model takes it is the
+        server's to say)."""
+        return {}
+
+    def request(self, request: ModelRequest) -> dict[str, Any]:
+        """The `chat.completions.create` keyword arguments for a request."""
         system = request.instructions or self._instructions
         body: dict[str, Any] = {
             "model": self.name,
@@ -111,14 +152,25 @@ class OpenAIChatModel:
                     "strict": True,
                 },
             }
-        try:
-            if stream is None:
-                answer = _whole(await self._client.chat.completions.create(**body))
-            else:
-                answer = await self._streamed(body, stream)
-        except Exception as e:  # the openai package is optional: classify by shape
-            raise classify(e) from e
-        return answer.reply()
+        if request.settings is not None:
+            body.update(self._settings(request.settings, bool(request.tools)))
+        return body
+
+    def _settings(self, settings: ModelSettings, tools: bool) -> dict[str, Any]:
+        """The settings under the API's names; a provider's own in `extra_body`, which the
+        SDK sends at the body's top level."""
+        sent: dict[str, Any] = {
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            self.max_tokens_param: settings.max_tokens,
+            "stop": settings.stop or None,
+            "seed": settings.seed,
+            # Only with tools: the API refuses `parallel_tool_calls` in a request without.
+            "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
+            "reasoning_effort": settings.reasoning_effort,
+            "extra_body": settings.extra or None,
+        }
+        return {k: v for k, v in sent.items() if v is not None}
 
     async def _streamed(self, body: dict[str, Any], sink: TextSink) -> _Answer:
         """The same request with `stream: true`: the text goes to `sink` as it comes,
@@ -135,6 +187,16 @@ class OpenAIChatModel:
 
     # A chat model answers "what next, given the results" from the same conversation.
     interpret = plan
+
+
+def _max_tokens_param(client: Any) -> str:
+    """`max_completion_tokens` for OpenAI's own API (`max_tokens` is deprecated there,
+    and its reasoning models refuse it); `max_tokens` for the servers that speak its
+    protocol (vLLM, Ollama, llama.cpp, LM Studio), which all take it."""
+    host = str(getattr(getattr(client, "base_url", None), "host", "") or "")
+    if host == OPENAI_HOSTS[0] or host.endswith(OPENAI_HOSTS[1]):
+        return MAX_TOKENS_PARAMS[0]
+    return MAX_TOKENS_PARAMS[1]
 
 
 def to_messages(request: ModelRequest) -> list[dict[str, Any]]:

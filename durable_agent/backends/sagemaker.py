@@ -18,6 +18,12 @@ Payload formats: `tgi` (TGI / LMI / most JumpStart LLM containers):
 `text2text` (JumpStart Flan-T5/UL2): `{"text_inputs": ..., "max_length": ...}`
 → `{"generated_texts": [...]}`. Token usage is estimated from word counts.
 
+Model settings (`ModelRequest.settings`) go into the payload as the containers name
+them: the output limit (`max_new_tokens`, `max_length`; over each prompt's own), a
+temperature above 0 or a top_p under 1 with `do_sample`, a seed, TGI's stop sequences,
+and a container's own parameters (`extra`). A completion has no parallel calls or
+reasoning effort: those are ignored, and said so (`unsupported_settings`).
+
 A task of N rounds of tools costs N + 1 completions, as with the chat backends.
 """
 
@@ -35,6 +41,7 @@ from durable_agent.backends import _aws
 from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
 from durable_agent.errors import InvalidModelOutput, ModelRequestRejected
 from durable_agent.model import ModelRequest, Reply
+from durable_agent.model_settings import ModelSettings
 from durable_agent.stream import TextSink
 from durable_agent.tools import ToolSpec
 from durable_agent.types import ToolCall, Usage
@@ -65,6 +72,9 @@ Question: {question}
 Answer:"""
 
 
+NO_PARAMETER = ("parallel_tool_calls", "reasoning_effort")
+
+
 class SageMakerTextModel:
     provider = "aws.sagemaker"
 
@@ -79,9 +89,20 @@ class SageMakerTextModel:
             )
         self._client = client or _aws.client("sagemaker-runtime", "sagemaker")
 
+    def unsupported_settings(self, request: ModelRequest) -> dict[str, str]:
+        """A completion has no tool calls to run in parallel, nor a reasoning effort; the
+        text2text payload has no stop sequences."""
+        settings = request.settings
+        if settings is None:
+            return {}
+        ignored = {name: "a text completion has no such parameter" for name in NO_PARAMETER}
+        if self.payload == "text2text":
+            ignored["stop"] = "the text2text payload has no stop sequences"
+        return {k: why for k, why in ignored.items() if k in settings.given()}
+
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         prompt = plan_prompt(request)
-        text = await self._complete(prompt, max_new_tokens=60)
+        text = await self._complete(prompt, max_new_tokens=60, settings=request.settings)
         calls = parse_tools(text, request.tools, request.question)
         usage = _usage(prompt, text)
         if calls:
@@ -90,7 +111,7 @@ class SageMakerTextModel:
 
     async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
         prompt = interpret_prompt(request)
-        text = (await self._complete(prompt, max_new_tokens=200)).strip()
+        text = (await self._complete(prompt, max_new_tokens=200, settings=request.settings)).strip()
         usage = _usage(prompt, text)
         made = {
             _key(c) for m in request.messages if isinstance(m, AssistantMessage) for c in m.calls
@@ -102,14 +123,19 @@ class SageMakerTextModel:
             return Reply(calls=calls, usage=usage)
         return Reply(text=text or decline_text(request.instructions), usage=usage)
 
-    async def _complete(self, prompt: str, max_new_tokens: int) -> str:
+    async def _complete(
+        self, prompt: str, max_new_tokens: int, settings: ModelSettings | None = None
+    ) -> str:
+        given = settings or ModelSettings()
+        limit = given.max_tokens or max_new_tokens
         if self.payload == "tgi":
-            body: dict[str, Any] = {
-                "inputs": prompt,
-                "parameters": {"max_new_tokens": max_new_tokens, "do_sample": False},
-            }
+            parameters: dict[str, Any] = {"max_new_tokens": limit, "do_sample": False}
+            if given.stop:
+                parameters["stop"] = list(given.stop)
+            parameters.update(_sampling(given))
+            body: dict[str, Any] = {"inputs": prompt, "parameters": parameters}
         else:
-            body = {"text_inputs": prompt, "max_length": max_new_tokens}
+            body = {"text_inputs": prompt, "max_length": limit, **_sampling(given)}
         try:
             resp = await asyncio.to_thread(
                 self._client.invoke_endpoint,
@@ -121,6 +147,23 @@ class SageMakerTextModel:
         except Exception as e:
             raise _aws.classify(e, "SageMaker", "endpoint name") from e
         return generated_text(resp["Body"].read())
+
+
+def _sampling(settings: ModelSettings) -> dict[str, Any]:
+    """Sampling parameters as the containers take them: a temperature above 0 or a
+    top_p under 1 samples (`do_sample`; TGI refuses a temperature of 0 and a top_p of 1,
+    which are what greedy decoding is), a seed makes it repeatable; the container's
+    own parameters (`extra`) last."""
+    sampled: dict[str, Any] = {}
+    if settings.temperature:
+        sampled["temperature"] = settings.temperature
+    if settings.top_p is not None and 0 < settings.top_p < 1:
+        sampled["top_p"] = settings.top_p
+    if sampled:
+        sampled["do_sample"] = True
+    if settings.seed is not None:
+        sampled["seed"] = settings.seed
+    return {**sampled, **settings.extra}
 
 
 def plan_prompt(request: ModelRequest) -> str:

@@ -1,6 +1,7 @@
 """Ask an agent; every question runs as one durable Temporal workflow.
 
 python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] [--follow]
+python client.py ask "..." --set temperature=0.2 --set stop=END   # the turn's model settings
 python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
 python client.py pending [--customer ID]                  # calls awaiting approval
 python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
@@ -48,12 +49,13 @@ from temporalio.client import (
 from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent import mcp, telemetry
+from durable_agent import mcp, model_settings, telemetry
 from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, checked_context
 from durable_agent.errors import AgentDefinitionError, InvalidContext
+from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import usage_line
 from durable_agent.rewind import Comparison, Origin, refused_model
 from durable_agent.rewind import compare as rewind_compare
@@ -123,6 +125,7 @@ FLAGS = {
     "max_tokens": "--max-tokens",
     "max_cost": "--max-cost",
     "context": "--context",
+    "settings": "--set",
     "approval_timeout": "--approval-timeout",
     "idle_timeout": "--idle-timeout",
 }
@@ -372,6 +375,14 @@ def context_of(args: argparse.Namespace) -> dict[str, object]:
         raise CliError(f"--context: {e}") from None
 
 
+def settings_of(args: argparse.Namespace) -> ModelSettings | None:
+    """`--set KEY=VALUE ...`: the turn's model settings (`model_settings.from_pairs`)."""
+    try:
+        return model_settings.from_pairs(args.settings)
+    except ValueError as e:
+        raise CliError(f"--set: {e}") from None
+
+
 def limits(args: argparse.Namespace) -> TurnLimits | None:
     """The limits the flags set; None when none is given (the agent's apply)."""
     given = {
@@ -452,6 +463,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
             limits=limits(args),
             stream=args.follow,
             context=context_of(args),
+            settings=settings_of(args),
         )
     except ValidationError as e:
         raise input_error(e) from None
@@ -520,6 +532,7 @@ def chat_input(args: argparse.Namespace, chosen: Chosen) -> ConversationInput:
             idle_timeout=idle,
             stream=True,
             context=context_of(args),
+            settings=settings_of(args),
         )
     except ValidationError as e:
         raise input_error(e) from None
@@ -1008,6 +1021,17 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="the turn's context, a JSON object its tools and instructions read, e.g. "
         '\'{"name": "Ada", "plan": "pro"}\' (at most 16 KB)',
+    )
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a model setting of the turn, over the agent's: temperature, top_p, max_tokens, "
+        "stop, seed, parallel_tool_calls, reasoning_effort, or extra.NAME for a provider's "
+        "own parameter; the value is JSON where it parses, else text (e.g. --set "
+        "temperature=0.2 --set stop=END); again for each",
     )
     # Limits: none given, the agent's apply; any given, exactly these (the rest default).
     p.add_argument(

@@ -145,12 +145,14 @@ a start with the same request id compares (`request_fingerprint`)."""
 
 def request_fingerprint(turn: TurnInput) -> str:
     """What makes a turn's request that one, hashed (64 hex digits, whatever its size):
-    who asks, the question, the agent, model and limits, the output type and the
-    context. Not `stream`, which changes how the turn is read, never what it does."""
+    who asks, the question, the agent, model, settings and limits, the output type and
+    the context. Not `stream`, which changes how the turn is read, never what it does."""
     identity = turn.model_dump(
         mode="json",
         include={"customer_id", "question", "agent", "model", "limits", "output", "context"},
     )
+    if turn.settings is not None:  # a turn without settings hashes as before they existed
+        identity["settings"] = turn.settings.model_dump(mode="json", exclude_none=True)
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -19,7 +19,10 @@ is known (`violation`):
 - more than 4 `cache_control` breakpoints; a `ttl: 1h` breakpoint after a `5m` one, in
   the order the API reads a request: `tools`, `system`, `messages`; a `system` that is
   not text blocks; empty or blank text blocks;
-- tools without a valid name, an object schema, or a name of their own.
+- tools without a valid name, an object schema, or a name of their own;
+- a parameter the API does not have; a temperature or top_p outside 0 to 1; stop
+  sequences of whitespace; an effort it does not know; with thinking on, a
+  temperature other than 1, a top_p under 0.95, any top_k (`_parameters`, `_thinking`).
 A wrong `x-api-key` gets 401, a missing `anthropic-version` 400 and an unknown model 404.
 
 Prompt caching as the API does it: a breakpoint writes the prefix up to it (tools,
@@ -172,8 +175,74 @@ def violation(body: dict[str, Any], signer: Signer | None = None) -> str | None:
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
     return (
-        _system(body) or _tools(body) or _thinking(body) or _messages(body, signer) or _cache(body)
+        _parameters(body)
+        or _system(body)
+        or _tools(body)
+        or _thinking(body)
+        or _messages(body, signer)
+        or _cache(body)
     )
+
+
+PARAMETERS = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "stream",
+        "metadata",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "output_config",
+        "service_tier",
+        "cache_control",
+        "container",
+        "inference_geo",
+    }
+)
+"""The Messages API's parameters: anything else is refused."""
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+
+
+def _parameters(body: dict[str, Any]) -> str | None:
+    """An unknown parameter; sampling out of its range (temperature and top_p from 0 to
+    1); stop sequences that are not a list of text with something besides whitespace;
+    an effort the API does not have."""
+    for name in body:
+        if name not in PARAMETERS:
+            return f"{name}: Extra inputs are not permitted"
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{name}: Input should be a valid number"
+        if not 0 <= value <= 1:
+            bound = "less than or equal to 1" if value > 1 else "greater than or equal to 0"
+            return f"{name}: Input should be {bound}"
+    top_k = body.get("top_k")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        return "top_k: Input should be a valid integer greater than or equal to 0"
+    stops = body.get("stop_sequences")
+    if stops is not None:
+        if not isinstance(stops, list) or not all(isinstance(x, str) for x in stops):
+            return "stop_sequences: Input should be a valid list of strings"
+        if any(not x.strip() for x in stops):
+            return "stop_sequences: each stop sequence must contain non-whitespace"
+    config = body.get("output_config")
+    if config is not None:
+        if not isinstance(config, dict) or set(config) - {"effort", "format"}:
+            return "output_config: Input should be an object of effort and format"
+        if "effort" in config and config["effort"] not in EFFORTS:
+            shown = ", ".join(f"'{e}'" for e in EFFORTS)
+            return f"output_config.effort: Input should be {shown}"
+    return None
 
 
 def _system(body: dict[str, Any]) -> str | None:
@@ -210,6 +279,8 @@ def _tools(body: dict[str, Any]) -> str | None:
             return "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'"
         if kind == "tool" and choice.get("name") not in names:
             return f"tool_choice.name: no tool named {choice.get('name')!r} in `tools`"
+        if not isinstance(choice.get("disable_parallel_tool_use", False), bool):
+            return f"tool_choice.{kind}.disable_parallel_tool_use: Input should be a valid boolean"
     return None
 
 
@@ -237,6 +308,21 @@ def _thinking(body: dict[str, Any]) -> str | None:
     choice = body.get("tool_choice")
     if thinks(body) and isinstance(choice, dict) and choice.get("type") in ("any", "tool"):
         return "Thinking may not be enabled when tool_choice forces tool use."
+    if thinks(body) and body.get("temperature", 1) != 1:
+        return (
+            "`temperature` may only be set to 1 when thinking is enabled. Please consult our "
+            f"documentation at {THINKING_DOCS}#feature-compatibility"
+        )
+    if thinks(body) and body.get("top_p", 1) < 0.95:
+        return (
+            "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled. "
+            f"Please consult our documentation at {THINKING_DOCS}#feature-compatibility"
+        )
+    if thinks(body) and "top_k" in body:
+        return (
+            "`top_k` must be unset when thinking is enabled. Please consult our documentation "
+            f"at {THINKING_DOCS}#feature-compatibility"
+        )
     return None
 
 

@@ -20,6 +20,11 @@ It refuses, with a 400 and OpenAI's own wording where OpenAI has one:
   (`strict: true`) that breaks structured outputs' rules: the root an object,
   every object closed (`additionalProperties: false`) with every property in
   `required`, no `$ref` beside other keywords.
+- a parameter Chat Completions does not have ("Unrecognized request argument
+  supplied"), a temperature or top_p out of range, `max_tokens` under 1, more than
+  4 stop sequences, `parallel_tool_calls` without tools; a reasoning model's
+  (`reasoning_models`) `max_tokens` or temperature other than 1, and any other
+  model's `reasoning_effort` (`parameter_violation`).
 What it answers a `response_format` with is up to the script: the model's text
 follows the schema only when the scripted reply does (`structured`).
 A wrong API key gets 401 and an unknown model 404, as from OpenAI. Usage counts
@@ -70,8 +75,9 @@ class Refused(Exception):
         self.status, self.message, self.code = status, message, code
 
 
-def violation(body: dict[str, Any]) -> str | None:
-    """What a strict server refuses in this request, or None."""
+def violation(body: dict[str, Any], reasoning: bool = False) -> str | None:
+    """What a strict server refuses in this request, or None (`reasoning`: the model is
+    one of OpenAI's reasoning models, which refuse some parameters)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "'messages' must be a non-empty array"
@@ -143,6 +149,8 @@ def violation(body: dict[str, Any]) -> str | None:
         return problem
     if problem := format_violation(body.get("response_format")):
         return problem
+    if problem := parameter_violation(body, reasoning):
+        return problem
     if pending:
         return (
             "An assistant message with 'tool_calls' must be followed by tool messages responding "
@@ -151,6 +159,129 @@ def violation(body: dict[str, Any]) -> str | None:
         )
     if previous == "assistant":
         return "Conversation must end with a user or tool message."
+    return None
+
+
+PARAMETERS = frozenset(
+    {
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "messages",
+        "metadata",
+        "modalities",
+        "model",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
+"""The parameters of OpenAI's Chat Completions: anything else is refused."""
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
+def parameter_violation(body: dict[str, Any], reasoning: bool = False) -> str | None:
+    """What OpenAI refuses in a request's parameters besides the conversation, in its
+    words: an unknown one; a number out of its range; more than 4 stop sequences;
+    `parallel_tool_calls` without tools; on a reasoning model `max_tokens` and a
+    temperature other than 1, elsewhere `reasoning_effort`."""
+    for name in body:
+        if name not in PARAMETERS:
+            return f"Unrecognized request argument supplied: {name}"
+    for name, low, high in (("temperature", 0, 2), ("top_p", 0, 1), ("presence_penalty", -2, 2)):
+        if (problem := _number(body, name, low, high)) is not None:
+            return problem
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            return (
+                f"Invalid type for '{name}': expected an integer, but got {type(value).__name__}."
+            )
+        if value is not None and value < 1:
+            return (
+                f"Invalid '{name}': integer below minimum value. Expected a value >= 1, "
+                f"but got {value} instead."
+            )
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop):
+            return "Invalid type for 'stop': expected a string or an array of strings."
+        if len(stop) > 4:
+            return (
+                "Invalid 'stop': array too long. Expected an array with maximum length 4, "
+                f"but got an array with length {len(stop)} instead."
+            )
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        return f"Invalid type for 'seed': expected an integer, but got {type(seed).__name__}."
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        return "Invalid type for 'parallel_tool_calls': expected a boolean."
+    if parallel is not None and not body.get("tools"):
+        return (
+            "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed "
+            "when 'tools' are specified."
+        )
+    effort = body.get("reasoning_effort")
+    if reasoning:
+        if "max_tokens" in body:
+            return (
+                "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead."
+            )
+        if body.get("temperature", 1) != 1:
+            return (
+                f"Unsupported value: 'temperature' does not support {body['temperature']} with "
+                "this model. Only the default (1) value is supported."
+            )
+    elif effort is not None:
+        return "Unsupported parameter: 'reasoning_effort' is not supported with this model."
+    if effort is not None and effort not in EFFORTS:
+        shown = ", ".join(f"'{e}'" for e in EFFORTS)
+        return f"Invalid value: '{effort}'. Supported values are: {shown}."
+    return None
+
+
+def _number(body: dict[str, Any], name: str, low: float, high: float) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"Invalid type for '{name}': expected a decimal, but got {type(value).__name__}."
+    if value > high:
+        return (
+            f"Invalid '{name}': decimal above maximum value. Expected a value <= {high}, but "
+            f"got {value} instead."
+        )
+    if value < low:
+        return (
+            f"Invalid '{name}': decimal below minimum value. Expected a value >= {low}, but "
+            f"got {value} instead."
+        )
     return None
 
 
@@ -400,10 +531,14 @@ class ChatCompletionsServer:
         port: int = 0,
         chunk_delay: float = 0.0,
         stream_usage: bool = True,
+        reasoning_models: tuple[str, ...] = (),
     ) -> None:
         self.brain = brain
         self.api_key = api_key
-        self.models = models
+        self.models = (*models, *reasoning_models)
+        self.reasoning_models = reasoning_models
+        """Models that refuse what OpenAI's reasoning models refuse (`max_tokens`, a
+        temperature other than 1) and take `reasoning_effort`."""
         self.chunk_delay = chunk_delay
         """Seconds between streamed chunks: a model takes its time to write."""
         self.stream_usage = stream_usage
@@ -441,13 +576,13 @@ class ChatCompletionsServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def model(self, name: str = "test-model") -> Any:
+    def model(self, name: str = "test-model", **options: Any) -> Any:
         from openai import AsyncOpenAI
 
         from durable_agent.backends.openai_chat import OpenAIChatModel
 
         client = AsyncOpenAI(base_url=self.url, api_key=self.api_key, max_retries=0)
-        return OpenAIChatModel(name, client=client)
+        return OpenAIChatModel(name, client=client, **options)
 
     def answer(self, path: str, auth: str, body: dict[str, Any]) -> Scripted | Cut:
         with self._lock:
@@ -476,7 +611,7 @@ class ChatCompletionsServer:
             raise Refused(
                 404, f"The model `{body.get('model')}` does not exist.", "model_not_found"
             )
-        if problem := violation(body):
+        if problem := violation(body, body["model"] in self.reasoning_models):
             raise Refused(400, problem)
         if self.replies:
             reply = self.replies.pop(0)

@@ -12,8 +12,9 @@ message is the user's; user and assistant alternate; no blank text block;
 `toolUse` only from the assistant and `toolResult` only from the user; every
 `toolUse` is answered by a `toolResult` with its id in the very next message,
 and no `toolResult` answers anything else; tool blocks need a `toolConfig`; the
-conversation ends with a user message. With cache points in the request, usage
-reports the cached prefix as the service would.
+conversation ends with a user message; `inferenceConfig`'s temperature and topP are
+at most 1. With cache points in the request, usage reports the cached prefix as the
+service would.
 
 `converse_stream` takes the same requests (checked against its own input shape)
 and returns `{"stream": ...}` as boto3 does: botocore's own `EventStream` over
@@ -139,6 +140,11 @@ def violation(params: dict[str, Any]) -> str | None:
     for j, block in enumerate(params.get("system", [])):
         if "text" in block and not block["text"].strip():
             return f"The text field in the SystemContentBlock at system.{j} is blank."
+    config = params.get("inferenceConfig", {})
+    for name in ("temperature", "topP"):
+        # botocore checks the least value of the service model, the service the most.
+        if config.get(name, 0) > 1:
+            return f"The value at inferenceConfig.{name} must be less than or equal to 1."
     return None
 
 
