@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import queue
 import re
 import shlex
 import shutil
@@ -15,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -64,10 +66,26 @@ class Process:
         self.proc = subprocess.Popen(
             args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
 
-    def line(self) -> str:
+    def _read(self) -> None:
         assert self.proc.stdout is not None
-        return self.proc.stdout.readline().rstrip("\n")
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def line(self, timeout: float = 120) -> str:
+        """Its next line; a line that never comes fails the test with what came instead
+        (not a read blocked until the suite's timeout)."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"no further line in {timeout:g} s; it printed {self.seen}"
+            ) from None
+        self.seen.append(line)
+        return line
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
@@ -112,6 +130,9 @@ def server_env(env: WorkflowEnvironment) -> Iterator[dict[str, str]]:
         **os.environ,
         "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
         "AGENT_TASK_QUEUE": f"own-{uuid.uuid4().hex[:6]}",
+        # The page's worker runs its own server, whose Web UI it knows; a server named by
+        # TEMPORAL_ADDRESS gets links only where its UI is named too.
+        "TEMPORAL_UI_URL": "http://localhost:8233",
     }
 
 
