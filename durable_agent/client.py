@@ -377,14 +377,24 @@ class AgentClient:
         instructions: str = "",
         live_reads: bool = False,
         stream: bool = False,
+        current: bool = False,
     ) -> TurnHandle:
         """Fork the finished turn `workflow_id` from its step `from_step` (the `[N]` of
         its steps): a new turn that starts from its conversation before that step and
-        goes on with `model` and `instructions` (empty: the original's). Calls the
-        original ran answer with their recorded results: writes always (never done
-        twice), reads unless `live_reads` (`durable_agent/rewind.py`). `UnknownTurn`;
-        `CannotFork` for a turn still running or a step past its end (and, from
-        `result()`, when the worker serves another version of the turn's agent)."""
+        goes on with `model` and `instructions` (empty: the original's, the text its
+        agent's instructions function gave it included). Calls the original ran answer
+        with their recorded results: writes always (never done twice), reads unless
+        `live_reads` (`durable_agent/rewind.py`). `UnknownTurn`; `CannotFork` for a turn
+        still running or a step past its end (and, from `result()`, when the worker
+        serves another version of the turn's agent).
+
+        `current`: run the fork on the agent as the worker serves it now, after a fix to
+        its prompt or tools: its instructions (a function's evaluated again, from the
+        original's context) and tools, with no version check. The recorded results still
+        answer the calls that repeat the original's; a recorded call whose tool was
+        removed, or whose schema changed, is said in a `changed` step, and the fork stops
+        (`CannotFork`, from `result()`) where its conversation holds one the agent can no
+        longer take."""
         if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 1:
             raise CannotFork(f"from_step: give a step of the turn (1, 2, ...), not {from_step!r}")
         with _plainly(workflow_id):
@@ -397,6 +407,7 @@ class AgentClient:
                 live_reads=live_reads,
                 stream=stream,
                 task_queue=self.task_queue,
+                current=current,
             )
         return TurnHandle(self, handle.id, handle)
 
@@ -409,12 +420,13 @@ class AgentClient:
         stream: bool = False,
         own_world: bool = False,
         replay_id: str = "",
+        current: bool = False,
     ) -> TurnHandle:
         """Ask `model` the finished turn `workflow_id` again, from its question: while its
         calls repeat the recording's in order (same tool and arguments), they are answered
         from the record; from the first that does not, reads run live, and a write the
         original made is still never made again. Compare the two with
-        `durable_agent.rewind.compare`. Errors as `rerun`'s.
+        `durable_agent.rewind.compare`. Errors as `rerun`'s; `current` as `rerun`'s.
 
         `own_world`: the replay's tools serve a world of its own, a fresh copy of the one
         the original ran in (an evaluation's episode database): from the first difference
@@ -436,6 +448,7 @@ class AgentClient:
                     replay=True,
                     own_world=own_world,
                     fork_id=replay_id,
+                    current=current,
                 )
             except WorkflowAlreadyStartedError:  # that replay has ended: it is the one
                 found = self.turn(replay_id)
@@ -674,6 +687,10 @@ class TurnHandle:
             except WorkflowFailureError as e:  # terminated or cancelled by an operator
                 if (ended := _ended_unavailable(e, self.id)) is not None:
                     return ended
+                if isinstance(e.cause, ApplicationError) and e.cause.type == CannotFork.__name__:
+                    # A fork its worker refused (another version of its agent, a call of
+                    # its record the agent as served now cannot take): its own line.
+                    raise CannotFork(e.cause.message) from None
                 raise AgentClientError(
                     f"turn {self.id} did not finish: {_one_line(str(e.cause or e))}"
                 ) from None
