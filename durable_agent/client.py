@@ -61,6 +61,7 @@ from temporalio.exceptions import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import answers, fallback
+from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.errors import (
@@ -77,7 +78,7 @@ from durable_agent.errors import (
     UnknownTurn,
 )
 from durable_agent.model_settings import ModelSettings
-from durable_agent.outputs import output_spec
+from durable_agent.outputs import loaded_type, output_spec
 from durable_agent.rewind import Origin
 from durable_agent.runtime import rewind, server, storage, turns
 from durable_agent.runtime.codec import data_converter
@@ -122,7 +123,9 @@ class TurnResult(TurnOutput):
     """A finished turn: its answer and outcome, the steps it took, its usage and cost,
     the agent that answered (and its fingerprint), and the turn's workflow id. A typed
     turn's `output` is its value: an object of the `output_type` the turn was started
-    with, else (an agent's own type, a turn picked up by id) the value as JSON."""
+    with, or of its agent's own type when the caller gave the agent (`ask(agent=clinic)`)
+    or this process has loaded the module that defines it (`output_type`, as the turn
+    records it); else (no type known here) the value as JSON."""
 
     workflow_id: str
 
@@ -191,7 +194,7 @@ class AgentClient:
         self,
         question: str,
         *,
-        agent: str = "",
+        agent: str | Agent = "",
         customer: str = DEFAULT_CUSTOMER,
         model: str | Sequence[str] = "",
         limits: TurnLimits | None = None,
@@ -204,7 +207,8 @@ class AgentClient:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
         stays: it runs once one starts; ask again with the same `request_id`).
-        `output_type`: the answer is a value of this type (`result.output`), see `start`."""
+        `output_type`: the answer is a value of this type (`result.output`), see `start`;
+        `agent`: a name, or the `Agent` itself, whose own type `result.output` is then."""
         turn = await self.start(
             question,
             agent=agent,
@@ -222,7 +226,7 @@ class AgentClient:
         self,
         question: str,
         *,
-        agent: str = "",
+        agent: str | Agent = "",
         customer: str = DEFAULT_CUSTOMER,
         model: str | Sequence[str] = "",
         limits: TurnLimits | None = None,
@@ -233,7 +237,9 @@ class AgentClient:
         settings: ModelSettings | Mapping[str, Any] | None = None,
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
-        the worker's first); `customer`: who asks, trusted (tools get it); `model`: a
+        the worker's first), or its definition (`Agent`: its name is asked, and a value
+        of its own `output_type` is given as an object of it, without naming the type
+        again); `customer`: who asks, trusted (tools get it); `model`: a
         model spec, or several in order, the next asked when one fails for good
         (empty: the agent's); `limits`: exactly these caps (None: the agent's);
         `stream`: publish the model's text as it writes (`events`); `output_type`: the
@@ -253,6 +259,7 @@ class AgentClient:
         another turn (`request_workflow_id`)."""
         context = checked_context(context)
         settings = checked_settings(settings)
+        agent, own = _agent_of(agent)
         try:
             turn = TurnInput(
                 question=question,
@@ -270,7 +277,7 @@ class AgentClient:
         except TypeError as e:  # a type pydantic cannot describe, or a schema unchecked
             raise InvalidOutputType(str(e)) from None
         handle = await self.start_turn(turn, request_id=request_id)
-        handle.output_type = output_type
+        handle.output_type = output_type if output_type is not None else own
         return handle
 
     async def start_turn(
@@ -461,7 +468,7 @@ class AgentClient:
     def chat(
         self,
         *,
-        agent: str = "",
+        agent: str | Agent = "",
         customer: str = DEFAULT_CUSTOMER,
         model: str | Sequence[str] = "",
         limits: TurnLimits | None = None,
@@ -477,11 +484,12 @@ class AgentClient:
         naming: make it `request_workflow_id`'s way, `turns.workflow_id("chat", customer,
         key)`, so that no two customers name one), one already running under that id is
         continued instead, if it is this customer's (else `RequestConflict`).
-        `context` and `settings`: every turn's (see `start`).
+        `agent`, `context` and `settings`: every turn's (see `start`).
         `options`: the rest of `ConversationInput` (`idle_timeout`,
         `max_turns_per_run`, `max_cost`: a spending cap across its turns)."""
         context = checked_context(context)
         settings = checked_settings(settings)
+        agent, own = _agent_of(agent)
         try:
             template = ConversationInput(
                 customer_id=customer,
@@ -496,7 +504,9 @@ class AgentClient:
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
-        return self.chat_from(template, conversation_id=conversation_id)
+        handle = self.chat_from(template, conversation_id=conversation_id)
+        handle.output_type = own
+        return handle
 
     def chat_from(
         self, template: ConversationInput, *, conversation_id: str = ""
@@ -606,6 +616,14 @@ def _named(request_id: str, workflow_id: str) -> str:
     return f"request id {request_id[:100]!r}" if request_id else f"workflow id {workflow_id!r}"
 
 
+def _agent_of(agent: str | Agent) -> tuple[str, Any]:
+    """The name a turn asks for, and the agent's own output type when the caller gave
+    the agent itself (None: a name gives none)."""
+    if isinstance(agent, Agent):
+        return agent.name, agent.output_type
+    return agent, None
+
+
 def _output_spec(output_type: Any) -> OutputSpec | None:
     """What a turn carries of an output type (None: the agent's own), as `start` and
     `turn` take it; a type pydantic cannot describe is an `AgentClientError`."""
@@ -699,8 +717,12 @@ class TurnHandle:
         result = TurnResult(
             **{**dict(output), "steps": steps, "earlier_steps": 0}, workflow_id=self.id
         )
-        if self.output_type is not None and output.output is not None:
-            result.output = _typed(self.output_type, output.output, self.id)
+        # The type the caller named, else the agent's own where this process has it.
+        kind = self.output_type
+        if kind is None and output.output_type:
+            kind = loaded_type(output.output_type)
+        if kind is not None and output.output is not None:
+            result.output = _typed(kind, output.output, self.id)
         return result
 
     async def progress(self, timeout: float | None = None) -> TurnProgress:
@@ -781,6 +803,8 @@ class ConversationHandle:
         """What starts it with its first message; None once it runs (or when picked up)."""
         self._named = False
         """Its id is the caller's (`chat(conversation_id=...)`): one of that id may run."""
+        self.output_type: Any = None
+        """What its turns' values are read as (`chat(agent=...)` with an `Agent`)."""
 
     def __repr__(self) -> str:
         return f"ConversationHandle({self.id!r})"
@@ -807,7 +831,7 @@ class ConversationHandle:
                 self._template = None
             else:
                 accepted = await turns.send(self._handle, text, message_id)
-        return self.client.turn(accepted.turn_id)
+        return self.client.turn(accepted.turn_id, self.output_type)
 
     async def _of_customer(self, customer: str) -> None:
         """A conversation of the caller's naming that runs already gets the message, so
@@ -963,9 +987,11 @@ def _typed(output_type: Any, value: Any, workflow_id: str) -> Any:
         return adapter.validate_python(value)
     except ValidationError as e:
         raise OutputMismatch(
-            f"turn {workflow_id}: its value fits the type's JSON schema but not "
-            f"{getattr(output_type, '__name__', output_type)!s} itself ({_first_error(e)}); "
-            "give the agent the type (Agent(output_type=...)) so the worker checks it whole"
+            f"turn {workflow_id}: its value does not fit "
+            f"{getattr(output_type, '__name__', output_type)!s} as this process has it "
+            f"({_first_error(e)}): the worker checked it by a JSON schema (give the agent "
+            "the type, Agent(output_type=...), so it checks it whole) or by its own copy of "
+            "the type (give this process the same one)"
         ) from None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from durable_agent.model import Reply
 from durable_agent.rewind import Comparison, compare
 from durable_agent.scripted import ScriptedModel
 from durable_agent.tools import ToolContext, tool
-from durable_agent.types import Outcome, StepKind, ToolCall
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnLimits
 from tests.conftest import Harness
 from tests.test_rewind import Forking, cli
 
@@ -102,6 +103,8 @@ def clinic(prompt: Prompt, effects: Counter[str], *tools: Any) -> Agent:
         model="scripted",
         approvals=WAIVED,
         deps=effects,
+        # A write that asks in a fork (a record that failed to serve it) fails a test, not hangs it.
+        limits=TurnLimits(approval_timeout=timedelta(seconds=5)),
     )
 
 

@@ -42,6 +42,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -428,7 +429,9 @@ def workflow_id(value: str) -> str:
 async def print_result(conn: Connection, turn: TurnHandle, result: TurnOutput) -> int:
     """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
     if result.output is not None:  # a typed turn's value: its JSON, to read or to pipe
-        print(f"\noutput ({result.outcome.value}):\n{json.dumps(result.output, indent=2)}")
+        # An object where this process has the agent's type (its module loaded: --agent).
+        value = json.dumps(to_jsonable_python(result.output), indent=2)
+        print(f"\noutput ({result.outcome.value}):\n{value}")
     else:
         print(f"\nanswer ({result.outcome.value}): {result.answer}")
     print(usage_line(result.usage))
