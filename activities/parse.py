@@ -272,7 +272,7 @@ class _Unasked:
         self.ran = set(ran)
 
     def why(self, call: ToolCall, tool: Tool, why: str) -> str:
-        if why or not tool.side_effects:
+        if why or not tool.side_effects or tool.repeats:
             return why
         key = digest(call)
         if key in self.ran:

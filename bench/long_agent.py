@@ -87,8 +87,9 @@ def read_doc(args: Doc, ctx: ToolContext[Library]) -> str:
 
 
 # A write with no arguments: nothing in it comes from a tool result, so waiving consent
-# (approval=False) leaves nothing for a person to check.
-@tool(side_effects=True, approval=False)
+# (approval=False) leaves nothing for a person to check; and every call is a new
+# checkpoint, so the same call again is no repeated effect (repeats=True).
+@tool(side_effects=True, approval=False, repeats=True)
 def save_checkpoint(args: NoArgs, ctx: ToolContext[Library]) -> str:
     """Record how far the reading has got."""
     return ctx.deps.checkpoint(ctx.idempotency_key)

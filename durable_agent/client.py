@@ -74,6 +74,7 @@ from durable_agent.errors import (
     OutputMismatch,
     PayloadUnavailable,
     RequestConflict,
+    ServerLost,
     TurnTaskFailing,
     UnknownTurn,
 )
@@ -274,8 +275,6 @@ class AgentClient:
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
-        except TypeError as e:  # a type pydantic cannot describe, or a schema unchecked
-            raise InvalidOutputType(str(e)) from None
         handle = await self.start_turn(turn, request_id=request_id)
         handle.output_type = output_type if output_type is not None else own
         return handle
@@ -626,11 +625,12 @@ def _agent_of(agent: str | Agent) -> tuple[str, Any]:
 
 def _output_spec(output_type: Any) -> OutputSpec | None:
     """What a turn carries of an output type (None: the agent's own), as `start` and
-    `turn` take it; a type pydantic cannot describe is an `AgentClientError`."""
+    `turn` take it; a type pydantic cannot describe, or whose schema cannot be checked
+    (a pattern no linear-time engine takes), is `InvalidOutputType`."""
     try:
         return None if output_type is None else output_spec(output_type)
     except TypeError as e:
-        raise AgentClientError(_one_line(str(e))) from None
+        raise InvalidOutputType(_one_line(str(e))) from None
 
 
 class TurnHandle:
@@ -920,12 +920,14 @@ def _rpc_error(e: RPCError, workflow_id: str, what: str = "turn") -> AgentClient
     if task_failing(e):
         return TurnTaskFailing(workflow_id, what)
     if e.status == RPCStatusCode.UNAVAILABLE:
-        lost = f"lost the Temporal server ({_one_line(e.message)})"
+        said = _one_line(e.message)
+        lost = f"lost the Temporal server ({said})"
         if not workflow_id:
-            return server.ServerUnavailable(f"{lost}: ask again once it is back")
-        return server.ServerUnavailable(
+            return ServerLost(f"{lost}: ask again once it is back", said)
+        return ServerLost(
             f"{lost}; {subject} is kept there: "
-            f"see it with `{client_command()} show {workflow_id}` once the server is back"
+            f"see it with `{client_command()} show {workflow_id}` once the server is back",
+            said,
         )
     if _too_large(e):
         return AgentClientError(

@@ -29,6 +29,7 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
 
     AgentClientError               a request could not be done; the message says what to do
     ├── ServerUnavailable          no Temporal server reached, or its settings cannot work
+    │   └── ServerLost             the server stopped answering mid-request
     ├── UnknownTurn                no turn (or conversation) has that workflow id
     ├── NothingPending             no call of the turn awaits a decision (or several: name one)
     ├── NoWorker                   no worker serves the task queue
@@ -172,6 +173,15 @@ class AgentClientError(Exception):
 class ServerUnavailable(AgentClientError):
     """No Temporal client could be opened: no server could be reached or started, or
     the connection or encryption settings cannot work (the message says which)."""
+
+
+class ServerLost(ServerUnavailable):
+    """The server stopped answering a client that had it (`said`: what the connection
+    said): what it holds is kept there, for when it is back."""
+
+    def __init__(self, message: str, said: str = "") -> None:
+        super().__init__(message)
+        self.said = said
 
 
 class UnknownTurn(AgentClientError):

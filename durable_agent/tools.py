@@ -104,6 +104,13 @@ class Tool:
     approval: bool | None = None
     """Whether a call waits for a person's consent before it runs; by default, when
     it has side effects. The worker's settings can override it (`durable_agent.approval`)."""
+    repeats: bool = False
+    """A write whose every call is a new effect that may harmlessly happen again (a
+    checkpoint saved, a line logged): where its consent is waived, the same call again
+    in one turn runs unasked too. Otherwise a waived write runs unasked once a turn,
+    and a copy of it asks (`durable_agent.approval.REPEATED`): 1,000 identical refunds
+    in one reply are one refund until a person allows more. Never in a fork: there
+    every write asks."""
 
     max_result_chars: int | None = None
     """How much of one result the model reads (past it, a marker says how much more
@@ -206,6 +213,7 @@ def tool(
     top_level: bool = True,
     check: Callable[..., Any] | None = None,
     max_result_chars: int | None = None,
+    repeats: bool = False,
 ) -> Any:
     """Turn `fn(args: SomeModel, ctx: ToolContext) -> result` into a `Tool`."""
     # Annotations may be strings (`from __future__ import annotations`) naming a
@@ -229,6 +237,11 @@ def tool(
                 f"tool {f.__name__}: a tool with side effects cannot be quick; its calls "
                 "must run as regular activities, recorded once they ran"
             )
+        if repeats and not side_effects:
+            raise TypeError(
+                f"tool {f.__name__}: repeats=True is for a write (side_effects=True) whose "
+                "calls may harmlessly happen again; a read may repeat anyway"
+            )
         if max_result_chars is not None and not 1 <= max_result_chars <= MAX_RESULT_CHARS_LIMIT:
             raise TypeError(
                 f"tool {f.__name__}: max_result_chars must be from 1 to "
@@ -249,6 +262,7 @@ def tool(
             top_level=top_level,
             check=check,
             max_result_chars=max_result_chars,
+            repeats=repeats,
         )
 
     return wrap(fn) if fn is not None else wrap

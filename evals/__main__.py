@@ -288,15 +288,18 @@ async def _on_server(
 ) -> T | None:
     """What `work` gives on the run's server, the connection closed after it; None once
     a lost server, or an error of the `expected` kinds, is said in one line."""
+    from durable_agent.errors import ServerLost
     from durable_agent.runtime.server import ServerUnavailable
 
     said: tuple[type[BaseException], ...] = (ServerUnavailable, *expected)
     try:
         return await work
+    except ServerLost as e:  # the client's word for it: a run says what a run does then
+        print(f"error: {lost(conn.where, e.said)}", file=sys.stderr)
     except said as e:
         print(f"error: {e}", file=sys.stderr)
     except RPCError as e:
-        print(f"error: {lost(conn.where, e)}", file=sys.stderr)
+        print(f"error: {lost(conn.where, e.message)}", file=sys.stderr)
     finally:
         await conn.aclose()
     return None
@@ -360,10 +363,10 @@ def writable(folder: Path) -> None:
         ) from None
 
 
-def lost(where: str, e: RPCError) -> str:
-    """A run that lost its Temporal server, in one line."""
+def lost(where: str, said: str) -> str:
+    """A run that lost its Temporal server (`said`: what the connection said), in one line."""
     return (
-        f"the Temporal server ({where}) stopped answering mid-run: {e.message}; what "
+        f"the Temporal server ({where}) stopped answering mid-run: {said}; what "
         "finished is kept there: run the same command again once it is back, and the run "
         "goes on where it was"
     )

@@ -49,5 +49,5 @@ def test_a_model_the_worker_lacks_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert (
         done.stderr.strip()
-        == "error: --model 'gpt5': use one of bedrock, offline, openai, sagemaker"
+        == "error: --model 'gpt5': use one of anthropic, bedrock, offline, openai, sagemaker"
     )

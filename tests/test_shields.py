@@ -523,13 +523,13 @@ def guard(monkeypatch: pytest.MonkeyPatch) -> Iterator[ChatCompletionsServer]:
     for it (the fake refuses it to keep the agent's own conversations honest)."""
     strict = chat_completions.violation
 
-    def violation(body: dict[str, Any]) -> str | None:
+    def violation(body: dict[str, Any], reasoning: bool = False) -> str | None:
         messages = body.get("messages") or []
         if len(messages) > 1 and messages[-1].get("role") == "assistant":
             if not messages[-1].get("content"):
                 return "the assistant message to judge has no content"
             body = {**body, "messages": messages[:-1]}
-        return strict(body)
+        return strict(body, reasoning)
 
     monkeypatch.setattr(chat_completions, "violation", violation)
     server = ChatCompletionsServer()

@@ -305,3 +305,53 @@ def test_a_write_is_compared_by_its_tool_and_canonical_arguments() -> None:
     assert same and len(digest(refund_call("a"))) == 32
     assert digest(refund_call("a")) != digest(refund_call("a", OTHER))
     assert digest(refund_call("a")) != digest(ToolCall(id="a", name="other", arguments=ARGUMENTS))
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+@tool(side_effects=True, repeats=True)
+def log_line(args: NoArgs, ctx: ToolContext[Refunds]) -> str:
+    """Log that the customer called."""
+    ctx.deps.made.setdefault(ctx.idempotency_key, {})
+    return "Logged."
+
+
+async def test_a_write_declared_to_repeat_runs_unasked_each_time(
+    harness: Harness,
+) -> None:
+    """`@tool(repeats=True)`: each call a new, harmless effect (a checkpoint, a log
+    line). Waived, the same call three times in a reply and once more in the next
+    round runs four times, nobody asked."""
+    store = Refunds()
+    agent = Agent(
+        name="logger",
+        tools=[log_line],
+        deps=store,
+        approvals=ApprovalPolicy(waived=frozenset({"log_line"})),
+        shields=ShieldSettings.none(),
+    )
+    calls = [ToolCall(id=f"l{i}", name="log_line", arguments={}) for i in range(3)]
+    model = ScriptedModel(
+        plans=[Reply(calls=calls)],
+        decisions=[
+            Reply(calls=[ToolCall(id="l3", name="log_line", arguments={})]),
+            Reply(text="Logged four times."),
+        ],
+    )
+    async with harness.worker(model, agents=[agent]) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        result = await agents.ask("Log my call.", model="scripted")
+    assert result.outcome is Outcome.ANSWERED
+    assert len(store.made) == 4
+    assert not [s for s in result.steps if s.kind is StepKind.APPROVAL]
+
+
+def test_only_a_write_may_be_declared_to_repeat() -> None:
+    with pytest.raises(TypeError, match="repeats=True is for a write"):
+
+        @tool(repeats=True)
+        def look(args: NoArgs, ctx: ToolContext[None]) -> str:
+            """Look something up."""
+            return ""
