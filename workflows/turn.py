@@ -368,7 +368,9 @@ class AgentTurn:
             self._agent = screened.agent
         fork = turn.fork
         if fork is not None and not fork.current and not fork.instructions:
-            self._same_agent(fork)  # else once the parent's text is fingerprinted (_prepare)
+            # A fork whose parent's instructions a function gave is checked once that
+            # text is fingerprinted (`_prepare`); one on the agent as served now, never.
+            self._same_agent(fork)
         self._limits = _capped(turn.limits or self._agent.limits or TurnLimits(), turn.cost_left)
         if stop:
             refusal = screened.refusal if screened else ""
