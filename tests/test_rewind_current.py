@@ -165,7 +165,10 @@ async def test_rerun_and_replay_of_a_turn_with_instructions_from_a_function(
 
 
 async def test_rerun_and_replay_on_the_command_line(harness: Harness, tmp_path: Path) -> None:
+    """As the client's, and `--instructions FILE` runs the file's text on the agent the
+    turn ran (its fingerprint, that of the function's recorded text, still checked)."""
     prompt, effects = Prompt(tmp_path / "prompt.txt", "Be brief."), Counter[str]()
+    (given := tmp_path / "given.txt").write_text("Answer in five words.")
     model = Forking(booking())
     async with harness.worker(model, agents=[clinic(prompt, effects)]) as task_queue:
         agents = AgentClient(harness.client, task_queue=task_queue)
@@ -175,12 +178,18 @@ async def test_rerun_and_replay_on_the_command_line(harness: Harness, tmp_path: 
         rerun = await asyncio.to_thread(
             cli, tmp_path, harness, task_queue, "rerun", wid, "--from-step", "2"
         )
+        model.then(filed := books_again())
+        args = ["rerun", wid, "--from-step", "2", "--instructions", str(given)]
+        from_file = await asyncio.to_thread(cli, tmp_path, harness, task_queue, *args)
         model.then(booking())
         replay = await asyncio.to_thread(cli, tmp_path, harness, task_queue, "replay", wid)
 
     assert rerun.returncode == 0, rerun.stderr
     assert f"[2] recorded    {BOOK.render()}: already done in {wid} (step 2)" in rerun.stdout
     assert "answer (answered): Booked again." in rerun.stdout
+    assert from_file.returncode == 0, from_file.stderr
+    assert instructions_of(filed) == {"Answer in five words."}
+    assert f"agent: clinic (fingerprint {first.fingerprint})" in from_file.stdout
     assert replay.returncode == 0, replay.stderr
     assert replay.stdout.splitlines()[-1] == (
         "replay: followed the recording; 2 of 2 recorded tool call(s) answered from the "
