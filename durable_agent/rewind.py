@@ -97,8 +97,8 @@ class Recording:
     """The raw results of the dispatches that completed, by call id."""
     instructions: str = ""
     """What its agent's instructions function gave it (the `instructions` activity's
-    recorded result); empty: its agent's instructions are no function, or the turn
-    was given its own."""
+    recorded result; a fork's: its parent's, which it ran or was fingerprinted by);
+    empty: its agent's instructions are no function, or the turn was given its own."""
 
 
 def last_step(output: TurnOutput) -> int:
