@@ -29,6 +29,7 @@ from durable_agent.activities.parse_output import (
 )
 from durable_agent.activities.plan import PlanActivity, PlanInput, PlanOutput
 from durable_agent.activities.prices import PricesActivity, PricesInput, PricesOutput
+from durable_agent.activities.recheck import RecheckActivity, RecheckInput, RecheckOutput
 from durable_agent.activities.shield import ShieldActivity, ShieldInput, ShieldOutput
 from durable_agent.serving import Agents
 from durable_agent.transcript import Transcripts
@@ -51,6 +52,7 @@ def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
         CompactActivity(agents, transcripts=transcripts, conversations=conversations).compact,
         InstructionsActivity(agents).instructions,
         PricesActivity(agents).prices,
+        RecheckActivity(agents).recheck,
     ]
 
 
@@ -85,6 +87,9 @@ __all__ = [
     "PricesActivity",
     "PricesInput",
     "PricesOutput",
+    "RecheckActivity",
+    "RecheckInput",
+    "RecheckOutput",
     "Rejection",
     "ShieldActivity",
     "ShieldInput",

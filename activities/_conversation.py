@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio import activity
+from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
 
@@ -58,11 +59,9 @@ class _LocalCall(BaseModel):
     sent: Sent | None = None
 
 
-async def local_model_call(
-    event: HistoryEvent, converter: DataConverter
-) -> tuple[Delta, Reply] | None:
-    """A model call made as a local activity that `event` records (its marker): what it
-    was sent and its reply; None for any other event, or a call that failed."""
+def local_result(event: HistoryEvent) -> tuple[str, list[Payload]] | None:
+    """The local activity whose result `event` records (its marker): its type and its
+    result's payloads; None for any other event, or a local activity that failed."""
     if not event.HasField("marker_recorded_event_attributes"):
         return None
     marker = event.marker_recorded_event_attributes
@@ -72,9 +71,20 @@ async def local_model_call(
         data: Any = json.loads(marker.details["data"].payloads[0].data)
     except (KeyError, IndexError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("activity_type") not in MODEL_CALLS:
+    if not isinstance(data, dict) or not isinstance(data.get("activity_type"), str):
         return None
-    [out] = await converter.decode(list(marker.details["result"].payloads), [_LocalCall])
+    return data["activity_type"], list(marker.details["result"].payloads)
+
+
+async def local_model_call(
+    event: HistoryEvent, converter: DataConverter
+) -> tuple[Delta, Reply] | None:
+    """A model call made as a local activity that `event` records (its marker): what it
+    was sent and its reply; None for any other event, or a call that failed."""
+    local = local_result(event)
+    if local is None or local[0] not in MODEL_CALLS:
+        return None
+    [out] = await converter.decode(local[1], [_LocalCall])
     reply = out.plan or out.decision
     if out.sent is None or reply is None:
         return None

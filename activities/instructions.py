@@ -8,6 +8,11 @@ after a crash) reads the text it got, and the function is not called again. Like
 local activity it may run again if its worker dies before the result is recorded,
 which is why the function should only read. The fingerprint it returns covers the
 text: a turn whose instructions differ from another's shows it.
+
+A fork of such a turn (`client.py rerun`, `replay`) gives it the text its parent's
+function gave (`Fork.instructions`): the function is not called, and the fingerprint
+of that text with the tools served now tells whether the fork runs the agent its
+parent ran.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ class InstructionsInput(BaseModel):
     """The version of the agent's tools the turn started with (its fingerprint covers them)."""
     tool_lists: dict[str, str] = {}
     """Its MCP servers' lists, by hash (`AgentInfo.tool_lists`)."""
+    text: str = ""
+    """A fork's: the text its parent's function gave, taken as it is (empty: call the
+    function)."""
 
 
 class InstructionsOutput(BaseModel):
@@ -53,7 +61,9 @@ class InstructionsActivity:
         served = self._agents.get(input.agent)
         fn = served.dynamic
         text: Any
-        if fn is None:  # served as text now (a worker of another definition)
+        if input.text:
+            text = input.text
+        elif fn is None:  # served as text now (a worker of another definition)
             text = served.instructions
         elif inspect.iscoroutinefunction(fn):
             text = await fn(dict(input.context), served.deps)

@@ -36,6 +36,7 @@ from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS
 from durable_agent.conversation import Message
 from durable_agent.errors import InvalidCall
 from durable_agent.provenance import Source, traced
+from durable_agent.rewind import schema_digest
 from durable_agent.serving import Agents
 from durable_agent.shields import ShieldRequest, Verdict
 from durable_agent.subagents import SubAgent, view_name
@@ -70,6 +71,9 @@ class ValidCall(BaseModel):
     """The tool checks a call before consent is asked (`Tool.check`)."""
     agent: SubAgent | None = None
     """An agent tool: the turn runs the sub-agent's own turn as a child workflow."""
+    tool_schema: str = ""
+    """A hash of the tool's schema (`rewind.schema_digest`), which the call's step
+    records: a fork on the agent as served now tells a changed tool by it."""
 
 
 class Rejection(BaseModel):
@@ -176,6 +180,7 @@ class ParseActivity:
                     return_direct=tool.return_direct,
                     agent=_answered_by(tool, served.name),
                     checked=tool.check is not None,
+                    tool_schema=schema_digest(tool.parameters),
                 )
             )
         # Only shields that are there read the context (the conversation, maybe rebuilt).

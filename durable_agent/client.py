@@ -61,6 +61,7 @@ from temporalio.exceptions import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import answers, fallback
+from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.errors import (
@@ -78,7 +79,7 @@ from durable_agent.errors import (
     UnknownTurn,
 )
 from durable_agent.model_settings import ModelSettings
-from durable_agent.outputs import output_spec
+from durable_agent.outputs import loaded_type, output_spec
 from durable_agent.rewind import Origin
 from durable_agent.runtime import rewind, server, storage, turns
 from durable_agent.runtime.codec import data_converter
@@ -123,7 +124,9 @@ class TurnResult(TurnOutput):
     """A finished turn: its answer and outcome, the steps it took, its usage and cost,
     the agent that answered (and its fingerprint), and the turn's workflow id. A typed
     turn's `output` is its value: an object of the `output_type` the turn was started
-    with, else (an agent's own type, a turn picked up by id) the value as JSON."""
+    with, or of its agent's own type when the caller gave the agent (`ask(agent=clinic)`)
+    or this process has loaded the module that defines it (`output_type`, as the turn
+    records it); else (no type known here) the value as JSON."""
 
     workflow_id: str
 
@@ -192,7 +195,7 @@ class AgentClient:
         self,
         question: str,
         *,
-        agent: str = "",
+        agent: str | Agent = "",
         customer: str = DEFAULT_CUSTOMER,
         model: str | Sequence[str] = "",
         limits: TurnLimits | None = None,
@@ -205,7 +208,8 @@ class AgentClient:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
         stays: it runs once one starts; ask again with the same `request_id`).
-        `output_type`: the answer is a value of this type (`result.output`), see `start`."""
+        `output_type`: the answer is a value of this type (`result.output`), see `start`;
+        `agent`: a name, or the `Agent` itself, whose own type `result.output` is then."""
         turn = await self.start(
             question,
             agent=agent,
@@ -223,7 +227,7 @@ class AgentClient:
         self,
         question: str,
         *,
-        agent: str = "",
+        agent: str | Agent = "",
         customer: str = DEFAULT_CUSTOMER,
         model: str | Sequence[str] = "",
         limits: TurnLimits | None = None,
@@ -234,7 +238,9 @@ class AgentClient:
         settings: ModelSettings | Mapping[str, Any] | None = None,
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
-        the worker's first); `customer`: who asks, trusted (tools get it); `model`: a
+        the worker's first), or its definition (`Agent`: its name is asked, and a value
+        of its own `output_type` is given as an object of it, without naming the type
+        again); `customer`: who asks, trusted (tools get it); `model`: a
         model spec, or several in order, the next asked when one fails for good
         (empty: the agent's); `limits`: exactly these caps (None: the agent's);
         `stream`: publish the model's text as it writes (`events`); `output_type`: the
@@ -254,6 +260,7 @@ class AgentClient:
         another turn (`request_workflow_id`)."""
         context = checked_context(context)
         settings = checked_settings(settings)
+        agent, own = _agent_of(agent)
         try:
             turn = TurnInput(
                 question=question,
@@ -269,7 +276,7 @@ class AgentClient:
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
         handle = await self.start_turn(turn, request_id=request_id)
-        handle.output_type = output_type
+        handle.output_type = output_type if output_type is not None else own
         return handle
 
     async def start_turn(
@@ -376,14 +383,24 @@ class AgentClient:
         instructions: str = "",
         live_reads: bool = False,
         stream: bool = False,
+        current: bool = False,
     ) -> TurnHandle:
         """Fork the finished turn `workflow_id` from its step `from_step` (the `[N]` of
         its steps): a new turn that starts from its conversation before that step and
-        goes on with `model` and `instructions` (empty: the original's). Calls the
-        original ran answer with their recorded results: writes always (never done
-        twice), reads unless `live_reads` (`durable_agent/rewind.py`). `UnknownTurn`;
-        `CannotFork` for a turn still running or a step past its end (and, from
-        `result()`, when the worker serves another version of the turn's agent)."""
+        goes on with `model` and `instructions` (empty: the original's, the text its
+        agent's instructions function gave it included). Calls the original ran answer
+        with their recorded results: writes always (never done twice), reads unless
+        `live_reads` (`durable_agent/rewind.py`). `UnknownTurn`; `CannotFork` for a turn
+        still running or a step past its end (and, from `result()`, when the worker
+        serves another version of the turn's agent).
+
+        `current`: run the fork on the agent as the worker serves it now, after a fix to
+        its prompt or tools: its instructions (a function's evaluated again, from the
+        original's context) and tools, with no version check. The recorded results still
+        answer the calls that repeat the original's; a recorded call whose tool was
+        removed, or whose schema changed, is said in a `changed` step, and the fork stops
+        (`CannotFork`, from `result()`) where its conversation holds one the agent can no
+        longer take."""
         if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 1:
             raise CannotFork(f"from_step: give a step of the turn (1, 2, ...), not {from_step!r}")
         with _plainly(workflow_id):
@@ -396,6 +413,7 @@ class AgentClient:
                 live_reads=live_reads,
                 stream=stream,
                 task_queue=self.task_queue,
+                current=current,
             )
         return TurnHandle(self, handle.id, handle)
 
@@ -408,12 +426,13 @@ class AgentClient:
         stream: bool = False,
         own_world: bool = False,
         replay_id: str = "",
+        current: bool = False,
     ) -> TurnHandle:
         """Ask `model` the finished turn `workflow_id` again, from its question: while its
         calls repeat the recording's in order (same tool and arguments), they are answered
         from the record; from the first that does not, reads run live, and a write the
         original made is still never made again. Compare the two with
-        `durable_agent.rewind.compare`. Errors as `rerun`'s.
+        `durable_agent.rewind.compare`. Errors as `rerun`'s; `current` as `rerun`'s.
 
         `own_world`: the replay's tools serve a world of its own, a fresh copy of the one
         the original ran in (an evaluation's episode database): from the first difference
@@ -435,6 +454,7 @@ class AgentClient:
                     replay=True,
                     own_world=own_world,
                     fork_id=replay_id,
+                    current=current,
                 )
             except WorkflowAlreadyStartedError:  # that replay has ended: it is the one
                 found = self.turn(replay_id)
@@ -447,7 +467,7 @@ class AgentClient:
     def chat(
         self,
         *,
-        agent: str = "",
+        agent: str | Agent = "",
         customer: str = DEFAULT_CUSTOMER,
         model: str | Sequence[str] = "",
         limits: TurnLimits | None = None,
@@ -463,11 +483,12 @@ class AgentClient:
         naming: make it `request_workflow_id`'s way, `turns.workflow_id("chat", customer,
         key)`, so that no two customers name one), one already running under that id is
         continued instead, if it is this customer's (else `RequestConflict`).
-        `context` and `settings`: every turn's (see `start`).
+        `agent`, `context` and `settings`: every turn's (see `start`).
         `options`: the rest of `ConversationInput` (`idle_timeout`,
         `max_turns_per_run`, `max_cost`: a spending cap across its turns)."""
         context = checked_context(context)
         settings = checked_settings(settings)
+        agent, own = _agent_of(agent)
         try:
             template = ConversationInput(
                 customer_id=customer,
@@ -482,7 +503,9 @@ class AgentClient:
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
-        return self.chat_from(template, conversation_id=conversation_id)
+        handle = self.chat_from(template, conversation_id=conversation_id)
+        handle.output_type = own
+        return handle
 
     def chat_from(
         self, template: ConversationInput, *, conversation_id: str = ""
@@ -592,6 +615,14 @@ def _named(request_id: str, workflow_id: str) -> str:
     return f"request id {request_id[:100]!r}" if request_id else f"workflow id {workflow_id!r}"
 
 
+def _agent_of(agent: str | Agent) -> tuple[str, Any]:
+    """The name a turn asks for, and the agent's own output type when the caller gave
+    the agent itself (None: a name gives none)."""
+    if isinstance(agent, Agent):
+        return agent.name, agent.output_type
+    return agent, None
+
+
 def _output_spec(output_type: Any) -> OutputSpec | None:
     """What a turn carries of an output type (None: the agent's own), as `start` and
     `turn` take it; a type pydantic cannot describe, or whose schema cannot be checked
@@ -674,6 +705,10 @@ class TurnHandle:
             except WorkflowFailureError as e:  # terminated or cancelled by an operator
                 if (ended := _ended_unavailable(e, self.id)) is not None:
                     return ended
+                if isinstance(e.cause, ApplicationError) and e.cause.type == CannotFork.__name__:
+                    # A fork its worker refused (another version of its agent, a call of
+                    # its record the agent as served now cannot take): its own line.
+                    raise CannotFork(e.cause.message) from None
                 raise AgentClientError(
                     f"turn {self.id} did not finish: {_one_line(str(e.cause or e))}"
                 ) from None
@@ -682,8 +717,12 @@ class TurnHandle:
         result = TurnResult(
             **{**dict(output), "steps": steps, "earlier_steps": 0}, workflow_id=self.id
         )
-        if self.output_type is not None and output.output is not None:
-            result.output = _typed(self.output_type, output.output, self.id)
+        # The type the caller named, else the agent's own where this process has it.
+        kind = self.output_type
+        if kind is None and output.output_type:
+            kind = loaded_type(output.output_type)
+        if kind is not None and output.output is not None:
+            result.output = _typed(kind, output.output, self.id)
         return result
 
     async def progress(self, timeout: float | None = None) -> TurnProgress:
@@ -764,6 +803,8 @@ class ConversationHandle:
         """What starts it with its first message; None once it runs (or when picked up)."""
         self._named = False
         """Its id is the caller's (`chat(conversation_id=...)`): one of that id may run."""
+        self.output_type: Any = None
+        """What its turns' values are read as (`chat(agent=...)` with an `Agent`)."""
 
     def __repr__(self) -> str:
         return f"ConversationHandle({self.id!r})"
@@ -790,7 +831,7 @@ class ConversationHandle:
                 self._template = None
             else:
                 accepted = await turns.send(self._handle, text, message_id)
-        return self.client.turn(accepted.turn_id)
+        return self.client.turn(accepted.turn_id, self.output_type)
 
     async def _of_customer(self, customer: str) -> None:
         """A conversation of the caller's naming that runs already gets the message, so
@@ -948,9 +989,11 @@ def _typed(output_type: Any, value: Any, workflow_id: str) -> Any:
         return adapter.validate_python(value)
     except ValidationError as e:
         raise OutputMismatch(
-            f"turn {workflow_id}: its value fits the type's JSON schema but not "
-            f"{getattr(output_type, '__name__', output_type)!s} itself ({_first_error(e)}); "
-            "give the agent the type (Agent(output_type=...)) so the worker checks it whole"
+            f"turn {workflow_id}: its value does not fit "
+            f"{getattr(output_type, '__name__', output_type)!s} as this process has it "
+            f"({_first_error(e)}): the worker checked it by a JSON schema (give the agent "
+            "the type, Agent(output_type=...), so it checks it whole) or by its own copy of "
+            "the type (give this process the same one)"
         ) from None
 
 

@@ -23,6 +23,13 @@ How the model gives the value, as its final step (it may call tools first):
 A list or a scalar is the `result` property of the object the model gives: tool
 parameters and strict schemas are objects.
 
+The client gives a typed turn's value as an object of the type the caller named
+(`ask(output_type=...)`, or the agent itself: `ask(agent=clinic)`). For an agent's own
+type the turn also records where the type is defined (`OutputSpec.python`, then
+`TurnOutput.output_type`: `module:qualname`), and a client whose process has loaded that
+module gives the object too (`loaded_type`); it never imports a module a record names.
+Otherwise the value is its JSON.
+
 The model-call activity reads the value out of the reply and validates it (`read`):
 with the type itself for an agent's own type, with the JSON schema for a turn's. A
 valid value is the reply's `output` (JSON text), and the turn ends with it; an invalid
@@ -33,8 +40,11 @@ one is its `output_error`, which goes back to the model (`repair`) at most
 from __future__ import annotations
 
 import copy
+import dataclasses
+import enum
 import json
 import re
+import sys
 from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -82,6 +92,41 @@ def output_spec(output_type: Any) -> OutputSpec:
     return spec
 
 
+MAX_TYPE_PATH = 300
+"""The longest `module:qualname` a turn records of its type (longer: none)."""
+
+
+def type_path(output_type: Any) -> str:
+    """Where a class is defined, as `module:qualname`, for a client that has that module
+    loaded (`loaded_type`); empty for what no other process could find by it: no class
+    (a list, a scalar), a class made inside a function, one of a script run as
+    `__main__` (another process's `__main__` is another script), a name too long."""
+    if not isinstance(output_type, type):
+        return ""
+    module, qualname = output_type.__module__, output_type.__qualname__
+    if module in ("__main__", "builtins") or "<" in qualname:
+        return ""
+    path = f"{module}:{qualname}"
+    return path if len(path) <= MAX_TYPE_PATH else ""
+
+
+def loaded_type(path: str) -> type | None:
+    """The class `path` (`type_path`'s) names, if this process has loaded its module and
+    it is a pydantic model, a dataclass or an enum; else None. The module is never
+    imported here: a name read from a turn's record is no code to run, and a process
+    that has not loaded the module does not use the type."""
+    module_name, _, qualname = path.partition(":")
+    found: Any = sys.modules.get(module_name) if qualname else None
+    for part in qualname.split(".") if found is not None else ():
+        # What is there, not `getattr`: a module's `__getattr__` may import on demand.
+        found = getattr(found, "__dict__", {}).get(part)
+    if not isinstance(found, type):
+        return None
+    if issubclass(found, (BaseModel, enum.Enum)) or dataclasses.is_dataclass(found):
+        return found
+    return None
+
+
 def _checked_schema(spec: OutputSpec) -> Any:
     """The validator of a turn's output type; `TypeError` naming the type and why its
     schema cannot be checked."""
@@ -104,7 +149,9 @@ class Output:
 
     @classmethod
     def of_type(cls, output_type: Any) -> Output:
-        return cls(output_spec(output_type), TypeAdapter(output_type))
+        """An agent's own type: its spec says where it is defined too (`type_path`)."""
+        spec = output_spec(output_type).model_copy(update={"python": type_path(output_type)})
+        return cls(spec, TypeAdapter(output_type))
 
     @classmethod
     def of_spec(cls, spec: OutputSpec) -> Output:

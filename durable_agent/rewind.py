@@ -29,6 +29,8 @@ workflow asks `match` for each call of the fork.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +41,7 @@ from durable_agent.approval import canonical
 from durable_agent.conversation import AssistantMessage, Message, ToolResult, UserMessage, prior
 from durable_agent.errors import CannotFork
 from durable_agent.model import Reply
+from durable_agent.render import truncate
 from durable_agent.transcript import Delta, replay
 from durable_agent.types import (
     AgentInfo,
@@ -92,6 +95,10 @@ class Recording:
     failed)."""
     dispatched: dict[str, Any] = field(default_factory=dict)
     """The raw results of the dispatches that completed, by call id."""
+    instructions: str = ""
+    """What its agent's instructions function gave it (the `instructions` activity's
+    recorded result; a fork's: its parent's, which it ran or was fingerprinted by);
+    empty: its agent's instructions are no function, or the turn was given its own."""
 
 
 def last_step(output: TurnOutput) -> int:
@@ -105,9 +112,10 @@ def fork_of(
     live_reads: bool = False,
     in_order: bool = False,
     own_world: bool = False,
+    current: bool = False,
 ) -> Fork:
     """The fork of the recorded turn from `step`; CannotFork past its end. `in_order`
-    and `own_world`: a replay's (`Fork`)."""
+    and `own_world`: a replay's; `current`: on the agent as served now (`Fork`)."""
     last = last_step(recording.output)
     if not 1 <= step <= last:
         raise CannotFork(
@@ -122,6 +130,8 @@ def fork_of(
         steps=before,
         calls=recorded_calls(recording),
         fingerprint=recording.output.fingerprint,
+        instructions=recording.instructions,
+        current=current,
         live_reads=live_reads,
         in_order=in_order,
         own_world=own_world,
@@ -174,12 +184,17 @@ def recorded_calls(recording: Recording) -> list[RecordedCall]:
         call = s.calls[0]
         if call.id in known:
             continue
+        schema = s.tool_schema
         if call.id in read:
             result = read[call.id]
-            ran.append(RecordedCall(call=call, step=s.iteration, ok=result.ok, text=result.text))
+            ran.append(
+                RecordedCall(
+                    call=call, step=s.iteration, ok=result.ok, text=result.text, tool_schema=schema
+                )
+            )
         elif call.id in recording.dispatched:
             raw = recording.dispatched[call.id]
-            ran.append(RecordedCall(call=call, step=s.iteration, result=raw))
+            ran.append(RecordedCall(call=call, step=s.iteration, result=raw, tool_schema=schema))
     return inherited + ran
 
 
@@ -256,6 +271,105 @@ def agent_mismatch(fork: Fork, agent: AgentInfo) -> str | None:
         f"serves it at {agent.fingerprint} (other instructions or tools): a fork runs the "
         "agent the turn ran; fork it where that version is served"
     )
+
+
+def schema_digest(parameters: dict[str, Any]) -> str:
+    """12 hex digits of a hash of a tool's JSON schema (`Step.tool_schema`): what a fork
+    on the agent as served now compares to tell a changed tool. Not its title: a
+    renamed arguments class takes the same calls."""
+    shape = {k: v for k, v in parameters.items() if k != "title"}
+    blob = json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+class ToolNow(BaseModel):
+    """How the agent as served now takes one call of a fork's record
+    (`activities/recheck.py`)."""
+
+    offered: bool = True
+    """Its tool is one the agent offers now (False: removed, or no longer offered)."""
+    tool_schema: str = ""
+    """A hash of that tool's schema now (`schema_digest`)."""
+    error: str = ""
+    """Why the call's arguments do not validate now (empty: they do)."""
+    arguments: dict[str, Any] | None = None
+    """The call's arguments as the tool validates them now, where that differs from the
+    record (a default its schema gained): what a call of the fork must repeat to be
+    answered by the record, as the fork's own calls are validated so too."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A call of the record that the agent as served now takes otherwise than the
+    parent's agent did: the line of its `changed` step, and, when the fork cannot go on
+    from the record because of it, the fork's one line (`stop`)."""
+
+    recorded: RecordedCall
+    line: str
+    stop: str = ""
+
+
+MAX_ERROR_CHARS = 200
+"""Of a validation error, what a `changed` step and a fork's line show."""
+
+
+def changes(fork: Fork, now: Sequence[ToolNow]) -> list[Change]:
+    """The record's calls (`fork.calls`, each taken as `now` says) whose tool was removed,
+    whose schema changed (where the record holds the parent's: a turn recorded before
+    steps held it tells only whether a call still validates), or that no longer
+    validate, in the record's order. A call the fork's model reads in its conversation
+    (before the fork's step) that the agent cannot take now stops the fork: the model
+    would go on from a call it could not make. One later than that is left to the
+    fork's model, which may make it anew."""
+    known = _conversation_calls(fork)
+    found: list[Change] = []
+    for recorded, taken in zip(fork.calls, now, strict=True):
+        call, step = recorded.call, recorded.step
+        since = f"since {fork.parent} ran it (step {step})"
+        changed = bool(recorded.tool_schema) and recorded.tool_schema != taken.tool_schema
+        if not taken.offered:
+            what, why = f"{call.name} was removed {since}", "its tool was removed"
+        elif taken.error:
+            error = truncate(taken.error, MAX_ERROR_CHARS)
+            schema = f"{call.name}'s schema changed {since}, and" if changed else f"{since},"
+            what, why = f"{schema} the call no longer validates: {error}", error
+        elif changed:
+            line = f"{call.name}'s schema changed {since}; the call still validates"
+            found.append(Change(recorded, f"{call.render()}: {line}: its recorded result stands"))
+            continue
+        else:
+            continue
+        if call.id in known or canonical(call) in known:
+            stop = (
+                f"fork of {fork.parent} from step {fork.step}: its conversation holds "
+                f"{truncate(call.render(), MAX_ERROR_CHARS)} (step {step}), which the agent as "
+                f"served now cannot take ({why}); fork it from step {step} or earlier"
+            )
+            found.append(Change(recorded, f"{call.render()}: {what}", stop))
+        else:
+            later = (
+                "its record serves no call" if taken.offered else "the fork's model cannot make it"
+            )
+            found.append(Change(recorded, f"{call.render()}: {what}; {later}"))
+    return found
+
+
+def as_taken_now(fork: Fork, now: Sequence[ToolNow]) -> Fork:
+    """The fork with its record's calls as the agent takes them now (`ToolNow.arguments`),
+    which its own calls are matched against (`match`)."""
+    calls = [
+        r.model_copy(update={"call": r.call.model_copy(update={"arguments": t.arguments})})
+        if t.arguments is not None
+        else r
+        for r, t in zip(fork.calls, now, strict=True)
+    ]
+    return fork.model_copy(update={"calls": calls})
+
+
+def _conversation_calls(fork: Fork) -> set[str]:
+    """The calls the fork's conversation holds, by id and as compared (`canonical`)."""
+    calls = [c for m in prefix(fork) if isinstance(m, AssistantMessage) for c in m.calls]
+    return {c.id for c in calls} | {canonical(c) for c in calls}
 
 
 def refused_model(output: TurnOutput) -> str | None:

@@ -151,6 +151,9 @@ class StepKind(str, Enum):
     RECORDED = "recorded"
     """In a fork (`client.py rerun`): a call the original turn made too, answered by its
     recorded result instead of running (a write: already done, never done twice)."""
+    CHANGED = "changed"
+    """In a fork on the agent as served now (`rerun --current`): a call of the record
+    whose tool was removed, or whose schema changed, since the original ran it."""
 
 
 class Step(BaseModel):
@@ -172,6 +175,10 @@ class Step(BaseModel):
     settings_ignored: list[str] = Field(default_factory=list)
     """Of those, what the model's backend did not send (its API has no such parameter,
     or not in this request): the worker's log says why."""
+    tool_schema: str = ""
+    """A `tool_call` step: a hash of the schema of the call's tool as the turn was
+    offered it (`rewind.schema_digest`), so that a fork on the agent as served now tells
+    a changed tool (empty: not a call, or a turn recorded before steps held it)."""
 
     def render(self) -> str:
         return f"[{self.iteration}] {self.kind.value:<11} {self.text}{self._settings_line()}"
@@ -189,6 +196,8 @@ class Step(BaseModel):
     @model_serializer(mode="wrap")
     def _lean(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
         data = handler(self)
+        if not self.tool_schema:  # most steps are no calls: they read as before it existed
+            data.pop("tool_schema", None)
         lean = isinstance(info.context, dict) and info.context.get(LEAN)
         if lean and self.text == _line(self.observation, self.calls):
             del data["text"]
@@ -253,6 +262,10 @@ class OutputSpec(BaseModel):
     """The type's name ("Slot"): the schema's name where a provider asks for one."""
     json_schema: dict[str, Any]
     """The type's JSON schema, as pydantic's `TypeAdapter(...).json_schema()` gives it."""
+    python: str = ""
+    """An agent's own type, when it is a class defined at a module's top level: where,
+    as `module:qualname` (`durable_agent.outputs.type_path`), so that a client that has
+    loaded that module gives the turn's value as an object of it. Empty otherwise."""
 
     @property
     def wrapped(self) -> bool:
@@ -488,6 +501,9 @@ class TurnOutput(BaseModel):
     output: Any = None
     """A typed turn's value, as JSON (its `answer` is that JSON's text); None for a
     turn that answered in words, or ended without a value."""
+    output_type: str = ""
+    """With a value of its agent's own type: where that type is defined, as its worker
+    has it (`OutputSpec.python`, `module:qualname`); empty otherwise."""
     earlier_steps: int = 0
     """Steps the turn's earlier runs recorded (a turn that continued as new), which
     `steps` leaves out; each run's are in the input of the run after it
@@ -557,6 +573,9 @@ class RecordedCall(BaseModel):
     """Its result as that turn's model read it; None: the model never read it (a
     return-direct result), and `result` is the tool's raw result."""
     result: Any = None
+    tool_schema: str = ""
+    """A hash of its tool's schema as that turn was offered it (`Step.tool_schema`;
+    empty: not recorded)."""
 
 
 class Fork(BaseModel):
@@ -576,7 +595,18 @@ class Fork(BaseModel):
     """The parent's steps before `step`, which begin this turn's story."""
     calls: list[RecordedCall] = Field(default_factory=list)
     fingerprint: str = ""
-    """The parent's agent fingerprint: a fork runs the same agent, or not at all."""
+    """The parent's agent fingerprint: a fork runs the same agent, or not at all (unless
+    `current`)."""
+    instructions: str = ""
+    """The instructions the parent's agent function gave it (`Agent(instructions=fn)`),
+    as its history records them: the fork's too, so that it runs the text the parent
+    ran, unless it is given other instructions or runs on the agent as served now.
+    Empty: the parent's agent had plain instructions."""
+    current: bool = False
+    """Run on the agent as served now (`rerun --current`), however it changed since the
+    parent ran: its instructions (a function's evaluated again, from the parent's
+    context) and its tools, with no fingerprint check. The record's calls whose tools
+    were removed, or whose schemas changed, are reported, each in a `changed` step."""
     live_reads: bool = False
     """Reads run again, live, instead of answering with their recorded results (those
     before `step` too: their new results replace the recorded ones)."""

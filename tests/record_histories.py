@@ -241,6 +241,42 @@ async def forking(harness: Harness) -> WorkflowHandle:
         return fork.temporal
 
 
+async def forking_after_a_fix(harness: Harness, tmp: Path) -> dict[str, WorkflowHandle]:
+    """Forks of a turn whose instructions are a function (`tests/test_rewind_current.py`):
+    `forked_as_ran`, on the worker that ran it (the function's recorded text, its tools
+    fingerprinted with it), and `forked_current`, on the agent as served now after the
+    prompt changed and the write's schema gained a field (the record rechecked, the
+    change said, the write answered from the record)."""
+    from collections import Counter
+
+    from tests.test_rewind import Forking
+    from tests.test_rewind_current import (
+        Prompt,
+        book_with_note,
+        booking,
+        books_again,
+        clinic,
+        free_slots,
+    )
+
+    prompt, effects = Prompt(tmp / "prompt.txt", "Be brief."), Counter[str]()
+    model = Forking(booking())
+    async with harness.worker(model, agents=[clinic(prompt, effects)]) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await agents.ask("Book me slot s-17 on monday, please.", context={"name": "Ada"})
+        model.then(books_again())
+        as_ran = await agents.rerun(first.workflow_id, from_step=2)
+        await as_ran.result()
+    prompt.path.write_text("Be kind.")
+    fixed = clinic(prompt, effects, free_slots, book_with_note)
+    async with harness.worker(model, agents=[fixed]) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        model.then(books_again())
+        current = await agents.rerun(first.workflow_id, from_step=2, current=True)
+        await current.result()
+    return {"forked_as_ran": as_ran.temporal, "forked_current": current.temporal}
+
+
 async def asking_again(harness: Harness, fork: bool) -> WorkflowHandle:
     """A waived refund made twice, the second copy approved by the recorder: in one
     reply of a fork of a turn that refunded once (the first copy from the record, the
@@ -313,7 +349,8 @@ async def local_calls(harness: Harness) -> WorkflowHandle:
 
 async def main(only: set[str]) -> None:
     """Record every scenario, or (`only`) those named: one of `scenarios()`, or
-    `long_turn`, `consent_across_runs`, `forked`, `fork_write_asked`,
+    `long_turn`, `consent_across_runs`, `forked`, `forked_as_ran`, `forked_current`,
+    `fork_write_asked`,
     `write_asked_again`, `compacted`, `mcp_tools`, `local_calls`, `approved`,
     `declined_by_person`."""
     env = await WorkflowEnvironment.start_local(
@@ -354,6 +391,9 @@ async def main(only: set[str]) -> None:
                 await save(name, handle)
             if not only or "forked" in only:
                 await save("forked", await forking(harness))
+            if not only or only & {"forked_as_ran", "forked_current"}:
+                for name, handle in (await forking_after_a_fix(harness, Path(tmp))).items():
+                    await save(name, handle)
             for name, fork in (("fork_write_asked", True), ("write_asked_again", False)):
                 if not only or name in only:
                     await save(name, await asking_again(harness, fork))

@@ -310,8 +310,8 @@ SLOT = {"slot_id": "s1", "time": "09:00"}
 
 async def test_result_takes_what_start_takes(env: WorkflowEnvironment, harness: Harness) -> None:
     """A type or an `OutputSpec`, given to `ask`, `start` or `turn(...)`: the same
-    value back, an object of the type or (a spec) its JSON; an agent's own type read
-    with the type is the object too."""
+    value back, an object of the type or (a spec) its JSON; an agent's own type is the
+    object too, named or not (this process has its module)."""
     final = Reply(calls=[ToolCall(id="out1", name=OUTPUT_TOOL, arguments=SLOT)])
     typed = replace(harness.agent(), output_type=Slot)
     async with harness.worker(ScriptedModel(plans=[final]), agents=[typed]) as task_queue:
@@ -324,7 +324,7 @@ async def test_result_takes_what_start_takes(env: WorkflowEnvironment, harness: 
             again = await agents.turn(by_type.workflow_id, output_type=given).result()
             assert again.output == (Slot(**SLOT) if given is Slot else SLOT)
         own_typed = await agents.turn(own.workflow_id, output_type=Slot).result()
-    assert by_type.output == Slot(**SLOT) and by_spec.output == SLOT and own.output == SLOT
+    assert by_type.output == Slot(**SLOT) and by_spec.output == SLOT and own.output == Slot(**SLOT)
     assert own_typed.output == Slot(**SLOT)
 
 

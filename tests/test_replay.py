@@ -4,8 +4,10 @@ a non-determinism error, or are shown to need the version they started on.
 `histories/` holds turns and conversations recorded by the current code
 (`python -m tests.record_histories`): approvals given and refused, a
 conversation, a streamed turn, a sub-agent's turn and its parent, a typed turn
-whose value was repaired once, a fork of a turn (`client.py rerun`), a fork and a
-turn whose second copy of a waived write asked for consent, a turn of an agent with
+whose value was repaired once, a fork of a turn (`client.py rerun`), forks of a turn
+whose instructions are a function (as it ran, and on the agent as served now after a
+fix: `rerun --current`), a fork and a turn whose second copy of a waived write asked
+for consent, a turn of an agent with
 an MCP server (its tool list recorded by hash), and turns that
 continued as new, run by run (`<name>.run<n>`: a long turn, and one whose write
 waited for consent across a continue-as-new). They must replay (a worker that picks
@@ -100,6 +102,8 @@ def test_histories_are_stored() -> None:
         "mcp_tools",
         "fork_write_asked",
         "write_asked_again",
+        "forked_as_ran",
+        "forked_current",
     } <= {p.stem for p in HISTORIES}
     assert [p.stem for p in INLINE_TOOLS] == ["mcp_tools"]
     continued = {p.stem for p in HISTORIES if ".run" in p.stem}

@@ -8,7 +8,11 @@ delivers the value once."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -30,6 +34,7 @@ from durable_agent.outputs import OUTPUT_TOOL, Output, output_spec, parameters, 
 from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import ShopStore
+from durable_agent.testing import TestModel
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
 from tests.conftest import Harness, kinds, story
 from tests.fakes.chat_completions import (
@@ -41,6 +46,7 @@ from tests.fakes.chat_completions import (
 )
 from tests.test_crash import spawn_worker, wait_for
 
+ROOT = Path(__file__).resolve().parent.parent
 ORDER = ("call_a", "order_status", '{"order_id": "123456"}')
 
 
@@ -114,12 +120,14 @@ async def test_an_agents_own_type_through_the_output_tool(
     async with harness.worker(model, agents=[typed]) as task_queue:
         agents = AgentClient(env.client, task_queue=task_queue)
         turn = await agents.start("Which item was ordered for 123456?", model="scripted")
-        as_json = await turn.result()
-        as_object = await agents.turn(turn.id, output_type=OrderFacts).result()
+        result = await turn.result()
+        as_json = await agents.turn(turn.id, output_type=output_spec(OrderFacts)).result()
 
-    assert as_json.outcome is Outcome.ANSWERED and as_json.output == FACTS
-    assert as_object.output == OrderFacts(**FACTS)
-    assert as_json.fingerprint != harness.agent().fingerprint()  # the type is part of it
+    # Not named again: this process has the agent's type (its module), as its record says.
+    assert result.outcome is Outcome.ANSWERED and result.output == OrderFacts(**FACTS)
+    assert result.output_type == f"{__name__}:OrderFacts"
+    assert as_json.output == FACTS  # an OutputSpec names no type: the value as JSON
+    assert result.fingerprint != harness.agent().fingerprint()  # the type is part of it
     # The scripted model was offered the output tool, with the type's schema, last.
     kind, request = model.requests[0]
     assert request.tools[-1].name == OUTPUT_TOOL and request.final_tool == OUTPUT_TOOL
@@ -312,3 +320,80 @@ async def test_a_return_direct_result_does_not_end_a_typed_turn(harness: Harness
     assert result.outcome is Outcome.ANSWERED and result.output == value
     assert kinds(result) == ["plan", "tool_call", "observation", "answer"]
     assert [k for k, _ in model.requests] == ["plan", "interpret"]
+
+
+async def test_asked_with_the_agent_itself_the_value_is_an_object_of_its_type(
+    env: WorkflowEnvironment, harness: Harness
+) -> None:
+    """A type no other process could find by name (made inside a function: the turn
+    records no place for it): asked by name, the value is JSON, as the caller knows no
+    type; asked with the agent itself (a turn or a conversation), an object of it."""
+
+    class Booking(BaseModel):
+        slot_id: str
+        doctor: str
+
+    value = {"slot_id": "s-17", "doctor": "Dr Ng"}
+    agent = Agent(
+        name="clinic",
+        model="test",
+        models={"test": lambda _: TestModel(output=value)},
+        output_type=Booking,
+    )
+    async with harness.worker(agents=[agent]) as task_queue:
+        agents = AgentClient(env.client, task_queue=task_queue)
+        by_name = await agents.ask("Book me s-17", agent="clinic")
+        by_agent = await agents.ask("Book me s-17", agent=agent)
+        chatted = await agents.chat(agent=agent).send("Book me s-17")
+
+    assert by_name.outcome is Outcome.ANSWERED and by_name.output_type == ""
+    assert by_name.output == value and isinstance(by_name.output, dict)
+    assert by_agent.output == Booking(**value) and isinstance(by_agent.output, Booking)
+    assert isinstance(chatted.output, Booking)
+
+
+async def test_a_type_this_process_has_not_loaded_is_json_and_is_never_imported(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The agent's worker runs in another process: the turn records where its type is
+    defined, but the client imports no module a record names; once this process has
+    loaded the module itself, the same turn's value is an object of the type."""
+    module = "tests.typed_clinic"
+    assert module not in sys.modules
+    task_queue = f"typed-{uuid.uuid4().hex[:6]}"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+    environ.update(
+        TEMPORAL_ADDRESS=env.client.service_client.config.target_host,
+        TEMPORAL_CONFIG_FILE=str(tmp_path / "no-such-temporal.toml"),
+        AGENT_STATE_DIR=str(tmp_path / "state"),
+        AGENT_PAYLOAD_STORE="off",  # inline payloads, as this process's client reads them
+        AGENT_VERSIONING="off",
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "worker.py", "--agent", f"{module}:clinic", "--task-queue", task_queue],
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        said = [worker.stdout.readline()]
+        while said[-1] and not said[-1].startswith("worker ready"):
+            said.append(worker.stdout.readline())
+        assert said[-1], said
+        agents = AgentClient(env.client, task_queue=task_queue)
+        first = await agents.ask("Book me the first slot on Monday")
+        assert module not in sys.modules  # the record named it; nothing imported it
+        typed = importlib.import_module(module)
+        again = await agents.turn(first.workflow_id).result()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        sys.modules.pop(module, None)
+
+    assert first.outcome is Outcome.ANSWERED, first.answer
+    assert first.output_type == f"{module}:Slot"
+    assert first.output == typed.SLOT and isinstance(first.output, dict)
+    assert isinstance(again.output, typed.Slot) and again.output == typed.Slot(**typed.SLOT)

@@ -40,7 +40,8 @@ MODEL_RETRY = RetryPolicy(
 # An agent's instructions for one turn (`Agent(instructions=fn)`), evaluated once, before
 # its first model call, as a local activity: a read of the agent's own (a profile, a
 # plan), quick, retried a few times; then the turn ends, saying why. The prices a cost
-# cap needs are a read of the worker's settings, under the same policy.
+# cap needs are a read of the worker's settings, under the same policy, and so is the
+# recheck of a fork's record against the tools as served now (`rerun --current`).
 INSTRUCTIONS_TIMEOUT = timedelta(seconds=10)
 INSTRUCTIONS_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
@@ -49,6 +50,7 @@ INSTRUCTIONS_RETRY = RetryPolicy(
     maximum_attempts=3,
 )
 PRICES_TIMEOUT = timedelta(seconds=5)
+RECHECK_TIMEOUT = PRICES_TIMEOUT
 
 # Remote calls heartbeat (see activities/_common.py): a dead worker's call is
 # retried elsewhere after this, not after the whole start-to-close timeout.

@@ -5,6 +5,8 @@
                             replay never calls the function again)
     prices                  under a spending cap: every model of the turn has a price,
                             or the turn is refused before its first call (local activity)
+    recheck                 a fork on the agent as served now (`rerun --current`): the
+                            calls of its record against the tools now (local activity)
     plan                    model: tool calls for the question, or a direct answer
                             (an activity; a local one with `Agent.model_calls="local"`)
     for each round of calls (iterations, at most limits.max_steps):
@@ -89,6 +91,8 @@ with workflow.unsafe.imports_passed_through():
         PlanInput,
         PricesActivity,
         PricesInput,
+        RecheckActivity,
+        RecheckInput,
         ShieldActivity,
         ShieldInput,
         ShieldOutput,
@@ -158,6 +162,7 @@ with workflow.unsafe.imports_passed_through():
         PARSE_TIMEOUT,
         PRICES_TIMEOUT,
         QUICK_TIMEOUT,
+        RECHECK_TIMEOUT,
         SHIELD_RETRY,
         SHIELD_TIMEOUT,
         WORKFLOW_TASK_TIMEOUT,
@@ -361,8 +366,11 @@ class AgentTurn:
             return self._finish(end.outcome, end.answer)
         if screened is not None and screened.agent is not None:
             self._agent = screened.agent
-        if turn.fork is not None and (mismatch := rewind.agent_mismatch(turn.fork, self._agent)):
-            raise ApplicationError(mismatch, type=CannotFork.__name__, non_retryable=True)
+        fork = turn.fork
+        if fork is not None and not fork.current and not fork.instructions:
+            # A fork whose parent's instructions a function gave is checked once that
+            # text is fingerprinted (`_prepare`); one on the agent as served now, never.
+            self._same_agent(fork)
         self._limits = _capped(turn.limits or self._agent.limits or TurnLimits(), turn.cost_left)
         if stop:
             refusal = screened.refusal if screened else ""
@@ -392,14 +400,34 @@ class AgentTurn:
         nothing here); and, under a spending cap, a price for every one of the models."""
         self._models = fallback.specs(turn.model) or self._agent.models or [turn.model]
         self._several_models = len(self._models) > 1
-        if self._agent.dynamic_instructions and not turn.instructions:
+        fork = turn.fork
+        if fork is not None and fork.instructions and not fork.current:
+            await self._as_parent_ran(turn, fork)
+        elif self._agent.dynamic_instructions and not turn.instructions:
+            # A fork on the agent as served now: evaluated again, from the parent's context.
             self._instructions = await self._instructions_for(turn)
         if self._limits.max_cost is not None:
             await self._priced(self._limits.max_cost)
 
-    async def _instructions_for(self, turn: TurnInput) -> str:
+    async def _as_parent_ran(self, turn: TurnInput, fork: Fork) -> None:
+        """A fork of a turn whose agent's instructions a function gave: the fork runs the
+        text its parent got (unless it was given its own), never the function, and the
+        agent it runs must be the one its parent ran: that text and the same tools."""
+        if self._agent.dynamic_instructions:
+            text = await self._instructions_for(turn, fork.instructions)
+            if not turn.instructions:
+                self._instructions = text
+        self._same_agent(fork)
+
+    def _same_agent(self, fork: Fork) -> None:
+        """A fork runs the agent its parent ran (its fingerprint), or fails in one line."""
+        if mismatch := rewind.agent_mismatch(fork, self._agent):
+            raise ApplicationError(mismatch, type=CannotFork.__name__, non_retryable=True)
+
+    async def _instructions_for(self, turn: TurnInput, recorded: str = "") -> str:
         """Evaluated once, as a local activity whose result the history records: a
-        replay reads the text, and the turn's fingerprint becomes that of the text."""
+        replay reads the text, and the turn's fingerprint becomes that of the text.
+        `recorded`: a fork's parent's text, fingerprinted as it is (not evaluated)."""
         try:
             out = await workflow.execute_local_activity_method(
                 InstructionsActivity.instructions,
@@ -408,6 +436,7 @@ class AgentTurn:
                     context=turn.context,
                     tools_version=self._agent.tools_version,
                     tool_lists=self._agent.tool_lists,
+                    text=recorded,
                 ),
                 start_to_close_timeout=INSTRUCTIONS_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
@@ -541,7 +570,14 @@ class AgentTurn:
             refusal = screened.refusal if screened else ""
             raise _TurnEnded(Outcome.REFUSED, refusal or answers.REFUSED_ANSWER)
         self._record(iteration, StepKind.ANSWER, answer, **(self._by(reply) if reply else {}))
-        return self._finish(Outcome.ANSWERED, answer, json.loads(answer) if typed else None)
+        if not typed:
+            return self._finish(Outcome.ANSWERED, answer)
+        # Where the agent's own type is defined, for a client that has it (never a type
+        # the turn was given: that is its caller's).
+        own = self._agent.output if turn.output is None else None
+        return self._finish(
+            Outcome.ANSWERED, answer, json.loads(answer), own.python if own is not None else ""
+        )
 
     def _own(self) -> list[str]:
         """Instructions evaluated for this turn, which an answer or a call may draw on as
@@ -1027,8 +1063,10 @@ class AgentTurn:
         elif refused := await self._checked_and_consented(turn, iteration, index, vc):
             return refused
         if vc.agent is not None:
-            return await self._ask_subagent(turn, iteration, index, call, vc.agent)
-        self._record(iteration, StepKind.TOOL_CALL, call.render(), calls=[call])
+            return await self._ask_subagent(turn, iteration, index, vc, vc.agent)
+        self._record(
+            iteration, StepKind.TOOL_CALL, call.render(), calls=[call], tool_schema=vc.tool_schema
+        )
         size = vc.result_chars
         await self._room_for(size)
         try:
@@ -1239,12 +1277,14 @@ class AgentTurn:
         )
 
     async def _ask_subagent(
-        self, turn: TurnInput, iteration: int, index: int, call: ToolCall, agent: SubAgent
+        self, turn: TurnInput, iteration: int, index: int, vc: ValidCall, agent: SubAgent
     ) -> Observation:
         """An agent tool's call: the sub-agent's own turn, as a child workflow, with what
         is left of this turn's budget; its answer is the call's result."""
+        call = vc.call
         child_id = f"{workflow.info().workflow_id}-{call.name}-{iteration}-{index}"
-        self._record(iteration, StepKind.TOOL_CALL, f"{call.render()} → {child_id}", calls=[call])
+        line = f"{call.render()} → {child_id}"
+        self._record(iteration, StepKind.TOOL_CALL, line, calls=[call], tool_schema=vc.tool_schema)
         limits = self._limits.model_copy(
             update={
                 "max_steps": max(1, self._limits.max_steps - iteration + 1),
@@ -1462,7 +1502,9 @@ class AgentTurn:
             search.FINGERPRINT.value_set(self._agent.fingerprint),
         ]
 
-    def _finish(self, outcome: Outcome, answer: str, output: Any = None) -> TurnOutput:
+    def _finish(
+        self, outcome: Outcome, answer: str, output: Any = None, output_type: str = ""
+    ) -> TurnOutput:
         if outcome is not Outcome.ANSWERED:
             found = self._found()
             last = found[-1].iteration if found else 1
@@ -1490,6 +1532,7 @@ class AgentTurn:
             agent=self._agent.name,
             fingerprint=self._agent.fingerprint,
             output=output,
+            output_type=output_type,
             earlier_steps=self._steps_before,
             runs=self._run_number,
         )
@@ -1507,6 +1550,10 @@ class AgentTurn:
                 observation=step.observation,
             )
         self._messages = rewind.prefix(fork)
+        if fork.current:
+            # Its calls are matched against the record as the agent takes it now, in this
+            # run and (carried in the input) the next.
+            fork = turn.fork = await self._rechecked(turn, fork)
         if fork.live_reads:
             await self._reread(turn, fork)
         summary = f"fork of {fork.parent} from step {fork.step}"
@@ -1515,6 +1562,42 @@ class AgentTurn:
         reply = await self._interpret(turn, fork.step - 1, summary)
         # An answer belongs to the round it read, as in any turn.
         return reply, fork.step if reply.calls else fork.step - 1, StepKind.CONTINUE
+
+    async def _rechecked(self, turn: TurnInput, fork: Fork) -> Fork:
+        """A fork on the agent as served now: each call of its record whose tool was
+        removed, or whose schema changed, gets a `changed` step (`rewind.changes`), at
+        the fork's step. One its conversation holds that the agent cannot take now
+        stops the fork, in one line: its model would go on from a call it cannot make.
+        The fork, its record's calls as the agent takes them now."""
+        if not fork.calls:
+            return fork
+        try:
+            out = await workflow.execute_local_activity_method(
+                RecheckActivity.recheck,
+                RecheckInput(
+                    calls=[r.call for r in fork.calls],
+                    tools=turn.tools,
+                    agent=self._agent.name,
+                    tools_version=self._agent.tools_version,
+                    tool_lists=self._agent.tool_lists,
+                ),
+                start_to_close_timeout=RECHECK_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
+                retry_policy=INSTRUCTIONS_RETRY,
+                summary="recheck: the record's calls against the tools now",
+            )
+        except (ActivityError, ApplicationError) as e:
+            self._if_out_of_time()
+            self._if_tools_lost(fork.step, e)
+            said = self._failed("its record could not be checked against the agent now", e)
+            line = f"fork of {fork.parent} from step {fork.step}: {said}; fork it again"
+            raise ApplicationError(line, type=CannotFork.__name__, non_retryable=True) from None
+        changes = rewind.changes(fork, out.calls)
+        for change in changes:
+            self._record(fork.step, StepKind.CHANGED, change.line, calls=[change.recorded.call])
+        if stop := next((c.stop for c in changes if c.stop), None):
+            raise ApplicationError(stop, type=CannotFork.__name__, non_retryable=True)
+        return rewind.as_taken_now(fork, out.calls)
 
     async def _from_record(
         self,

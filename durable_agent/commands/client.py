@@ -9,6 +9,7 @@ python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
 python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
 python client.py rerun WORKFLOW_ID --from-step N [--model SPEC] [--instructions FILE]
+python client.py rerun WORKFLOW_ID --from-step N --current   # on the agent as served now
 python client.py replay WORKFLOW_ID --model SPEC   # the turn asked again, tools from the record
 python client.py versions       # the worker deployment's versions, and what needs each
 python client.py move-conversations   # idle conversations onto the current version now
@@ -41,6 +42,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -427,7 +429,9 @@ def workflow_id(value: str) -> str:
 async def print_result(conn: Connection, turn: TurnHandle, result: TurnOutput) -> int:
     """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
     if result.output is not None:  # a typed turn's value: its JSON, to read or to pipe
-        print(f"\noutput ({result.outcome.value}):\n{json.dumps(result.output, indent=2)}")
+        # An object where this process has the agent's type (its module loaded: --agent).
+        value = json.dumps(to_jsonable_python(result.output), indent=2)
+        print(f"\noutput ({result.outcome.value}):\n{value}")
     else:
         print(f"\nanswer ({result.outcome.value}): {result.answer}")
     print(usage_line(result.usage))
@@ -1223,8 +1227,10 @@ def add_rerun(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     rerun.add_argument(
         "--instructions",
         metavar="FILE",
-        help="other instructions, from FILE (default: the agent's)",
+        help="other instructions, from FILE (default: the original's, as its agent's "
+        "function gave them)",
     )
+    add_current(rerun)
     rerun.add_argument(
         "--live-reads",
         action="store_true",
@@ -1248,8 +1254,19 @@ def add_rerun(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     replay.add_argument(
         "--instructions", metavar="FILE", help="instructions, from FILE (default: the original's)"
     )
+    add_current(replay)
     replay.add_argument("--follow", action="store_true", help="print each step as it happens")
     replay.set_defaults(run=cmd_replay, live_reads=False, no_wait=False)
+
+
+def add_current(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--current",
+        action="store_true",
+        help="run on the agent as the worker serves it now (its instructions and tools, "
+        "after a fix), not the version the turn ran; calls of the record whose tools were "
+        "removed or changed are said",
+    )
 
 
 MAX_STEP = 1000
@@ -1286,7 +1303,9 @@ async def cmd_rerun(args: argparse.Namespace, replay: bool = False) -> int:
     async with session(args.task_queue, self_contained=False) as conn:
         agents = client_of(conn, args)
         if replay:
-            fork = await agents.replay(turn_id, model=args.model, instructions=instructions)
+            fork = await agents.replay(
+                turn_id, model=args.model, instructions=instructions, current=args.current
+            )
         else:
             fork = await agents.rerun(
                 turn_id,
@@ -1294,6 +1313,7 @@ async def cmd_rerun(args: argparse.Namespace, replay: bool = False) -> int:
                 model=args.model,
                 instructions=instructions,
                 live_reads=args.live_reads,
+                current=args.current,
             )
         origin = Origin(parent=turn_id, step=getattr(args, "from_step", 1), replay=replay)
         if args.no_wait:
@@ -1301,6 +1321,7 @@ async def cmd_rerun(args: argparse.Namespace, replay: bool = False) -> int:
             return 0
         if args.follow:
             print(f"{fork.id}: {origin.line()}", file=sys.stderr)
+        changed: list[Step] = []
         try:
             async for _, event in fork.events():
                 if not isinstance(event, StepEvent):
@@ -1309,9 +1330,17 @@ async def cmd_rerun(args: argparse.Namespace, replay: bool = False) -> int:
                     print(event.step.render(), flush=True)
                 if event.step.kind is StepKind.APPROVAL:
                     print(decide_hint(fork.id, event.step), flush=True)
+                if event.step.kind is StepKind.CHANGED:
+                    changed.append(event.step)
         except AgentClientError:
             pass  # the fork failed: its result says why
-        result = await fork.result()
+        try:
+            result = await fork.result()
+        except AgentClientError:
+            # A fork that stopped: the calls its agent takes otherwise now, then why.
+            for step in [] if args.follow else changed:
+                print(step.render(), flush=True)
+            raise
         if reason := refused_model(result):
             raise CliError(f"fork {fork.id}: its model cannot be used: {reason}")
         if not args.follow:

@@ -32,8 +32,13 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent.activities import DispatchInput, DispatchOutput, ModelCallInput
-from durable_agent.activities._conversation import local_model_call
+from durable_agent.activities import (
+    DispatchInput,
+    DispatchOutput,
+    InstructionsOutput,
+    ModelCallInput,
+)
+from durable_agent.activities._conversation import local_model_call, local_result
 from durable_agent.activities.interpret import InterpretOutput
 from durable_agent.activities.plan import PlanOutput
 from durable_agent.answers import markdown_safe
@@ -107,7 +112,10 @@ async def _read(client: Client, handle: WorkflowHandle, run_id: str) -> Recordin
     )
     model_calls = [call for run in runs for call in run.model_calls]
     dispatched = {k: v for run in runs for k, v in run.dispatched.items()}
-    return Recording(handle.id, first.turn, output, model_calls, dispatched)
+    # Evaluated once, in the first run (the next ones carry the text).
+    return Recording(
+        handle.id, first.turn, output, model_calls, dispatched, instructions=first.instructions
+    )
 
 
 @dataclass
@@ -120,6 +128,8 @@ class _Run:
     dispatched: dict[str, Any] = field(default_factory=dict)
     previous: str = ""
     """The run it continued (empty: none)."""
+    instructions: str = ""
+    """What the agent's instructions function gave the turn (`instructions` activity)."""
 
 
 def _carried(run: _Run) -> TurnCarry | None:
@@ -136,6 +146,9 @@ async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
         kind = event.event_type
         if (local := await local_model_call(event, converter)) is not None:
             run.model_calls.append(local)
+        elif (marker := local_result(event)) is not None and marker[0] == "instructions":
+            [given] = await converter.decode(marker[1], [InstructionsOutput])
+            run.instructions = given.text
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             started = event.workflow_execution_started_event_attributes
             [run.turn] = await converter.decode(list(started.input.payloads), [TurnInput])
@@ -182,6 +195,7 @@ async def start_fork(
     replay: bool = False,
     own_world: bool = False,
     fork_id: str = "",
+    current: bool = False,
 ) -> WorkflowHandle:
     """Fork the finished turn `workflow_id` from `step` (`durable_agent/rewind.py`): a new
     turn, `<workflow id>-fork-<n>`, with `model` and `instructions` when given (else the
@@ -189,13 +203,23 @@ async def start_fork(
     `replay`: from step 1, served from the record while its calls repeat the original's in
     order (`<workflow id>-replay-<n>`), in a world of its own with `own_world` (`Fork`).
     `fork_id`: the fork's workflow id, of the caller's naming: a fork of that id already
-    running is the one returned, and one that has ended raises WorkflowAlreadyStartedError."""
+    running is the one returned, and one that has ended raises WorkflowAlreadyStartedError.
+    `current`: on the agent as served now, however it changed (`Fork.current`)."""
     original = await recording(client, workflow_id)
-    fork = fork_of(original, step, live_reads=live_reads, in_order=replay, own_world=own_world)
+    fork = fork_of(
+        original,
+        step,
+        live_reads=live_reads,
+        in_order=replay,
+        own_world=own_world,
+        current=current,
+    )
     turn = original.turn.model_copy(
         update={
             "model": model or original.turn.model,
-            "instructions": instructions or original.turn.instructions,
+            # On the agent as served now: its own instructions, not those the parent
+            # was given (a fork's, from a file).
+            "instructions": instructions or ("" if current else original.turn.instructions),
             # Not a turn of the original's conversation: its earlier exchanges are in
             # the fork's conversation, but the conversation never hears of the fork.
             "conversation_id": "",
