@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 from temporalio.client import (
     Client,
     Schedule,
+    ScheduleActionExecution,
+    ScheduleActionExecutionStartWorkflow,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
     ScheduleDescription,
@@ -202,7 +204,8 @@ class Schedules:
         names: list[str] = []
         with _plainly():
             async for entry in await self._temporal.list_schedules():
-                if getattr(entry.schedule.action, "workflow", None) == TURN:
+                listed = entry.schedule.action if entry.schedule else None
+                if getattr(listed, "workflow", None) == TURN:
                     names.append(entry.id)
                     if len(names) >= limit:
                         break
@@ -273,22 +276,23 @@ class Schedules:
             when=asked,
             time_zone=desc.schedule.spec.time_zone_name or "",
             overlap=overlap_name(rules.overlap),
-            catchup_window=rules.catchup_window,
+            catchup_window=rules.catchup_window or timedelta(0),
             paused=state.paused,
             note=state.note or "",
             task_queue=action.task_queue,
             context=dict(turn.context),
             next_runs=list(info.next_action_times),
-            recent_turns=[
-                a.action.workflow_id
-                for a in info.recent_actions
-                if hasattr(a.action, "workflow_id")
-            ],
-            running_turns=[r.workflow_id for r in info.running_actions],
+            recent_turns=_started([a.action for a in info.recent_actions]),
+            running_turns=_started(info.running_actions),
             turns_started=info.num_actions,
             skipped=info.num_actions_skipped_overlap,
             missed=info.num_actions_missed_catchup_window,
         )
+
+
+def _started(actions: Sequence[ScheduleActionExecution]) -> list[str]:
+    """The workflow ids of the turns a schedule's actions started."""
+    return [a.workflow_id for a in actions if isinstance(a, ScheduleActionExecutionStartWorkflow)]
 
 
 async def _one_interval(handle: ScheduleHandle) -> None:
