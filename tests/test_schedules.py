@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import AgentClient
@@ -27,6 +28,7 @@ from durable_agent.errors import (
     UnknownSchedule,
     UnknownTurn,
 )
+from durable_agent.runtime.codec import data_converter
 from durable_agent.schedules import scheduled_turn_id
 from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome
@@ -335,3 +337,25 @@ async def test_cli_refuses_bad_input_in_one_line(
     outs = await asyncio.gather(*(asyncio.to_thread(refused, args) for args, _ in cases))
     for (_, says), out in zip(cases, outs, strict=True):
         one_line(out, says)
+
+
+async def test_a_scheduled_turn_reads_its_input_from_the_payload_store(
+    env: WorkflowEnvironment, store: ShopStore, tmp_path: Path, made: list[str]
+) -> None:
+    """With every payload in the store, the schedule's action holds its turn's input by
+    reference, and each turn it starts (an id of its own) reads it."""
+    environ = {"AGENT_PAYLOAD_STORE": f"local:{tmp_path}", "AGENT_PAYLOAD_THRESHOLD": "0"}
+    client = await Client.connect(
+        env.client.service_client.config.target_host, data_converter=data_converter(environ)
+    )
+    name = named("stored")
+    async with Harness(client, store).worker() as task_queue:
+        agents = AgentClient(client, task_queue=task_queue)
+        made.append(name)
+        await agents.schedules.add(name, SHIPPED, every="1h", model="offline")
+        await agents.schedules.trigger(name)
+        (row,) = await until(
+            lambda: agents.find(schedule=name), lambda rows: rows and rows[0].status == "done"
+        )
+        result = await agents.turn(row.workflow_id).result()
+    assert result.outcome is Outcome.ANSWERED and "shipped" in result.answer

@@ -16,6 +16,7 @@ read the customer the turn was started for, never the id.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -115,10 +116,7 @@ class Schedules:
 
     def __init__(self, agents: AgentClient) -> None:
         self._agents = agents
-
-    @property
-    def _temporal(self) -> Client:
-        return self._agents.temporal
+        self._temporal = _inline(agents.temporal)
 
     async def add(
         self,
@@ -293,6 +291,19 @@ class Schedules:
 def _started(actions: Sequence[ScheduleActionExecution]) -> list[str]:
     """The workflow ids of the turns a schedule's actions started."""
     return [a.workflow_id for a in actions if isinstance(a, ScheduleActionExecutionStartWorkflow)]
+
+
+def _inline(client: Client) -> Client:
+    """`client`, storing no payload in the payload store: the server's own scheduler
+    reads a schedule's action and memo, and it cannot follow a reference to the store
+    (the schedule would fail there). A turn's input is bounded (question, context), so
+    it travels inline; its codec (encryption) stays."""
+    converter = client.data_converter
+    if converter.external_storage is None:
+        return client
+    config = client.config()
+    config["data_converter"] = dataclasses.replace(converter, external_storage=None)
+    return Client(**config)
 
 
 async def _one_interval(handle: ScheduleHandle) -> None:
