@@ -387,7 +387,7 @@ class AgentClient:
                 schedule=schedule,
             )
 
-    @property
+    @functools.cached_property
     def schedules(self) -> Schedules:
         """The schedules that start this client's turns (`durable_agent.schedules`)."""
         return Schedules(self)

@@ -6,6 +6,7 @@ with SIGKILL loses no scheduled turn; the CLI round trip, and its one-line refus
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import subprocess
 import time
@@ -339,12 +340,16 @@ async def test_cli_refuses_bad_input_in_one_line(
         one_line(out, says)
 
 
-async def test_a_scheduled_turn_reads_its_input_from_the_payload_store(
-    env: WorkflowEnvironment, store: ShopStore, tmp_path: Path, made: list[str]
+@pytest.mark.parametrize("encrypted", [False, True])
+async def test_a_scheduled_turn_runs_with_every_payload_stored_and_encrypted(
+    env: WorkflowEnvironment, store: ShopStore, tmp_path: Path, made: list[str], encrypted: bool
 ) -> None:
-    """With every payload in the store, the schedule's action holds its turn's input by
-    reference, and each turn it starts (an id of its own) reads it."""
+    """With every payload in the store (and encrypted), the schedule still holds its
+    turn's input inline (the server's scheduler cannot read the store), and each turn it
+    starts answers."""
     environ = {"AGENT_PAYLOAD_STORE": f"local:{tmp_path}", "AGENT_PAYLOAD_THRESHOLD": "0"}
+    if encrypted:
+        environ["AGENT_ENCRYPTION_KEY"] = "k1:" + base64.b64encode(bytes(32)).decode()
     client = await Client.connect(
         env.client.service_client.config.target_host, data_converter=data_converter(environ)
     )
@@ -358,4 +363,8 @@ async def test_a_scheduled_turn_reads_its_input_from_the_payload_store(
             lambda: agents.find(schedule=name), lambda rows: rows and rows[0].status == "done"
         )
         result = await agents.turn(row.workflow_id).result()
+        assert (await agents.schedules.show(name)).question == SHIPPED
     assert result.outcome is Outcome.ANSWERED and "shipped" in result.answer
+    if encrypted:  # what the server keeps of the schedule holds no plaintext
+        raw = await env.client.get_schedule_handle(name).describe()
+        assert b"123456" not in raw.raw_description.SerializeToString()

@@ -165,7 +165,7 @@ class Schedules:
         with _plainly(name):
             # Found by schedule only where the namespace has the attributes (as `start`).
             attributes = TypedSearchAttributes.empty
-            if await registered.available(self._temporal):
+            if await registered.available(self._agents.temporal):
                 at_start = search.at_start(turn.customer_id, turn.model, agent=turn.agent)
                 attributes = TypedSearchAttributes(
                     [*at_start.search_attributes, SearchAttributePair(search.SCHEDULE, name)]
@@ -259,8 +259,13 @@ class Schedules:
         action = desc.schedule.action
         if not isinstance(action, ScheduleActionStartWorkflow) or action.workflow != TURN:
             raise UnknownSchedule(name)  # some other application's schedule
-        [turn] = await self._temporal.data_converter.decode(list(action.args), [TurnInput])
-        assert isinstance(turn, TurnInput)
+        try:
+            [turn] = await self._temporal.data_converter.decode(list(action.args), [TurnInput])
+        except Exception as e:  # another key, or a workflow of that name of another's
+            said = " ".join(str(e).split())[:200]
+            raise AgentClientError(
+                f"schedule {name!r}: its turn's input cannot be read here ({said})"
+            ) from None
         try:
             asked = str(await desc.memo_value(SCHEDULE_MEMO, type_hint=str))
         except (KeyError, ValueError, TypeError):
