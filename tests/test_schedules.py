@@ -57,6 +57,10 @@ async def made(env: WorkflowEnvironment) -> AsyncIterator[list[str]]:
             await env.client.get_schedule_handle(name).delete()
 
 
+async def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 async def until(
     probe: Callable[[], Awaitable[T]], ready: Callable[[T], bool], timeout: float = 60
 ) -> T:
@@ -176,10 +180,7 @@ async def test_a_worker_sigkill_loses_no_scheduled_turn(
         one = await until(lambda: schedules.show(name), lambda i: i.turns_started == 1)
         # A turn's id is its scheduled time to the second: the next one a second later.
         started = datetime.now(timezone.utc)
-        await until(
-            lambda: asyncio.sleep(0, datetime.now(timezone.utc)),
-            lambda now: now - started > timedelta(seconds=1.1),
-        )
+        await until(_now, lambda now: now - started > timedelta(seconds=1.1))
         await schedules.trigger(name)  # no worker runs now
         both = await until(lambda: schedules.show(name), lambda i: i.turns_started == 2)
         second = spawn_worker(env, task_queue, str(db))
