@@ -18,6 +18,8 @@
     later = agents.conversation(chat.id)        # picked up again by its id, anywhere
 
     await agents.find(customer="c-42", awaiting_approval=True)
+    await agents.schedules.add("weekly", "Summarise last week's tickets", agent="support",
+                               cron="0 9 * * MON", time_zone="Europe/Berlin")
 
 Every turn is a workflow on the server: a handle is only its id, so a process that
 crashed, or another one, picks a turn up by its id (`agents.turn(workflow_id)`; as a
@@ -86,6 +88,7 @@ from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.storage import STORE_ENV
 from durable_agent.runtime.streams import turn_events
+from durable_agent.schedules import Schedules
 from durable_agent.stream import TurnEvent
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
@@ -258,14 +261,44 @@ class AgentClient:
         is the one returned; one started for another request is a `RequestConflict`. A
         customer's request ids are theirs alone: another customer's same key is
         another turn (`request_workflow_id`)."""
+        turn = self.turn_input(
+            question,
+            agent=agent,
+            customer=customer,
+            model=model,
+            limits=limits,
+            stream=stream,
+            output_type=output_type,
+            context=context,
+            settings=settings,
+        )
+        handle = await self.start_turn(turn, request_id=request_id)
+        handle.output_type = output_type if output_type is not None else _agent_of(agent)[1]
+        return handle
+
+    def turn_input(
+        self,
+        question: str,
+        *,
+        agent: str | Agent = "",
+        customer: str = DEFAULT_CUSTOMER,
+        model: str | Sequence[str] = "",
+        limits: TurnLimits | None = None,
+        stream: bool = False,
+        output_type: Any = None,
+        context: dict[str, Any] | None = None,
+        settings: ModelSettings | Mapping[str, Any] | None = None,
+    ) -> TurnInput:
+        """The `TurnInput` that `start` sends for these arguments (a schedule's turns
+        too), checked as `start` checks them: an `AgentClientError` in one line."""
         context = checked_context(context)
         settings = checked_settings(settings)
-        agent, own = _agent_of(agent)
+        name, _ = _agent_of(agent)
         try:
-            turn = TurnInput(
+            return TurnInput(
                 question=question,
                 customer_id=customer,
-                agent=agent,
+                agent=name,
                 model=_models(model),
                 limits=limits,
                 stream=stream,
@@ -275,9 +308,6 @@ class AgentClient:
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
-        handle = await self.start_turn(turn, request_id=request_id)
-        handle.output_type = output_type if output_type is not None else own
-        return handle
 
     async def start_turn(
         self, turn: TurnInput, *, request_id: str = "", workflow_id: str = ""
@@ -348,9 +378,11 @@ class AgentClient:
         outcome: Outcome | str | None = None,
         awaiting_approval: bool = False,
         limit: int = 20,
+        schedule: str | None = None,
     ) -> list[TurnSummary]:
-        """Recent turns, newest first: by agent, customer, outcome, or those waiting
-        for a decision (the turns' search attributes; `client.py list`)."""
+        """Recent turns, newest first: by agent, customer, outcome, the schedule that
+        started them, or those waiting for a decision (the turns' search attributes;
+        `client.py list`)."""
         with _plainly():
             return await turns.find_turns(
                 self.temporal,
@@ -359,7 +391,13 @@ class AgentClient:
                 outcome=_outcome(outcome),
                 awaiting_approval=awaiting_approval,
                 limit=limit,
+                schedule=schedule,
             )
+
+    @functools.cached_property
+    def schedules(self) -> Schedules:
+        """The schedules that start this client's turns (`durable_agent.schedules`)."""
+        return Schedules(self)
 
     def turn_url(self, workflow_id: str) -> str | None:
         """The turn's page in the Web UI of the server this client uses, when its address

@@ -41,6 +41,9 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
     ├── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
     ├── RequestConflict            a request id already names a turn of another request
+    ├── UnknownSchedule            no schedule of turns has that name
+    ├── InvalidSchedule            a schedule's name, cron, interval, time or zone cannot be used
+    ├── ScheduleNameTaken          a schedule of that name exists already
     └── PayloadUnavailable         a stored payload cannot be read (missing, altered, refused,
                                    never stored): also a non-retryable `ApplicationError`, so
                                    a worker that meets one ends the turn at once
@@ -273,3 +276,30 @@ class RequestConflict(AgentClientError):
     request (another question, context, agent, model, settings, limits or output type), or a
     conversation id of the caller's naming is another customer's. The same request
     again gets its turn; a new request needs a new id."""
+
+
+class UnknownSchedule(AgentClientError):
+    """No schedule of turns has that name in the namespace (`durable_agent.schedules`)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no schedule of turns named {name!r}; see `{client_command()} schedule list`"
+        )
+        self.name = name
+
+
+class InvalidSchedule(AgentClientError):
+    """A schedule's name, cron expression, interval, time, time zone or policy cannot be
+    used; the message names which, and what to give."""
+
+
+class ScheduleNameTaken(AgentClientError):
+    """A schedule of that name exists already in the namespace (names are the schedules'
+    ids); delete it first, or choose another name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"a schedule named {name!r} exists already: choose another name, or delete it "
+            f"first (`{client_command()} schedule delete {name}`)"
+        )
+        self.name = name

@@ -11,6 +11,7 @@
                                     named it; the worker's resolution when it ends)
     AgentFingerprint   Keyword      a hash of that agent's instructions and tool schemas
     AgentForkOf        Keyword      the turn a fork was made of (`client.py rerun`)
+    AgentSchedule      Keyword      the schedule that started the turn (`durable_agent.schedules`)
 
 A turn's memo holds one entry, `pending`: the calls awaiting a decision (a list of
 `PendingApproval`), readable without a worker.
@@ -37,6 +38,7 @@ CONVERSATION = SearchAttributeKey.for_keyword("AgentConversation")
 AGENT = SearchAttributeKey.for_keyword("AgentName")
 FINGERPRINT = SearchAttributeKey.for_keyword("AgentFingerprint")
 FORK_OF = SearchAttributeKey.for_keyword("AgentForkOf")
+SCHEDULE = SearchAttributeKey.for_keyword("AgentSchedule")
 
 PENDING_MEMO = "pending"
 """The memo entry of a turn's calls awaiting a decision (also the patch that added it)."""
@@ -51,6 +53,7 @@ ALL: tuple[SearchAttributeKey, ...] = (
     AGENT,
     FINGERPRINT,
     FORK_OF,
+    SCHEDULE,
 )
 
 RUNNING = "running"

@@ -8,6 +8,8 @@ python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
 python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
 python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
+python client.py schedule add NAME --agent A (--cron EXPR | --every 1h | --at TIME) "QUESTION"
+python client.py schedule list | show NAME | pause NAME | resume NAME | trigger NAME | delete NAME
 python client.py rerun WORKFLOW_ID --from-step N [--model SPEC] [--instructions FILE]
 python client.py rerun WORKFLOW_ID --from-step N --current   # on the agent as served now
 python client.py replay WORKFLOW_ID --model SPEC   # the turn asked again, tools from the record
@@ -90,6 +92,8 @@ from durable_agent.runtime.turns import (
     history_view,
     workers,
 )
+from durable_agent.schedules import NAME_PATTERN
+from durable_agent.schedules import cli as schedules_cli
 from durable_agent.serving import load
 from durable_agent.settings import Settings, state_dir
 from durable_agent.stream import DoneEvent, Drafts, StepEvent, TokensEvent
@@ -742,6 +746,8 @@ async def cmd_list(args: argparse.Namespace) -> None:
     agent = args.agent.strip() if args.agent else None
     if agent is not None and not re.fullmatch(AGENT_NAME_PATTERN, agent):
         raise CliError(f"--agent {agent!r}: give an agent's name")
+    if args.schedule is not None and not NAME_PATTERN.fullmatch(args.schedule):
+        raise CliError(f"--schedule {args.schedule[:60]!r}: give a schedule's name")
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
         rows = await client_of(conn, args).find(
             agent=agent,
@@ -749,6 +755,7 @@ async def cmd_list(args: argparse.Namespace) -> None:
             outcome=args.outcome,
             awaiting_approval=args.awaiting_approval,
             limit=args.limit,
+            schedule=args.schedule,
         )
         if not rows:
             print("no turns found")
@@ -761,7 +768,14 @@ async def cmd_list(args: argparse.Namespace) -> None:
             print(
                 f"{r.workflow_id:<{width}}  {started}  {r.status:<17}  {r.outcome or '-':<13}  "
                 f"{agent_column}  {build}  {r.model or '-'}  {tools}  {r.question!r}"
+                + (f"  schedule: {r.schedule}" if r.schedule else "")
             )
+
+
+async def cmd_schedule(args: argparse.Namespace) -> int:
+    """`schedule ...`: the schedules live in the server; no worker is needed to keep them."""
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        return await schedules_cli.run(client_of(conn, args), args)
 
 
 def deployment_of(args: argparse.Namespace) -> str:
@@ -1144,7 +1158,9 @@ def parser() -> argparse.ArgumentParser:
         default=20,
         help="at most this many (default: %(default)s)",
     )
+    lst.add_argument("--schedule", metavar="NAME", help="only turns this schedule started")
     lst.set_defaults(run=cmd_list)
+    schedules_cli.add_parser(sub).set_defaults(run=cmd_schedule)
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")
     show.add_argument("workflow_id")

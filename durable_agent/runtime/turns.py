@@ -233,17 +233,26 @@ async def _start(
         task_queue=task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         id_conflict_policy=id_conflict_policy,
-        static_summary=markdown_safe(turn.question[:200]),
-        static_details=markdown_safe(details(turn)),
-        memo={REQUEST_MEMO: request_fingerprint(turn)},
+        **start_options(turn),
         search_attributes=search.at_start(turn.customer_id, turn.model, agent=turn.agent)
         if indexed
         else None,
-        task_timeout=WORKFLOW_TASK_TIMEOUT,
         # A worker in this process with a free slot (`ask --embedded`, `web`) gets the
         # first workflow task in the start's reply; any other start is unchanged.
         request_eager_start=True,
     )
+
+
+def start_options(turn: TurnInput) -> dict[str, Any]:
+    """What every start of a turn carries besides its id, queue and search attributes:
+    its Web UI summary and details, its request's fingerprint, its task timeout (a
+    schedule's action too: `durable_agent.schedules`)."""
+    return {
+        "static_summary": markdown_safe(turn.question[:200]),
+        "static_details": markdown_safe(details(turn)),
+        "memo": {REQUEST_MEMO: request_fingerprint(turn)},
+        "task_timeout": WORKFLOW_TASK_TIMEOUT,
+    }
 
 
 def details(turn: TurnInput) -> str:
@@ -852,6 +861,8 @@ class TurnRow:
     fingerprint: str = ""
     version: str = ""
     """The worker version it runs (ran) on, `DEPLOYMENT:BUILD_ID` (empty: unversioned)."""
+    schedule: str = ""
+    """The schedule that started it (empty: none)."""
 
 
 VERSION = deployments.VERSION
@@ -870,6 +881,7 @@ async def find_turns(
     outcome: str | None = None,
     awaiting_approval: bool = False,
     limit: int = 20,
+    schedule: str | None = None,
 ) -> list[TurnRow]:
     """Recent turns, newest first, filtered by the agent's search attributes."""
     if not await registered.available(client):
@@ -887,6 +899,8 @@ async def find_turns(
         clauses.append(f"{search.OUTCOME.name} = '{_quoted(outcome)}'")
     if awaiting_approval:
         clauses.append(f"{search.STATUS.name} = '{search.AWAITING_APPROVAL}'")
+    if schedule:
+        clauses.append(f"{search.SCHEDULE.name} = '{_quoted(schedule)}'")
     rows = []
     async for wf in client.list_workflows(" AND ".join(clauses), limit=limit):
         attrs = wf.typed_search_attributes
@@ -904,6 +918,7 @@ async def find_turns(
                 agent=attrs.get(search.AGENT) or "",
                 fingerprint=attrs.get(search.FINGERPRINT) or "",
                 version=attrs.get(VERSION) or "",
+                schedule=attrs.get(search.SCHEDULE) or "",
             )
         )
     questions = await asyncio.gather(*(_summary(client, r.workflow_id) for r in rows))

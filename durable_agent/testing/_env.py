@@ -244,6 +244,7 @@ class TestClient(AgentClient):
         outcome: Outcome | str | None = None,
         awaiting_approval: bool = False,
         limit: int = 20,
+        schedule: str | None = None,
     ) -> list[TurnSummary]:
         if self._clock is not None:
             raise ServerLacks("AgentClient.find", "a visibility store and search attributes")
@@ -253,6 +254,7 @@ class TestClient(AgentClient):
             outcome=outcome,
             awaiting_approval=awaiting_approval,
             limit=limit,
+            schedule=schedule,
         )
 
 
