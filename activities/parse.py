@@ -70,6 +70,8 @@ class ValidCall(BaseModel):
     """The tool checks a call before consent is asked (`Tool.check`)."""
     agent: SubAgent | None = None
     """An agent tool: the turn runs the sub-agent's own turn as a child workflow."""
+    in_workflow: str = ""
+    """A built-in the workflow runs itself (`Tool.in_workflow`: `wait`, `wait_for_event`)."""
 
 
 class Rejection(BaseModel):
@@ -176,6 +178,7 @@ class ParseActivity:
                     return_direct=tool.return_direct,
                     agent=_answered_by(tool, served.name),
                     checked=tool.check is not None,
+                    in_workflow=tool.in_workflow,
                 )
             )
         # Only shields that are there read the context (the conversation, maybe rebuilt).

@@ -52,7 +52,9 @@ from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
 from durable_agent.errors import (
     AgentClientError,
+    InvalidEvent,
     NothingPending,
+    NotWaiting,
     NoWorker,
     UnknownTurn,
     WorkerNeeded,
@@ -70,6 +72,7 @@ from durable_agent.types import (
     TurnOutput,
     TurnProgress,
 )
+from durable_agent.waits import Wake, Woke, WorldEvent, checked_event
 from durable_agent.workflows import AgentTurn, Conversation, search
 from durable_agent.workflows.carry import TurnCarry
 from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
@@ -945,8 +948,9 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
                 await asyncio.sleep(delay)
                 continue
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
-            if isinstance(cause, ApplicationError) and cause.type == NothingPending.__name__:
-                raise NothingPending(message) from None
+            refused = _REFUSALS.get(cause.type) if isinstance(cause, ApplicationError) else None
+            if refused is not None:
+                raise refused(message) from None
             raise AgentClientError(message) from None
         except RPCError as e:
             if e.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # too many requests in flight
@@ -962,6 +966,42 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
                 ) from None
             raise
     raise AssertionError("unreachable")
+
+
+_REFUSALS: dict[str | None, type[AgentClientError]] = {
+    e.__name__: e for e in (NothingPending, NotWaiting, InvalidEvent)
+}
+"""The turn's refusals of an update (its validators' words), as the client's errors."""
+
+
+async def wake(client: Client, workflow_id: str, by: str) -> Woke:
+    """End the turn's waits early (`wait`, `wait_for_event`); `NotWaiting` if none runs."""
+    handle = await _waiting(client, workflow_id)
+    return await _update(lambda u: handle.execute_update(AgentTurn.wake, Wake(by=by), id=u))
+
+
+async def send_event(client: Client, workflow_id: str, event: WorldEvent) -> Woke:
+    """Deliver an event to a turn that waits for one of its name (`wait_for_event`):
+    checked here first (`InvalidEvent`), then by the turn (`NotWaiting`), so a refused
+    event is never recorded. Data over the payload store's threshold goes there."""
+    checked_event(event)
+    handle = await _waiting(client, workflow_id)
+    return await _update(lambda u: handle.execute_update(AgentTurn.event, event, id=u))
+
+
+async def _waiting(client: Client, workflow_id: str) -> WorkflowHandle:
+    """The turn's handle, or why nothing of it can wait: no such turn, or it ended."""
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        desc = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise UnknownTurn(workflow_id) from None
+        raise
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        state = desc.status.name.lower() if desc.status else "ended"
+        raise NotWaiting(f"turn {workflow_id} is {state}: it waits for nothing")
+    return handle
 
 
 def _no_worker(e: RPCError) -> bool:
