@@ -5,21 +5,30 @@ observation with a tool result's provenance."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import AgentClient
+from durable_agent.approval import ApprovalPolicy
 from durable_agent.errors import InvalidEvent, NotWaiting
 from durable_agent.model import Reply
 from durable_agent.runtime.turns import progress_of, start_turn
 from durable_agent.scripted import ScriptedModel
-from durable_agent.shop import TOOLS
+from durable_agent.shields import ShieldSettings
+from durable_agent.shop import TOOLS, ShopStore
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import (
     Outcome,
@@ -31,9 +40,11 @@ from durable_agent.types import (
     TurnOutput,
     TurnProgress,
 )
-from durable_agent.waits import MAX_EVENT_BYTES, wait, wait_for_event
+from durable_agent.waits import MAX_EVENT_BYTES, WorldEvent, wait, wait_for_event
+from durable_agent.workflows import AgentTurn
 from tests.conftest import Harness, last_result
 
+ROOT = Path(__file__).resolve().parent.parent
 WAITING_TOOLS = ToolRegistry([*TOOLS.tools.values(), wait, wait_for_event])
 
 
@@ -166,6 +177,189 @@ async def test_an_oversized_event_is_refused_in_one_line(skipping_harness: Harne
             await turn.send_event("delivered", {"note": "x" * MAX_EVENT_BYTES})
         assert "over the 65,536 an event may carry" in str(refused.value)
         assert "\n" not in str(refused.value)
+        # Sent past the client's check, the turn's validator refuses it: no trace left.
+        with pytest.raises(WorkflowUpdateFailedError) as past:
+            await handle.execute_update(
+                AgentTurn.event, WorldEvent(name="delivered", data="x" * MAX_EVENT_BYTES)
+            )
+        assert isinstance(past.value.cause, ApplicationError)
+        assert past.value.cause.type == InvalidEvent.__name__
         await turn.send_event("delivered", {"note": "fits"})
         await handle.result()
     assert "fits" in last_result(model.requests[-1][1])
+
+
+async def test_a_value_from_an_event_cannot_ride_a_waiver(skipping_harness: Harness) -> None:
+    """Every write waived, no shields: a return whose reason the model took from the
+    event's data still waits for a person, the approval says it came from the event,
+    and declined, nothing is written."""
+    from_event = ToolCall(
+        id="c2",
+        name="start_return",
+        arguments={"order_id": "123456", "reason": "crushed in transit"},
+    )
+    model = scripted(waits_for_event("delivered", "P2D"), Reply(calls=[from_event]))
+    waived = ApprovalPolicy(waived=frozenset({"*"}))
+    before = len(skipping_harness.store.returns_for("123456"))
+    async with skipping_harness.worker(
+        model, WAITING_TOOLS, approvals=waived, shields=ShieldSettings.none()
+    ) as task_queue:
+        handle = await start(skipping_harness, model, task_queue)
+        await until(handle, waiting)
+        turn = AgentClient(skipping_harness.client).turn(handle.id)
+        await turn.send_event("delivered", {"status": "damaged", "note": "crushed in transit"})
+        progress = await until(handle, lambda p: bool(p.pending))
+        assert "reason='crushed in transit' (from a result of wait_for_event)" in (
+            progress.pending[0].why
+        )
+        await turn.reject(by="operator", reason="not asked for")
+        result = await handle.result()
+    assert result.outcome is Outcome.ANSWERED
+    assert len(skipping_harness.store.returns_for("123456")) == before
+
+
+def waits_then_waits_again() -> ScriptedModel:
+    """Waits for `delivered`, then for a day, then answers with what it read last."""
+    return ScriptedModel(
+        plans=[Reply(calls=[waits_for_event("delivered", "P2D")])],
+        decisions=[
+            Reply(calls=[waits_for(**{"for": "P1D", "reason": "check again tomorrow"})]),
+            lambda request: Reply(text=last_result(request)),
+        ],
+    )
+
+
+def cli(args: list[str], task_queue: str, env: WorkflowEnvironment) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    environ.update(
+        TEMPORAL_ADDRESS=env.client.service_client.config.target_host,
+        AGENT_TASK_QUEUE=task_queue,
+        TEMPORAL_CONFIG_FILE="/nonexistent/temporal.toml",
+    )
+    return subprocess.run(
+        [sys.executable, "client.py", *args],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+async def test_the_cli_sends_an_event_and_wakes_a_turn(
+    env: WorkflowEnvironment, harness: Harness
+) -> None:
+    """On the dev server (real time): `event` ends the wait for `delivered`; the turn
+    waits a day next, and `wake` ends that. Mistakes are one line each, nothing sent."""
+    model = waits_then_waits_again()
+    async with harness.worker(model, WAITING_TOOLS) as task_queue:
+        handle = await start(harness, model, task_queue)
+        await until(handle, waiting)
+        wf = handle.id
+
+        bad = await asyncio.to_thread(cli, ["event", wf, "delivered", "{not json"], task_queue, env)
+        assert bad.returncode == 1 and bad.stderr.startswith("error: JSON: give the event's data")
+        assert len(bad.stderr.strip().splitlines()) == 1
+        other = await asyncio.to_thread(cli, ["event", wf, "returned", "{}"], task_queue, env)
+        assert other.returncode == 1, other.stderr
+        assert f"error: turn {wf} waits for no event 'returned' (waiting for: 'delivered')" in (
+            other.stderr
+        )
+        sent = await asyncio.to_thread(
+            cli,
+            ["event", wf, "delivered", '{"parcel": "JD014600"}', "--by", "carrier"],
+            task_queue,
+            env,
+        )
+        assert sent.returncode == 0, sent.stderr
+        assert f"event delivered delivered to turn {wf}: wait_for_event (e1)" in sent.stdout
+
+        await until(handle, lambda p: len([s for s in p.steps if s.kind is StepKind.WAIT]) == 2)
+        woken = await asyncio.to_thread(cli, ["wake", wf, "--by", "alice"], task_queue, env)
+        assert woken.returncode == 0, woken.stderr
+        assert f"woke turn {wf}: wait (w1)" in woken.stdout
+        result = await asyncio.wait_for(handle.result(), 60)
+
+    assert "woken early by alice" in result.answer
+    assert "JD014600" in last_result(model.requests[1][1])
+    again = await asyncio.to_thread(cli, ["wake", wf], task_queue, env)
+    assert again.returncode == 1 and "waits for nothing" in again.stderr
+
+
+async def test_the_examples_webhook_delivers_an_event_to_its_users_turn_only(
+    env: WorkflowEnvironment, harness: Harness
+) -> None:
+    """`POST /turns/{id}/events/{name}` of the FastAPI example, over HTTP: another user
+    gets 404 as for no turn, a body that is not JSON 422, and the owner's event resumes
+    the turn."""
+    sys.path.insert(0, str(ROOT / "examples" / "helpdesk"))
+    try:
+        import service  # the example's FastAPI app
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "helpdesk"))
+    model = scripted(waits_for_event("delivered", "P2D"))
+    async with harness.worker(model, WAITING_TOOLS) as task_queue:
+        handle = await start(harness, model, task_queue)  # customer "demo"
+        await until(handle, waiting)
+        service.app.state.agents = AgentClient(harness.client, task_queue=task_queue)
+        transport = httpx.ASGITransport(app=service.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://service") as http:
+            url = f"/turns/{handle.id}/events/delivered"
+            mallory = await http.post(url, json={"parcel": "x"}, headers={"X-User": "mallory"})
+            assert mallory.status_code == 404, mallory.text
+            garbled = await http.post(url, content=b"{nope", headers={"X-User": "demo"})
+            assert garbled.status_code == 422 and "is not JSON" in garbled.json()["detail"]
+            large = {"note": "x" * MAX_EVENT_BYTES}
+            too_large = await http.post(url, json=large, headers={"X-User": "demo"})
+            assert too_large.status_code == 422, too_large.text
+            sent = await http.post(url, json={"parcel": "JD014600"}, headers={"X-User": "demo"})
+            assert sent.status_code == 200, sent.text
+            assert sent.json() == {"calls": ["e1"], "tools": ["wait_for_event"]}
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert result.outcome is Outcome.ANSWERED
+    assert "JD014600" in last_result(model.requests[-1][1])
+    assert "demo" in last_result(model.requests[-1][1])  # sent by the authenticated user
+
+
+async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Worker A starts the wait and is SIGKILLed; worker B, a new process, takes the
+    event: the wait was not started again (one wait step), nothing ran twice, and the
+    model reads the event."""
+    address = env.client.service_client.config.target_host
+    task_queue = f"waits-{uuid.uuid4().hex[:6]}"
+    db = tmp_path / "shop.db"
+    ShopStore(db)
+
+    def spawn() -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.waits_worker", address, task_queue, str(db)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        return proc
+
+    first = spawn()
+    second: subprocess.Popen[str] | None = None
+    try:
+        turn = TurnInput(question="Was order 123456 delivered?", model="scripted")
+        handle = await start_turn(env.client, turn, task_queue)
+        await until(handle, waiting)
+        first.kill()
+        first.wait()
+        second = spawn()
+        await AgentClient(env.client).turn(handle.id).send_event("delivered", {"at": "door"})
+        result = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert result.outcome is Outcome.ANSWERED
+    assert "Event: delivered" in result.answer and "door" in result.answer
+    assert len(of_kind(result, StepKind.WAIT)) == 1
+    assert result.usage.model_calls == 2  # the plan before the kill, the answer after
