@@ -137,6 +137,21 @@ async def test_max_wait_refuses_a_longer_wait(skipping_harness: Harness) -> None
     assert "10 days is longer than this agent may wait at once (max_wait 7 days)" in read
 
 
+async def test_a_time_passed_and_a_bad_event_name_are_refused(skipping_harness: Harness) -> None:
+    past = waits_for(until="2020-01-01T00:00:00Z", reason="too late")
+    spaced = ToolCall(
+        id="e1", name="wait_for_event", arguments={"name": "not delivered", "timeout": 60}
+    )
+    model = ScriptedModel(plans=[Reply(calls=[past, spaced])], decisions=[Reply(text="Done.")])
+    result = await skipping_harness.ask("Wait.", model=model, tools=WAITING_TOOLS)
+
+    assert result.outcome is Outcome.ANSWERED
+    assert of_kind(result, StepKind.WAIT) == []
+    read = model.requests[-1][1].model_dump_json()
+    assert "wait: that time has passed already" in read
+    assert "invalid arguments for wait_for_event: name: Value error, give 1-64 letters" in read
+
+
 async def test_an_event_through_the_client_resumes_the_turn(skipping_harness: Harness) -> None:
     model = scripted(waits_for_event("delivered", "P2D"))
     async with skipping_harness.worker(model, WAITING_TOOLS) as task_queue:
