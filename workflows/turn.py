@@ -1113,9 +1113,13 @@ class AgentTurn:
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
         finally:
             self._in_flight -= size
+        return self._observed(iteration, call, observation)
+
+    def _observed(self, iteration: int, call: ToolCall, observation: Observation) -> Observation:
+        """A call's result, as its step: the model reads it whole (its message), the
+        story shows its start."""
         if call.name not in self._tools_used:
             self._tools_used.append(call.name)
-        # The model reads the result whole (its message); the story shows its start.
         shown = observation.model_copy(update={"text": preview(observation.text)})
         self._record(
             iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
@@ -1537,16 +1541,9 @@ class AgentTurn:
         self._clock_goes()
         ended = waits.ended(plan, workflow.now(), event, woken_by)
         parsed = await self._parse_output(turn, call, ended)
-        observation = parsed.observation
         stop = self._judged(iteration, "tool_output", call, parsed.verdicts)
         self._tainted = self._tainted or stop is not None  # data, never instructions
-        if call.name not in self._tools_used:
-            self._tools_used.append(call.name)
-        shown = observation.model_copy(update={"text": preview(observation.text)})
-        self._record(
-            iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
-        )
-        return observation
+        return self._observed(iteration, call, parsed.observation)
 
     def _publish_pending(self) -> None:
         """The calls awaiting a decision, in the memo: `pending` lists them, and a
