@@ -272,6 +272,10 @@ async def test_the_cli_sends_an_event_and_wakes_a_turn(
         handle = await start(harness, model, task_queue)
         await until(handle, waiting)
         wf = handle.id
+        listed = await asyncio.to_thread(cli, ["list"], task_queue, env)
+        assert any(wf in line and " waiting " in line for line in listed.stdout.splitlines()), (
+            listed.stdout + listed.stderr
+        )
 
         bad = await asyncio.to_thread(cli, ["event", wf, "delivered", "{not json"], task_queue, env)
         assert bad.returncode == 1 and bad.stderr.startswith("error: JSON: give the event's data")

@@ -1503,7 +1503,7 @@ class AgentTurn:
         self._publish_pending()
         if not self._pending:
             self._clock_goes()
-            self._set_status(search.RUNNING)
+            self._set_status(search.WAITING if self._waits else search.RUNNING)
 
     def _clock_stops(self) -> None:
         """Before a call starts to wait for a person or on a wait: max_duration's clock
@@ -1530,6 +1530,8 @@ class AgentTurn:
         self._record(iteration, StepKind.WAIT, plan.story, calls=[call])
         self._clock_stops()
         self._waits[call.id] = plan
+        if not self._pending:  # a call awaiting consent says more: it needs a person
+            self._set_status(search.WAITING)
         with contextlib.suppress(asyncio.TimeoutError):
             await workflow.wait_condition(
                 lambda: call.id in self._woken,
@@ -1539,6 +1541,8 @@ class AgentTurn:
         woken_by, event = self._woken.pop(call.id, (None, None))
         del self._waits[call.id]
         self._clock_goes()
+        if not self._pending and not self._waits:
+            self._set_status(search.RUNNING)
         ended = waits.ended(plan, workflow.now(), event, woken_by)
         parsed = await self._parse_output(turn, call, ended)
         stop = self._judged(iteration, "tool_output", call, parsed.verdicts)
