@@ -135,7 +135,7 @@ def planned(call: ToolCall, now: datetime, max_wait: timedelta) -> Waiting | str
         else:
             args = WaitArgs.model_validate(call.arguments)
             name, reason = "", args.reason
-            span = args.for_ if args.for_ is not None else args.until - now  # type: ignore[operator]
+            span = args.for_ if args.for_ is not None else (args.until or now) - now
     except ValidationError as e:
         return f"invalid arguments for {call.name}: {e.errors()[0]['msg']}"
     if span <= timedelta(0):
