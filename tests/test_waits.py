@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
@@ -25,6 +25,7 @@ from durable_agent import AgentClient
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.errors import InvalidEvent, NotWaiting
 from durable_agent.model import Reply
+from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.turns import progress_of, start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shields import ShieldSettings
@@ -346,11 +347,14 @@ async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
 ) -> None:
     """Worker A starts the wait and is SIGKILLed; worker B, a new process, takes the
     event: the wait was not started again (one wait step), nothing ran twice, and the
-    model reads the event."""
+    model reads the event. Its 20 KB of data went through the payload store, as a large
+    tool result does: the history holds a reference, not the data."""
     address = env.client.service_client.config.target_host
     task_queue = f"waits-{uuid.uuid4().hex[:6]}"
     db = tmp_path / "shop.db"
     ShopStore(db)
+    stored = {"AGENT_PAYLOAD_STORE": f"local:{tmp_path / 'payloads'}"}
+    client = await Client.connect(address, data_converter=data_converter(stored))
 
     def spawn() -> subprocess.Popen[str]:
         proc = subprocess.Popen(
@@ -358,6 +362,7 @@ async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
             cwd=ROOT,
             stdout=subprocess.PIPE,
             text=True,
+            env=os.environ | stored,
         )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         return proc
@@ -366,12 +371,13 @@ async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
     second: subprocess.Popen[str] | None = None
     try:
         turn = TurnInput(question="Was order 123456 delivered?", model="scripted")
-        handle = await start_turn(env.client, turn, task_queue)
+        handle = await start_turn(client, turn, task_queue)
         await until(handle, waiting)
         first.kill()
         first.wait()
         second = spawn()
-        await AgentClient(env.client).turn(handle.id).send_event("delivered", {"at": "door"})
+        proof = {"at": "door", "photo": "Q29ycmVjdA" * 2_000}
+        await AgentClient(client).turn(handle.id).send_event("delivered", proof)
         result = await asyncio.wait_for(handle.result(), 60)
     finally:
         for proc in (first, second):
@@ -382,3 +388,9 @@ async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
     assert "Event: delivered" in result.answer and "door" in result.answer
     assert len(of_kind(result, StepKind.WAIT)) == 1
     assert result.usage.model_calls == 2  # the plan before the kill, the answer after
+    (accepted,) = [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.args
+        for e in (await handle.fetch_history()).events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    assert len(accepted.payloads[0].data) < 1_000  # a reference to the stored event
