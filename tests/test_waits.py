@@ -273,6 +273,8 @@ async def test_the_cli_sends_an_event_and_wakes_a_turn(
         handle = await start(harness, model, task_queue)
         await until(handle, waiting)
         wf = handle.id
+        shown = await asyncio.to_thread(cli, ["show", wf], task_queue, env)
+        assert "waits for event 'delivered' until " in shown.stdout, shown.stdout + shown.stderr
         listed = await asyncio.to_thread(cli, ["list"], task_queue, env)
         assert any(wf in line and " waiting " in line for line in listed.stdout.splitlines()), (
             listed.stdout + listed.stderr
