@@ -1544,7 +1544,15 @@ class AgentTurn:
         if not self._pending and not self._waits:
             self._set_status(search.RUNNING)
         ended = waits.ended(plan, workflow.now(), event, woken_by)
-        parsed = await self._parse_output(turn, call, ended)
+        try:
+            parsed = await self._parse_output(turn, call, ended)
+        except (ActivityError, ApplicationError) as e:
+            # The shields fail closed: what ended the wait (an event's data) is withheld.
+            self._if_out_of_time()
+            self._if_tools_lost(iteration, e)
+            text = f"the wait ended, but {self._unscreened(e).message}: what ended it is withheld"
+            failed = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
+            return self._observed(iteration, call, failed)
         stop = self._judged(iteration, "tool_output", call, parsed.verdicts)
         self._tainted = self._tainted or stop is not None  # data, never instructions
         return self._observed(iteration, call, parsed.observation)
