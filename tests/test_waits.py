@@ -338,7 +338,7 @@ async def test_the_examples_webhook_delivers_an_event_to_its_users_turn_only(
             assert too_large.status_code == 422, too_large.text
             sent = await http.post(url, json={"parcel": "JD014600"}, headers={"X-User": "demo"})
             assert sent.status_code == 200, sent.text
-            assert sent.json() == {"calls": ["e1"], "tools": ["wait_for_event"]}
+            assert sent.json() == {"calls": ["e1"], "tools": ["wait_for_event"], "later": False}
         result = await asyncio.wait_for(handle.result(), 60)
     assert result.outcome is Outcome.ANSWERED
     assert "JD014600" in last_result(model.requests[-1][1])
@@ -348,10 +348,11 @@ async def test_the_examples_webhook_delivers_an_event_to_its_users_turn_only(
 async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
     env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    """Worker A starts the wait and is SIGKILLed; worker B, a new process, takes the
-    event: the wait was not started again (one wait step), nothing ran twice, and the
-    model reads the event. Its 20 KB of data went through the payload store, as a large
-    tool result does: the history holds a reference, not the data."""
+    """Worker A starts the wait and is SIGKILLed; the event comes while no worker runs,
+    and is kept in the turn's history (within 15 s, never an endless wait); worker B, a new
+    process, applies it: the wait was not started again (one wait step), nothing ran
+    twice, and the model reads the event. Its 20 KB of data went through the payload
+    store, as a large tool result does: the history holds a reference, not the data."""
     address = env.client.service_client.config.target_host
     task_queue = f"waits-{uuid.uuid4().hex[:6]}"
     db = tmp_path / "shop.db"
@@ -378,9 +379,13 @@ async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
         await until(handle, waiting)
         first.kill()
         first.wait()
-        second = spawn()
+        # No worker runs the turn now: the event is kept in its history for the next.
         proof = {"at": "door", "photo": "Q29ycmVjdA" * 2_000}
-        await AgentClient(client).turn(handle.id).send_event("delivered", proof)
+        turn_handle = AgentClient(client).turn(handle.id)
+        # Bounded: 15 s for a worker the server still lists, never an endless wait.
+        woke = await asyncio.wait_for(turn_handle.send_event("delivered", proof), 60)
+        assert woke.later and woke.calls == []
+        second = spawn()
         result = await asyncio.wait_for(handle.result(), 60)
     finally:
         for proc in (first, second):
@@ -391,12 +396,13 @@ async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
     assert "Event: delivered" in result.answer and "door" in result.answer
     assert len(of_kind(result, StepKind.WAIT)) == 1
     assert result.usage.model_calls == 2  # the plan before the kill, the answer after
-    (accepted,) = [
-        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.args
+    (kept,) = [
+        e.workflow_execution_signaled_event_attributes.input
         for e in (await handle.fetch_history()).events
-        if e.HasField("workflow_execution_update_accepted_event_attributes")
+        if e.HasField("workflow_execution_signaled_event_attributes")
+        and e.workflow_execution_signaled_event_attributes.signal_name == "event_later"
     ]
-    assert len(accepted.payloads[0].data) < 1_000  # a reference to the stored event
+    assert len(kept.payloads[0].data) < 1_000  # a reference to the stored event
 
 
 async def test_an_event_the_shields_cannot_screen_is_withheld(skipping_harness: Harness) -> None:

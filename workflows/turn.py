@@ -343,6 +343,18 @@ class AgentTurn:
             self._woken[call_id] = (None, event)
         return waits.Woke(calls=ended, tools=[waits.wait_for_event.name] * len(ended))
 
+    @workflow.signal(name="event_later")
+    def event_later(self, event: waits.WorldEvent) -> None:
+        """An event sent while no worker ran the turn: the server keeps it in the
+        history, and it applies when one runs the turn, as the update would have, if a
+        wait for its name is still open; otherwise it is dropped (`runtime/turns.py`)."""
+        try:
+            self._check_event(event)
+        except ApplicationError as e:
+            workflow.logger.warning("event %s dropped: %s", event.name[:64], e.message)
+            return
+        self.event(event)
+
     @event.validator
     def _check_event(self, event: waits.WorldEvent) -> None:
         # Refused here, an update leaves no trace in the history.
@@ -369,6 +381,14 @@ class AgentTurn:
             calls=[c for c, _ in ended],
             tools=[waits.wait_for_event.name if w.event else waits.wait.name for _, w in ended],
         )
+
+    @workflow.signal(name="wake_later")
+    def wake_later(self, wake: waits.Wake) -> None:
+        """A wake-up sent while no worker ran the turn (see `event_later`)."""
+        if self._open_waits():
+            self.wake(wake)
+        else:
+            workflow.logger.warning("wake-up dropped: the turn waits for nothing")
 
     @wake.validator
     def _check_wake(self, wake: waits.Wake) -> None:

@@ -763,6 +763,11 @@ async def cmd_event(args: argparse.Namespace) -> int:
 
 
 def _woken(woke: Woke) -> str:
+    if woke.later:
+        return (
+            "no worker runs the turn now: it is recorded, and applies when one runs the "
+            "turn, if the turn still waits then"
+        )
     return ", ".join(f"{tool} ({call})" for call, tool in zip(woke.calls, woke.tools, strict=True))
 
 

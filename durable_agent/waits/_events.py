@@ -44,6 +44,9 @@ class Woke(BaseModel):
 
     calls: list[str]
     tools: list[str]
+    later: bool = False
+    """Sent while no worker ran the turn: recorded in its history, it applies when one
+    runs the turn again, if the turn still waits for it (`calls` is empty then)."""
 
 
 def checked_name(name: str) -> str:
