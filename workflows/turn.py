@@ -338,10 +338,7 @@ class AgentTurn:
     @workflow.update
     def event(self, event: waits.WorldEvent) -> waits.Woke:
         """An event from the world: it ends every wait for an event of its name."""
-        ended = [c for c, w in self._open_waits() if w.event == event.name]
-        for call_id in ended:
-            self._woken[call_id] = (None, event)
-        return waits.Woke(calls=ended, tools=[waits.wait_for_event.name] * len(ended))
+        return self._arrived(event)
 
     @workflow.signal(name="event_later")
     def event_later(self, event: waits.WorldEvent) -> None:
@@ -353,7 +350,7 @@ class AgentTurn:
         except ApplicationError as e:
             workflow.logger.warning("event %s dropped: %s", event.name[:64], e.message)
             return
-        self.event(event)
+        self._arrived(event)
 
     @event.validator
     def _check_event(self, event: waits.WorldEvent) -> None:
@@ -374,19 +371,13 @@ class AgentTurn:
     @workflow.update
     def wake(self, wake: waits.Wake) -> waits.Woke:
         """A person ends the turn's waits early; the model reads who woke it, and when."""
-        ended = self._open_waits()
-        for call_id, _ in ended:
-            self._woken[call_id] = (wake.by, None)
-        return waits.Woke(
-            calls=[c for c, _ in ended],
-            tools=[waits.wait_for_event.name if w.event else waits.wait.name for _, w in ended],
-        )
+        return self._woke(wake)
 
     @workflow.signal(name="wake_later")
     def wake_later(self, wake: waits.Wake) -> None:
         """A wake-up sent while no worker ran the turn (see `event_later`)."""
         if self._open_waits():
-            self.wake(wake)
+            self._woke(wake)
         else:
             workflow.logger.warning("wake-up dropped: the turn waits for nothing")
 
@@ -399,6 +390,21 @@ class AgentTurn:
                 type=NotWaiting.__name__,
                 non_retryable=True,
             )
+
+    def _arrived(self, event: waits.WorldEvent) -> waits.Woke:
+        ended = [c for c, w in self._open_waits() if w.event == event.name]
+        for call_id in ended:
+            self._woken[call_id] = (None, event)
+        return waits.Woke(calls=ended, tools=[waits.wait_for_event.name] * len(ended))
+
+    def _woke(self, wake: waits.Wake) -> waits.Woke:
+        ended = self._open_waits()
+        for call_id, _ in ended:
+            self._woken[call_id] = (wake.by, None)
+        return waits.Woke(
+            calls=[c for c, _ in ended],
+            tools=[waits.wait_for_event.name if w.event else waits.wait.name for _, w in ended],
+        )
 
     def _open_waits(self) -> list[tuple[str, waits.Waiting]]:
         """The waits that nothing has ended yet, in the order they began."""
