@@ -8,16 +8,14 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
@@ -26,7 +24,7 @@ from durable_agent.approval import ApprovalPolicy
 from durable_agent.errors import InvalidEvent, NotWaiting
 from durable_agent.model import Reply
 from durable_agent.runtime.codec import data_converter
-from durable_agent.runtime.turns import progress_of, start_turn
+from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.shields import ShieldSettings
 from durable_agent.shop import TOOLS, ShopStore
@@ -44,6 +42,7 @@ from durable_agent.types import (
 from durable_agent.waits import MAX_EVENT_BYTES, WorldEvent, wait, wait_for_event
 from durable_agent.workflows import AgentTurn
 from tests.conftest import Harness, last_result
+from tests.test_approvals import until
 from tests.test_shields_turn import Broken
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,18 +59,6 @@ def waits_for_event(name: str, timeout: str) -> ToolCall:
 
 def scripted(first: ToolCall, *then: Reply) -> ScriptedModel:
     return ScriptedModel(plans=[Reply(calls=[first])], decisions=[*then, Reply(text="Done.")])
-
-
-async def until(
-    handle: WorkflowHandle, ready: Callable[[TurnProgress], bool], timeout: float = 30
-) -> TurnProgress:
-    deadline = time.monotonic() + timeout
-    while True:
-        progress = await progress_of(handle)
-        if ready(progress):
-            return progress
-        assert time.monotonic() < deadline, [s.render() for s in progress.steps]
-        await asyncio.sleep(0.1)
 
 
 def waiting(progress: TurnProgress) -> bool:

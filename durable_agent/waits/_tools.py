@@ -95,14 +95,11 @@ def _wait_for_event(args: WaitForEventArgs, ctx: ToolContext[Any]) -> Any:
     return _not_dispatched(args, ctx)
 
 
-wait: Tool = dataclasses.replace(
-    tool(_wait, name=WAIT, timeout=timedelta(seconds=1)), in_workflow=WAIT
-)
+wait: Tool = dataclasses.replace(tool(_wait, name=WAIT), in_workflow=WAIT)
 """The built-in `wait(until | for, reason)`: give it in an agent's tools."""
 
 wait_for_event: Tool = dataclasses.replace(
-    tool(_wait_for_event, name=WAIT_FOR_EVENT, timeout=timedelta(seconds=1)),
-    in_workflow=WAIT_FOR_EVENT,
+    tool(_wait_for_event, name=WAIT_FOR_EVENT), in_workflow=WAIT_FOR_EVENT
 )
 """The built-in `wait_for_event(name, timeout)`: give it in an agent's tools."""
 
