@@ -332,6 +332,21 @@ async def test_the_examples_webhook_delivers_an_event_to_its_users_turn_only(
     assert "demo" in last_result(model.requests[-1][1])  # sent by the authenticated user
 
 
+def waits_worker(
+    address: str, task_queue: str, db: Path, environ: dict[str, str]
+) -> subprocess.Popen[str]:
+    """`tests/waits_worker.py`: its turns wait for the event `delivered`."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.waits_worker", address, task_queue, str(db)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ | environ,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
 async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
     env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -348,15 +363,7 @@ async def test_a_sigkilled_worker_during_a_wait_changes_nothing(
     client = await Client.connect(address, data_converter=data_converter(stored))
 
     def spawn() -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.waits_worker", address, task_queue, str(db)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=os.environ | stored,
-        )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        return proc
+        return waits_worker(address, task_queue, db, stored)
 
     first = spawn()
     second: subprocess.Popen[str] | None = None
@@ -406,3 +413,31 @@ async def test_an_event_the_shields_cannot_screen_is_withheld(skipping_harness: 
     assert result.outcome is Outcome.ANSWERED
     read = last_result(model.requests[-1][1])
     assert read == "the wait ended, but the shields could not run: what ended it is withheld"
+
+
+async def test_a_wake_while_no_worker_runs_applies_when_one_does(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    address = env.client.service_client.config.target_host
+    task_queue = f"waits-{uuid.uuid4().hex[:6]}"
+    db = tmp_path / "shop.db"
+    ShopStore(db)
+    workers = [waits_worker(address, task_queue, db, {})]
+    try:
+        turn = TurnInput(question="Was order 123456 delivered?", model="scripted")
+        handle = await start_turn(env.client, turn, task_queue)
+        await until(handle, waiting)
+        workers[0].kill()
+        workers[0].wait()
+        wake = AgentClient(env.client).turn(handle.id).wake(by="alice")
+        woke = await asyncio.wait_for(wake, 60)
+        assert woke.later and woke.calls == []
+        workers.append(waits_worker(address, task_queue, db, {}))
+        result = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert result.answer.startswith("woken early by alice")
+    assert "before event 'delivered' arrived" in result.answer
