@@ -74,6 +74,8 @@ class ValidCall(BaseModel):
     tool_schema: str = ""
     """A hash of the tool's schema (`rewind.schema_digest`), which the call's step
     records: a fork on the agent as served now tells a changed tool by it."""
+    in_workflow: str = ""
+    """A built-in the workflow runs itself (`Tool.in_workflow`: `wait`, `wait_for_event`)."""
 
 
 class Rejection(BaseModel):
@@ -181,6 +183,7 @@ class ParseActivity:
                     agent=_answered_by(tool, served.name),
                     checked=tool.check is not None,
                     tool_schema=schema_digest(tool.parameters),
+                    in_workflow=tool.in_workflow,
                 )
             )
         # Only shields that are there read the context (the conversation, maybe rebuilt).

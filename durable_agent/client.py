@@ -105,6 +105,7 @@ from durable_agent.types import (
     Usage,
     check_context,
 )
+from durable_agent.waits import Woke, WorldEvent
 from durable_agent.workflows import AgentTurn, Conversation
 
 PendingCall = turns.Waiting
@@ -817,6 +818,22 @@ class TurnHandle:
         with _plainly(self.id):
             return await turns.decide(
                 self.client.temporal, self.id, call_id, approved=approved, by=by, reason=reason
+            )
+
+    async def wake(self, *, by: str = "") -> Woke:
+        """End this turn's waits early (`wait`, `wait_for_event`: `durable_agent.waits`);
+        the model reads that `by` woke it, and when. `NotWaiting` if nothing waits."""
+        with _plainly(self.id):
+            return await turns.wake(self.client.temporal, self.id, by)
+
+    async def send_event(self, name: str, data: Any = None, *, by: str = "") -> Woke:
+        """Deliver the event `name` with `data` (any JSON, at most
+        `durable_agent.waits.MAX_EVENT_BYTES`) to this turn, which waits for it
+        (`wait_for_event`); the model reads the data as a tool's result. `InvalidEvent`
+        for a bad name or data, `NotWaiting` if the turn waits for no such event."""
+        with _plainly(self.id):
+            return await turns.send_event(
+                self.client.temporal, self.id, WorldEvent(name=name, data=data, by=by)
             )
 
     async def rerun(self, from_step: int, **options: Any) -> TurnHandle:

@@ -44,6 +44,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── UnknownSchedule            no schedule of turns has that name
     ├── InvalidSchedule            a schedule's name, cron, interval, time or zone cannot be used
     ├── ScheduleNameTaken          a schedule of that name exists already
+    ├── NotWaiting                 the turn waits for no event of that name (or not at all)
+    ├── InvalidEvent               an event's name or data is refused (too large, not JSON)
     └── PayloadUnavailable         a stored payload cannot be read (missing, altered, refused,
                                    never stored): also a non-retryable `ApplicationError`, so
                                    a worker that meets one ends the turn at once
@@ -197,6 +199,16 @@ class UnknownTurn(AgentClientError):
 
 class NothingPending(AgentClientError):
     """No call of the turn awaits a decision, or several do and none was named."""
+
+
+class NotWaiting(AgentClientError):
+    """The turn waits for no event of that name (`wait_for_event`), or for nothing at all
+    (`wake`): the event or wake-up is refused, and nothing is recorded."""
+
+
+class InvalidEvent(AgentClientError):
+    """An event for a turn is refused before it is sent: its name is not one a turn can
+    wait for, or its data is not JSON or is over `durable_agent.waits.MAX_EVENT_BYTES`."""
 
 
 class NoWorker(AgentClientError):

@@ -133,6 +133,9 @@ class Tool:
     effect, run before anyone is asked. It says what the call will change (shown where
     consent is asked), or raises a `ToolError` (`NotAllowed`, `NotFound`) when the call
     cannot succeed: then nobody is asked and the model reads why."""
+    in_workflow: str = ""
+    """A built-in the turn's workflow runs itself, never as an activity: `wait` or
+    `wait_for_event` (`durable_agent.waits`). Empty for every other tool."""
 
     @property
     def needs_approval(self) -> bool:

@@ -154,6 +154,9 @@ class StepKind(str, Enum):
     CHANGED = "changed"
     """In a fork on the agent as served now (`rerun --current`): a call of the record
     whose tool was removed, or whose schema changed, since the original ran it."""
+    WAIT = "wait"
+    """The turn waits on a durable timer, or for an event from outside, and says until
+    when (`durable_agent.waits`); the wait's end is the call's observation."""
 
 
 class Step(BaseModel):
@@ -307,6 +310,11 @@ class TurnLimits(BaseModel):
     """Spending cap in US dollars (model calls, priced by `durable_agent.pricing`),
     checked before each model call; none by default. A turn with a cap whose models'
     prices are unknown is refused before its first call: never silently uncapped."""
+    max_wait: timedelta = Field(default=timedelta(days=7), gt=timedelta(0), le=timedelta(days=365))
+    """The longest one `wait` or `wait_for_event` call may wait (`durable_agent.waits`):
+    a call asking for longer is refused, and the model reads why. A wait is wall-clock
+    time bounded by this cap alone: like a wait for consent, it does not count towards
+    `max_duration`, which is for the turn's work."""
 
 
 class AgentInfo(BaseModel):

@@ -58,6 +58,8 @@ ALL: tuple[SearchAttributeKey, ...] = (
 
 RUNNING = "running"
 AWAITING_APPROVAL = "awaiting_approval"
+WAITING = "waiting"
+"""On a `wait` or `wait_for_event` (`durable_agent.waits`), and no call awaits consent."""
 DONE = "done"
 
 

@@ -16,7 +16,10 @@
                             (quick reads as local activities, the rest as activities);
                             a call that needs consent first waits for a person's
                             decision (the `decide` update) or the approval timeout;
-                            each result comes back as compact text, screened
+                            each result comes back as compact text, screened;
+                            `wait` and `wait_for_event` (`durable_agent.waits`) are
+                            no activity: a durable timer here, ended by its time, an
+                            event (the `event` update) or a person (`wake`)
         parse_output        a result its dispatch could not screen (a shield failed
                             there) → compact text (local activity)
         interpret           model: the final answer, or the next round's calls
@@ -26,7 +29,8 @@
                             (`durable_agent/compaction.py`)
     the whole turn is bounded by limits.max_duration: every activity is given at most
     the time left (no timer of its own), and the clock stops while a call waits for a
-    decision: a person's time is not the agent's
+    decision or on a wait: a person's time is not the agent's, nor is the world's
+    (a wait is bounded by limits.max_wait instead)
     a long turn continues as new near Temporal's history limits, between rounds (or
     while every open call of a round waits for a person), and its next run goes on
     where it stopped (`durable_agent/workflows/carry.py`): one turn, one workflow id
@@ -54,6 +58,7 @@ Temporal retries after a fix is deployed.
 """
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Coroutine
 from datetime import datetime, timedelta
@@ -70,7 +75,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent import answers, fallback, outputs, redact, rewind
+    from durable_agent import answers, fallback, outputs, redact, rewind, waits
     from durable_agent.activities import (
         CompactActivity,
         CompactInput,
@@ -116,10 +121,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.errors import (
         CannotFork,
+        InvalidEvent,
         ModelCannotAnswer,
         ModelRequestRejected,
         ModelUnavailable,
         NothingPending,
+        NotWaiting,
         PayloadUnavailable,
         ToolListUnavailable,
         UnknownAgent,
@@ -288,6 +295,11 @@ class AgentTurn:
         self._events = self._stream.topic(TURN_TOPIC)
         self._served = carry.served if carry and carry.served else rewind.Served()
         """In a fork: what its record has answered so far (`rewind.match`)."""
+        self._waits: dict[str, waits.Waiting] = {}
+        """The calls on a wait now (`wait`, `wait_for_event`), by id. A turn never
+        continues as new while one waits (it is not parked for a person): no carry."""
+        self._woken: dict[str, tuple[str | None, waits.WorldEvent | None]] = {}
+        """Waits ended early, by call id: who woke them (`wake`), or the event."""
 
     @workflow.query
     def progress(self) -> TurnProgress:
@@ -327,6 +339,81 @@ class AgentTurn:
                 type=NothingPending.__name__,  # the client raises it as that
                 non_retryable=True,
             )
+
+    @workflow.update
+    def event(self, event: waits.WorldEvent) -> waits.Woke:
+        """An event from the world: it ends every wait for an event of its name."""
+        return self._arrived(event)
+
+    @workflow.signal(name="event_later")
+    def event_later(self, event: waits.WorldEvent) -> None:
+        """An event sent while no worker ran the turn: the server keeps it in the
+        history, and it applies when one runs the turn, as the update would have, if a
+        wait for its name is still open; otherwise it is dropped (`runtime/turns.py`)."""
+        try:
+            self._check_event(event)
+        except ApplicationError as e:
+            workflow.logger.warning("event %s dropped: %s", event.name[:64], e.message)
+            return
+        self._arrived(event)
+
+    @event.validator
+    def _check_event(self, event: waits.WorldEvent) -> None:
+        # Refused here, an update leaves no trace in the history.
+        try:
+            waits.checked_event(event)
+        except InvalidEvent as e:
+            raise ApplicationError(str(e), type=InvalidEvent.__name__, non_retryable=True) from None
+        if not any(w.event == event.name for _, w in self._open_waits()):
+            names = sorted({repr(w.event) for _, w in self._open_waits() if w.event})
+            raise ApplicationError(
+                f"turn {workflow.info().workflow_id} waits for no event {event.name!r} "
+                f"(waiting for: {', '.join(names) or 'none'})",
+                type=NotWaiting.__name__,
+                non_retryable=True,
+            )
+
+    @workflow.update
+    def wake(self, wake: waits.Wake) -> waits.Woke:
+        """A person ends the turn's waits early; the model reads who woke it, and when."""
+        return self._woke(wake)
+
+    @workflow.signal(name="wake_later")
+    def wake_later(self, wake: waits.Wake) -> None:
+        """A wake-up sent while no worker ran the turn (see `event_later`)."""
+        if self._open_waits():
+            self._woke(wake)
+        else:
+            workflow.logger.warning("wake-up dropped: the turn waits for nothing")
+
+    @wake.validator
+    def _check_wake(self, wake: waits.Wake) -> None:
+        if not self._open_waits():
+            raise ApplicationError(
+                f"turn {workflow.info().workflow_id} is not waiting (no wait or "
+                "wait_for_event of it runs now)",
+                type=NotWaiting.__name__,
+                non_retryable=True,
+            )
+
+    def _arrived(self, event: waits.WorldEvent) -> waits.Woke:
+        ended = [c for c, w in self._open_waits() if w.event == event.name]
+        for call_id in ended:
+            self._woken[call_id] = (None, event)
+        return waits.Woke(calls=ended, tools=[waits.wait_for_event.name] * len(ended))
+
+    def _woke(self, wake: waits.Wake) -> waits.Woke:
+        ended = self._open_waits()
+        for call_id, _ in ended:
+            self._woken[call_id] = (wake.by, None)
+        return waits.Woke(
+            calls=[c for c, _ in ended],
+            tools=[waits.wait_for_event.name if w.event else waits.wait.name for _, w in ended],
+        )
+
+    def _open_waits(self) -> list[tuple[str, waits.Waiting]]:
+        """The waits that nothing has ended yet, in the order they began."""
+        return [(c, w) for c, w in self._waits.items() if c not in self._woken]
 
     @workflow.run
     async def run(self, turn: TurnInput) -> TurnOutput:
@@ -1062,6 +1149,8 @@ class AgentTurn:
                 return refused
         elif refused := await self._checked_and_consented(turn, iteration, index, vc):
             return refused
+        if vc.in_workflow:
+            return await self._waited(turn, iteration, call)
         if vc.agent is not None:
             return await self._ask_subagent(turn, iteration, index, vc, vc.agent)
         self._record(
@@ -1088,9 +1177,13 @@ class AgentTurn:
             observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
         finally:
             self._in_flight -= size
+        return self._observed(iteration, call, observation)
+
+    def _observed(self, iteration: int, call: ToolCall, observation: Observation) -> Observation:
+        """A call's result, as its step: the model reads it whole (its message), the
+        story shows its start."""
         if call.name not in self._tools_used:
             self._tools_used.append(call.name)
-        # The model reads the result whole (its message); the story shows its start.
         shown = observation.model_copy(update={"text": preview(observation.text)})
         self._record(
             iteration, StepKind.OBSERVATION, f"{call.name}: {shown.text}", observation=shown
@@ -1401,8 +1494,7 @@ class AgentTurn:
         the turn's run before asked, and the wait goes on (for what is left of it)."""
         wait = self._limits.approval_timeout
         if waiting is None:
-            if not self._pending and self._started is not None:
-                self._paused_since = workflow.now()  # a person is deciding: the clock stops
+            self._clock_stops()  # a person is deciding
             self._pending[call.id] = PendingApproval(call=call, why=why, since=workflow.now())
             self._record(
                 iteration,
@@ -1476,10 +1568,60 @@ class AgentTurn:
         del self._pending[call.id]
         self._publish_pending()
         if not self._pending:
-            if self._paused_since is not None:
-                self._paused += workflow.now() - self._paused_since
-                self._paused_since = None
+            self._clock_goes()
+            self._set_status(search.WAITING if self._waits else search.RUNNING)
+
+    def _clock_stops(self) -> None:
+        """Before a call starts to wait for a person or on a wait: max_duration's clock
+        stands still while any does (its time is not the agent's work)."""
+        if not self._pending and not self._waits and self._started is not None:
+            self._paused_since = workflow.now()
+
+    def _clock_goes(self) -> None:
+        """Once no call waits any more, the clock goes on."""
+        if not self._pending and not self._waits and self._paused_since is not None:
+            self._paused += workflow.now() - self._paused_since
+            self._paused_since = None
+
+    async def _waited(self, turn: TurnInput, iteration: int, call: ToolCall) -> Observation:
+        """A `wait` or `wait_for_event` call (`durable_agent.waits`): a durable timer in
+        this workflow, no activity, so a waiting turn holds no worker. It ends when its
+        time is up, when the event it waits for arrives (`event`), or when a person
+        wakes the turn (`wake`); what ended it is the call's result, screened by the
+        tool-output shields as any tool's result is, and a source a write may take a
+        value from only with consent (parse reads every result as one)."""
+        plan = waits.planned(call, workflow.now(), self._limits.max_wait)
+        if isinstance(plan, str):  # more than max_wait, a time passed: the model reads why
+            return self._reject(iteration, call, plan)
+        self._record(iteration, StepKind.WAIT, plan.story, calls=[call])
+        self._clock_stops()
+        self._waits[call.id] = plan
+        if not self._pending:  # a call awaiting consent says more: it needs a person
+            self._set_status(search.WAITING)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await workflow.wait_condition(
+                lambda: call.id in self._woken,
+                timeout=plan.until - plan.since,
+                timeout_summary=answers.markdown_safe(plan.story),
+            )
+        woken_by, event = self._woken.pop(call.id, (None, None))
+        del self._waits[call.id]
+        self._clock_goes()
+        if not self._pending and not self._waits:
             self._set_status(search.RUNNING)
+        ended = waits.ended(plan, workflow.now(), event, woken_by)
+        try:
+            parsed = await self._parse_output(turn, call, ended)
+        except (ActivityError, ApplicationError) as e:
+            # The shields fail closed: what ended the wait (an event's data) is withheld.
+            self._if_out_of_time()
+            self._if_tools_lost(iteration, e)
+            text = f"the wait ended, but {self._unscreened(e).message}: what ended it is withheld"
+            failed = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
+            return self._observed(iteration, call, failed)
+        stop = self._judged(iteration, "tool_output", call, parsed.verdicts)
+        self._tainted = self._tainted or stop is not None  # data, never instructions
+        return self._observed(iteration, call, parsed.observation)
 
     def _publish_pending(self) -> None:
         """The calls awaiting a decision, in the memo: `pending` lists them, and a
@@ -1638,7 +1780,9 @@ class AgentTurn:
                 continue
             parsed = await self._parse(turn, fork.step, m.calls, turn.tools)
             for index, vc in enumerate(parsed.valid):
-                if vc.side_effects or vc.agent is not None or vc.call.id not in steps:
+                # A write, a sub-agent, a wait: its record stands.
+                kept = vc.side_effects or vc.agent is not None or vc.in_workflow
+                if kept or vc.call.id not in steps:
                     continue
                 iteration = steps[vc.call.id]
                 try:

@@ -6,6 +6,8 @@ python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D e
 python client.py pending [--customer ID]                  # calls awaiting approval
 python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
 python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
+python client.py wake WORKFLOW_ID [--by NAME]           # end a turn's waits early
+python client.py event WORKFLOW_ID NAME JSON [--by NAME] # an event a turn waits for
 python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py show WORKFLOW_ID
 python client.py schedule add NAME --agent A (--cron EXPR | --every 1h | --at TIME) "QUESTION"
@@ -107,6 +109,7 @@ from durable_agent.types import (
     TurnOutput,
     check_customer_id,
 )
+from durable_agent.waits import Woke, WorldEvent, checked_event
 from durable_agent.workflows import search as keys
 
 __all__ = ["main", "run"]
@@ -741,6 +744,41 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         ) from None
 
 
+async def cmd_wake(args: argparse.Namespace) -> int:
+    """End a turn's waits early (`wait`, `wait_for_event`); the model reads who woke it."""
+    turn_id = workflow_id(args.workflow_id)
+    async with session(args.task_queue, self_contained=False) as conn:
+        woke = await client_of(conn, args).turn(turn_id).wake(by=args.by)
+    print(f"woke turn {turn_id}: {_woken(woke)}")
+    return 0
+
+
+async def cmd_event(args: argparse.Namespace) -> int:
+    """Deliver an event to a turn that waits for one of its name; refused in one line
+    before anything is sent when the name or the JSON is not one a turn takes."""
+    turn_id = workflow_id(args.workflow_id)
+    try:
+        data = json.loads(args.json)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise CliError(
+            f'JSON: give the event\'s data as JSON, e.g. \'{{"status": "delivered"}}\' ({e})'
+        ) from None
+    checked_event(WorldEvent(name=args.name, data=data, by=args.by))
+    async with session(args.task_queue, self_contained=False) as conn:
+        woke = await client_of(conn, args).turn(turn_id).send_event(args.name, data, by=args.by)
+    print(f"event {args.name} delivered to turn {turn_id}: {_woken(woke)}")
+    return 0
+
+
+def _woken(woke: Woke) -> str:
+    if woke.later:
+        return (
+            "no worker runs the turn now: it is recorded, and applies when one runs the "
+            "turn, if the turn still waits then"
+        )
+    return ", ".join(f"{tool} ({call})" for call, tool in zip(woke.calls, woke.tools, strict=True))
+
+
 async def cmd_list(args: argparse.Namespace) -> None:
     customer = customer_filter(args)
     agent = args.agent.strip() if args.agent else None
@@ -1140,6 +1178,18 @@ def parser() -> argparse.ArgumentParser:
             d.add_argument("--reason", default="", help="why, for the record and the model")
         d.add_argument("--wait", action="store_true", help="then wait for the turn's answer")
         d.set_defaults(run=cmd_decide)
+
+    wake = sub.add_parser("wake", help="end a turn's waits (wait, wait_for_event) early")
+    wake.add_argument("workflow_id", help="the turn's workflow id (see `list`)")
+    wake.add_argument("--by", default=getpass.getuser(), help="who wakes it, for the record")
+    wake.set_defaults(run=cmd_wake)
+
+    event = sub.add_parser("event", help="deliver an event a turn waits for (wait_for_event)")
+    event.add_argument("workflow_id", help="the turn's workflow id (see `list`)")
+    event.add_argument("name", help="the event's name, as the turn waits for it")
+    event.add_argument("json", help="the event's data, as JSON (at most 64 KB)")
+    event.add_argument("--by", default=getpass.getuser(), help="who sends it, for the record")
+    event.set_defaults(run=cmd_event)
 
     lst = sub.add_parser("list", help="recent turns, one line each")
     lst.add_argument("--agent", metavar="NAME", help="only this agent's turns")

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus
 from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
@@ -52,7 +52,9 @@ from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
 from durable_agent.errors import (
     AgentClientError,
+    InvalidEvent,
     NothingPending,
+    NotWaiting,
     NoWorker,
     UnknownTurn,
     WorkerNeeded,
@@ -70,6 +72,7 @@ from durable_agent.types import (
     TurnOutput,
     TurnProgress,
 )
+from durable_agent.waits import Wake, Woke, WorldEvent, checked_event
 from durable_agent.workflows import AgentTurn, Conversation, search
 from durable_agent.workflows.carry import TurnCarry
 from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
@@ -960,8 +963,9 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
                 await asyncio.sleep(delay)
                 continue
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or e)
-            if isinstance(cause, ApplicationError) and cause.type == NothingPending.__name__:
-                raise NothingPending(message) from None
+            refused = _REFUSALS.get(cause.type) if isinstance(cause, ApplicationError) else None
+            if refused is not None:
+                raise refused(message) from None
             raise AgentClientError(message) from None
         except RPCError as e:
             if e.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # too many requests in flight
@@ -977,6 +981,72 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
                 ) from None
             raise
     raise AssertionError("unreachable")
+
+
+_REFUSALS: dict[str | None, type[AgentClientError]] = {
+    e.__name__: e for e in (NothingPending, NotWaiting, InvalidEvent)
+}
+"""The turn's refusals of an update (its validators' words), as the client's errors."""
+
+
+async def wake(client: Client, workflow_id: str, by: str) -> Woke:
+    """End the turn's waits early (`wait`, `wait_for_event`); `NotWaiting` if none runs."""
+    return await _taken_or_kept(
+        client, workflow_id, AgentTurn.wake, AgentTurn.wake_later, Wake(by=by)
+    )
+
+
+async def send_event(client: Client, workflow_id: str, event: WorldEvent) -> Woke:
+    """Deliver an event to a turn that waits for one of its name (`wait_for_event`):
+    checked here first (`InvalidEvent`), then by the turn (`NotWaiting`), so a refused
+    event is never recorded. Data over the payload store's threshold goes there."""
+    checked_event(event)
+    return await _taken_or_kept(client, workflow_id, AgentTurn.event, AgentTurn.event_later, event)
+
+
+async def _taken_or_kept(
+    client: Client, workflow_id: str, update: Any, signal: Any, arg: Wake | WorldEvent
+) -> Woke:
+    """`update` with `arg`, as a live worker of the turn takes it (and may refuse it).
+    While none runs (all were SIGKILLed, say), `arg` is sent as `signal` instead, which
+    the server keeps in the turn's history: the turn applies it when a worker runs it
+    again, if it still waits for it (`later`). So an event never waits for minutes, as a
+    decision does not (`decide`); whichever of an update left behind and the signal the
+    turn reads first applies, and the other finds nothing waiting."""
+    handle = client.get_workflow_handle(workflow_id)
+    desc = await _still_running(handle)
+    try:
+        version = desc.typed_search_attributes.get(VERSION) or ""
+        alive = _build(version) in await live_builds(client, desc.task_queue)
+    except RPCError:  # a server that lists no pollers (the time-skipping test server)
+        alive = True
+    if alive:
+        sent = asyncio.ensure_future(_update(lambda u: handle.execute_update(update, arg, id=u)))
+        try:
+            await asyncio.wait({sent}, timeout=DECIDE_WAIT_S)
+            if sent.done() and not isinstance(sent.exception(), NoWorker):
+                return cast(Woke, sent.result())
+        finally:
+            if not sent.done():
+                sent.cancel()
+                await asyncio.gather(sent, return_exceptions=True)
+    await handle.signal(signal, arg)
+    return Woke(calls=[], tools=[], later=True)
+
+
+async def _still_running(handle: WorkflowHandle) -> WorkflowExecutionDescription:
+    """The turn as the server describes it, or why nothing of it can wait: no such
+    turn, or it ended."""
+    try:
+        desc = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise UnknownTurn(handle.id) from None
+        raise
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        state = desc.status.name.lower() if desc.status else "ended"
+        raise NotWaiting(f"turn {handle.id} is {state}: it waits for nothing")
+    return desc
 
 
 def _no_worker(e: RPCError) -> bool:

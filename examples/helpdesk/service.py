@@ -1,5 +1,6 @@
 """The help desk inside a FastAPI service of your own: ask and get JSON back, stream a
-turn to the browser as server-sent events, list and decide the calls awaiting consent.
+turn to the browser as server-sent events, list and decide the calls awaiting consent,
+and take the events a turn waits for (`wait_for_event`) as a webhook.
 
     cd examples/helpdesk
     durable-agent-worker --agent helpdesk:agent        # terminal 1: serves the agent
@@ -16,6 +17,7 @@ the user's own, and sent again with another question it is refused (409).
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -28,12 +30,15 @@ from pydantic import BaseModel, Field
 from durable_agent import AgentClient, TurnResult
 from durable_agent.errors import (
     AgentClientError,
+    InvalidEvent,
     NothingPending,
+    NotWaiting,
     NoWorker,
     RequestConflict,
     ServerUnavailable,
     UnknownTurn,
 )
+from durable_agent.waits import MAX_EVENT_BYTES
 
 AGENT = "helpdesk"
 
@@ -158,10 +163,33 @@ async def decide(
     return decided.model_dump()
 
 
+@app.post("/turns/{workflow_id}/events/{name}")
+async def event(
+    workflow_id: str, name: str, agents: Agents, who: User, request: Request
+) -> dict[str, Any]:
+    """A webhook: the event `name` for a turn of the user's that waits for it; the JSON
+    body (at most 64 KB) is its data, which the model reads as a tool's result. The
+    system that calls it authenticates as the user it acts for, as on every route here."""
+    turn = await agents.turn_for(workflow_id, customer=who)  # another's: 404, as no turn
+    body = b""
+    async for chunk in request.stream():  # read no more than an event may be
+        body += chunk
+        if len(body) > 2 * MAX_EVENT_BYTES:
+            raise InvalidEvent(f"event {name}: the body is over {MAX_EVENT_BYTES:,} bytes")
+    try:
+        data = json.loads(body) if body.strip() else None
+    except (ValueError, RecursionError) as e:
+        raise InvalidEvent(f"event {name}: the body is not JSON ({e})") from None
+    woke = await turn.send_event(name, data, by=who)
+    return woke.model_dump()
+
+
 # The client's errors, as HTTP answers whose body says what to do.
 STATUS = {
     UnknownTurn: 404,
     NothingPending: 409,
+    NotWaiting: 409,
+    InvalidEvent: 422,
     RequestConflict: 409,
     NoWorker: 503,
     ServerUnavailable: 503,
