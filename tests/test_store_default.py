@@ -14,10 +14,12 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
+from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent import AgentClient
+from durable_agent import Agent, AgentClient
 from durable_agent.conversation import ToolResult
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.runtime import turns
@@ -28,6 +30,7 @@ from durable_agent.runtime.storage import (
     sweep,
 )
 from durable_agent.shop import ShopStore
+from durable_agent.testing import TestModel, agent_test, check_replays, record_turn
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, ToolCall, TurnInput, TurnLimits
 from tests.conftest import Harness
@@ -256,3 +259,25 @@ async def test_a_sweep_leaves_another_servers_payloads(
     gone = await sweep(env.client, driver, retention=timedelta(0))
     assert gone == [folder.name] and not folder.exists()
     assert (tmp_path / SERVER_FILE).read_text() != "another-server's-cluster"
+
+
+async def test_a_recorded_turn_replays_with_no_store_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`record_turn` under the default store writes the stored payloads into the history
+    it records: the replay gate replays it where that store is not (CI, a fresh clone)."""
+    monkeypatch.setenv("AGENT_STATE_DIR", str(tmp_path / "recording"))
+    monkeypatch.delenv("AGENT_PAYLOAD_STORE", raising=False)
+    monkeypatch.delenv("AGENT_PAYLOAD_READ", raising=False)
+    agent = Agent(name="docs", deps=[], tools=[read_document])
+    async with agent_test(agent, model=TestModel(call_tools=["read_document"])) as t:
+        turn = await t.client.start("Read document 7")
+        await turn.result()
+        [path] = await record_turn(turn, tmp_path / "histories", "docs")
+    assert any(b"end-of-page" in p.read_bytes() for p in stored_files(tmp_path / "recording"))
+    events = WorkflowHistory.from_json(turn.id, path.read_text()).events
+    recorded = b"".join(e.SerializeToString() for e in events)
+    assert b"end-of-page" in recorded and b"ExternalStorageReference" not in recorded
+
+    monkeypatch.setenv("AGENT_STATE_DIR", str(tmp_path / "elsewhere"))  # no store here
+    assert await check_replays(tmp_path / "histories", agent) == [path]

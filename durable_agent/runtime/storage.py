@@ -76,9 +76,11 @@ records the workflow it belongs to in a `.workflow` file): a payload stored twic
 a workflow is one file. `sweep` deletes the folders of workflows closed for longer
 than a retention (the namespace's), as the server deletes their histories, and keeps
 a child's while its parent might still replay it; a folder that does not say which
-workflow it holds is never deleted. Every worker storing in a folder sweeps it once an
-hour (`keep_swept`; AGENT_PAYLOAD_RETENTION, e.g. `7d`, sets another retention), and
-`python -m durable_agent.runtime.storage sweep --retention 7d` does it by hand. In S3,
+workflow it holds is never deleted, nor a store whose `.server` file (written by its
+first sweep) names another server than the sweeping worker's. Every worker storing in
+a folder sweeps it once an hour (`keep_swept`; AGENT_PAYLOAD_RETENTION, e.g. `7d`, sets
+another retention), and `python -m durable_agent.runtime.storage sweep --retention 7d`
+does it by hand. In S3,
 the keys name the namespace and workflow (`v0/ns/…/wt/null/wi/<workflow id>/ri/null/…`);
 a lifecycle rule on the bucket expires them after the namespace's retention.
 """
@@ -100,7 +102,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -110,6 +112,7 @@ from urllib.parse import quote, unquote
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.sdk.v1 import ExternalStorageReference
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
@@ -718,22 +721,47 @@ async def first_unreadable(client: Client, workflow_id: str) -> str | None:
     """The line of the first payload of the workflow's (latest run's) history that `client`
     cannot have from its stores; None when it can have them all. For a turn no worker can
     replay (its query fails): what to tell whoever asked."""
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        try:
+            await inline_stored(client, workflow_id, [copy.deepcopy(event)])
+        except PayloadUnavailable as e:
+            return e.message
+    return None
+
+
+async def inline_stored(client: Client, workflow_id: str, events: Iterable[HistoryEvent]) -> None:
+    """Each reference to a stored payload in `events` (of the workflow's history) replaced
+    by the payload, as stored (encrypted, with encryption on): a history that replays with
+    no store beside it, as one recorded with the store off. `PayloadUnavailable` for one
+    `client` cannot have from its stores."""
     storage = client.data_converter.external_storage
     if not isinstance(storage, PayloadStore):
-        return None
-    reader = storage.with_context(WorkflowSerializationContext(client.namespace, workflow_id))
-    drivers = {d.name(): d for d in reader.drivers}
-    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        return
+    readers: dict[str, dict[str, StorageDriver]] = {}
+    for event in events:
+        # A child's input and result are the child's payloads (see the module docstring).
+        owner = _child_of(event) or workflow_id
+        if owner not in readers:
+            bound = storage.with_context(WorkflowSerializationContext(client.namespace, owner))
+            readers[owner] = {d.name(): d for d in bound.drivers}
         for payload in _payloads_in(event):
             reference = _reference(payload)
-            driver = drivers.get(reference.driver_name) if reference is not None else None
-            if reference is None or driver is None:
+            if reference is None:
                 continue
+            name = reference.driver_name
+            driver = readers[owner].get(name) or _NoSuchDriver(name, Owner(client.namespace, owner))
             claim = StorageDriverClaim(claim_data=dict(reference.claim_data))
-            try:
-                await driver.retrieve(StorageDriverRetrieveContext(), [claim])
-            except PayloadUnavailable as e:
-                return e.message
+            [stored] = await driver.retrieve(StorageDriverRetrieveContext(), [claim])
+            payload.CopyFrom(stored)
+
+
+def _child_of(event: HistoryEvent) -> str | None:
+    """The child workflow an event of its parent's history carries payloads of."""
+    kind = event.WhichOneof("attributes") or ""
+    if kind == "start_child_workflow_execution_initiated_event_attributes":
+        return str(event.start_child_workflow_execution_initiated_event_attributes.workflow_id)
+    if kind.startswith("child_workflow_execution_"):
+        return str(getattr(event, kind).workflow_execution.workflow_id) or None
     return None
 
 
@@ -886,6 +914,7 @@ async def size_of(client: Client, workflow_id: str) -> TurnSize:
         history += info.history_size_bytes
         events += info.history_length
         runs += 1
+        run_id = None
         async for first in handle.fetch_history_events(page_size=1):
             started = first.workflow_execution_started_event_attributes
             run_id = started.continued_execution_run_id or None
