@@ -1038,10 +1038,13 @@ async def _this_servers(client: Client, driver: FolderStorageDriver) -> bool:
         if (known := recorded.read_text().strip()) != cluster:
             log.warning(
                 "payload store %s: holds the payloads of another Temporal server's workflows "
-                "(cluster %s, this one is %s): not swept; give each server a store of its own",
+                "(cluster %s, this one is %s): not swept; give each server a store of its "
+                "own (a server whose database is gone for good: delete %s, and the store's "
+                "folders of its workflows with it)",
                 driver,
                 _clip(known),
                 cluster,
+                recorded,
             )
             return False
         return True
