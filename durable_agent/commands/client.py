@@ -448,8 +448,8 @@ async def print_result(
 
 
 async def print_size(turn: TurnHandle) -> None:
-    """`history: … in N runs (… events); payload store: … (…)`: a line the steps were
-    worth more than, so a size that cannot be had is a note, not an error."""
+    """`history: … in N runs (… events); payload store: … (…)`. The steps are printed
+    already: a size that cannot be had is a note on stderr, never the command's error."""
     try:
         print((await turn.size()).line())
     except AgentClientError as e:

@@ -881,7 +881,8 @@ class TurnSize(NamedTuple):
     runs: int
     """Its runs: one, and one more each time it continued as new."""
     stored_bytes: int | None
-    """Its payloads in the stores this process reads (None: none of them can say)."""
+    """Its payloads in the stores this process reads (None: unknown, a bucket that would
+    not list them)."""
     stores: str
     """Those stores, for the person."""
 
@@ -933,17 +934,16 @@ async def size_of(client: Client, workflow_id: str) -> TurnSize:
 
 
 async def _stored_bytes(storage: PayloadStore, owner: Owner) -> int | None:
-    """The bytes of the owner's payloads in each store that can list them."""
-    sizes: list[int] = []
+    """The bytes of the owner's payloads in the stores this process reads (None: a bucket
+    would not list them, for want of the right, say)."""
+    total = 0
     for driver in storage.drivers:
         if isinstance(driver, FolderStorageDriver):
             for root in (driver.root, *driver.also):
-                folder = root / _folder(owner)
-                sizes.append(0)  # none stored there (yet)
-                with contextlib.suppress(OSError):
-                    sizes.extend(
+                with contextlib.suppress(OSError):  # none stored there (yet)
+                    total += sum(
                         p.stat().st_size
-                        for p in folder.iterdir()
+                        for p in (root / _folder(owner)).iterdir()
                         if p.is_file() and not p.name.startswith(".")
                     )
         elif isinstance(driver, S3Store) and isinstance(driver.client, Boto3S3Client):
@@ -952,9 +952,11 @@ async def _stored_bytes(storage: PayloadStore, owner: Owner) -> int | None:
                 f"{_s3_encoded(owner.workflow_id)}/ri/null/d/sha256/"
             )
             for bucket in driver.buckets:
-                with contextlib.suppress(Exception):  # no list rights: not counted
-                    sizes.append(await driver.client.listed_bytes(bucket=bucket, prefix=prefix))
-    return sum(sizes) if sizes else None
+                try:
+                    total += await driver.client.listed_bytes(bucket=bucket, prefix=prefix)
+                except Exception:  # noqa: BLE001 - no list right, unreachable: unknown
+                    return None
+    return total
 
 
 def storing_lines(
