@@ -778,6 +778,12 @@ class TurnHandle:
             steps = await turns.whole(self.temporal, progress)
         return progress.model_copy(update={"steps": steps, "earlier_steps": 0})
 
+    async def size(self) -> storage.TurnSize:
+        """What the turn costs: its history's bytes over all its runs, its number of
+        runs, and its payloads' bytes in the payload store (`TurnSize.line()` says it)."""
+        with _plainly(self.id):
+            return await storage.size_of(self.client.temporal, self.id)
+
     async def _running(self) -> bool:
         try:
             return (await self.temporal.describe()).status == WorkflowExecutionStatus.RUNNING

@@ -3,6 +3,7 @@ and task queue per test, and a scripted model where a test needs exact replies."
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -24,13 +25,19 @@ from durable_agent.offline import OfflineModel
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.server import DEV_SERVER_TUNING, temporal_cli
 from durable_agent.runtime.turns import start_turn
-from durable_agent.settings import Settings
+from durable_agent.settings import Settings, state_dir
 from durable_agent.shields import ShieldSettings
 from durable_agent.shop import TOOLS, ShopStore
 from durable_agent.shop.agent import support
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from durable_agent.workflows import search
+
+# The payload store is on by default: the suite's own workers store in this process's
+# state folder (`.durable-agent/payloads` here). A process a test starts with a state
+# folder of its own (a CLI, say) reads that store too, as the processes of one machine
+# that share a store do; a test that means another store names it.
+os.environ.setdefault("AGENT_PAYLOAD_READ", f"local:{state_dir() / 'payloads'}")
 
 
 @pytest.fixture(scope="session")

@@ -353,6 +353,9 @@ async def main(only: set[str]) -> None:
     `fork_write_asked`,
     `write_asked_again`, `compacted`, `mcp_tools`, `local_calls`, `approved`,
     `declined_by_person`."""
+    # Every payload in the history: a recorded history replays with nothing beside it
+    # (the store is on by default, and the worker's converter would store them).
+    os.environ["AGENT_PAYLOAD_STORE"] = "off"
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=DEV_SERVER_TUNING,

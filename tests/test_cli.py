@@ -484,7 +484,8 @@ async def test_a_named_server_gets_links_to_its_own_web_ui_or_none(
     id and no link (never Temporal's 8233, which may be another server's UI);
     TEMPORAL_UI_URL or AGENT_UI_PORT name it, and the link follows, the id quoted. The
     client (`AgentClient.connect`) does the same."""
-    # No UI named, and the worker's payloads inline (it runs here, with no store).
+    # No UI named, and no store of the command's own: it reads the store of the worker
+    # that runs here (tests/conftest.py).
     unnamed = ("AGENT_UI_PORT", "TEMPORAL_UI_URL", "AGENT_PAYLOAD_STORE", "AGENT_PAYLOAD_THRESHOLD")
     named = {k: v for k, v in shared_server.items() if k not in unnamed}
     question = ["client.py", "ask", "Has order 123456 shipped?", "--customer", "bob-x"]
@@ -713,7 +714,8 @@ async def test_a_worker_built_by_hand_is_live_for_as_long_as_it_polls(
             serving = await workers(client, queue)
             assert serving.live == 1, f"judged gone {time.monotonic() - started:.0f} s in"
             await asyncio.sleep(2)
-        # Inline payloads, as this process's worker (built by hand) has them.
+        # Storing nothing of its own: it reads the store of this process's worker (built
+        # by hand), tests/conftest.py.
         inline = {**shared_server, "AGENT_PAYLOAD_STORE": "off"}
         asked = await asyncio.to_thread(
             run, ["client.py", "ask", "Has order 123456 shipped?"], inline

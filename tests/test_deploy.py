@@ -325,6 +325,30 @@ def test_published_ports_are_the_ones_the_client_and_browser_use(
     assert services["codec-server"]["profiles"] == ["encryption"]
 
 
+def test_a_deployment_names_its_payload_store_once() -> None:
+    """`AGENT_PAYLOAD_STORE=s3://BUCKET` (a shell or .env setting) reaches every service
+    that reads turns, with the AWS settings that reach the bucket; unset, they share the
+    payloads volume."""
+    out = run_compose(
+        "--profile",
+        "encryption",
+        "config",
+        "--format",
+        "json",
+        AGENT_PAYLOAD_STORE="s3://agent-payloads",
+        AWS_DEFAULT_REGION="eu-west-1",
+    )
+    resolved = json.loads(out.stdout)["services"]
+    for service in ("worker", "codec-server"):
+        env = resolved[service]["environment"]
+        assert env["AGENT_PAYLOAD_STORE"] == "s3://agent-payloads", service
+        assert env["AWS_DEFAULT_REGION"] == "eu-west-1", service
+    out = run_compose("--profile", "encryption", "config", "--format", "json")
+    resolved = json.loads(out.stdout)["services"]
+    stores = {resolved[s]["environment"]["AGENT_PAYLOAD_STORE"] for s in ("worker", "codec-server")}
+    assert stores == {"local:/payloads"}
+
+
 def test_start_order_waits_for_a_ready_server(services: dict[str, Any]) -> None:
     def waits(service: str, on: str, condition: str) -> None:
         assert services[service]["depends_on"][on]["condition"] == condition, (service, on)

@@ -271,9 +271,12 @@ def nested(depth: int) -> dict[str, Any]:
 async def test_every_error_of_the_client_is_one_line(
     env: WorkflowEnvironment, harness: Harness
 ) -> None:
-    """Values nested too deep to serialize, too large for the server, and types pydantic
-    cannot take: each an `AgentClientError` with one line, never the SDK's own."""
-    agents = AgentClient(env.client, task_queue=f"nobody-{uuid.uuid4().hex[:6]}")
+    """Values nested too deep to serialize, too large for the server (with the payload
+    store off: on, a large input is stored), and types pydantic cannot take: each an
+    `AgentClientError` with one line, never the SDK's own."""
+    config = env.client.config()
+    config["data_converter"] = data_converter({"AGENT_PAYLOAD_STORE": "off"})
+    agents = AgentClient(Client(**config), task_queue=f"nobody-{uuid.uuid4().hex[:6]}")
     cases: list[tuple[dict[str, Any], str]] = [
         ({"context": nested(300)}, "nests lists and objects over 32 deep"),
         ({"context": nested(100_000)}, "nests lists and objects over 32 deep"),

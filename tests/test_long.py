@@ -316,11 +316,15 @@ def read_any_page(args: Page, ctx: ToolContext[object]) -> str:
 
 
 async def test_a_call_waits_for_consent_across_a_continue_as_new_and_runs_once(
-    harness: Harness,
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A round reads a long page and asks to write: the page pushes the history past
     the turn's threshold while the write waits for a person, so the turn continues as
     new with the write still waiting. Approved in the new run, it runs once."""
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", "off")  # the page in the history, as before
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    harness = Harness(Client(**config), harness.store)
     write = ToolCall(
         id="w", name="start_return", arguments={"order_id": "123456", "reason": "damaged"}
     )

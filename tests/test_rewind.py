@@ -361,8 +361,12 @@ async def test_a_fork_whose_conversation_one_payload_cannot_carry_needs_the_stor
             decisions=[*(Reply(calls=[c]) for c in pages[1:]), Reply(text="read")],
         )
     )
-    async with harness.worker(model, ToolRegistry([big_page])) as task_queue:
-        agents = AgentClient(harness.client, task_queue=task_queue)
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", "off")  # on by default
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    inline = Harness(Client(**config), harness.store)
+    async with inline.worker(model, ToolRegistry([big_page])) as task_queue:
+        agents = AgentClient(inline.client, task_queue=task_queue)
         first = await agents.ask("read", model="scripted", limits=TurnLimits(max_steps=12))
         assert first.outcome is Outcome.ANSWERED
         with pytest.raises(CannotFork, match="more than Temporal takes in one payload"):
@@ -389,7 +393,7 @@ def cli(
         TEMPORAL_ADDRESS=harness.client.service_client.config.target_host,
         TEMPORAL_CONFIG_FILE=str(tmp_path / "no-such-temporal.toml"),
         AGENT_STATE_DIR=str(tmp_path / "state"),
-        AGENT_PAYLOAD_STORE="off",  # inline payloads, as this process's worker has them
+        AGENT_PAYLOAD_STORE="off",  # reads this process's store (tests/conftest.py)
     )
     return subprocess.run(
         [sys.executable, "client.py", "--task-queue", task_queue, *args],

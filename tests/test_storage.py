@@ -247,6 +247,7 @@ async def test_the_s3_store_holds_the_payloads_a_turn_refers_to(
         history = await handle.fetch_history()
         config["data_converter"] = data_converter()  # another client, as client.py is
         again = await AgentClient(Client(**config)).turn(handle.id).result()
+        size = await AgentClient(Client(**config)).turn(handle.id).size()
     assert keys and all(f"/wi/{handle.id}/" in k for k in keys)
     # What the model read of the result (its 100,000 characters) is in the bucket, in
     # the dispatch's result and in the model call that carried it...
@@ -255,6 +256,9 @@ async def test_the_s3_store_holds_the_payloads_a_turn_refers_to(
     assert max(e.ByteSize() for e in history.events) < 16 * 1024  # references only
     assert b"secret-line" not in history.to_json().encode()
     assert again.answer == "ok" and again.steps == result.steps
+    # What `show` says of it: the bucket's bytes under the turn, listed.
+    assert size.stored_bytes == sum(map(len, bodies)) and size.runs == 1
+    assert "s3://agent-payloads" in size.stores
 
 
 def test_an_s3_store_needs_a_bucket_name() -> None:

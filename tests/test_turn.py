@@ -343,11 +343,12 @@ async def test_huge_tool_output_never_enters_history_whole(
         """Returns far too much."""
         return {"log": "x" * 300_000}
 
-    if store:  # the worker and the client, both: each reads what the other stored
-        monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{tmp_path}")
-        config = harness.client.config()
-        config["data_converter"] = data_converter()
-        harness = Harness(Client(**config), harness.store)
+    # The worker and the client, both: each reads what the other stored (or, off, every
+    # payload inline, as the store is on by default).
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{tmp_path}" if store else "off")
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    harness = Harness(Client(**config), harness.store)
     model = ScriptedModel(plans=[Reply(calls=[ToolCall(id="c1", name="dump")])], decisions=[ANSWER])
     result, handle = await harness.ask_with_handle(
         "anything", model=model, tools=ToolRegistry([dump])

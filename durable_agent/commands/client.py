@@ -433,8 +433,11 @@ def workflow_id(value: str) -> str:
     return value
 
 
-async def print_result(conn: Connection, turn: TurnHandle, result: TurnOutput) -> int:
-    """Print a finished turn; its exit code (EXIT_NOT_ANSWERED when it was not answered)."""
+async def print_result(
+    conn: Connection, turn: TurnHandle, result: TurnOutput, *, sizes: bool = False
+) -> int:
+    """Print a finished turn (with `sizes`, what it costs the server and the store); its
+    exit code (EXIT_NOT_ANSWERED when it was not answered)."""
     if result.output is not None:  # a typed turn's value: its JSON, to read or to pipe
         # An object where this process has the agent's type (its module loaded: --agent).
         value = json.dumps(to_jsonable_python(result.output), indent=2)
@@ -450,7 +453,18 @@ async def print_result(conn: Connection, turn: TurnHandle, result: TurnOutput) -
         print(f"version: {version}")
     url = conn.workflow_url(turn.id, turn.temporal.result_run_id)
     print(f"workflow: {turn.id}" + (f"  {url}" if url else ""))
+    if sizes:
+        await print_size(turn)
     return EXIT_NOT_ANSWERED if result.outcome in UNANSWERED else 0
+
+
+async def print_size(turn: TurnHandle) -> None:
+    """`history: … in N runs (… events); payload store: … (…)`. The steps are printed
+    already: a size that cannot be had is a note on stderr, never the command's error."""
+    try:
+        print((await turn.size()).line())
+    except AgentClientError as e:
+        print(f"note: no size: {e}", file=sys.stderr)
 
 
 def decide_hint(workflow_id: str, step: Step) -> str:
@@ -514,7 +528,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
             raise
         finally:
             watchdog.cancel()
-        return await print_result(conn, handle, result)
+        return await print_result(conn, handle, result, sizes=args.sizes)
 
 
 PICK_UP_S = 8.0
@@ -953,7 +967,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 elif isinstance(event, StepEvent):
                     writing.end()
                     print(event.step.render(), flush=True)
-            return await print_result(conn, turn, await turn.result())
+            return await print_result(conn, turn, await turn.result(), sizes=True)
         if desc.status == WorkflowExecutionStatus.RUNNING:
             try:
                 progress = await turn.progress(timeout=SHOW_QUERY_S)
@@ -962,6 +976,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 for line in await history_view(handle):
                     print(line)
                 print_running(desc.typed_search_attributes)
+                await print_size(turn)
                 print(
                     "note: no worker answered, so this is the history only; the live steps "
                     f"need a running worker (`{worker_command()}`)",
@@ -975,13 +990,14 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 ):
                     print(decide_hint(desc.id, step))
             print_running(desc.typed_search_attributes)
+            await print_size(turn)
             return 0
         if desc.status not in SHOWN_ENDS:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
         result = await turn.result()  # a turn that failed: its outcome, or why, in one line
         for step in result.steps:
             print(step.render())
-        return await print_result(conn, turn, result)
+        return await print_result(conn, turn, result, sizes=True)
 
 
 SHOW_QUERY_S = 5.0
@@ -1150,6 +1166,12 @@ def parser() -> argparse.ArgumentParser:
     ask.add_argument("--follow", action="store_true", help="print each step as it happens")
     ask.add_argument(
         "--no-wait", action="store_true", help="print the turn's workflow id and return at once"
+    )
+    ask.add_argument(
+        "--sizes",
+        action="store_true",
+        help="then print its history's size, its number of runs and its bytes in the "
+        "payload store (as `show` does)",
     )
     add_turn_options(ask)
     add_mcp_config(ask, "with --embedded: ")

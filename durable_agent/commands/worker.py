@@ -33,7 +33,7 @@ from durable_agent.mcp import MCPServer
 from durable_agent.model import ModelCatalog
 from durable_agent.plugin import AgentPlugin, AgentWorker
 from durable_agent.plugin import build_worker as build_agent_worker
-from durable_agent.runtime import logs, metrics, search
+from durable_agent.runtime import logs, metrics, search, storage
 from durable_agent.runtime.chaos import Faults
 from durable_agent.runtime.cli import OneLineParser, task_queue_name
 from durable_agent.runtime.deployments import VersionConflict
@@ -143,6 +143,11 @@ async def serve(
                 print(f"metrics: OTLP to {observed.otlp_url}", flush=True)
             for note in conn.notes:
                 print(f"note: {note}", flush=True)
+            named = conn.server is None and conn.record is None
+            for line in storage.storing_lines(
+                conn.client.data_converter.external_storage, named_server=named
+            ):
+                print(line, flush=True)
             await stop.wait()
             print("shutting down…", flush=True)
         await metrics.drain(observed)

@@ -7,14 +7,14 @@ reads the store, so a turn's history stays small however much its tools return.
 With encryption on (`durable_agent/runtime/codec.py`), a payload is encrypted before
 it is stored: the store holds ciphertext only.
 
-    AGENT_PAYLOAD_STORE       where this process stores payloads: off (default): nowhere,
-                              every payload inline, as before; local: a folder under
-                              AGENT_STATE_DIR, `<state dir>/payloads`, shared by the
-                              processes of one machine (the embedded server's);
-                              local:/some/folder (a shared one, for several machines);
-                              s3://BUCKET: an S3 bucket, through Temporal's S3 driver
-                              (boto3, the `aws` extra; its usual AWS_* settings,
-                              AWS_ENDPOINT_URL_S3 included)
+    AGENT_PAYLOAD_STORE       where this process stores payloads: local (default): a
+                              folder under AGENT_STATE_DIR, `<state dir>/payloads`, beside
+                              the embedded server's database and shared by the processes
+                              of one machine that use that state folder; local:/some/folder
+                              (a shared one, for several machines); s3://BUCKET: an S3
+                              bucket, through Temporal's S3 driver (boto3, the `aws` extra;
+                              its usual AWS_* settings, AWS_ENDPOINT_URL_S3 included); off:
+                              nowhere, every payload inline in the history
     AGENT_PAYLOAD_READ        further stores this process reads, comma-separated
                               (local:/a/folder, s3://BUCKET): for one that stores
                               elsewhere, or nothing
@@ -26,6 +26,14 @@ stores in, and from those AGENT_PAYLOAD_READ names: a client with the store off
 still shows a turn whose worker stored its payloads. A payload in a store this
 process does not read cannot be shown here, so every process reading the turns
 should use the same AGENT_PAYLOAD_STORE (or name it in AGENT_PAYLOAD_READ).
+
+The store is on by default, in the state folder, whatever the server: a long turn's
+history otherwise grows with every tool result it reads, to Temporal's 50 MB limit per
+run series. The processes that find the embedded server share its state folder by
+construction (they find the server there); the processes of one project folder that
+talk to a named server share it too. Workers on several machines do not: a deployment
+names one store that all of them reach, once (`local:/shared/folder` or `s3://BUCKET`;
+compose does), and a worker on a named server says where it stores when it starts.
 
 Nothing read is trusted. A reference's key is refused unless it is a payload's place
 in a store this process reads: no `.` or `..` segment, nothing absolute, an S3 bucket
@@ -68,9 +76,11 @@ records the workflow it belongs to in a `.workflow` file): a payload stored twic
 a workflow is one file. `sweep` deletes the folders of workflows closed for longer
 than a retention (the namespace's), as the server deletes their histories, and keeps
 a child's while its parent might still replay it; a folder that does not say which
-workflow it holds is never deleted. Every worker storing in a folder sweeps it once an
-hour (`keep_swept`; AGENT_PAYLOAD_RETENTION, e.g. `7d`, sets another retention), and
-`python -m durable_agent.runtime.storage sweep --retention 7d` does it by hand. In S3,
+workflow it holds is never deleted, nor a store whose `.server` file (written by its
+first sweep) names another server than the sweeping worker's. Every worker storing in
+a folder sweeps it once an hour (`keep_swept`; AGENT_PAYLOAD_RETENTION, e.g. `7d`, sets
+another retention), and `python -m durable_agent.runtime.storage sweep --retention 7d`
+does it by hand. In S3,
 the keys name the namespace and workflow (`v0/ns/…/wt/null/wi/<workflow id>/ri/null/…`);
 a lifecycle rule on the bucket expires them after the namespace's retention.
 """
@@ -92,7 +102,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -102,6 +112,7 @@ from urllib.parse import quote, unquote
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.sdk.v1 import ExternalStorageReference
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
@@ -122,6 +133,7 @@ from temporalio.converter import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.errors import PayloadUnavailable
+from durable_agent.runtime.own_server import identify
 from durable_agent.settings import state_dir
 
 log = logging.getLogger(__name__)
@@ -132,11 +144,16 @@ THRESHOLD_ENV = "AGENT_PAYLOAD_THRESHOLD"
 RETENTION_ENV = "AGENT_PAYLOAD_RETENTION"
 SWEEP_EVERY = timedelta(hours=1)
 """How often a worker deletes the stored payloads of workflows closed past the retention."""
+DEFAULT_STORE = "local"
+"""On unless turned off: a folder under AGENT_STATE_DIR (see the module docstring)."""
 DEFAULT_THRESHOLD = 4096
 """Bytes: a tool result of a few kilobytes already costs the history only a reference."""
 FOLDER_DRIVER = "durable-agent.folder"
 S3_DRIVER = "aws.s3driver"
 """Temporal's S3 driver's name, which its references carry."""
+SERVER_FILE = ".server"
+"""In a store's folder: the cluster id of the server whose workflows' payloads it holds
+(`sweep`)."""
 OWNER_FILE = ".workflow"
 """In a workflow's folder: the namespace and workflow id it holds payloads of."""
 SAME_STORE = f"every process must use the same {STORE_ENV} (or name it in {READ_ENV})"
@@ -359,6 +376,15 @@ class Boto3S3Client(S3StorageDriverClient):
             return body
 
         return await asyncio.to_thread(read)
+
+    async def listed_bytes(self, *, bucket: str, prefix: str) -> int:
+        """The bytes of the objects under `prefix` (`size_of`)."""
+
+        def listed() -> int:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            return sum(o["Size"] for page in pages for o in page.get("Contents", ()))
+
+        return await asyncio.to_thread(listed)
 
     def describe(self) -> Mapping[str, str]:
         return {"region": str(self._s3.meta.region_name), "endpoint": self._s3.meta.endpoint_url}
@@ -695,22 +721,47 @@ async def first_unreadable(client: Client, workflow_id: str) -> str | None:
     """The line of the first payload of the workflow's (latest run's) history that `client`
     cannot have from its stores; None when it can have them all. For a turn no worker can
     replay (its query fails): what to tell whoever asked."""
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        try:
+            await inline_stored(client, workflow_id, [copy.deepcopy(event)])
+        except PayloadUnavailable as e:
+            return e.message
+    return None
+
+
+async def inline_stored(client: Client, workflow_id: str, events: Iterable[HistoryEvent]) -> None:
+    """Each reference to a stored payload in `events` (of the workflow's history) replaced
+    by the payload, as stored (encrypted, with encryption on): a history that replays with
+    no store beside it, as one recorded with the store off. `PayloadUnavailable` for one
+    `client` cannot have from its stores."""
     storage = client.data_converter.external_storage
     if not isinstance(storage, PayloadStore):
-        return None
-    reader = storage.with_context(WorkflowSerializationContext(client.namespace, workflow_id))
-    drivers = {d.name(): d for d in reader.drivers}
-    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        return
+    readers: dict[str, dict[str, StorageDriver]] = {}
+    for event in events:
+        # A child's input and result are the child's payloads (see the module docstring).
+        owner = _child_of(event) or workflow_id
+        if owner not in readers:
+            bound = storage.with_context(WorkflowSerializationContext(client.namespace, owner))
+            readers[owner] = {d.name(): d for d in bound.drivers}
         for payload in _payloads_in(event):
             reference = _reference(payload)
-            driver = drivers.get(reference.driver_name) if reference is not None else None
-            if reference is None or driver is None:
+            if reference is None:
                 continue
+            name = reference.driver_name
+            driver = readers[owner].get(name) or _NoSuchDriver(name, Owner(client.namespace, owner))
             claim = StorageDriverClaim(claim_data=dict(reference.claim_data))
-            try:
-                await driver.retrieve(StorageDriverRetrieveContext(), [claim])
-            except PayloadUnavailable as e:
-                return e.message
+            [stored] = await driver.retrieve(StorageDriverRetrieveContext(), [claim])
+            payload.CopyFrom(stored)
+
+
+def _child_of(event: HistoryEvent) -> str | None:
+    """The child workflow an event of its parent's history carries payloads of."""
+    kind = event.WhichOneof("attributes") or ""
+    if kind == "start_child_workflow_execution_initiated_event_attributes":
+        return str(event.start_child_workflow_execution_initiated_event_attributes.workflow_id)
+    if kind.startswith("child_workflow_execution_"):
+        return str(getattr(event, kind).workflow_execution.workflow_id) or None
     return None
 
 
@@ -775,7 +826,7 @@ class StoreConverter(DataConverter):
 def external_storage(environ: Mapping[str, str] | None = None) -> PayloadStore:
     """The stores this process reads, storing where AGENT_PAYLOAD_STORE says."""
     env = os.environ if environ is None else environ
-    spec = env.get(STORE_ENV, "").strip() or "off"
+    spec = env.get(STORE_ENV, "").strip() or DEFAULT_STORE
     threshold = _threshold(env.get(THRESHOLD_ENV, "").strip())
     reads = [r.strip() for r in env.get(READ_ENV, "").split(",") if r.strip()]
     folders: list[Path] = [state_dir(env) / "payloads"]
@@ -817,6 +868,116 @@ def external_storage(environ: Mapping[str, str] | None = None) -> PayloadStore:
     )
 
 
+MAX_RUNS_COUNTED = 1000
+"""Runs of a turn `size_of` walks back through, at most (two requests each)."""
+
+
+class TurnSize(NamedTuple):
+    """What a turn costs the server and the payload store."""
+
+    history_bytes: int
+    """Its history, all runs together, as the server counts it."""
+    events: int
+    runs: int
+    """Its runs: one, and one more each time it continued as new."""
+    stored_bytes: int | None
+    """Its payloads in the stores this process reads (None: unknown, a bucket that would
+    not list them)."""
+    stores: str
+    """Those stores, for the person."""
+
+    def line(self) -> str:
+        """`history: 1.2 MB in 3 runs (4,210 events); payload store: 8.4 MB (local:/…)`."""
+        runs = f"{self.runs} run{'s' if self.runs != 1 else ''}"
+        stored = "unknown" if self.stored_bytes is None else _bytes(self.stored_bytes)
+        return (
+            f"history: {_bytes(self.history_bytes)} in {runs} ({self.events:,} events); "
+            f"payload store: {stored} ({self.stores})"
+        )
+
+
+def _bytes(n: int) -> str:
+    if n < 1000:
+        return f"{n} B"
+    if n < 1_000_000:
+        return f"{n / 1000:.1f} KB"
+    return f"{n / 1_000_000:.1f} MB"
+
+
+async def size_of(client: Client, workflow_id: str) -> TurnSize:
+    """The history of every run of the workflow (latest first, back through each run it
+    continued from), and its payloads' bytes in the stores `client` reads."""
+    history = events = runs = 0
+    run_id: str | None = None
+    while runs < MAX_RUNS_COUNTED:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        info = (await handle.describe()).raw_description.workflow_execution_info
+        history += info.history_size_bytes
+        events += info.history_length
+        runs += 1
+        run_id = None
+        async for first in handle.fetch_history_events(page_size=1):
+            started = first.workflow_execution_started_event_attributes
+            run_id = started.continued_execution_run_id or None
+            break
+        if run_id is None:
+            break
+    storage = client.data_converter.external_storage
+    owner = Owner(client.namespace, workflow_id)
+    if not isinstance(storage, PayloadStore):
+        return TurnSize(history, events, runs, None, "none")
+    stored = await _stored_bytes(storage, owner)
+    where = ", ".join(
+        str(d) for d in storage.drivers if not (isinstance(d, S3Store) and not d.buckets)
+    )
+    return TurnSize(history, events, runs, stored, where)
+
+
+async def _stored_bytes(storage: PayloadStore, owner: Owner) -> int | None:
+    """The bytes of the owner's payloads in the stores this process reads (None: a bucket
+    would not list them, for want of the right, say)."""
+    total = 0
+    for driver in storage.drivers:
+        if isinstance(driver, FolderStorageDriver):
+            for root in (driver.root, *driver.also):
+                with contextlib.suppress(OSError):  # none stored there (yet)
+                    total += sum(
+                        p.stat().st_size
+                        for p in (root / _folder(owner)).iterdir()
+                        if p.is_file() and not p.name.startswith(".")
+                    )
+        elif isinstance(driver, S3Store) and isinstance(driver.client, Boto3S3Client):
+            prefix = (
+                f"v0/ns/{_s3_encoded(owner.namespace)}/wt/null/wi/"
+                f"{_s3_encoded(owner.workflow_id)}/ri/null/d/sha256/"
+            )
+            for bucket in driver.buckets:
+                try:
+                    total += await driver.client.listed_bytes(bucket=bucket, prefix=prefix)
+                except Exception:  # noqa: BLE001 - no list right, unreachable: unknown
+                    return None
+    return total
+
+
+def storing_lines(
+    storage: ExternalStorage | None, *, named_server: bool, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """What a worker says of its store when it starts: where it stores; on a named server,
+    with the default store, that workers on other machines need one they all reach."""
+    storing = storage.storing if isinstance(storage, PayloadStore) else None
+    if storing is None or storage is None:
+        return [f"payload store: off ({STORE_ENV}=off): every payload inline in the history"]
+    lines = [f"payload store: {storing} (payloads from {storage.payload_size_threshold:,} bytes)"]
+    env = os.environ if environ is None else environ
+    if named_server and not env.get(STORE_ENV, "").strip():
+        lines.append(
+            f"note: the payload store is this machine's folder ({STORE_ENV} unset); workers "
+            f"on other machines need one they all reach: {STORE_ENV}=local:/shared/folder "
+            "or s3://BUCKET, the same for every process"
+        )
+    return lines
+
+
 def storing_folder(storage: ExternalStorage | None) -> FolderStorageDriver | None:
     """The folder a process stores payloads in (None: it stores none, or in S3)."""
     storing = storage.storing if isinstance(storage, PayloadStore) else None
@@ -846,6 +1007,8 @@ async def sweep(
     gone from the server), whose parents (if any) are too; the ids of the workflows
     whose payloads went. A folder that does not say which workflow it holds stays."""
     now = now or datetime.now(timezone.utc)
+    if not await _this_servers(client, driver):
+        return []
     gone = []
     for namespace, workflow_id, folder in driver.workflows():
         if namespace != client.namespace:
@@ -864,6 +1027,32 @@ async def sweep(
             shutil.rmtree(folder, ignore_errors=True)
             gone.append(workflow_id)
     return gone
+
+
+async def _this_servers(client: Client, driver: FolderStorageDriver) -> bool:
+    """Whether the folder holds this server's payloads: the first sweep records the
+    server's cluster id in it. With the store on by default, processes of one state
+    folder may talk to two servers (the embedded one, one named): a workflow of the other
+    server's is unknown to this one, which must not read as deleted long ago."""
+    cluster = await identify(client)
+    recorded = driver.root / SERVER_FILE
+    with contextlib.suppress(FileNotFoundError):
+        if (known := recorded.read_text().strip()) != cluster:
+            log.warning(
+                "payload store %s: holds the payloads of another Temporal server's workflows "
+                "(cluster %s, this one is %s): not swept; give each server a store of its "
+                "own (a server whose database is gone for good: delete %s, and the store's "
+                "folders of its workflows with it)",
+                driver,
+                _clip(known),
+                cluster,
+                recorded,
+            )
+            return False
+        return True
+    driver.root.mkdir(parents=True, exist_ok=True)
+    _write(recorded, cluster.encode())
+    return True
 
 
 async def _closed(

@@ -33,7 +33,7 @@ from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.client import ConversationHandle, TurnHandle
 from durable_agent.plugin import AgentPlugin
-from durable_agent.runtime import turns
+from durable_agent.runtime import storage, turns
 from durable_agent.settings import Settings
 from durable_agent.testing._errors import ReplayFailed
 from durable_agent.types import TurnInput
@@ -62,6 +62,8 @@ async def record_turn(
     for n, run_id in enumerate(run_ids, 1):
         run = turn.client.temporal.get_workflow_handle(turn.id, run_id=run_id)
         history = await run.fetch_history()
+        # Stored payloads written into the history: it replays anywhere, with no store.
+        await storage.inline_stored(turn.client.temporal, turn.id, history.events)
         stem = f"{name}.run{n}" if run_id else name
         (folder / f"{stem}.json").write_text(history.to_json())
         (folder / f"{stem}.id").write_text(turn.id + "\n")
