@@ -110,8 +110,16 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
         prior,
     )
+    from durable_agent.elicitation import (
+        MAX_QUESTIONS_PER_CALL,
+        Answer,
+        AnswerInput,
+        Question,
+        check_answer,
+    )
     from durable_agent.errors import (
         CannotFork,
+        InvalidAnswer,
         ModelCannotAnswer,
         ModelRequestRejected,
         ModelUnavailable,
@@ -251,6 +259,10 @@ class AgentTurn:
         self._decisions: dict[str, ApprovalDecision] = (
             {d.call_id: d for d in carry.decisions} if carry else {}
         )
+        self._questions: dict[str, Question] = {}
+        """MCP servers' questions awaiting a person's answer, by id (never carried: a
+        turn does not continue as new while a call of its round waits for one)."""
+        self._answers: dict[str, Answer] = {}
         self._model = carry.model if carry else ""
         self._tools_used: list[str] = list(carry.tools_used) if carry else []
         self._in_flight = 0
@@ -291,8 +303,37 @@ class AgentTurn:
             usage=self._usage,
             done=self._done,
             pending=list(self._pending.values()),
+            questions=list(self._questions.values()),
             earlier_steps=self._steps_before,
         )
+
+    @workflow.update
+    async def answer(self, answer: AnswerInput) -> Question:
+        """A person's answer to an MCP server's question (`durable_agent.elicitation`)."""
+        question = self._questions[answer.question_id]
+        self._answers[question.id] = Answer(
+            digest=question.digest, action=answer.action, content=answer.content, by=answer.by
+        )
+        return question
+
+    @answer.validator
+    def _check_answer(self, answer: AnswerInput) -> None:
+        # Refused here, the update leaves no trace in the history.
+        question = self._questions.get(answer.question_id)
+        if question is None or question.id in self._answers:
+            waiting = ", ".join(self._questions) or "none"
+            raise ApplicationError(
+                f"question {answer.question_id!r} is not awaiting an answer in this turn "
+                f"(awaiting: {waiting})",
+                type=NothingPending.__name__,
+                non_retryable=True,
+            )
+        try:
+            check_answer(question, answer.action, answer.content)
+        except InvalidAnswer as e:
+            raise ApplicationError(
+                str(e), type=InvalidAnswer.__name__, non_retryable=True
+            ) from None
 
     @workflow.update
     async def decide(self, decision: ApprovalDecision) -> ApprovalResult:
@@ -1032,7 +1073,7 @@ class AgentTurn:
         size = vc.result_chars
         await self._room_for(size)
         try:
-            dispatched = await self._send(turn, iteration, index, vc)
+            dispatched = await self._send_asking(turn, iteration, index, vc)
             # Screened by dispatch itself, most often: else (its shields failed there)
             # by parse_output, which never runs the tool again.
             parsed = dispatched.parsed or await self._parse_output(turn, call, dispatched.data)
@@ -1124,8 +1165,82 @@ class AgentTurn:
         if key not in self._unasked and len(self._unasked) < MAX_UNASKED_WRITES:
             self._unasked.append(key)
 
-    async def _send(
+    async def _send_asking(
         self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
+    ) -> DispatchOutput:
+        """The call's dispatch; when an MCP server asks the person a question during it,
+        the person's answer (or `cancel` once the wait is up), then the call sent again
+        with every answer so far, which the server's same question now gets."""
+        given: list[Answer] = []
+        while (out := await self._send(turn, iteration, index, vc, given)).question:
+            if len(given) >= MAX_QUESTIONS_PER_CALL:
+                raise ApplicationError(
+                    f"{vc.call.name}: its server asked more than {MAX_QUESTIONS_PER_CALL} "
+                    "questions in one call; it was not sent again",
+                    non_retryable=True,
+                )
+            question = out.question.model_copy(
+                update={"id": f"{vc.call.id}.q{len(given) + 1}", "call_id": vc.call.id}
+            )
+            given.append(await self._ask(iteration, vc.call, question))
+        return out
+
+    async def _ask(self, iteration: int, call: ToolCall, question: Question) -> Answer:
+        """Wait, durably and holding no worker slot, for a person's answer to `question`;
+        past its timeout, `cancel`. The clock of max_duration stops meanwhile."""
+        wait = (
+            timedelta(seconds=question.timeout_s)
+            if question.timeout_s is not None
+            else self._limits.approval_timeout
+        )
+        if not self._pending and not self._questions and self._started is not None:
+            self._paused_since = workflow.now()  # a person is answering: the clock stops
+        question = question.model_copy(update={"tool": call.name, "since": workflow.now()})
+        self._questions[question.id] = question
+        shown = f" ({question.url}, at {question.domain})" if question.mode == "url" else ""
+        self._record(
+            iteration,
+            StepKind.QUESTION,
+            f"{call.name}: MCP server {question.server} asks ({question.id}): "
+            f"{question.message}{shown}",
+            calls=[call],
+        )
+        self._publish_questions()
+        self._set_status(search.AWAITING_APPROVAL)
+        try:
+            await workflow.wait_condition(
+                lambda: question.id in self._answers,
+                timeout=wait,
+                timeout_summary=answers.markdown_safe(f"answer to {question.server}"),
+            )
+            answer = self._answers[question.id]
+            said = f"{answer.action} by {answer.by}"
+        except asyncio.TimeoutError:
+            answer = Answer(digest=question.digest, action="cancel", by="timeout")
+            said = f"cancel: no answer within {_duration(wait)}"
+        del self._questions[question.id]
+        self._publish_questions()
+        if not self._pending and not self._questions:
+            if self._paused_since is not None:
+                self._paused += workflow.now() - self._paused_since
+                self._paused_since = None
+            self._set_status(search.RUNNING)
+        self._record(iteration, StepKind.QUESTION, f"{call.name}: {question.id}: {said}")
+        return answer
+
+    def _publish_questions(self) -> None:
+        """The questions awaiting an answer, in the memo: `pending` lists them while no
+        worker runs (each bounded: `durable_agent.elicitation`)."""
+        questions = [q.model_dump(mode="json") for q in self._questions.values()]
+        workflow.upsert_memo({search.QUESTIONS_MEMO: questions})
+
+    async def _send(
+        self,
+        turn: TurnInput,
+        iteration: int,
+        index: int,
+        vc: ValidCall,
+        given: list[Answer] | None = None,
     ) -> DispatchOutput:
         """The call's dispatch. A write whose outcome came back unknown (it may have
         run; the system it went to takes no idempotency key) is sent again only if a
@@ -1138,6 +1253,7 @@ class AgentTurn:
             tools_version=self._agent.tools_version,
             tool_lists=self._agent.tool_lists,
             context=turn.context,
+            answers=given or [],
             followed=self._followed(turn),
         )
         try:
@@ -1361,7 +1477,7 @@ class AgentTurn:
         the turn's run before asked, and the wait goes on (for what is left of it)."""
         wait = self._limits.approval_timeout
         if waiting is None:
-            if not self._pending and self._started is not None:
+            if not self._pending and not self._questions and self._started is not None:
                 self._paused_since = workflow.now()  # a person is deciding: the clock stops
             self._pending[call.id] = PendingApproval(call=call, why=why, since=workflow.now())
             self._record(
@@ -1435,7 +1551,7 @@ class AgentTurn:
     def _no_longer_pending(self, call: ToolCall) -> None:
         del self._pending[call.id]
         self._publish_pending()
-        if not self._pending:
+        if not self._pending and not self._questions:
             if self._paused_since is not None:
                 self._paused += workflow.now() - self._paused_since
                 self._paused_since = None
@@ -1559,7 +1675,7 @@ class AgentTurn:
                     continue
                 iteration = steps[vc.call.id]
                 try:
-                    dispatched = await self._send(turn, iteration, index, vc)
+                    dispatched = await self._send_asking(turn, iteration, index, vc)
                     parsed_output = dispatched.parsed or await self._parse_output(
                         turn, vc.call, dispatched.data
                     )
