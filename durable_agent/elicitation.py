@@ -214,10 +214,11 @@ def _check_form(where: str, schema: Any) -> None:
         raise UnusableQuestion(f"{where} with a schema that cannot be checked: {e}") from None
 
 
-def check_answer(question: Question, action: str, content: Any) -> None:
+def check_answer(question: Question, action: str, content: Any, *, form: bool = True) -> None:
     """`InvalidAnswer`, in one line, unless `action` with `content` answers `question`:
     accept in form mode with content the schema takes; accept in URL mode, decline and
-    cancel with none."""
+    cancel with none. `form=False`: all but the check against the schema (the workflow's
+    own check: `jsonschema` cannot be imported in its sandbox)."""
     if action not in ("accept", "decline", "cancel"):
         raise InvalidAnswer(f"action: accept, decline or cancel, not {str(action)[:20]!r}")
     if action != "accept" or question.mode == "url":
@@ -232,6 +233,8 @@ def check_answer(question: Question, action: str, content: Any) -> None:
         raise InvalidAnswer("the answer's content is not JSON") from None
     if size > MAX_ANSWER_BYTES:
         raise InvalidAnswer(f"the answer is over {MAX_ANSWER_BYTES // 1024} KB")
+    if not form:
+        return
     errors = list(schemas.validator(question.requested_schema or {}).iter_errors(content))
     if errors:
         first = errors[0]

@@ -83,6 +83,7 @@ from durable_agent import elicitation, schemas
 from durable_agent.elicitation import NeedsAnswer
 from durable_agent.errors import (
     AgentDefinitionError,
+    InvalidAnswer,
     OutcomeUnknown,
     ToolError,
     ToolUnavailable,
@@ -592,6 +593,11 @@ class Connection:
             return ErrorData(code=INVALID_REQUEST, message=str(e))
         answer = asking.answers.get(question.digest)
         if answer is not None:
+            try:  # checked by the client already; a server never gets one that breaks it
+                elicitation.check_answer(question, answer.action, answer.content)
+            except InvalidAnswer as e:
+                asking.unusable = UnusableQuestion(f"the answer was not sent: {e}")
+                return ErrorData(code=INVALID_REQUEST, message="the answer was refused")
             return ElicitResult(action=answer.action, content=answer.content)
         asking.question = asking.question or question
         # The call ends with the question: the turn asks the person and sends the call

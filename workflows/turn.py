@@ -329,7 +329,9 @@ class AgentTurn:
                 non_retryable=True,
             )
         try:
-            check_answer(question, answer.action, answer.content)
+            # Its shape here (the client checked it against the form; the worker checks it
+            # again before the server gets it): `jsonschema` cannot run in the sandbox.
+            check_answer(question, answer.action, answer.content, form=False)
         except InvalidAnswer as e:
             raise ApplicationError(
                 str(e), type=InvalidAnswer.__name__, non_retryable=True

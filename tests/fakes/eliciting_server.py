@@ -39,7 +39,9 @@ def _said(line: str) -> str:
     return line
 
 
-@server.tool(annotations=READ, description="Sign the customer up for a plan (asks the person for details).")
+@server.tool(
+    annotations=READ, description="Sign the customer up for a plan (asks the person for details)."
+)
 async def signup(customer: str, ctx: Context) -> str:
     try:
         got = await ctx.elicit(f"Sign {customer} up: which plan, and where to?", Signup)
@@ -50,7 +52,10 @@ async def signup(customer: str, ctx: Context) -> str:
     return _said(got.action)
 
 
-@server.tool(annotations=READ, description="Verify the customer's identity (asks the person to visit a page).")
+@server.tool(
+    annotations=READ,
+    description="Verify the customer's identity (asks the person to visit a page).",
+)
 async def verify(customer: str, ctx: Context) -> str:
     try:
         got = await ctx.elicit_url(

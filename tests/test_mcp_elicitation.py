@@ -1,0 +1,239 @@
+"""MCP elicitation as a durable step, against a real server written with the `mcp` SDK
+(tests/fakes/eliciting_server.py) whose tools ask for input in form and URL mode:
+the question waits in the turn for a person, and the answer reaches the server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from durable_agent import AgentClient
+from durable_agent.elicitation import AnswerInput, Question
+from durable_agent.errors import InvalidAnswer
+from durable_agent.mcp import MCPConfigError, MCPServer, connected, load_config
+from durable_agent.model import Reply
+from durable_agent.runtime.turns import start_turn
+from durable_agent.scripted import ScriptedModel
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
+from durable_agent.workflows import AgentTurn
+from tests.conftest import Harness, last_result
+from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
+from tests.test_mcp import agent_with, worker_environ, worker_process
+
+pytestmark = pytest.mark.usefixtures("own_state_dir")
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = ROOT / "tests" / "fakes" / "eliciting_server.py"
+SIGNUP = {"email": "ann@example.com", "plan": "pro", "seats": 3, "news": True}
+
+
+def eliciting(log: Path, **options: Any) -> MCPServer:
+    return MCPServer(name="el", command=sys.executable, args=(str(SERVER), str(log)), **options)
+
+
+def ran(log: Path) -> list[str]:
+    """What the server's tool got, each time it ran."""
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def asking(tool: str) -> ScriptedModel:
+    call = ToolCall(id="c1", name=f"el__{tool}", arguments={"customer": "ann"})
+    return ScriptedModel(
+        plans=[Reply(calls=[call])], decisions=[lambda req: Reply(text=last_result(req))]
+    )
+
+
+@asynccontextmanager
+async def turn_asking(
+    harness: Harness, tool: str, server: MCPServer
+) -> AsyncIterator[tuple[Any, Question]]:
+    """A turn whose call of `tool` asked a question, and that question once it waits."""
+    async with (
+        connected([agent_with(server)]) as agents,
+        harness.worker(asking(tool), agents=agents) as task_queue,
+    ):
+        client = AgentClient(harness.client, task_queue=task_queue)
+        handle = await start_turn(
+            harness.client, TurnInput(question="Sign ann up", model="scripted"), task_queue
+        )
+        turn = client.turn(handle.id)
+        yield turn, await first_question(turn)
+
+
+async def first_question(turn: Any) -> Question:
+    async with asyncio.timeout(120):
+        while not (waiting := await turn.questions()):
+            await asyncio.sleep(0.05)
+    return waiting[0]
+
+
+async def test_a_form_question_waits_for_a_person_and_the_accepted_answer_reaches_the_server(
+    harness: Harness, tmp_path: Path
+) -> None:
+    log = tmp_path / "ran.log"
+    async with turn_asking(harness, "signup", eliciting(log)) as (turn, question):
+        assert question.mode == "form" and question.server == "el"
+        assert question.message == "Sign ann up: which plan, and where to?"
+        assert question.requested_schema is not None
+        assert set(question.requested_schema["properties"]) == {"email", "plan", "seats", "news"}
+        # The server heard no answer yet: its tool met an error, and ran once.
+        assert len(ran(log)) == 1 and ran(log)[0].startswith("error")
+        # The CLI's and every front end's listing reads it from the memo.
+        listed = await turn.client.questions()
+        assert [(q.workflow_id, q.question.id) for q in listed] == [(turn.id, question.id)]
+        await turn.answer(question.id, action="accept", content=SIGNUP, by="alice")
+        result = await turn.result()
+    assert result.outcome is Outcome.ANSWERED
+    got = f"accept {json.dumps(SIGNUP, sort_keys=True)}"
+    assert result.answer.startswith(got)
+    assert ran(log)[-1] == got
+    said = [s.text for s in result.steps if s.kind is StepKind.QUESTION]
+    assert said[-1] == f"el__signup: {question.id}: accept by alice"
+
+
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_decline_and_cancel_reach_the_server(
+    harness: Harness, tmp_path: Path, action: str
+) -> None:
+    log = tmp_path / "ran.log"
+    async with turn_asking(harness, "signup", eliciting(log)) as (turn, question):
+        await turn.answer(action=action, by="alice")  # the turn's only question
+        result = await turn.result()
+    assert result.answer.startswith(action)
+    assert ran(log)[-1] == action
+
+
+async def test_a_url_question_carries_its_url_and_domain_and_its_answer_reaches_the_server(
+    harness: Harness, tmp_path: Path
+) -> None:
+    log = tmp_path / "ran.log"
+    async with turn_asking(harness, "verify", eliciting(log)) as (turn, question):
+        assert question.mode == "url"
+        assert question.url == "https://id.example.com/v/ann"
+        assert question.domain == "id.example.com"
+        with pytest.raises(InvalidAnswer, match="accept carries no content"):
+            await turn.answer(action="accept", content={"x": 1}, by="alice")
+        await turn.answer(action="accept", by="alice")
+        result = await turn.result()
+    assert result.answer.startswith("accept") and ran(log)[-1] == "accept"
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ({**SIGNUP, "plan": "gold"}, "plan: 'gold' is not one of ['basic', 'pro']"),
+        ({**SIGNUP, "seats": 500}, "seats: 500 is greater than the maximum of 50"),
+        ({"email": "ann@example.com"}, "'plan' is a required property"),
+        ("pro", "accept of a form carries content: a JSON object of its fields"),
+    ],
+)
+async def test_an_answer_that_breaks_the_form_is_refused_in_one_line_and_nothing_is_sent(
+    harness: Harness, tmp_path: Path, content: Any, says: str
+) -> None:
+    log = tmp_path / "ran.log"
+    async with turn_asking(harness, "signup", eliciting(log)) as (turn, question):
+        with pytest.raises(InvalidAnswer) as refused:
+            await turn.answer(question.id, action="accept", content=content, by="alice")
+        assert says in str(refused.value) and "\n" not in str(refused.value)
+        # The turn itself refuses an answer of the wrong shape (a client that skips
+        # the check), leaving the question waiting.
+        given = AnswerInput(question_id=question.id, action="decline", content={"x": 1}, by="x")
+        with pytest.raises(WorkflowUpdateFailedError):
+            await turn.temporal.execute_update(AgentTurn.answer, given)
+        assert len(ran(log)) == 1  # nothing reached the server
+        assert [q.id for q in await turn.questions()] == [question.id]  # still waits
+        await turn.answer(question.id, action="cancel", by="alice")
+        assert (await turn.result()).answer.startswith("cancel")
+
+
+async def test_no_answer_in_time_is_cancel(harness: Harness, tmp_path: Path) -> None:
+    log = tmp_path / "ran.log"
+    server = eliciting(log, elicitation_timeout=__import__("datetime").timedelta(seconds=1))
+    async with turn_asking(harness, "signup", server) as (turn, _):
+        result = await turn.result()
+    assert result.answer.startswith("cancel") and ran(log)[-1] == "cancel"
+    said = [s.text for s in result.steps if s.kind is StepKind.QUESTION]
+    assert said[-1].endswith("cancel: no answer within 1 s")
+
+
+async def test_a_server_with_elicitation_switched_off_gets_the_sdks_refusal(
+    harness: Harness, tmp_path: Path
+) -> None:
+    log = tmp_path / "ran.log"
+    async with (
+        connected([agent_with(eliciting(log, elicitation=False))]) as agents,
+        harness.worker(asking("signup"), agents=agents) as task_queue,
+    ):
+        handle = await start_turn(
+            harness.client, TurnInput(question="Sign ann up", model="scripted"), task_queue
+        )
+        result = await handle.result()
+    assert not any(s.kind is StepKind.QUESTION for s in result.steps)
+    assert len(ran(log)) == 1 and ran(log)[0].startswith("error")
+    assert result.answer.startswith(ran(log)[0])
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({"elicitation": "no"}, "elicitation is true or false"),
+        ({"elicitation_timeout": 0}, "elicitation_timeout is seconds"),
+        ({"elicitation_timeout": 1e12}, "at most 30 days"),
+    ],
+)
+def test_a_bad_elicitation_setting_says_what_to_fix(
+    tmp_path: Path, entry: dict[str, Any], says: str
+) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"el": {"command": "x", **entry}}}))
+    with pytest.raises(MCPConfigError, match=says):
+        load_config(path)
+
+
+async def test_a_worker_killed_while_the_question_waits_loses_nothing(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The question is workflow state: a worker SIGKILLed while it waits, and another
+    started, takes the answer and sends the call again; the server gets the answer."""
+    log = tmp_path / "ran.log"
+    fake = ChatCompletionsServer()
+    fake.replies = [
+        tool_calls(("c1", "el__signup", json.dumps({"customer": "ann"}))),
+        text("Signed up."),
+    ]
+    config = tmp_path / "mcp.json"
+    entry = {"command": sys.executable, "args": [str(SERVER), str(log)]}
+    config.write_text(json.dumps({"mcpServers": {"el": entry}}))
+    environ = worker_environ(env, tmp_path, fake)
+    client = AgentClient(env.client, task_queue=environ["AGENT_TASK_QUEUE"])
+    try:
+        with worker_process(environ, "worker.py", "--mcp-config", str(config)) as first:
+            handle = await start_turn(
+                env.client,
+                TurnInput(question="Sign ann up", customer_id="c-el"),
+                environ["AGENT_TASK_QUEUE"],
+            )
+            turn = client.turn(handle.id)
+            question = await first_question(turn)
+            first.process.send_signal(signal.SIGKILL)
+            assert await asyncio.to_thread(first.process.wait, 60) == -signal.SIGKILL
+        # No worker runs: the question is still listed (from the turn's memo).
+        assert [a.question.id for a in await client.questions("c-el")] == [question.id]
+        with worker_process(environ, "worker.py", "--mcp-config", str(config)):
+            await turn.answer(question.id, action="accept", content=SIGNUP, by="alice")
+            result = await turn.result()
+    finally:
+        fake.close()
+    assert result.outcome is Outcome.ANSWERED
+    assert ran(log)[-1] == f"accept {json.dumps(SIGNUP, sort_keys=True)}"
+    tool_results = [m for r in fake.accepted for m in r["messages"] if m["role"] == "tool"]
+    assert tool_results[-1]["content"].startswith(ran(log)[-1])
