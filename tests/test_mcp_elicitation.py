@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -203,7 +204,8 @@ async def test_a_worker_killed_while_the_question_waits_loses_nothing(
     env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     """The question is workflow state: a worker SIGKILLed while it waits, and another
-    started, takes the answer and sends the call again; the server gets the answer."""
+    started, takes the answer (given on the command line) and sends the call again;
+    the server gets the answer."""
     log = tmp_path / "ran.log"
     fake = ChatCompletionsServer()
     fake.replies = [
@@ -215,6 +217,19 @@ async def test_a_worker_killed_while_the_question_waits_loses_nothing(
     config.write_text(json.dumps({"mcpServers": {"el": entry}}))
     environ = worker_environ(env, tmp_path, fake)
     client = AgentClient(env.client, task_queue=environ["AGENT_TASK_QUEUE"])
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "client.py", *args],
+            cwd=ROOT,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+
     try:
         with worker_process(environ, "worker.py", "--mcp-config", str(config)) as first:
             handle = await start_turn(
@@ -227,9 +242,18 @@ async def test_a_worker_killed_while_the_question_waits_loses_nothing(
             first.process.send_signal(signal.SIGKILL)
             assert await asyncio.to_thread(first.process.wait, 60) == -signal.SIGKILL
         # No worker runs: the question is still listed (from the turn's memo).
-        assert [a.question.id for a in await client.questions("c-el")] == [question.id]
+        listed = await cli("pending", "--customer", "c-el")
+        assert listed.returncode == 0, listed.stderr
+        assert f"{handle.id}  {question.id}  el asks: Sign ann up" in listed.stdout
+        assert "form: email, plan, seats, news" in listed.stdout
         with worker_process(environ, "worker.py", "--mcp-config", str(config)):
-            await turn.answer(question.id, action="accept", content=SIGNUP, by="alice")
+            bad = await cli("answer", handle.id, "--accept", json.dumps({**SIGNUP, "seats": 0}))
+            assert bad.returncode != 0
+            assert "seats: 0 is less than the minimum of 1" in bad.stderr
+            assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+            good = await cli("answer", handle.id, question.id, "--accept", json.dumps(SIGNUP))
+            assert good.returncode == 0, good.stderr
+            assert f"accept: el's question {question.id} (el__signup)" in good.stdout
             result = await turn.result()
     finally:
         fake.close()
