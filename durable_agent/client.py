@@ -726,8 +726,10 @@ class TurnHandle:
         return (await self.progress()).pending
 
     async def questions(self) -> list[Question]:
-        """The MCP servers' questions of this turn that await a person's answer."""
-        return (await self.progress()).questions
+        """The MCP servers' questions of this turn that await a person's answer (read
+        from the turn's memo: no worker needs to run)."""
+        with _plainly(self.id):
+            return await turns.questions_of(self.temporal)
 
     async def answer(
         self,

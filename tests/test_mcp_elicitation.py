@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import AgentClient
+from durable_agent.chat import ConversationInput
 from durable_agent.elicitation import AnswerInput, Question
 from durable_agent.errors import InvalidAnswer
 from durable_agent.mcp import MCPConfigError, MCPServer, connected, load_config
@@ -30,6 +32,7 @@ from durable_agent.workflows import AgentTurn
 from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
 from tests.test_mcp import agent_with, worker_environ, worker_process
+from tests.test_web import CHROMIUM, answer, say, web_chat
 
 pytestmark = pytest.mark.usefixtures("own_state_dir")
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,6 +184,51 @@ async def test_a_server_with_elicitation_switched_off_gets_the_sdks_refusal(
     assert not any(s.kind is StepKind.QUESTION for s in result.steps)
     assert len(ran(log)) == 1 and ran(log)[0].startswith("error")
     assert result.answer.startswith(ran(log)[0])
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[Page]:
+    """A page of a headless chromium, as tests/test_web.py has it."""
+    async with async_playwright() as p:
+        browser: Browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        context = await browser.new_context(viewport={"width": 900, "height": 760})
+        yield await context.new_page()
+        await browser.close()
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="the browser tests need chromium")
+async def test_the_web_chat_draws_the_form_and_its_answer_reaches_the_server(
+    harness: Harness, page: Page, tmp_path: Path
+) -> None:
+    """The page draws the server's form from its schema (a text field, a choice, a
+    number, a yes/no); a value the form refuses is said in one line; the answer sent
+    reaches the server."""
+    log = tmp_path / "ran.log"
+    chat = ConversationInput(customer_id="demo", model="scripted")
+    async with (
+        connected([agent_with(eliciting(log))]) as agents,
+        harness.worker(asking("signup"), agents=agents) as task_queue,
+        web_chat(harness.client, task_queue, chat) as url,
+    ):
+        await page.goto(url)
+        await say(page, "Sign ann up")
+        form = page.get_by_test_id("question")
+        await expect(form.get_by_test_id("field-email")).to_be_visible(timeout=60_000)
+        await expect(form).to_contain_text("Sign ann up: which plan, and where to?")
+        await form.get_by_test_id("field-email").fill("ann@example.com")
+        await form.get_by_test_id("field-plan").select_option("pro")
+        await form.get_by_test_id("field-seats").fill("500")  # over the form's maximum
+        await form.get_by_test_id("accept").click()
+        await expect(page.get_by_test_id("notice").last).to_contain_text(
+            "seats: 500 is greater than the maximum of 50"
+        )
+        assert len(ran(log)) == 1  # nothing reached the server
+        await form.get_by_test_id("field-seats").fill("3")
+        await form.get_by_test_id("field-news").check()
+        await form.get_by_test_id("accept").click()
+        await expect(answer(page, 1)).to_contain_text("accept", timeout=60_000)
+        await expect(form.get_by_test_id("accept")).to_have_count(0)
+    assert ran(log)[-1] == f"accept {json.dumps(SIGNUP, sort_keys=True)}"
 
 
 @pytest.mark.parametrize(

@@ -744,6 +744,17 @@ async def questions(client: Client, customer_id: str | None = None) -> list[Aske
     return sorted(found, key=lambda a: a.question.since or epoch)
 
 
+async def questions_of(handle: WorkflowHandle) -> list[Question]:
+    """One turn's questions awaiting an answer, from its memo (no worker needed)."""
+    try:
+        described = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise UnknownTurn(handle.id) from None
+        raise
+    return await memo_questions(described.memo_value)
+
+
 async def memo_questions(memo_value: Callable[..., Awaitable[Any]]) -> list[Question]:
     """The questions a turn's memo lists as awaiting an answer."""
     try:
