@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,63 @@ async def test_the_web_chat_draws_the_form_and_its_answer_reaches_the_server(
         await form.get_by_test_id("accept").click()
         await expect(answer(page, 1)).to_contain_text("accept", timeout=60_000)
         await expect(form.get_by_test_id("accept")).to_have_count(0)
+    assert ran(log)[-1] == f"accept {json.dumps(SIGNUP, sort_keys=True)}"
+
+
+def helpdesk_service() -> Any:
+    """The FastAPI example's app (examples/helpdesk/service.py), as its file is."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "helpdesk_service", ROOT / "examples" / "helpdesk" / "service.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its annotations are resolved in its module
+    spec.loader.exec_module(module)
+    return module.app
+
+
+async def test_the_fastapi_example_lists_and_answers_a_question_of_its_users_own_only(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """Over HTTP: `GET /questions` lists the user's questions, and
+    `POST /turns/{id}/questions/{qid}` answers one, owner-checked as its approvals
+    are; an answer that breaks the form is a 400 in one line."""
+    import httpx
+
+    log = tmp_path / "ran.log"
+    desk = replace(agent_with(eliciting(log)), name="helpdesk", model="scripted")
+    app = helpdesk_service()
+    async with (
+        connected([desk]) as agents,
+        harness.worker(asking("signup"), agents=agents) as task_queue,
+    ):
+        app.state.agents = AgentClient(harness.client, task_queue=task_queue)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://desk") as http:
+            ann, sam = {"X-User": "ann"}, {"X-User": "sam"}
+            started = await http.post("/turns", json={"question": "Sign me up"}, headers=ann)
+            turn_id = started.json()["workflow_id"]
+            async with asyncio.timeout(120):
+                while not (listed := (await http.get("/questions", headers=ann)).json()):
+                    await asyncio.sleep(0.1)
+            (asked,) = listed
+            assert asked["workflow_id"] == turn_id and asked["server"] == "el"
+            assert asked["requested_schema"]["required"] == ["email", "plan", "seats"]
+            assert (await http.get("/questions", headers=sam)).json() == []
+            path = f"/turns/{turn_id}/questions/{asked['id']}"
+            other = await http.post(path, json={"action": "decline"}, headers=sam)
+            assert other.status_code == 404  # another's turn is no turn
+            bad = await http.post(
+                path, json={"action": "accept", "content": {**SIGNUP, "plan": "x"}}, headers=ann
+            )
+            assert bad.status_code == 400
+            assert "plan: 'x' is not one of ['basic', 'pro']" in bad.json()["detail"]
+            good = await http.post(path, json={"action": "accept", "content": SIGNUP}, headers=ann)
+            assert good.status_code == 200, good.text
+            done = await http.get(f"/turns/{turn_id}", headers=ann)
+    assert done.json()["answer"].startswith(f"accept {json.dumps(SIGNUP, sort_keys=True)}")
     assert ran(log)[-1] == f"accept {json.dumps(SIGNUP, sort_keys=True)}"
 
 
