@@ -38,6 +38,7 @@ from tests.test_web import CHROMIUM, answer, say, web_chat
 pytestmark = pytest.mark.usefixtures("own_state_dir")
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "fakes" / "eliciting_server.py"
+FORM: dict[str, Any] = {"type": "object", "properties": {}}
 SIGNUP = {"email": "ann@example.com", "plan": "pro", "seats": 3, "news": True}
 
 
@@ -288,6 +289,61 @@ async def test_the_fastapi_example_lists_and_answers_a_question_of_its_users_own
             done = await http.get(f"/turns/{turn_id}", headers=ann)
     assert done.json()["answer"].startswith(f"accept {json.dumps(SIGNUP, sort_keys=True)}")
     assert ran(log)[-1] == f"accept {json.dumps(SIGNUP, sort_keys=True)}"
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"message": "x" * 2001, "requested_schema": FORM}, "a message over 2000 characters"),
+        (
+            {"message": "m", "requested_schema": {**FORM, "properties": {"a": {"type": "object"}}}},
+            "field 'a' is not a string, number, integer, boolean or enum",
+        ),
+        (
+            {"message": "m", "requested_schema": {"type": "array", "items": {}}},
+            "a schema that is not an object of fields",
+        ),
+        (
+            {
+                "message": "m",
+                "requested_schema": {
+                    **FORM,
+                    "properties": {"a": {"type": "string", "description": "d" * 9000}},
+                },
+            },
+            "a schema over 8 KB",
+        ),
+        (
+            {
+                "message": "m",
+                "requested_schema": {
+                    **FORM,
+                    "properties": {f"f{n}": {"type": "string"} for n in range(21)},
+                },
+            },
+            "a form has 0 to 20 properties",
+        ),
+        (
+            {"mode": "url", "message": "m", "url": "javascript:alert(1)", "elicitation_id": "e"},
+            "at a URL that is not http(s)",
+        ),
+    ],
+)
+def test_a_question_no_person_could_be_shown_fails_the_call_in_one_line(
+    params: dict[str, Any], says: str
+) -> None:
+    """What a server may ask with is bounded; past a bound, the call fails with one line
+    the model reads (`UnusableQuestion`, a tool error), and nobody is asked."""
+    from mcp.types import ElicitRequestFormParams, ElicitRequestURLParams
+
+    from durable_agent.elicitation import question_of
+    from durable_agent.errors import ToolError, UnusableQuestion
+
+    kind = ElicitRequestURLParams if params.get("mode") == "url" else ElicitRequestFormParams
+    with pytest.raises(UnusableQuestion) as refused:
+        question_of("el", kind.model_validate(params))
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+    assert isinstance(refused.value, ToolError)
 
 
 @pytest.mark.parametrize(
