@@ -35,6 +35,7 @@ from durable_agent.errors import InvalidAnswer, UnusableQuestion
 
 __all__ = [
     "ANSWERS",
+    "Action",
     "Answer",
     "AnswerInput",
     "InvalidAnswer",
@@ -173,7 +174,7 @@ def question_of(server: str, params: Any, timeout_s: float | None = None) -> Que
             digest=_digest(server, "url", message, url),
             timeout_s=timeout_s,
         )
-    schema = getattr(params, "requested_schema", None)
+    schema: Any = getattr(params, "requested_schema", None)
     if hasattr(schema, "model_dump"):
         schema = schema.model_dump(mode="json", by_alias=True, exclude_none=True)
     _check_form(where, schema)

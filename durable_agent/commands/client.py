@@ -55,6 +55,7 @@ from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, checked_context
+from durable_agent.elicitation import Action
 from durable_agent.errors import AgentDefinitionError, InvalidContext
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import usage_line
@@ -707,7 +708,7 @@ async def cmd_answer(args: argparse.Namespace) -> int:
     if not " ".join(args.by.split()):
         raise CliError("--by: give who answers, for the record")
     content = None
-    action = "decline" if args.decline else "cancel" if args.cancel else "accept"
+    action: Action = "decline" if args.decline else "cancel" if args.cancel else "accept"
     if args.accept not in (None, ""):
         try:
             content = json.loads(args.accept)
