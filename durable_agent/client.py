@@ -106,6 +106,7 @@ from durable_agent.workflows import AgentTurn, Conversation
 
 PendingCall = turns.Waiting
 PendingQuestion = turns.Asked
+Answered = turns.Answered
 """A call awaiting consent, with the turn it belongs to (`workflow_id`, `approval`)."""
 TurnSummary = turns.TurnRow
 """One row of `find`: a turn's id, status, outcome, agent, customer and question."""
@@ -115,6 +116,7 @@ __all__ = [
     "ConversationHandle",
     "PendingCall",
     "PendingQuestion",
+    "Answered",
     "Streamed",
     "TurnHandle",
     "TurnResult",
@@ -738,11 +740,12 @@ class TurnHandle:
         action: Literal["accept", "decline", "cancel"],
         content: dict[str, Any] | None = None,
         by: str,
-    ) -> Question:
+    ) -> Answered:
         """Answer a server's question (`question_id`: the only one when left out):
         `accept` with `content` that fits its form (none in URL mode), `decline` or
         `cancel`. The answer is checked first (`InvalidAnswer`, nothing sent); the
-        call is then sent to the server again, which gets the answer."""
+        call is then sent to the server again, which gets the answer. While no worker
+        of the turn's version runs, it is recorded for when one does (`later`)."""
         with _plainly(self.id):
             return await turns.answer(
                 self.client.temporal,

@@ -404,19 +404,23 @@ async def test_a_worker_killed_while_the_question_waits_loses_nothing(
             question = await first_question(turn)
             first.process.send_signal(signal.SIGKILL)
             assert await asyncio.to_thread(first.process.wait, 60) == -signal.SIGKILL
-        # No worker runs: the question is still listed (from the turn's memo).
+        # No worker runs: the question is still listed (from the turn's memo), and an
+        # answer that breaks the form is refused all the same.
         listed = await cli("pending", "--customer", "c-el")
         assert listed.returncode == 0, listed.stderr
         assert f"{handle.id}  {question.id}  el asks: Sign ann up" in listed.stdout
         assert "form: email, plan, seats, news" in listed.stdout
+        bad = await cli("answer", handle.id, "--accept", json.dumps({**SIGNUP, "seats": 0}))
+        assert bad.returncode != 0
+        assert "seats: 0 is less than the minimum of 1" in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        # Answered while no worker runs: recorded for when one does.
+        good = await cli("answer", handle.id, question.id, "--accept", json.dumps(SIGNUP))
+        assert good.returncode == 0, good.stderr
+        assert f"accept: el's question {question.id} (el__signup)" in good.stdout
+        assert "the answer is recorded, and applies when one runs the turn" in good.stdout
+        assert len(ran(log)) == 1  # the server has not heard it yet
         with worker_process(environ, "worker.py", "--mcp-config", str(config)):
-            bad = await cli("answer", handle.id, "--accept", json.dumps({**SIGNUP, "seats": 0}))
-            assert bad.returncode != 0
-            assert "seats: 0 is less than the minimum of 1" in bad.stderr
-            assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
-            good = await cli("answer", handle.id, question.id, "--accept", json.dumps(SIGNUP))
-            assert good.returncode == 0, good.stderr
-            assert f"accept: el's question {question.id} (el__signup)" in good.stdout
             result = await turn.result()
     finally:
         fake.close()

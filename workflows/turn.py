@@ -316,6 +316,20 @@ class AgentTurn:
         )
         return question
 
+    @workflow.signal(name="answer_later")
+    def answer_later(self, answer: AnswerInput) -> None:
+        """An answer sent while no worker of the turn's version ran (`decide_later`'s
+        kind): it applies when one runs the turn; one no longer awaited is dropped."""
+        try:
+            self._check_answer(answer)
+        except ApplicationError as e:
+            workflow.logger.warning("answer to %s dropped: %s", answer.question_id, e.message)
+            return
+        question = self._questions[answer.question_id]
+        self._answers[question.id] = Answer(
+            digest=question.digest, action=answer.action, content=answer.content, by=answer.by
+        )
+
     @answer.validator
     def _check_answer(self, answer: AnswerInput) -> None:
         # Refused here, the update leaves no trace in the history.

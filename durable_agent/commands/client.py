@@ -716,8 +716,14 @@ async def cmd_answer(args: argparse.Namespace) -> int:
             raise CliError(f"--accept: not JSON ({e})") from None
     async with session(args.task_queue, self_contained=False) as conn:
         turn = client_of(conn, args).turn(turn_id)
-        question = await turn.answer(question_id, action=action, content=content, by=args.by)
+        answered = await turn.answer(question_id, action=action, content=content, by=args.by)
+    question = answered.question
     print(f"{action}: {question.server}'s question {question.id} ({question.tool})")
+    if answered.later:
+        print(
+            "no worker of the turn's version runs now: the answer is recorded, and applies "
+            "when one runs the turn"
+        )
     return 0
 
 

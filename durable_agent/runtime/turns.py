@@ -771,10 +771,13 @@ async def answer(
     action: str,
     content: Any = None,
     by: str,
-) -> Question:
+) -> Answered:
     """Answer an MCP server's question (without `question_id`: the turn's only one),
     after checking the answer against it (`InvalidAnswer`, one line, nothing sent).
-    A worker of the turn takes the answer: the call is sent again with it."""
+
+    As a decision on consent (`decide`): a worker of the turn's version takes it as an
+    update, and the call is sent again with it; while none runs, it is sent as a
+    signal the server keeps, which applies when one runs the turn (`later`)."""
     handle = client.get_workflow_handle(workflow_id)
     described = await _running(handle)
     waiting = await memo_questions(described.memo_value)
@@ -787,7 +790,7 @@ async def answer(
         what = (
             f"question {question_id!r} is not"
             if question_id
-            else "name the question: none or several are"
+            else "name a question: none or several are"
         )
         raise NothingPending(
             f"{what} awaiting an answer in turn {workflow_id} (awaiting: {listed})"
@@ -798,7 +801,38 @@ async def answer(
         given = AnswerInput(question_id=question.id, action=action, content=content, by=by)  # type: ignore[arg-type]
     except ValueError as e:
         raise AgentClientError(_first_error(e)) from None
-    return await _update(lambda u: handle.execute_update(AgentTurn.answer, given, id=u))
+    version = described.typed_search_attributes.get(VERSION) or ""
+    try:
+        alive = _build(version) in await live_builds(client, described.task_queue)
+    except RPCError:  # a server that lists no pollers: the update tells
+        alive = True
+    if alive:
+        sent = asyncio.ensure_future(
+            _update(lambda u: handle.execute_update(AgentTurn.answer, given, id=u))
+        )
+        try:
+            await asyncio.wait({sent}, timeout=DECIDE_WAIT_S)
+            if sent.done() and not isinstance(sent.exception(), NoWorker):
+                sent.result()
+                return Answered(question=question, action=given.action)
+        finally:
+            if not sent.done():
+                sent.cancel()
+                await asyncio.gather(sent, return_exceptions=True)
+    # No worker of its version runs: kept in the turn's history for when one does (an
+    # update left behind and this signal: the turn takes the first, drops the other).
+    await handle.signal(AgentTurn.answer_later, given)
+    return Answered(question=question, action=given.action, later=True)
+
+
+@dataclass(frozen=True)
+class Answered:
+    """An answer the turn took (`later`: recorded while no worker of its version ran; it
+    applies when one runs the turn)."""
+
+    question: Question
+    action: str
+    later: bool = False
 
 
 def _build(version: str) -> str:

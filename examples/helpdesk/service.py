@@ -181,8 +181,8 @@ async def answer(
     """Answer one: accept (with the form's fields), decline or cancel. An answer that
     does not fit the form is refused (400) before the server gets it."""
     turn = await agents.turn_for(workflow_id, customer=who)
-    asked = await turn.answer(question_id, action=body.action, content=body.content, by=who)
-    return {"question_id": asked.id, "action": body.action}
+    answered = await turn.answer(question_id, action=body.action, content=body.content, by=who)
+    return {"question_id": answered.question.id, "action": answered.action}
 
 
 # The client's errors, as HTTP answers whose body says what to do.

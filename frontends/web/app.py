@@ -199,7 +199,9 @@ def create_app(
             asked = await turn.answer(question_id, action=action, content=content, by=DECIDED_BY)  # type: ignore[arg-type]
         except InvalidAnswer as e:
             raise Problem(400, str(e)) from None
-        return JSONResponse({"question_id": asked.id, "action": action})
+        return JSONResponse(
+            {"question_id": asked.question.id, "action": action, "later": asked.later}
+        )
 
     async def events(request: Request) -> Response:
         after = Position.parse(request.headers.get("last-event-id"))
