@@ -310,6 +310,9 @@ class AgentTurn:
     @workflow.update
     async def answer(self, answer: AnswerInput) -> Question:
         """A person's answer to an MCP server's question (`durable_agent.elicitation`)."""
+        return self._take(answer)
+
+    def _take(self, answer: AnswerInput) -> Question:
         question = self._questions[answer.question_id]
         self._answers[question.id] = Answer(
             digest=question.digest, action=answer.action, content=answer.content, by=answer.by
@@ -325,10 +328,7 @@ class AgentTurn:
         except ApplicationError as e:
             workflow.logger.warning("answer to %s dropped: %s", answer.question_id, e.message)
             return
-        question = self._questions[answer.question_id]
-        self._answers[question.id] = Answer(
-            digest=question.digest, action=answer.action, content=answer.content, by=answer.by
-        )
+        self._take(answer)
 
     @answer.validator
     def _check_answer(self, answer: AnswerInput) -> None:
