@@ -145,6 +145,10 @@ keeps each version in memory. A turn's history holds only the list's hash."""
 MAX_OFFERED_BYTES = 1024 * 1024
 """What all of an agent's servers' lists may weigh together: what a model call
 carries of them."""
+TURN_WAIT_S = 4.0
+"""How long a call waits for its turn on a server that may elicit (one call at a time):
+a dispatch's timeout is the server's `timeout` plus 5 s, so the wait and the call fit
+in it, and a call that waited too long was never sent (a write is not left unknown)."""
 STRAY_LOG_INTERVAL_S = 60.0
 """At most one log line this often, per server, about stdout lines that are not MCP."""
 
@@ -614,7 +618,16 @@ class Connection:
         call with `NeedsAnswer` unless the call's recorded answers answer it."""
         if not self.server.elicitation:
             return await self._call(name, arguments, write=write)
-        async with self._calling:
+        try:
+            await asyncio.wait_for(self._calling.acquire(), TURN_WAIT_S)
+        except asyncio.TimeoutError:
+            busy = (
+                f"MCP server {self.server.name!r} is busy with another call (it takes one at "
+                f"a time, since it may ask the person a question); {name} was not sent"
+            )
+            # A read is tried again (with backoff); a write's failure is the model's to read.
+            raise (ToolError(busy + ": try again") if write else ToolUnavailable(busy)) from None
+        try:
             asking = self._asking = _Asking(elicitation.ANSWERS.get() or {})
             try:
                 result = await self._call(name, arguments, write=write)
@@ -629,6 +642,8 @@ class Connection:
             if asking.question is not None:
                 raise NeedsAnswer(asking.question)
             return result
+        finally:
+            self._calling.release()
 
     async def _call(self, name: str, arguments: dict[str, Any], *, write: bool) -> Any:
         for fresh in (False, True):

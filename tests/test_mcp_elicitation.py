@@ -346,6 +346,41 @@ def test_a_question_no_person_could_be_shown_fails_the_call_in_one_line(
     assert isinstance(refused.value, ToolError)
 
 
+@pytest.mark.parametrize("elicits", [True, False])
+async def test_a_call_that_waits_too_long_for_its_turn_is_not_sent(
+    tmp_path: Path, elicits: bool
+) -> None:
+    """A server that may elicit takes one call at a time (its questions must be its
+    call's): a call that cannot start within `TURN_WAIT_S` is not sent, in one line (a
+    write's for the model; a read's is tried again), and never taken for one that may
+    have reached the server. Switched off, calls overlap as before."""
+    from durable_agent.errors import ToolError, ToolUnavailable
+    from durable_agent.mcp import Connection
+
+    log = tmp_path / "ran.log"
+    connection = Connection(eliciting(log, elicitation=elicits))
+    await connection.open()
+    try:
+        slow = asyncio.ensure_future(connection.call("slow", {"seconds": 15}, write=False))
+        async with asyncio.timeout(60):
+            while "slow started" not in ran(log):
+                await asyncio.sleep(0.05)
+        if elicits:
+            with pytest.raises(ToolError, match="'el' is busy with another call") as busy:
+                await connection.call("signup", {"customer": "ann"}, write=True)
+            assert "signup was not sent: try again" in str(busy.value)
+            with pytest.raises(ToolUnavailable, match="verify was not sent"):
+                await connection.call("verify", {"customer": "ann"}, write=False)
+            assert ran(log) == ["slow started"]  # neither reached the server
+        else:
+            got = await connection.call("signup", {"customer": "ann"}, write=True)
+            assert got.content[0].text == "error Elicitation not supported"
+            assert ran(log) == ["slow started", "error Elicitation not supported"]
+        await slow
+    finally:
+        await connection.close()
+
+
 @pytest.mark.parametrize(
     ("entry", "says"),
     [

@@ -3,10 +3,11 @@ with the official `mcp` SDK (stdio).
 
     python tests/fakes/eliciting_server.py [LOG]
 
-`signup` asks, in form mode, for an email, a plan (an enum), a seat count and
-whether to send news; `verify` asks, in URL mode, that a page be visited. Each
-answers what it got (`accept {...}`, `decline`, `cancel`, or the error its question
+`signup` asks, in form mode, for an email, a plan (an enum), a seat count and whether
+to send news; `verify` asks, in URL mode, that a page be visited. Each answers what it
+got (`accept {...}`, `decline`, `cancel`, or the error its question
 met), and appends the same line to LOG if given: every time the server's tool ran.
+`slow` takes `seconds` to answer (it logs `slow started` first).
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ async def verify(customer: str, ctx: Context) -> str:
     except Exception as e:  # noqa: BLE001
         return _said(f"error {' '.join(str(e).split())[:120]}")
     return _said(got.action)
+
+
+@server.tool(annotations=READ, description="Answer after a while.")
+async def slow(seconds: float) -> str:
+    import anyio
+
+    _said("slow started")
+    await anyio.sleep(seconds)
+    return _said("slow done")
 
 
 if __name__ == "__main__":
