@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from durable_agent.activities._common import heartbeating
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.parse_output import ParseOutputOutput, screened
+from durable_agent.elicitation import ANSWERS, Answer, NeedsAnswer, Question
 from durable_agent.errors import ToolError
 from durable_agent.render import render_result
 from durable_agent.runtime import metrics
@@ -71,6 +72,9 @@ class DispatchInput(BaseModel):
     """Its MCP servers' lists, by hash (`AgentInfo.tool_lists`)."""
     context: dict[str, Any] = {}
     """The turn's context (`TurnInput.context`), for `ctx.context`."""
+    answers: list[Answer] = []
+    """Answers the turn recorded for this call's questions (`durable_agent.elicitation`):
+    an MCP server that asks one of them again gets its answer."""
     followed: int = 0
     """A replay in a world of its own (`Fork.own_world`): how many of the recording's
     calls, from its first, were answered from the record before this one
@@ -86,6 +90,9 @@ class DispatchOutput(BaseModel):
     dispatch did this; a tool's check)."""
     as_read: bool = False
     """The result is the text the model reads (`parsed`), so it is not there twice."""
+    question: Question | None = None
+    """The call asked the person a question the turn has no answer to (an MCP server's
+    elicitation): no result; the turn asks, then sends the call again with the answer."""
 
     @property
     def data(self) -> Any:
@@ -122,8 +129,10 @@ class DispatchActivity:
             if tool.check is None:
                 raise ToolError(f"{tool.name} has no check")
             run = tool.check
+        answers = {a.digest: a for a in input.answers}
         async with heartbeating():
             with tool_span(tool.name, input.call.id), metrics.tool_call(tool.name, served.name):
+                token = ANSWERS.set(answers)
                 try:
                     if inspect.iscoroutinefunction(run):
                         result = await run(args, ctx)
@@ -131,6 +140,9 @@ class DispatchActivity:
                         # Plain functions (SQLite, HTTP clients) run in a thread so the
                         # worker's event loop keeps serving other turns meanwhile.
                         result = await asyncio.to_thread(run, args, ctx)
+                except NeedsAnswer as e:
+                    activity.logger.info("%s %s: asks the person", tool.name, input.call.id)
+                    return DispatchOutput(question=e.question)
                 except ToolError as e:
                     if e.retryable:
                         raise
@@ -142,6 +154,8 @@ class DispatchActivity:
                         non_retryable=True,
                         category=ApplicationErrorCategory.BENIGN,
                     ) from e
+                finally:
+                    ANSWERS.reset(token)
         # Names only: arguments are the customer's words, which logs must not hold.
         activity.logger.info("%s %s: ok", tool.name, input.call.id)
         data = _json.dump_python(result, mode="json")

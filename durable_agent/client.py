@@ -42,7 +42,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
 
 from pydantic import TypeAdapter, ValidationError
@@ -66,6 +66,7 @@ from durable_agent import answers, fallback
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
+from durable_agent.elicitation import Question
 from durable_agent.errors import (
     AgentClientError,
     CannotFork,
@@ -109,6 +110,8 @@ from durable_agent.waits import Woke, WorldEvent
 from durable_agent.workflows import AgentTurn, Conversation
 
 PendingCall = turns.Waiting
+PendingQuestion = turns.Asked
+Answered = turns.Answered
 """A call awaiting consent, with the turn it belongs to (`workflow_id`, `approval`)."""
 TurnSummary = turns.TurnRow
 """One row of `find`: a turn's id, status, outcome, agent, customer and question."""
@@ -117,6 +120,8 @@ __all__ = [
     "AgentClient",
     "ConversationHandle",
     "PendingCall",
+    "PendingQuestion",
+    "Answered",
     "Streamed",
     "TurnHandle",
     "TurnResult",
@@ -370,6 +375,12 @@ class AgentClient:
         """Every call awaiting consent, oldest first (of one customer's turns, if given)."""
         with _plainly():
             return await turns.pending(self.temporal, customer)
+
+    async def questions(self, customer: str | None = None) -> list[PendingQuestion]:
+        """Every MCP server's question awaiting a person's answer, oldest first (of one
+        customer's turns, if given); answer with `TurnHandle.answer`."""
+        with _plainly():
+            return await turns.questions(self.temporal, customer)
 
     async def find(
         self,
@@ -799,6 +810,35 @@ class TurnHandle:
     async def pending(self) -> list[PendingApproval]:
         """The calls of this turn that await a decision."""
         return (await self.progress()).pending
+
+    async def questions(self) -> list[Question]:
+        """The MCP servers' questions of this turn that await a person's answer (read
+        from the turn's memo: no worker needs to run)."""
+        with _plainly(self.id):
+            return await turns.questions_of(self.temporal)
+
+    async def answer(
+        self,
+        question_id: str | None = None,
+        *,
+        action: Literal["accept", "decline", "cancel"],
+        content: dict[str, Any] | None = None,
+        by: str,
+    ) -> Answered:
+        """Answer a server's question (`question_id`: the only one when left out):
+        `accept` with `content` that fits its form (none in URL mode), `decline` or
+        `cancel`. The answer is checked first (`InvalidAnswer`, nothing sent); the
+        call is then sent to the server again, which gets the answer. While no worker
+        of the turn's version runs, it is recorded for when one does (`later`)."""
+        with _plainly(self.id):
+            return await turns.answer(
+                self.client.temporal,
+                self.id,
+                question_id,
+                action=action,
+                content=content,
+                by=by,
+            )
 
     async def version(self) -> str:
         """The worker version the turn runs (ran) on, `DEPLOYMENT:BUILD_ID` (empty:

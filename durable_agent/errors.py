@@ -23,6 +23,7 @@ retried with backoff.
     └── ToolError                  a tool could not answer; the model sees the message
         ├── NotFound               no such record (for this customer)
         ├── NotAllowed             the request breaks a rule (e.g. returning an unshipped order)
+        ├── UnusableQuestion       an MCP server asked for input no person can be shown
         └── ToolUnavailable        transient: retried
 
 What a client (`durable_agent.AgentClient`, and every front end built on it) raises:
@@ -46,6 +47,7 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── ScheduleNameTaken          a schedule of that name exists already
     ├── NotWaiting                 the turn waits for no event of that name (or not at all)
     ├── InvalidEvent               an event's name or data is refused (too large, not JSON)
+    ├── InvalidAnswer              an answer to a server's question breaks its form
     └── PayloadUnavailable         a stored payload cannot be read (missing, altered, refused,
                                    never stored): also a non-retryable `ApplicationError`, so
                                    a worker that meets one ends the turn at once
@@ -164,6 +166,12 @@ class OutcomeUnknown(ToolError):
     itself: the turn asks a person whether to send it again."""
 
 
+class UnusableQuestion(ToolError):
+    """An MCP server asked for input in a way no person can be shown (a form that is not
+    flat, too large, a URL that is not http(s)): the call fails with it
+    (`durable_agent.elicitation`)."""
+
+
 class ToolUnavailable(ToolError):
     """The tool's backend is temporarily unavailable; Temporal retries the call."""
 
@@ -209,6 +217,12 @@ class NotWaiting(AgentClientError):
 class InvalidEvent(AgentClientError):
     """An event for a turn is refused before it is sent: its name is not one a turn can
     wait for, or its data is not JSON or is over `durable_agent.waits.MAX_EVENT_BYTES`."""
+
+
+class InvalidAnswer(AgentClientError):
+    """An answer to an MCP server's question that the question cannot take (it breaks
+    the requested form, or an action that carries no content has some): nothing was
+    recorded (`durable_agent.elicitation`)."""
 
 
 class NoWorker(AgentClientError):

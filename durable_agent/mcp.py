@@ -11,7 +11,10 @@ it reaches over Streamable HTTP; besides, `optional` (a server that cannot start
 is left out with a warning rather than stopping the worker), `timeout` (seconds per
 call, default 30), `attempts` (how often a read is tried, default 3; a write is
 never sent again by itself) and `prefix` (the tools' name prefix, default the
-server's name).
+server's name), `elicitation` (whether the server may ask the person a turn serves
+for input during a call, default true) and `elicitation_timeout` (seconds a turn
+waits for that answer before the server gets `cancel`; default: the agent's approval
+timeout).
 
 What runs where: the worker connects to every server as it starts (a stdio server
 is a process of the worker, for as long as it runs), lists its tools and offers
@@ -45,6 +48,18 @@ may have reached the server and then failed (a timeout, a lost connection, a wor
 that died mid-call) is never sent again by itself: it raises `OutcomeUnknown`, and the
 turn asks a person whether to send it again (declined, the model reads so). Reads are
 retried as usual. A result with `isError` is a failed observation the model reads.
+
+Elicitation (`durable_agent.elicitation`): a server's `elicitation/create` during a
+call is answered from the answers the turn recorded for that call; with none, the
+server's request gets an error, the call ends with the question, the turn waits for a
+person's answer (workflow state: it survives a worker's death), then sends the call
+again, and the server's same question now gets the answer. So the server runs the
+call again: elicitation suits tools that are safe to ask again (a write keeps its
+consent and its no-second-send rule). MCP does not say which call a server's request
+belongs to (not over stdio), so a server that may elicit takes one call at a time
+from a worker; `"elicitation": false` lets calls overlap again, and the client then
+declares no elicitation capability (the SDK answers a server that asks anyway with
+the error "Elicitation not supported").
 """
 
 from __future__ import annotations
@@ -64,8 +79,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from durable_agent import schemas
-from durable_agent.errors import AgentDefinitionError, OutcomeUnknown, ToolError, ToolUnavailable
+from durable_agent import elicitation, schemas
+from durable_agent.elicitation import NeedsAnswer
+from durable_agent.errors import (
+    AgentDefinitionError,
+    InvalidAnswer,
+    OutcomeUnknown,
+    ToolError,
+    ToolUnavailable,
+    UnusableQuestion,
+)
 from durable_agent.runtime.tool_lists import list_hash
 from durable_agent.tools import Tool, ToolContext, ToolRegistry, schema_tool
 
@@ -88,6 +111,8 @@ _KNOWN_KEYS = {
     "timeout",
     "attempts",
     "prefix",
+    "elicitation",
+    "elicitation_timeout",
 }
 DEFAULT_TIMEOUT = timedelta(seconds=30)
 DEFAULT_ATTEMPTS = 3
@@ -120,6 +145,10 @@ keeps each version in memory. A turn's history holds only the list's hash."""
 MAX_OFFERED_BYTES = 1024 * 1024
 """What all of an agent's servers' lists may weigh together: what a model call
 carries of them."""
+TURN_WAIT_S = 4.0
+"""How long a call waits for its turn on a server that may elicit (one call at a time):
+a dispatch's timeout is the server's `timeout` plus 5 s, so the wait and the call fit
+in it, and a call that waited too long was never sent (a write is not left unknown)."""
 STRAY_LOG_INTERVAL_S = 60.0
 """At most one log line this often, per server, about stdout lines that are not MCP."""
 
@@ -150,6 +179,10 @@ class MCPServer:
     attempts: int = DEFAULT_ATTEMPTS
     """How often a read is tried on transient trouble (a dead server, a timeout)."""
     prefix: str = ""
+    elicitation: bool = True
+    """The server may ask the person a turn serves for input during a call."""
+    elicitation_timeout: timedelta | None = None
+    """How long a turn waits for that answer (None: the agent's approval timeout)."""
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -168,6 +201,11 @@ class MCPServer:
                 f"{where}: attempts is how often a read is tried, 1 to {MAX_ATTEMPTS} "
                 "(a write is sent once in any case)"
             )
+        wait = self.elicitation_timeout
+        if wait is not None and not timedelta(0) < wait <= timedelta(days=30):
+            raise MCPConfigError(
+                f"{where}: elicitation_timeout is seconds, more than 0, at most 30 days"
+            )
 
     @property
     def tool_prefix(self) -> str:
@@ -181,8 +219,9 @@ class MCPServer:
         unknown = sorted(set(entry) - _KNOWN_KEYS)
         if unknown:
             raise MCPConfigError(
-                f"{where}: unknown key {unknown[0]!r} (known: command, args, "
-                "env, cwd, url, headers, optional, timeout, attempts, prefix)"
+                f"{where}: unknown key {unknown[0]!r} (known: command, args, env, cwd, "
+                "url, headers, optional, timeout, attempts, prefix, elicitation, "
+                "elicitation_timeout)"
             )
 
         def strings(key: str) -> dict[str, str]:
@@ -207,8 +246,18 @@ class MCPServer:
         attempts = entry.get("attempts", DEFAULT_ATTEMPTS)
         if isinstance(attempts, bool) or not isinstance(attempts, int):
             raise MCPConfigError(f"{where}: attempts is a whole number (how often a read is tried)")
-        if not isinstance(entry.get("optional", False), bool):
-            raise MCPConfigError(f"{where}: optional is true or false")
+        for key in ("optional", "elicitation"):
+            if not isinstance(entry.get(key, False), bool):
+                raise MCPConfigError(f"{where}: {key} is true or false")
+        wait = entry.get("elicitation_timeout")
+        if wait is not None and (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or not (math.isfinite(wait) and 0 < wait <= 30 * 86400)
+        ):
+            raise MCPConfigError(
+                f"{where}: elicitation_timeout is seconds, more than 0, at most 30 days"
+            )
         return cls(
             name=name,
             command=entry.get("command", ""),
@@ -221,6 +270,8 @@ class MCPServer:
             timeout=timedelta(seconds=timeout),
             attempts=attempts,
             prefix=entry.get("prefix", ""),
+            elicitation=entry.get("elicitation", True),
+            elicitation_timeout=None if wait is None else timedelta(seconds=wait),
         )
 
 
@@ -292,6 +343,10 @@ class Connection:
         self._slow: asyncio.Task[None] | None = None
         self._strays = 0
         self._strays_told = -math.inf
+        self._calling = asyncio.Lock()
+        """Held by a call while the server may elicit (`_elicit` must know whose it is)."""
+        self._asking: _Asking | None = None
+        """The call under way on a server that may elicit: its answers, its question."""
 
     async def open(self) -> list[Any]:
         """Connect and list the server's tools (`mcp.types.Tool`); MCPConfigError, in
@@ -470,7 +525,12 @@ class Connection:
             async with (
                 self._transport() as (read, write),
                 _session_class()(
-                    _Watched(read, ended, stray), write, message_handler=self._heard
+                    _Watched(read, ended, stray),
+                    write,
+                    message_handler=self._heard,
+                    # None: the SDK declares no elicitation capability, and answers a
+                    # server that asks anyway with "Elicitation not supported".
+                    elicitation_callback=self._elicit if self.server.elicitation else None,
                 ) as session,
             ):
                 await session.initialize()
@@ -520,9 +580,72 @@ class Connection:
             return stdio_client(params)
         return _http(server)
 
+    async def _elicit(self, context: Any, params: Any) -> Any:
+        """A server's `elicitation/create`: the recorded answer of the call under way,
+        or (none yet) an error for the server while the call ends with the question."""
+        from mcp.types import INVALID_REQUEST, ElicitResult, ErrorData
+
+        asking = self._asking
+        if asking is None:  # between calls: nobody to ask
+            return ErrorData(code=INVALID_REQUEST, message="no tool call is under way")
+        try:
+            question = elicitation.question_of(
+                self.server.name, params, _seconds(self.server.elicitation_timeout)
+            )
+        except UnusableQuestion as e:
+            asking.unusable = e
+            return ErrorData(code=INVALID_REQUEST, message=str(e))
+        answer = asking.answers.get(question.digest)
+        if answer is not None:
+            try:  # checked by the client already; a server never gets one that breaks it
+                elicitation.check_answer(question, answer.action, answer.content)
+            except InvalidAnswer as e:
+                asking.unusable = UnusableQuestion(f"the answer was not sent: {e}")
+                return ErrorData(code=INVALID_REQUEST, message="the answer was refused")
+            return ElicitResult(action=answer.action, content=answer.content)
+        asking.question = asking.question or question
+        # The call ends with the question: the turn asks the person and sends the call
+        # again, and this same request then gets the recorded answer.
+        return ErrorData(
+            code=INVALID_REQUEST,
+            message="the person has not answered yet: the client asks and calls again",
+        )
+
     async def call(self, name: str, arguments: dict[str, Any], *, write: bool) -> Any:
         """The server's `CallToolResult`. A dead connection is opened again first; a
-        write that fails once sent is never sent again (ToolError: outcome unknown)."""
+        write that fails once sent is never sent again (ToolError: outcome unknown).
+        On a server that may elicit, one call at a time: a question it asks ends the
+        call with `NeedsAnswer` unless the call's recorded answers answer it."""
+        if not self.server.elicitation:
+            return await self._call(name, arguments, write=write)
+        try:
+            await asyncio.wait_for(self._calling.acquire(), TURN_WAIT_S)
+        except asyncio.TimeoutError:
+            busy = (
+                f"MCP server {self.server.name!r} is busy with another call (it takes one at "
+                f"a time, since it may ask the person a question); {name} was not sent"
+            )
+            # A read is tried again (with backoff); a write's failure is the model's to read.
+            raise (ToolError(busy + ": try again") if write else ToolUnavailable(busy)) from None
+        try:
+            asking = self._asking = _Asking(elicitation.ANSWERS.get() or {})
+            try:
+                result = await self._call(name, arguments, write=write)
+            except ToolError:
+                if asking.question is None and asking.unusable is None:
+                    raise
+                result = None
+            finally:
+                self._asking = None
+            if asking.unusable is not None:
+                raise asking.unusable
+            if asking.question is not None:
+                raise NeedsAnswer(asking.question)
+            return result
+        finally:
+            self._calling.release()
+
+    async def _call(self, name: str, arguments: dict[str, Any], *, write: bool) -> Any:
         for fresh in (False, True):
             session = await self._session_now(fresh)
             try:
@@ -571,6 +694,20 @@ class Connection:
             except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
                 owner.cancel()
                 await asyncio.gather(owner, return_exceptions=True)
+
+
+@dataclass
+class _Asking:
+    """A call under way on a server that may elicit."""
+
+    answers: Mapping[str, elicitation.Answer]
+    question: elicitation.Question | None = None
+    """The first question the turn has no answer to yet."""
+    unusable: UnusableQuestion | None = None
+
+
+def _seconds(d: timedelta | None) -> float | None:
+    return None if d is None else d.total_seconds()
 
 
 def _answered(e: Exception) -> bool:

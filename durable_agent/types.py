@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from durable_agent.elicitation import Question
 from durable_agent.model_settings import ModelSettings
 
 DEFAULT_CUSTOMER = "demo"
@@ -137,6 +138,8 @@ class StepKind(str, Enum):
     """A call waits for a person's consent before it runs."""
     DECISION = "decision"
     """A person approved or declined a call (or nobody did in time)."""
+    QUESTION = "question"
+    """An MCP server asked the person for input during a call; or the answer to it."""
     SHIELD = "shield"
     """A shield judged the question, a call, a tool result or the answer."""
     ANSWER = "answer"
@@ -561,6 +564,8 @@ class TurnProgress(BaseModel):
     done: bool = False
     pending: list[PendingApproval] = Field(default_factory=list)
     """Calls waiting for a decision (the turn's `decide` update)."""
+    questions: list[Question] = Field(default_factory=list)
+    """MCP servers' questions waiting for a person's answer (the `answer` update)."""
     earlier_steps: int = 0
     """Steps of the turn's earlier runs, which `steps` leaves out (`TurnOutput`)."""
 

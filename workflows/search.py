@@ -42,6 +42,9 @@ SCHEDULE = SearchAttributeKey.for_keyword("AgentSchedule")
 
 PENDING_MEMO = "pending"
 """The memo entry of a turn's calls awaiting a decision (also the patch that added it)."""
+QUESTIONS_MEMO = "questions"
+"""The memo entry of an MCP server's questions awaiting a person's answer
+(`durable_agent.elicitation`): `pending` lists them with no worker running."""
 
 ALL: tuple[SearchAttributeKey, ...] = (
     CUSTOMER,

@@ -119,8 +119,16 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
         prior,
     )
+    from durable_agent.elicitation import (
+        MAX_QUESTIONS_PER_CALL,
+        Answer,
+        AnswerInput,
+        Question,
+        check_answer,
+    )
     from durable_agent.errors import (
         CannotFork,
+        InvalidAnswer,
         InvalidEvent,
         ModelCannotAnswer,
         ModelRequestRejected,
@@ -263,6 +271,10 @@ class AgentTurn:
         self._decisions: dict[str, ApprovalDecision] = (
             {d.call_id: d for d in carry.decisions} if carry else {}
         )
+        self._questions: dict[str, Question] = {}
+        """MCP servers' questions awaiting a person's answer, by id (never carried: a
+        turn does not continue as new while a call of its round waits for one)."""
+        self._answers: dict[str, Answer] = {}
         self._model = carry.model if carry else ""
         self._tools_used: list[str] = list(carry.tools_used) if carry else []
         self._in_flight = 0
@@ -308,8 +320,53 @@ class AgentTurn:
             usage=self._usage,
             done=self._done,
             pending=list(self._pending.values()),
+            questions=list(self._questions.values()),
             earlier_steps=self._steps_before,
         )
+
+    @workflow.update
+    async def answer(self, answer: AnswerInput) -> Question:
+        """A person's answer to an MCP server's question (`durable_agent.elicitation`)."""
+        return self._take(answer)
+
+    def _take(self, answer: AnswerInput) -> Question:
+        question = self._questions[answer.question_id]
+        self._answers[question.id] = Answer(
+            digest=question.digest, action=answer.action, content=answer.content, by=answer.by
+        )
+        return question
+
+    @workflow.signal(name="answer_later")
+    def answer_later(self, answer: AnswerInput) -> None:
+        """An answer sent while no worker of the turn's version ran (`decide_later`'s
+        kind): it applies when one runs the turn; one no longer awaited is dropped."""
+        try:
+            self._check_answer(answer)
+        except ApplicationError as e:
+            workflow.logger.warning("answer to %s dropped: %s", answer.question_id, e.message)
+            return
+        self._take(answer)
+
+    @answer.validator
+    def _check_answer(self, answer: AnswerInput) -> None:
+        # Refused here, the update leaves no trace in the history.
+        question = self._questions.get(answer.question_id)
+        if question is None or question.id in self._answers:
+            waiting = ", ".join(self._questions) or "none"
+            raise ApplicationError(
+                f"question {answer.question_id!r} is not awaiting an answer in this turn "
+                f"(awaiting: {waiting})",
+                type=NothingPending.__name__,
+                non_retryable=True,
+            )
+        try:
+            # Its shape here (the client checked it against the form; the worker checks it
+            # again before the server gets it): `jsonschema` cannot run in the sandbox.
+            check_answer(question, answer.action, answer.content, form=False)
+        except InvalidAnswer as e:
+            raise ApplicationError(
+                str(e), type=InvalidAnswer.__name__, non_retryable=True
+            ) from None
 
     @workflow.update
     async def decide(self, decision: ApprovalDecision) -> ApprovalResult:
@@ -1159,7 +1216,7 @@ class AgentTurn:
         size = vc.result_chars
         await self._room_for(size)
         try:
-            dispatched = await self._send(turn, iteration, index, vc)
+            dispatched = await self._send_asking(turn, iteration, index, vc)
             # Screened by dispatch itself, most often: else (its shields failed there)
             # by parse_output, which never runs the tool again.
             parsed = dispatched.parsed or await self._parse_output(turn, call, dispatched.data)
@@ -1255,8 +1312,78 @@ class AgentTurn:
         if key not in self._unasked and len(self._unasked) < MAX_UNASKED_WRITES:
             self._unasked.append(key)
 
-    async def _send(
+    async def _send_asking(
         self, turn: TurnInput, iteration: int, index: int, vc: ValidCall
+    ) -> DispatchOutput:
+        """The call's dispatch; when an MCP server asks the person a question during it,
+        the person's answer (or `cancel` once the wait is up), then the call sent again
+        with every answer so far, which the server's same question now gets."""
+        given: list[Answer] = []
+        while (out := await self._send(turn, iteration, index, vc, given)).question:
+            if len(given) >= MAX_QUESTIONS_PER_CALL:
+                raise ApplicationError(
+                    f"{vc.call.name}: its server asked more than {MAX_QUESTIONS_PER_CALL} "
+                    "questions in one call; it was not sent again",
+                    non_retryable=True,
+                )
+            question = out.question.model_copy(
+                update={"id": f"{vc.call.id}.q{len(given) + 1}", "call_id": vc.call.id}
+            )
+            given.append(await self._ask(iteration, vc.call, question))
+        return out
+
+    async def _ask(self, iteration: int, call: ToolCall, question: Question) -> Answer:
+        """Wait, durably and holding no worker slot, for a person's answer to `question`;
+        past its timeout, `cancel`. The clock of max_duration stops meanwhile."""
+        wait = (
+            timedelta(seconds=question.timeout_s)
+            if question.timeout_s is not None
+            else self._limits.approval_timeout
+        )
+        self._clock_stops()  # a person is answering
+        question = question.model_copy(update={"tool": call.name, "since": workflow.now()})
+        self._questions[question.id] = question
+        shown = f" ({question.url}, at {question.domain})" if question.mode == "url" else ""
+        self._record(
+            iteration,
+            StepKind.QUESTION,
+            f"{call.name}: MCP server {question.server} asks ({question.id}): "
+            f"{question.message}{shown}",
+            calls=[call],
+        )
+        self._publish_questions()
+        self._set_status(search.AWAITING_APPROVAL)
+        try:
+            await workflow.wait_condition(
+                lambda: question.id in self._answers,
+                timeout=wait,
+                timeout_summary=answers.markdown_safe(f"answer to {question.server}"),
+            )
+            answer = self._answers[question.id]
+            said = f"{answer.action} by {answer.by}"
+        except asyncio.TimeoutError:
+            answer = Answer(digest=question.digest, action="cancel", by="timeout")
+            said = f"cancel: no answer within {_duration(wait)}"
+        del self._questions[question.id]
+        self._publish_questions()
+        self._clock_goes()
+        self._set_status(self._waiting_on())
+        self._record(iteration, StepKind.QUESTION, f"{call.name}: {question.id}: {said}")
+        return answer
+
+    def _publish_questions(self) -> None:
+        """The questions awaiting an answer, in the memo: `pending` lists them while no
+        worker runs (each bounded: `durable_agent.elicitation`)."""
+        questions = [q.model_dump(mode="json") for q in self._questions.values()]
+        workflow.upsert_memo({search.QUESTIONS_MEMO: questions})
+
+    async def _send(
+        self,
+        turn: TurnInput,
+        iteration: int,
+        index: int,
+        vc: ValidCall,
+        given: list[Answer] | None = None,
     ) -> DispatchOutput:
         """The call's dispatch. A write whose outcome came back unknown (it may have
         run; the system it went to takes no idempotency key) is sent again only if a
@@ -1269,6 +1396,7 @@ class AgentTurn:
             tools_version=self._agent.tools_version,
             tool_lists=self._agent.tool_lists,
             context=turn.context,
+            answers=given or [],
             followed=self._followed(turn),
         )
         try:
@@ -1567,19 +1695,30 @@ class AgentTurn:
     def _no_longer_pending(self, call: ToolCall) -> None:
         del self._pending[call.id]
         self._publish_pending()
-        if not self._pending:
-            self._clock_goes()
-            self._set_status(search.WAITING if self._waits else search.RUNNING)
+        self._clock_goes()
+        self._set_status(self._waiting_on())
+
+    def _idle(self) -> bool:
+        """No call waits: for consent, for an answer to a server's question, or on a
+        wait (a timer or an event)."""
+        return not (self._pending or self._questions or self._waits)
+
+    def _waiting_on(self) -> str:
+        """The turn's AgentStatus now: a person before a timer or an event."""
+        if self._pending or self._questions:
+            return search.AWAITING_APPROVAL
+        return search.WAITING if self._waits else search.RUNNING
 
     def _clock_stops(self) -> None:
-        """Before a call starts to wait for a person or on a wait: max_duration's clock
-        stands still while any does (its time is not the agent's work)."""
-        if not self._pending and not self._waits and self._started is not None:
+        """Before a call starts to wait (for a person, a timer or an event):
+        max_duration's clock stands still while any does (its time is not the agent's
+        work)."""
+        if self._idle() and self._started is not None:
             self._paused_since = workflow.now()
 
     def _clock_goes(self) -> None:
         """Once no call waits any more, the clock goes on."""
-        if not self._pending and not self._waits and self._paused_since is not None:
+        if self._idle() and self._paused_since is not None:
             self._paused += workflow.now() - self._paused_since
             self._paused_since = None
 
@@ -1596,8 +1735,7 @@ class AgentTurn:
         self._record(iteration, StepKind.WAIT, plan.story, calls=[call])
         self._clock_stops()
         self._waits[call.id] = plan
-        if not self._pending:  # a call awaiting consent says more: it needs a person
-            self._set_status(search.WAITING)
+        self._set_status(self._waiting_on())  # one awaiting a person says more
         with contextlib.suppress(asyncio.TimeoutError):
             await workflow.wait_condition(
                 lambda: call.id in self._woken,
@@ -1607,8 +1745,7 @@ class AgentTurn:
         woken_by, event = self._woken.pop(call.id, (None, None))
         del self._waits[call.id]
         self._clock_goes()
-        if not self._pending and not self._waits:
-            self._set_status(search.RUNNING)
+        self._set_status(self._waiting_on())
         ended = waits.ended(plan, workflow.now(), event, woken_by)
         try:
             parsed = await self._parse_output(turn, call, ended)
@@ -1786,7 +1923,7 @@ class AgentTurn:
                     continue
                 iteration = steps[vc.call.id]
                 try:
-                    dispatched = await self._send(turn, iteration, index, vc)
+                    dispatched = await self._send_asking(turn, iteration, index, vc)
                     parsed_output = dispatched.parsed or await self._parse_output(
                         turn, vc.call, dispatched.data
                     )

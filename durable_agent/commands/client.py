@@ -3,8 +3,9 @@
 python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] [--follow]
 python client.py ask "..." --set temperature=0.2 --set stop=END   # the turn's model settings
 python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
-python client.py pending [--customer ID]                  # calls awaiting approval
+python client.py pending [--customer ID]                  # calls awaiting approval, questions
 python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
+python client.py answer WORKFLOW_ID [QUESTION_ID] (--accept JSON | --decline | --cancel)
 python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
 python client.py wake WORKFLOW_ID [--by NAME]           # end a turn's waits early
 python client.py event WORKFLOW_ID NAME JSON [--by NAME] # an event a turn waits for
@@ -60,6 +61,7 @@ from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, checked_context
+from durable_agent.elicitation import Action
 from durable_agent.errors import AgentDefinitionError, InvalidContext
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import usage_line
@@ -518,6 +520,10 @@ async def cmd_ask(args: argparse.Namespace) -> int:
                     if not args.follow:
                         print(step.render(), flush=True)
                     print(decide_hint(handle.id, step), flush=True)
+                elif step.kind is StepKind.QUESTION and step.calls:  # asked, not answered
+                    if not args.follow:
+                        print(step.render(), flush=True)
+                    print(f"  answer with: {client_command()} answer {handle.id}", flush=True)
             result = await handle.result()
         except asyncio.CancelledError:
             print(
@@ -686,10 +692,22 @@ async def cmd_pending(args: argparse.Namespace) -> None:
     customer = customer_filter(args)
     async with session(args.task_queue, self_contained=False) as conn:
         waiting = await client_of(conn, args).pending(customer)
-        if not waiting:
-            print("no calls awaiting approval")
-            return
+        asked = await client_of(conn, args).questions(customer)
         now = datetime.now(timezone.utc)
+        for a in asked:  # an MCP server's question: `answer` takes it
+            q = a.question
+            since = int((now - q.since).total_seconds()) if q.since else 0
+            where = f"  {q.url}  (at {q.domain})" if q.mode == "url" else ""
+            fields = ", ".join((q.requested_schema or {}).get("properties", {}))
+            form = f"  form: {fields}" if fields else ""
+            print(
+                f"{a.workflow_id}  {q.id}  {q.server} asks: {_line(q.message)}{where}{form}  "
+                f"{since}s"
+            )
+        if not waiting:
+            if not asked:
+                print("no calls awaiting approval, no questions awaiting an answer")
+            return
         for w in waiting:
             build = w.version.rpartition(":")[2]
             print(
@@ -697,6 +715,41 @@ async def cmd_pending(args: argparse.Namespace) -> None:
                 + (f"  {build}" if build else "")
                 + (f"  (waiting for workers of {build or 'its task queue'})" if w.stalled else "")
             )
+
+
+def _line(text: str, limit: int = 200) -> str:
+    """A server's words on one line of a listing."""
+    shown = " ".join(text.split())
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+async def cmd_answer(args: argparse.Namespace) -> int:
+    """An MCP server's question answered: accept (with the form's fields as JSON),
+    decline or cancel. Checked against the question before it is sent."""
+    turn_id = workflow_id(args.workflow_id)
+    question_id = args.question_id.strip() if args.question_id is not None else None
+    if question_id is not None and not (question_id.isprintable() and 0 < len(question_id) <= 200):
+        raise CliError("QUESTION_ID: give the id `pending` shows (e.g. c1.q1), or leave it out")
+    if not " ".join(args.by.split()):
+        raise CliError("--by: give who answers, for the record")
+    content = None
+    action: Action = "decline" if args.decline else "cancel" if args.cancel else "accept"
+    if args.accept not in (None, ""):
+        try:
+            content = json.loads(args.accept)
+        except ValueError as e:
+            raise CliError(f"--accept: not JSON ({e})") from None
+    async with session(args.task_queue, self_contained=False) as conn:
+        turn = client_of(conn, args).turn(turn_id)
+        answered = await turn.answer(question_id, action=action, content=content, by=args.by)
+    question = answered.question
+    print(f"{action}: {question.server}'s question {question.id} ({question.tool})")
+    if answered.later:
+        print(
+            "no worker of the turn's version runs now: the answer is recorded, and applies "
+            "when one runs the turn"
+        )
+    return 0
 
 
 async def cmd_decide(args: argparse.Namespace) -> int:
@@ -1212,6 +1265,26 @@ def parser() -> argparse.ArgumentParser:
     event.add_argument("json", help="the event's data, as JSON (at most 64 KB)")
     event.add_argument("--by", default=getpass.getuser(), help="who sends it, for the record")
     event.set_defaults(run=cmd_event)
+
+    ans = sub.add_parser("answer", help="answer an MCP server's question (see `pending`)")
+    ans.add_argument("workflow_id", help="the turn's workflow id (see `pending`)")
+    ans.add_argument("question_id", nargs="?", help="which question; needed only if several")
+    how = ans.add_mutually_exclusive_group(required=True)
+    how.add_argument(
+        "--accept",
+        metavar="JSON",
+        nargs="?",
+        const="",
+        help="accept; a form's fields as a JSON object (a URL question: no JSON)",
+    )
+    how.add_argument("--decline", action="store_true", help="decline to answer")
+    how.add_argument("--cancel", action="store_true", help="dismiss the question")
+    ans.add_argument(
+        "--by",
+        default=getpass.getuser(),
+        help="who answers, for the record (default: %(default)s)",
+    )
+    ans.set_defaults(run=cmd_answer)
 
     lst = sub.add_parser("list", help="recent turns, one line each")
     lst.add_argument("--agent", metavar="NAME", help="only this agent's turns")

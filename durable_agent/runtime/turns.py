@@ -50,8 +50,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent.answers import markdown_plain, markdown_safe
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
+from durable_agent.elicitation import AnswerInput, Question, check_answer
 from durable_agent.errors import (
     AgentClientError,
+    InvalidAnswer,
     InvalidEvent,
     NothingPending,
     NotWaiting,
@@ -726,6 +728,125 @@ async def memo_pending(memo_value: Callable[..., Awaitable[Any]]) -> list[Pendin
         return []
 
 
+@dataclass(frozen=True)
+class Asked:
+    """An MCP server's question awaiting a person's answer, and the turn it belongs to."""
+
+    workflow_id: str
+    question: Question
+
+
+async def questions(client: Client, customer_id: str | None = None) -> list[Asked]:
+    """Every MCP server's question awaiting an answer, oldest first (of the customer's
+    turns, if given), read from the turns' memos: no worker needs to run."""
+    query = "WorkflowType = 'AgentTurn' AND ExecutionStatus = 'Running'"
+    if await registered.available(client):
+        query += f" AND {search.STATUS.name} = '{search.AWAITING_APPROVAL}'"
+        if customer_id:
+            query += f" AND {search.CUSTOMER.name} = '{_quoted(customer_id)}'"
+    found: list[Asked] = []
+    async for wf in client.list_workflows(query):
+        try:
+            asked = await memo_questions(wf.memo_value)
+        except AgentClientError as e:
+            log.warning("turn %s awaits an answer but cannot be read: %s", wf.id, e)
+            continue
+        found += [Asked(wf.id, q) for q in asked]
+    epoch = datetime.min.replace(tzinfo=timezone.utc)
+    return sorted(found, key=lambda a: a.question.since or epoch)
+
+
+async def questions_of(handle: WorkflowHandle) -> list[Question]:
+    """One turn's questions awaiting an answer, from its memo (no worker needed)."""
+    try:
+        described = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise UnknownTurn(handle.id) from None
+        raise
+    return await memo_questions(described.memo_value)
+
+
+async def memo_questions(memo_value: Callable[..., Awaitable[Any]]) -> list[Question]:
+    """The questions a turn's memo lists as awaiting an answer."""
+    try:
+        return list(await memo_value(search.QUESTIONS_MEMO, [], type_hint=list[Question]))
+    except (KeyError, ValueError, TypeError):
+        return []
+
+
+async def answer(
+    client: Client,
+    workflow_id: str,
+    question_id: str | None,
+    *,
+    action: str,
+    content: Any = None,
+    by: str,
+) -> Answered:
+    """Answer an MCP server's question (without `question_id`: the turn's only one),
+    after checking the answer against it (`InvalidAnswer`, one line, nothing sent).
+
+    As a decision on consent (`decide`): a worker of the turn's version takes it as an
+    update, and the call is sent again with it; while none runs, it is sent as a
+    signal the server keeps, which applies when one runs the turn (`later`)."""
+    handle = client.get_workflow_handle(workflow_id)
+    described = await _running(handle)
+    waiting = await memo_questions(described.memo_value)
+    if question_id is not None:
+        named = [q for q in waiting if q.id == question_id]
+    else:
+        named = waiting if len(waiting) == 1 else []
+    if not named:
+        listed = ", ".join(q.id for q in waiting) or "none"
+        what = (
+            f"question {question_id!r} is not"
+            if question_id
+            else "name a question: none or several are"
+        )
+        raise NothingPending(
+            f"{what} awaiting an answer in turn {workflow_id} (awaiting: {listed})"
+        )
+    question = named[0]
+    check_answer(question, action, content)
+    try:
+        given = AnswerInput(question_id=question.id, action=action, content=content, by=by)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise AgentClientError(_first_error(e)) from None
+    version = described.typed_search_attributes.get(VERSION) or ""
+    try:
+        alive = _build(version) in await live_builds(client, described.task_queue)
+    except RPCError:  # a server that lists no pollers: the update tells
+        alive = True
+    if alive:
+        sent = asyncio.ensure_future(
+            _update(lambda u: handle.execute_update(AgentTurn.answer, given, id=u))
+        )
+        try:
+            await asyncio.wait({sent}, timeout=DECIDE_WAIT_S)
+            if sent.done() and not isinstance(sent.exception(), NoWorker):
+                sent.result()
+                return Answered(question=question, action=given.action)
+        finally:
+            if not sent.done():
+                sent.cancel()
+                await asyncio.gather(sent, return_exceptions=True)
+    # No worker of its version runs: kept in the turn's history for when one does (an
+    # update left behind and this signal: the turn takes the first, drops the other).
+    await handle.signal(AgentTurn.answer_later, given)
+    return Answered(question=question, action=given.action, later=True)
+
+
+@dataclass(frozen=True)
+class Answered:
+    """An answer the turn took (`later`: recorded while no worker of its version ran; it
+    applies when one runs the turn)."""
+
+    question: Question
+    action: str
+    later: bool = False
+
+
 def _build(version: str) -> str:
     """The build id of a `DEPLOYMENT:BUILD_ID` version (empty: unversioned)."""
     return version.rpartition(":")[2]
@@ -984,7 +1105,7 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
 
 
 _REFUSALS: dict[str | None, type[AgentClientError]] = {
-    e.__name__: e for e in (NothingPending, NotWaiting, InvalidEvent)
+    e.__name__: e for e in (NothingPending, NotWaiting, InvalidEvent, InvalidAnswer)
 }
 """The turn's refusals of an update (its validators' words), as the client's errors."""
 

@@ -1,6 +1,7 @@
 """The help desk inside a FastAPI service of your own: ask and get JSON back, stream a
 turn to the browser as server-sent events, list and decide the calls awaiting consent,
-and take the events a turn waits for (`wait_for_event`) as a webhook.
+take the events a turn waits for (`wait_for_event`) as a webhook, and answer the
+questions an MCP server of the agent asks the person.
 
     cd examples/helpdesk
     durable-agent-worker --agent helpdesk:agent        # terminal 1: serves the agent
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Header, Request
@@ -76,6 +77,11 @@ class Question(BaseModel):
 class Decision(BaseModel):
     approved: bool
     reason: str = Field(default="", max_length=500)
+
+
+class Reply(BaseModel):
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
 
 
 @app.post("/ask")
@@ -182,6 +188,27 @@ async def event(
         raise InvalidEvent(f"event {name}: the body is not JSON ({e})") from None
     woke = await turn.send_event(name, data, by=who)
     return woke.model_dump()
+
+
+@app.get("/questions")
+async def questions(agents: Agents, who: User) -> list[dict[str, Any]]:
+    """The questions an MCP server asked during the user's turns, oldest first: its
+    message, and the form it asks for (a JSON schema) or the URL to visit."""
+    return [
+        {"workflow_id": asked.workflow_id, **asked.question.model_dump(mode="json")}
+        for asked in await agents.questions(customer=who)
+    ]
+
+
+@app.post("/turns/{workflow_id}/questions/{question_id}")
+async def answer(
+    workflow_id: str, question_id: str, body: Reply, agents: Agents, who: User
+) -> dict[str, str]:
+    """Answer one: accept (with the form's fields), decline or cancel. An answer that
+    does not fit the form is refused (400) before the server gets it."""
+    turn = await agents.turn_for(workflow_id, customer=who)
+    answered = await turn.answer(question_id, action=body.action, content=body.content, by=who)
+    return {"question_id": answered.question.id, "action": answered.action}
 
 
 # The client's errors, as HTTP answers whose body says what to do.

@@ -11,6 +11,10 @@
                                             conversation shows; the page's `?turn=ID`)
     POST /api/turns/{id}/decisions {call_id, approved, reason?}
                                             approve or reject a call awaiting consent
+    GET  /api/turns/{id}/questions          an MCP server's questions awaiting an answer
+    POST /api/turns/{id}/answers {question_id, action, content?}
+                                            answer one: accept (a form's fields),
+                                            decline or cancel (`durable_agent.elicitation`)
 
 New conversations and messages are limited per client (`limits.py`: 429 with
 `Retry-After` past them).
@@ -53,7 +57,7 @@ from durable_agent.agents import Agent, AgentCard
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, ConversationHandle
-from durable_agent.errors import AgentClientError, UnknownTurn
+from durable_agent.errors import AgentClientError, InvalidAnswer, UnknownTurn
 from durable_agent.frontends.web.events import (
     Event,
     Position,
@@ -181,6 +185,24 @@ def create_app(
         result = await turn.decide(call_id, approved=approved, by=DECIDED_BY, reason=reason)
         return JSONResponse(result.model_dump(mode="json"))
 
+    async def questions(request: Request) -> Response:
+        turn = await agents.turn_for(str(request.path_params["turn_id"]), customer=customer)
+        asked = await turn.questions()
+        return JSONResponse({"questions": [q.model_dump(mode="json") for q in asked]})
+
+    async def answer(request: Request) -> Response:
+        body = await _body(request)
+        question_id, action = _field(body, "question_id", str), _field(body, "action", str)
+        content = body.get("content")
+        turn = await agents.turn_for(str(request.path_params["turn_id"]), customer=customer)
+        try:
+            asked = await turn.answer(question_id, action=action, content=content, by=DECIDED_BY)  # type: ignore[arg-type]
+        except InvalidAnswer as e:
+            raise Problem(400, str(e)) from None
+        return JSONResponse(
+            {"question_id": asked.question.id, "action": action, "later": asked.later}
+        )
+
     async def events(request: Request) -> Response:
         after = Position.parse(request.headers.get("last-event-id"))
         chat = str(request.path_params["chat_id"])
@@ -229,6 +251,8 @@ def create_app(
             Route("/api/chats/{chat_id}/events", _guarded(events)),
             Route("/api/turns/{turn_id}/events", _guarded(turn_events)),
             Route("/api/turns/{turn_id}/decisions", _guarded(decision), methods=["POST"]),
+            Route("/api/turns/{turn_id}/questions", _guarded(questions)),
+            Route("/api/turns/{turn_id}/answers", _guarded(answer), methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
         middleware=[

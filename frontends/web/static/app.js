@@ -24,6 +24,7 @@ const LABELS = {
   observation: "result",
   approval: "asks you",
   decision: "decided",
+  question: "a server asks you",
   shield: "check",
   rejected: "invalid call",
   fallback: "switches model",
@@ -104,6 +105,7 @@ class Turn {
     this.answered = false; // the turn recorded its answer
     this.outcome = null; // and ended so
     this.waiting = []; // approvals not decided yet: {call, actions}
+    this.asking = new Map(); // questions not answered yet: id -> their form
     this.steps = el("ol", { class: "steps" });
     this.answer = null;
     this.meta = el("div", { class: "meta" }, this.id);
@@ -128,6 +130,7 @@ class Turn {
     // Text a model wrote before asking for tools is part of this step's text.
     if (step.kind === "plan" || step.kind === "continue") this.dropDraft();
     if (step.kind === "decision") this.decided(step);
+    if (step.kind === "question" && !step.calls.length) this.answered(step);
     this.steps.append(this.stepNode(step));
   }
 
@@ -144,6 +147,8 @@ class Turn {
       if (step.observation && !step.observation.ok) node.classList.add("failed");
     } else if (step.kind === "approval" && step.calls.length) {
       node.append(label, " ", this.approvalNode(step));
+    } else if (step.kind === "question" && step.calls.length) {
+      node.append(label, " ", this.questionNode(step));
     } else {
       const code = ["plan", "continue", "tool_call", "rejected"].includes(step.kind);
       node.append(label, " ", el(code ? "code" : "span", { class: "text" }, step.text));
@@ -196,6 +201,98 @@ class Turn {
     }
   }
 
+  /** An MCP server's question (`durable_agent.elicitation`): its message, then a form
+   *  drawn from the schema it asked with (flat: text, number, yes/no, a choice), or
+   *  its URL and the domain to check; answered as accept, decline or cancel. The
+   *  question itself is read from the turn (the step names it). */
+  questionNode(step) {
+    const id = (step.text.match(/ asks \(([^)]*)\): /) ?? [])[1] ?? "";
+    const box = el("form", { class: "consent question", "data-testid": "question" });
+    box.append(el("p", { class: "why" }, ...visible(step.text)));
+    if (!id) return box;
+    this.asking.set(id, box);
+    get(`/api/turns/${encodeURIComponent(this.id)}/questions`)
+      .then(({ questions }) => {
+        const question = questions.find((q) => q.id === id);
+        if (question && this.asking.has(id)) this.fillQuestion(box, question);
+      })
+      .catch((error) => notice(`Could not read the question: ${error.message}`, "error"));
+    return box;
+  }
+
+  fillQuestion(box, question) {
+    box.replaceChildren(
+      el("div", { class: "tool", dir: "ltr" }, ...visible(`${question.server}: ${question.tool}`)),
+      el("p", { class: "why" }, ...visible(question.message)),
+    );
+    const fields = [];
+    if (question.mode === "url") {
+      box.append(
+        el("p", {}, "Opens ", el("strong", { dir: "ltr" }, ...visible(question.domain)), ": "),
+        el("a", { href: question.url, target: "_blank", rel: "noopener noreferrer" }, ...visible(question.url)),
+      );
+    } else {
+      const schema = question.requested_schema ?? { properties: {} };
+      const required = new Set(schema.required ?? []);
+      for (const [name, prop] of Object.entries(schema.properties ?? {})) {
+        const title = prop.title ?? name;
+        let input;
+        if (Array.isArray(prop.enum)) {
+          input = el("select", { name });
+          for (const option of prop.enum) input.append(el("option", { value: option }, String(option)));
+        } else if (prop.type === "boolean") {
+          input = el("input", { type: "checkbox", name });
+          if (prop.default === true) input.checked = true;
+        } else {
+          const number = prop.type === "number" || prop.type === "integer";
+          input = el("input", { type: number ? "number" : "text", name, dir: "ltr" });
+          if (prop.type === "integer") input.step = "1";
+          if (prop.default !== undefined) input.value = String(prop.default);
+        }
+        input.dataset.testid = `field-${name}`;
+        fields.push({ name, prop, input, required: required.has(name) });
+        const label = el("label", {}, ...visible(title), required.has(name) ? " *" : "", " ", input);
+        if (prop.description) label.title = prop.description;
+        box.append(el("div", { class: "field" }, label));
+      }
+    }
+    const button = (name, label, type = "button") =>
+      el("button", { type, class: name, "data-testid": name }, label);
+    const accept = button("accept", question.mode === "url" ? "Done" : "Send", "submit");
+    const decline = button("decline", "Decline");
+    const cancel = button("cancel", "Not now");
+    box.append(el("div", { class: "actions" }, accept, decline, cancel));
+    box.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.reply(question, "accept", box, question.mode === "url" ? null : contentOf(fields));
+    });
+    decline.addEventListener("click", () => this.reply(question, "decline", box));
+    cancel.addEventListener("click", () => this.reply(question, "cancel", box));
+  }
+
+  async reply(question, action, box, content = null) {
+    const buttons = box.querySelectorAll("button");
+    for (const button of buttons) button.disabled = true;
+    try {
+      const path = `/api/turns/${encodeURIComponent(this.id)}/answers`;
+      await post(path, { question_id: question.id, action, content });
+    } catch (error) {
+      notice(`Could not answer ${question.server}: ${error.message}`, "error");
+      for (const button of buttons) button.disabled = false;
+    }
+  }
+
+  /** The step that says a question was answered (or timed out): its form goes. */
+  answered(step) {
+    for (const [id, box] of this.asking) {
+      if (step.text.includes(`: ${id}: `)) {
+        box.querySelector(".actions")?.remove();
+        for (const input of box.querySelectorAll("input, select")) input.disabled = true;
+        this.asking.delete(id);
+      }
+    }
+  }
+
   /** A decision step carries its call (turns recorded before it did: its tool's name). */
   decided(step) {
     const call = step.calls?.[0];
@@ -223,6 +320,8 @@ class Turn {
       node.dataset.outcome = outcome;
       if (outcome !== "answered") node.classList.add("unanswered");
       for (const w of this.waiting.splice(0)) w.actions.remove();
+      for (const box of this.asking.values()) box.querySelector(".actions")?.remove();
+      this.asking.clear();
     }
   }
 
@@ -249,6 +348,24 @@ class Turn {
       this.answer = null;
     }
   }
+}
+
+/** A form's fields as the answer's content: numbers as numbers, yes/no as booleans,
+ *  an empty optional field left out (the server's schema says what it needs). */
+function contentOf(fields) {
+  const content = {};
+  for (const { name, prop, input, required } of fields) {
+    if (prop.type === "boolean") {
+      content[name] = input.checked;
+    } else if (input.value === "" && !required) {
+      continue;
+    } else if (prop.type === "number" || prop.type === "integer") {
+      content[name] = input.value === "" ? null : Number(input.value);
+    } else {
+      content[name] = input.value;
+    }
+  }
+  return content;
 }
 
 /** What a fork was made of, `fork of <parent> from step N`, its parent a link to the
@@ -392,6 +509,18 @@ async function deliver(text, bubble) {
     bubble.remove();
     notice(`Not sent (${text}): ${error.message}`, "error");
   }
+}
+
+async function get(path) {
+  let response;
+  try {
+    response = await fetch(path);
+  } catch {
+    throw Object.assign(new Error("the chat server cannot be reached"), { status: 0 });
+  }
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.error ?? `${response.status} ${response.statusText}`);
+  return data;
 }
 
 async function post(path, body) {
