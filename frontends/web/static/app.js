@@ -29,6 +29,8 @@ const LABELS = {
   rejected: "invalid call",
   fallback: "switches model",
   recorded: "from the record",
+  changed: "changed since",
+  wait: "waits",
 };
 
 const chat = { id: null, source: null, turns: new Map() };
