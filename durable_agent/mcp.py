@@ -14,7 +14,8 @@ never sent again by itself) and `prefix` (the tools' name prefix, default the
 server's name), `elicitation` (whether the server may ask the person a turn serves
 for input during a call, default true) and `elicitation_timeout` (seconds a turn
 waits for that answer before the server gets `cancel`; default: the agent's approval
-timeout).
+timeout) and `sampling` (whether the server may ask the agent's model for a message
+during a call: `ask`, the default, `allow` or `deny`; `durable_agent.sampling`).
 
 What runs where: the worker connects to every server as it starts (a stdio server
 is a process of the worker, for as long as it runs), lists its tools and offers
@@ -56,10 +57,16 @@ person's answer (workflow state: it survives a worker's death), then sends the c
 again, and the server's same question now gets the answer. So the server runs the
 call again: elicitation suits tools that are safe to ask again (a write keeps its
 consent and its no-second-send rule). MCP does not say which call a server's request
-belongs to (not over stdio), so a server that may elicit takes one call at a time
-from a worker; `"elicitation": false` lets calls overlap again, and the client then
+belongs to (not over stdio), so a server that may elicit (or sample) takes one call
+at a time from a worker; `"elicitation": false` (with `"sampling": "deny"`) lets calls
+overlap again, and the client then
 declares no elicitation capability (the SDK answers a server that asks anyway with
 the error "Elicitation not supported").
+
+Sampling (`durable_agent.sampling`) goes the same way: a server's
+`sampling/createMessage` is answered from the replies the turn recorded for the call;
+with none, the call ends with the request, the turn serves it with the agent's model
+(or refuses it) and sends the call again.
 """
 
 from __future__ import annotations

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import AgentClient
 from durable_agent.elicitation import Question
@@ -22,7 +25,8 @@ from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
 from tests.conftest import Harness, last_result
-from tests.test_mcp import agent_with
+from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
+from tests.test_mcp import agent_with, worker_environ, worker_process
 
 pytestmark = pytest.mark.usefixtures("own_state_dir")
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,3 +189,67 @@ def test_a_bad_sampling_setting_is_refused_in_one_line(
     config.write_text(json.dumps({"mcpServers": {"sm": {"command": "x", "sampling": value}}}))
     with pytest.raises(MCPConfigError, match=says):
         load_config(config)
+
+
+async def test_a_worker_killed_while_consent_waits_loses_nothing(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The consent is workflow state: a worker SIGKILLed while it waits, the consent
+    given on the command line with no worker running, and another worker started, the
+    call is sent again and the server gets the model's reply."""
+    log = tmp_path / "ran.log"
+    fake = ChatCompletionsServer()
+    fake.replies = [
+        tool_calls(("c1", "sm__summarise", json.dumps({"text": "the quarterly report"}))),
+        text("Sales rose."),  # the server's request
+        text("Done."),
+    ]
+    config = tmp_path / "mcp.json"
+    entry = {"command": sys.executable, "args": [str(SERVER), str(log)]}
+    config.write_text(json.dumps({"mcpServers": {"sm": entry}}))
+    environ = worker_environ(env, tmp_path, fake)
+    client = AgentClient(env.client, task_queue=environ["AGENT_TASK_QUEUE"])
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "client.py", *args],
+            cwd=ROOT,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+
+    try:
+        with worker_process(environ, "worker.py", "--mcp-config", str(config)) as first:
+            handle = await start_turn(
+                env.client,
+                TurnInput(question="Summarise the report", customer_id="c-sm"),
+                environ["AGENT_TASK_QUEUE"],
+            )
+            turn = client.turn(handle.id)
+            async with asyncio.timeout(120):
+                while not (waiting := await turn.questions()):
+                    await asyncio.sleep(0.05)
+            first.process.send_signal(signal.SIGKILL)
+            assert await asyncio.to_thread(first.process.wait, 60) == -signal.SIGKILL
+        # No worker runs: the consent is still listed, and taken for when one does.
+        listed = await cli("pending", "--customer", "c-sm")
+        assert listed.returncode == 0, listed.stderr
+        assert f"{handle.id}  c1.sampling  sm asks: MCP server 'sm' asks to use" in listed.stdout
+        given = await cli("answer", handle.id, waiting[0].id, "--accept")
+        assert given.returncode == 0, given.stderr
+        assert "the answer is recorded, and applies when one runs the turn" in given.stdout
+        assert len(ran(log)) == 1 and len(fake.accepted) == 1  # nothing sampled yet
+        with worker_process(environ, "worker.py", "--mcp-config", str(config)):
+            result = await turn.result()
+    finally:
+        fake.close()
+    assert result.outcome is Outcome.ANSWERED
+    assert ran(log)[-1] == "sampled openai:test-model: Sales rose."
+    sampled_request = fake.accepted[1]
+    assert not sampled_request.get("tools") and sampled_request["max_tokens"] == 200
+    assert [m["role"] for m in sampled_request["messages"]] == ["system", "user"]
+    assert result.usage.model_calls == 3
