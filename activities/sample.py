@@ -20,7 +20,7 @@ from durable_agent.model import ModelRequest
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import format_cost
 from durable_agent.runtime import metrics
-from durable_agent.sampling import Request
+from durable_agent.sampling import MAX_REPLY_CHARS, Request
 from durable_agent.telemetry import model_span, record_cost, record_reply, record_settings
 from durable_agent.types import Usage
 
@@ -90,4 +90,4 @@ class SampleActivity(ModelCaller):
         )
         # A reply that calls tools is none a server can take: its text only (no tools
         # were offered, so a model seldom does).
-        return SampleOutput(text=reply.text, model=spec, usage=usage)
+        return SampleOutput(text=reply.text[:MAX_REPLY_CHARS], model=spec, usage=usage)

@@ -59,9 +59,8 @@ call again: elicitation suits tools that are safe to ask again (a write keeps it
 consent and its no-second-send rule). MCP does not say which call a server's request
 belongs to (not over stdio), so a server that may elicit (or sample) takes one call
 at a time from a worker; `"elicitation": false` (with `"sampling": "deny"`) lets calls
-overlap again, and the client then
-declares no elicitation capability (the SDK answers a server that asks anyway with
-the error "Elicitation not supported").
+overlap again. Switched off, the client declares no elicitation capability (the SDK
+answers a server that asks anyway with the error "Elicitation not supported").
 
 Sampling (`durable_agent.sampling`) goes the same way: a server's
 `sampling/createMessage` is answered from the replies the turn recorded for the call;
@@ -668,8 +667,9 @@ class Connection:
     async def call(self, name: str, arguments: dict[str, Any], *, write: bool) -> Any:
         """The server's `CallToolResult`. A dead connection is opened again first; a
         write that fails once sent is never sent again (ToolError: outcome unknown).
-        On a server that may elicit, one call at a time: a question it asks ends the
-        call with `NeedsAnswer` unless the call's recorded answers answer it."""
+        On a server that may elicit or sample, one call at a time: a question it asks
+        ends the call with `NeedsAnswer` unless the call's recorded answers answer it; a
+        request for the model, with `NeedsSampling` unless a recorded reply does."""
         if not (self.server.elicitation or self._samples):
             return await self._call(name, arguments, write=write)
         try:
@@ -756,7 +756,7 @@ class Connection:
 
 @dataclass
 class _Asking:
-    """A call under way on a server that may elicit."""
+    """A call under way on a server that may elicit or sample."""
 
     answers: Mapping[str, elicitation.Answer]
     replies: Mapping[str, sampling.Reply]

@@ -33,6 +33,7 @@ from durable_agent.errors import ToolError
 __all__ = [
     "MAX_CHARS",
     "MAX_MESSAGES",
+    "MAX_REPLY_CHARS",
     "MAX_TOKENS",
     "REPLIES",
     "NeedsSampling",
@@ -52,6 +53,9 @@ MAX_CHARS = 32_000
 MAX_TOKENS = 4096
 """The most one request's reply may be, whatever the server asks (its `maxTokens` is
 capped by this and by what the turn's token cap leaves)."""
+MAX_REPLY_CHARS = 4 * MAX_TOKENS * 4
+"""What a reply may carry back (a backend that ignores the token limit included):
+`MAX_TOKENS` at a generous 16 characters a token, cut past it."""
 MAX_SAMPLES_PER_CALL = 5
 """Requests one tool call may make in turn (each served, the call runs again): a
 server that asks forever ends the call instead."""

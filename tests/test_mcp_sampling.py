@@ -23,10 +23,12 @@ from durable_agent.mcp import MCPConfigError, MCPServer, connected, load_config
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.runtime.turns import start_turn
 from durable_agent.scripted import ScriptedModel
+from durable_agent.shields import Position
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
 from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
 from tests.test_mcp import agent_with, worker_environ, worker_process
+from tests.test_shields_turn import Keyword, at
 
 pytestmark = pytest.mark.usefixtures("own_state_dir")
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,11 +74,12 @@ async def run_turn(
     server: MCPServer,
     limits: TurnLimits | None = None,
     answer: str | None = None,
+    **agent: Any,
 ) -> tuple[Any, list[Question]]:
     """The turn's result, and the questions it asked (each answered with `answer`)."""
     asked: list[Question] = []
     async with (
-        connected([agent_with(server)]) as agents,
+        connected([agent_with(server, **agent)]) as agents,
         harness.worker(scripted, agents=agents) as task_queue,
     ):
         handle = await start_turn(
@@ -177,6 +180,36 @@ async def test_a_request_the_model_does_not_serve_is_refused_in_one_line(
         "error MCP server 'sm' asked for the model with a message that is not text: text only"
     ]
     assert result.answer.startswith(ran(log)[0])
+
+
+@pytest.mark.parametrize(
+    ("position", "pattern", "refusal", "asked_model"),
+    [
+        ("input", "Summarise:", "blocked by the keyword shield (injection)", False),
+        ("output", "Sales rose", "the reply was blocked by the keyword shield (leak)", True),
+    ],
+)
+async def test_the_input_and_output_shields_judge_the_request_and_the_reply(
+    harness: Harness,
+    tmp_path: Path,
+    position: Position,
+    pattern: str,
+    refusal: str,
+    asked_model: bool,
+) -> None:
+    category = "injection" if position == "input" else "leak"
+    shield = Keyword(pattern, category)
+    log, scripted = tmp_path / "ran.log", model()
+    server = sampling_server(log, sampling="allow")
+    result, _ = await run_turn(harness, scripted, server, shields=at(position, shield))
+    # The shield read the server's request (its system prompt and message) or the reply.
+    judged = "Summarise: the quarterly report" if position == "input" else "Sales rose."
+    assert any(judged in seen.text for seen in shield.seen)
+    assert ran(log)[-1] == f"error sampling refused: {refusal}"
+    assert len(sampled(scripted)) == int(asked_model)
+    assert steps(result, StepKind.SAMPLE)[-1].endswith(f"refused: {refusal}")
+    # A reply paid for is counted, even when a shield keeps it from the server.
+    assert result.usage.output_tokens == (7 if asked_model else 0)
 
 
 @pytest.mark.parametrize(
