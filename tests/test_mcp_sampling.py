@@ -27,7 +27,13 @@ from durable_agent.shields import Position
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, Usage
 from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
-from tests.test_mcp import agent_with, worker_environ, worker_process
+from tests.test_mcp import (
+    agent_with,
+    everything_over_http,
+    needs_npm,
+    worker_environ,
+    worker_process,
+)
 from tests.test_shields_turn import Keyword, at
 
 pytestmark = pytest.mark.usefixtures("own_state_dir")
@@ -74,9 +80,11 @@ async def run_turn(
     server: MCPServer,
     limits: TurnLimits | None = None,
     answer: str | None = None,
+    approve: bool = False,
     **agent: Any,
 ) -> tuple[Any, list[Question]]:
-    """The turn's result, and the questions it asked (each answered with `answer`)."""
+    """The turn's result, and the questions it asked (each answered with `answer`);
+    `approve`: a call that waits for consent gets it."""
     asked: list[Question] = []
     async with (
         connected([agent_with(server, **agent)]) as agents,
@@ -96,6 +104,8 @@ async def run_turn(
                     assert answer is not None, f"the turn asked: {q.message}"
                     asked.append(q)
                     await turn.answer(q.id, action=answer, by="alice")
+                for pending in await turn.pending() if approve else ():
+                    await turn.approve(pending.call.id, by="alice")
                 await asyncio.wait({result_task}, timeout=0.1)
         return result_task.result(), asked
 
@@ -286,3 +296,32 @@ async def test_a_worker_killed_while_consent_waits_loses_nothing(
     assert not sampled_request.get("tools") and sampled_request["max_tokens"] == 200
     assert [m["role"] for m in sampled_request["messages"]] == ["system", "user"]
     assert result.usage.model_calls == 3
+
+
+@needs_npm
+async def test_server_everythings_sampling_tool_gets_the_models_reply(
+    harness: Harness,
+) -> None:
+    """Another SDK's server (TypeScript: `@modelcontextprotocol/server-everything`, which
+    offers its sampling tool only to a client that declares sampling) gets the reply."""
+    call = ToolCall(
+        id="c1",
+        name="everything__trigger-sampling-request",
+        arguments={"prompt": "say hi", "maxTokens": 50},
+    )
+
+    def reply(request: ModelRequest) -> Reply:
+        if request.instructions == "You are a helpful test server.":
+            return Reply(text="Hi from the agent's model.", usage=SAMPLED)
+        return Reply(text=last_result(request))
+
+    scripted = ScriptedModel(plans=[Reply(calls=[call])], decisions=[reply])
+    with everything_over_http() as url:
+        server = MCPServer(name="everything", url=url, sampling="allow")
+        # The tool is a write: consent to the call first, then no question for sampling.
+        result, asked = await run_turn(harness, scripted, server, approve=True)
+    assert not asked
+    assert result.outcome is Outcome.ANSWERED
+    assert "LLM sampling result" in result.answer
+    assert "Hi from the agent's model." in result.answer
+    assert steps(result, StepKind.SAMPLE)[-1].endswith("scripted answered (37 tokens)")
