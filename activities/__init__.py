@@ -30,6 +30,7 @@ from durable_agent.activities.parse_output import (
 from durable_agent.activities.plan import PlanActivity, PlanInput, PlanOutput
 from durable_agent.activities.prices import PricesActivity, PricesInput, PricesOutput
 from durable_agent.activities.recheck import RecheckActivity, RecheckInput, RecheckOutput
+from durable_agent.activities.sample import SampleActivity, SampleInput, SampleOutput
 from durable_agent.activities.shield import ShieldActivity, ShieldInput, ShieldOutput
 from durable_agent.serving import Agents
 from durable_agent.transcript import Transcripts
@@ -53,6 +54,7 @@ def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
         InstructionsActivity(agents).instructions,
         PricesActivity(agents).prices,
         RecheckActivity(agents).recheck,
+        SampleActivity(agents, transcripts=transcripts).sample,
     ]
 
 
@@ -90,6 +92,9 @@ __all__ = [
     "RecheckActivity",
     "RecheckInput",
     "RecheckOutput",
+    "SampleActivity",
+    "SampleInput",
+    "SampleOutput",
     "Rejection",
     "ShieldActivity",
     "ShieldInput",

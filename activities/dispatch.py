@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from durable_agent import sampling
 from durable_agent.activities._common import heartbeating
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.parse_output import ParseOutputOutput, screened
@@ -24,6 +25,8 @@ from durable_agent.elicitation import ANSWERS, Answer, NeedsAnswer, Question
 from durable_agent.errors import ToolError
 from durable_agent.render import render_result
 from durable_agent.runtime import metrics
+from durable_agent.sampling import Reply as SamplingReply
+from durable_agent.sampling import Request as SamplingRequest
 from durable_agent.serving import Agents
 from durable_agent.telemetry import tool_span
 from durable_agent.tools import ToolContext
@@ -75,6 +78,9 @@ class DispatchInput(BaseModel):
     answers: list[Answer] = []
     """Answers the turn recorded for this call's questions (`durable_agent.elicitation`):
     an MCP server that asks one of them again gets its answer."""
+    replies: list[SamplingReply] = []
+    """Replies the turn recorded for this call's sampling requests
+    (`durable_agent.sampling`): an MCP server that asks one again gets its reply."""
     followed: int = 0
     """A replay in a world of its own (`Fork.own_world`): how many of the recording's
     calls, from its first, were answered from the record before this one
@@ -93,6 +99,9 @@ class DispatchOutput(BaseModel):
     question: Question | None = None
     """The call asked the person a question the turn has no answer to (an MCP server's
     elicitation): no result; the turn asks, then sends the call again with the answer."""
+    sampling: SamplingRequest | None = None
+    """The call's MCP server asked for the agent's model, with no recorded reply: no
+    result; the turn serves (or refuses) it, then sends the call again with the reply."""
 
     @property
     def data(self) -> Any:
@@ -133,6 +142,7 @@ class DispatchActivity:
         async with heartbeating():
             with tool_span(tool.name, input.call.id), metrics.tool_call(tool.name, served.name):
                 token = ANSWERS.set(answers)
+                replied = sampling.REPLIES.set({r.digest: r for r in input.replies})
                 try:
                     if inspect.iscoroutinefunction(run):
                         result = await run(args, ctx)
@@ -143,6 +153,9 @@ class DispatchActivity:
                 except NeedsAnswer as e:
                     activity.logger.info("%s %s: asks the person", tool.name, input.call.id)
                     return DispatchOutput(question=e.question)
+                except sampling.NeedsSampling as e:
+                    activity.logger.info("%s %s: asks for the model", tool.name, input.call.id)
+                    return DispatchOutput(sampling=e.request)
                 except ToolError as e:
                     if e.retryable:
                         raise
@@ -156,6 +169,7 @@ class DispatchActivity:
                     ) from e
                 finally:
                     ANSWERS.reset(token)
+                    sampling.REPLIES.reset(replied)
         # Names only: arguments are the customer's words, which logs must not hold.
         activity.logger.info("%s %s: ok", tool.name, input.call.id)
         data = _json.dump_python(result, mode="json")

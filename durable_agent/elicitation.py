@@ -226,6 +226,8 @@ def check_answer(question: Question, action: str, content: Any, *, form: bool = 
         if content is not None:
             raise InvalidAnswer(f"{action} carries no content (only accept of a form does)")
         return
+    if content is None and not (question.requested_schema or {}).get("properties"):
+        return  # a form of no fields: a yes or no (a server's request to sample)
     if not isinstance(content, dict):
         raise InvalidAnswer("accept of a form carries content: a JSON object of its fields")
     try:

@@ -14,7 +14,8 @@ never sent again by itself) and `prefix` (the tools' name prefix, default the
 server's name), `elicitation` (whether the server may ask the person a turn serves
 for input during a call, default true) and `elicitation_timeout` (seconds a turn
 waits for that answer before the server gets `cancel`; default: the agent's approval
-timeout).
+timeout) and `sampling` (whether the server may ask the agent's model for a message
+during a call: `ask`, the default, `allow` or `deny`; `durable_agent.sampling`).
 
 What runs where: the worker connects to every server as it starts (a stdio server
 is a process of the worker, for as long as it runs), lists its tools and offers
@@ -56,10 +57,15 @@ person's answer (workflow state: it survives a worker's death), then sends the c
 again, and the server's same question now gets the answer. So the server runs the
 call again: elicitation suits tools that are safe to ask again (a write keeps its
 consent and its no-second-send rule). MCP does not say which call a server's request
-belongs to (not over stdio), so a server that may elicit takes one call at a time
-from a worker; `"elicitation": false` lets calls overlap again, and the client then
-declares no elicitation capability (the SDK answers a server that asks anyway with
-the error "Elicitation not supported").
+belongs to (not over stdio), so a server that may elicit (or sample) takes one call
+at a time from a worker; `"elicitation": false` (with `"sampling": "deny"`) lets calls
+overlap again. Switched off, the client declares no elicitation capability (the SDK
+answers a server that asks anyway with the error "Elicitation not supported").
+
+Sampling (`durable_agent.sampling`) goes the same way: a server's
+`sampling/createMessage` is answered from the replies the turn recorded for the call;
+with none, the call ends with the request, the turn serves it with the agent's model
+(or refuses it) and sends the call again.
 """
 
 from __future__ import annotations
@@ -79,7 +85,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from durable_agent import elicitation, schemas
+from durable_agent import elicitation, sampling, schemas
 from durable_agent.elicitation import NeedsAnswer
 from durable_agent.errors import (
     AgentDefinitionError,
@@ -90,6 +96,7 @@ from durable_agent.errors import (
     UnusableQuestion,
 )
 from durable_agent.runtime.tool_lists import list_hash
+from durable_agent.sampling import NeedsSampling, UnusableSampling
 from durable_agent.tools import Tool, ToolContext, ToolRegistry, schema_tool
 
 if TYPE_CHECKING:
@@ -113,6 +120,7 @@ _KNOWN_KEYS = {
     "prefix",
     "elicitation",
     "elicitation_timeout",
+    "sampling",
 }
 DEFAULT_TIMEOUT = timedelta(seconds=30)
 DEFAULT_ATTEMPTS = 3
@@ -183,6 +191,9 @@ class MCPServer:
     """The server may ask the person a turn serves for input during a call."""
     elicitation_timeout: timedelta | None = None
     """How long a turn waits for that answer (None: the agent's approval timeout)."""
+    sampling: sampling.Policy = "ask"
+    """Whether the server may ask the agent's model for a message during a call:
+    `ask` (a person's consent, once per turn), `allow`, `deny`."""
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -201,6 +212,8 @@ class MCPServer:
                 f"{where}: attempts is how often a read is tried, 1 to {MAX_ATTEMPTS} "
                 "(a write is sent once in any case)"
             )
+        if self.sampling not in ("ask", "allow", "deny"):
+            raise MCPConfigError(f"{where}: sampling is ask, allow or deny")
         wait = self.elicitation_timeout
         if wait is not None and not timedelta(0) < wait <= timedelta(days=30):
             raise MCPConfigError(
@@ -221,7 +234,7 @@ class MCPServer:
             raise MCPConfigError(
                 f"{where}: unknown key {unknown[0]!r} (known: command, args, env, cwd, "
                 "url, headers, optional, timeout, attempts, prefix, elicitation, "
-                "elicitation_timeout)"
+                "elicitation_timeout, sampling)"
             )
 
         def strings(key: str) -> dict[str, str]:
@@ -271,6 +284,7 @@ class MCPServer:
             attempts=attempts,
             prefix=entry.get("prefix", ""),
             elicitation=entry.get("elicitation", True),
+            sampling=entry.get("sampling", "ask"),
             elicitation_timeout=None if wait is None else timedelta(seconds=wait),
         )
 
@@ -531,6 +545,8 @@ class Connection:
                     # None: the SDK declares no elicitation capability, and answers a
                     # server that asks anyway with "Elicitation not supported".
                     elicitation_callback=self._elicit if self.server.elicitation else None,
+                    # Likewise: `deny` declares no sampling capability.
+                    sampling_callback=self._sample if self._samples else None,
                 ) as session,
             ):
                 await session.initialize()
@@ -611,12 +627,50 @@ class Connection:
             message="the person has not answered yet: the client asks and calls again",
         )
 
+    @property
+    def _samples(self) -> bool:
+        """The server may ask the agent's model (with consent or without)."""
+        return self.server.sampling != "deny"
+
+    async def _sample(self, context: Any, params: Any) -> Any:
+        """A server's `sampling/createMessage`: the recorded reply of the call under way
+        (the model's message, or the one line saying why not), an error for a request
+        the model does not serve, or (no reply yet) an error while the call ends with
+        the request."""
+        from mcp.types import INVALID_REQUEST, CreateMessageResult, ErrorData, TextContent
+
+        asking = self._asking
+        if asking is None:  # between calls: no turn to ask
+            return ErrorData(code=INVALID_REQUEST, message="no tool call is under way")
+        try:
+            request = sampling.request_of(self.server.name, params, self.server.sampling)
+        except UnusableSampling as e:
+            return ErrorData(code=INVALID_REQUEST, message=str(e))
+        reply = asking.replies.get(request.digest)
+        if reply is not None:
+            if reply.refused:
+                return ErrorData(code=INVALID_REQUEST, message=reply.refused)
+            return CreateMessageResult(
+                role="assistant",
+                content=TextContent(type="text", text=reply.text),
+                model=reply.model,
+                stop_reason=reply.stop_reason or None,
+            )
+        asking.sample = asking.sample or request
+        # The call ends with the request: the turn serves it and sends the call again,
+        # and this same request then gets the recorded reply.
+        return ErrorData(
+            code=INVALID_REQUEST,
+            message="the model has not been asked yet: the client asks it and calls again",
+        )
+
     async def call(self, name: str, arguments: dict[str, Any], *, write: bool) -> Any:
         """The server's `CallToolResult`. A dead connection is opened again first; a
         write that fails once sent is never sent again (ToolError: outcome unknown).
-        On a server that may elicit, one call at a time: a question it asks ends the
-        call with `NeedsAnswer` unless the call's recorded answers answer it."""
-        if not self.server.elicitation:
+        On a server that may elicit or sample, one call at a time: a question it asks
+        ends the call with `NeedsAnswer` unless the call's recorded answers answer it; a
+        request for the model, with `NeedsSampling` unless a recorded reply does."""
+        if not (self.server.elicitation or self._samples):
             return await self._call(name, arguments, write=write)
         try:
             await asyncio.wait_for(self._calling.acquire(), TURN_WAIT_S)
@@ -628,11 +682,13 @@ class Connection:
             # A read is tried again (with backoff); a write's failure is the model's to read.
             raise (ToolError(busy + ": try again") if write else ToolUnavailable(busy)) from None
         try:
-            asking = self._asking = _Asking(elicitation.ANSWERS.get() or {})
+            asking = self._asking = _Asking(
+                elicitation.ANSWERS.get() or {}, sampling.REPLIES.get() or {}
+            )
             try:
                 result = await self._call(name, arguments, write=write)
             except ToolError:
-                if asking.question is None and asking.unusable is None:
+                if asking.question is None and asking.unusable is None and not asking.sample:
                     raise
                 result = None
             finally:
@@ -641,6 +697,8 @@ class Connection:
                 raise asking.unusable
             if asking.question is not None:
                 raise NeedsAnswer(asking.question)
+            if asking.sample is not None:
+                raise NeedsSampling(asking.sample)
             return result
         finally:
             self._calling.release()
@@ -698,12 +756,15 @@ class Connection:
 
 @dataclass
 class _Asking:
-    """A call under way on a server that may elicit."""
+    """A call under way on a server that may elicit or sample."""
 
     answers: Mapping[str, elicitation.Answer]
+    replies: Mapping[str, sampling.Reply]
     question: elicitation.Question | None = None
     """The first question the turn has no answer to yet."""
     unusable: UnusableQuestion | None = None
+    sample: sampling.Request | None = None
+    """The first sampling request the turn has no reply to yet."""
 
 
 def _seconds(d: timedelta | None) -> float | None:

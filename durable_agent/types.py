@@ -140,6 +140,9 @@ class StepKind(str, Enum):
     """A person approved or declined a call (or nobody did in time)."""
     QUESTION = "question"
     """An MCP server asked the person for input during a call; or the answer to it."""
+    SAMPLE = "sample"
+    """An MCP server's request for the agent's model during a call: served by a model
+    call of its own, or refused (`durable_agent.sampling`)."""
     SHIELD = "shield"
     """A shield judged the question, a call, a tool result or the answer."""
     ANSWER = "answer"

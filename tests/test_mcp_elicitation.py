@@ -353,12 +353,14 @@ async def test_a_call_that_waits_too_long_for_its_turn_is_not_sent(
     """A server that may elicit takes one call at a time (its questions must be its
     call's): a call that cannot start within `TURN_WAIT_S` is not sent, in one line (a
     write's for the model; a read's is tried again), and never taken for one that may
-    have reached the server. Switched off, calls overlap as before."""
+    have reached the server. Switched off (with sampling: a server that may sample is
+    sent one call at a time too), calls overlap as before."""
     from durable_agent.errors import ToolError, ToolUnavailable
     from durable_agent.mcp import Connection
 
     log = tmp_path / "ran.log"
-    connection = Connection(eliciting(log, elicitation=elicits))
+    off = {} if elicits else {"elicitation": False, "sampling": "deny"}
+    connection = Connection(eliciting(log, **off))
     await connection.open()
     try:
         slow = asyncio.ensure_future(connection.call("slow", {"seconds": 15}, write=False))

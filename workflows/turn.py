@@ -75,7 +75,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent import answers, fallback, outputs, redact, rewind, waits
+    from durable_agent import answers, fallback, outputs, redact, rewind, sampling, waits
     from durable_agent.activities import (
         CompactActivity,
         CompactInput,
@@ -98,6 +98,8 @@ with workflow.unsafe.imports_passed_through():
         PricesInput,
         RecheckActivity,
         RecheckInput,
+        SampleActivity,
+        SampleInput,
         ShieldActivity,
         ShieldInput,
         ShieldOutput,
@@ -275,6 +277,9 @@ class AgentTurn:
         """MCP servers' questions awaiting a person's answer, by id (never carried: a
         turn does not continue as new while a call of its round waits for one)."""
         self._answers: dict[str, Answer] = {}
+        self._may_sample: dict[str, bool | None] = {}
+        """Per MCP server, whether a person let it ask the agent's model in this turn
+        (None: being asked). Asked once per server per turn; a new run asks again."""
         self._model = carry.model if carry else ""
         self._tools_used: list[str] = list(carry.tools_used) if carry else []
         self._in_flight = 0
@@ -1319,7 +1324,21 @@ class AgentTurn:
         the person's answer (or `cancel` once the wait is up), then the call sent again
         with every answer so far, which the server's same question now gets."""
         given: list[Answer] = []
-        while (out := await self._send(turn, iteration, index, vc, given)).question:
+        sampled: list[sampling.Reply] = []
+        while True:
+            out = await self._send(turn, iteration, index, vc, given, sampled)
+            if out.sampling is not None and out.question is None:
+                if len(sampled) >= sampling.MAX_SAMPLES_PER_CALL:
+                    raise ApplicationError(
+                        f"{vc.call.name}: its server asked for the model more than "
+                        f"{sampling.MAX_SAMPLES_PER_CALL} times in one call; it was not sent "
+                        "again",
+                        non_retryable=True,
+                    )
+                sampled.append(await self._sample(turn, iteration, vc.call, out.sampling))
+                continue
+            if out.question is None:
+                return out
             if len(given) >= MAX_QUESTIONS_PER_CALL:
                 raise ApplicationError(
                     f"{vc.call.name}: its server asked more than {MAX_QUESTIONS_PER_CALL} "
@@ -1330,7 +1349,86 @@ class AgentTurn:
                 update={"id": f"{vc.call.id}.q{len(given) + 1}", "call_id": vc.call.id}
             )
             given.append(await self._ask(iteration, vc.call, question))
-        return out
+
+    async def _sample(
+        self, turn: TurnInput, iteration: int, call: ToolCall, request: sampling.Request
+    ) -> sampling.Reply:
+        """An MCP server's request for the agent's model: refused (one line the server
+        gets) unless the server may sample (a person's consent once per server per turn,
+        or `sampling: allow`) and the turn's caps leave room; else served by a model
+        call of its own, recorded, counted and screened by the input and output
+        shields as the turn's own question and answer are."""
+        server = request.server
+        said = f"{call.name}: MCP server {server} asks for the model"
+        why = await self._sampling_refused(iteration, call, request)
+        if why:
+            self._record(iteration, StepKind.SAMPLE, f"{said}: refused: {why}")
+            return sampling.Reply.refusal(request, why)
+        asked = ShieldRequest(position="input", text=request.text, customer_id=turn.customer_id)
+        (stop,), _ = await self._screen(turn, iteration, [asked])
+        if stop is not None:
+            why = f"blocked by the {stop.shield} shield ({stop.category})"
+            self._record(iteration, StepKind.SAMPLE, f"{said}: refused: {why}")
+            return sampling.Reply.refusal(request, why)
+        budget = self._limits.max_tokens
+        left = sampling.MAX_TOKENS if budget is None else budget - self._usage.total_tokens
+        arg = SampleInput(
+            model=turn.model,
+            agent=self._agent.name,
+            request=request,
+            max_tokens=max(1, min(request.max_tokens, left)),
+            settings=turn.settings,
+        )
+        out = await self._model_call(
+            turn, iteration, SampleActivity.sample, arg, f"sample for {server}"
+        )
+        self._usage += out.usage
+        answered = ShieldRequest(
+            position="output", text=out.text, context=[request.text], customer_id=turn.customer_id
+        )
+        (stop,), _ = await self._screen(turn, iteration, [answered])
+        if stop is not None:
+            why = f"the reply was blocked by the {stop.shield} shield ({stop.category})"
+            self._record(iteration, StepKind.SAMPLE, f"{said}: refused: {why}")
+            return sampling.Reply.refusal(request, why)
+        tokens = out.usage.total_tokens
+        self._record(iteration, StepKind.SAMPLE, f"{said}: {out.model} answered ({tokens} tokens)")
+        return sampling.Reply.served(
+            request, out.text, model=out.model, stop_reason=out.stop_reason
+        )
+
+    async def _sampling_refused(
+        self, iteration: int, call: ToolCall, request: sampling.Request
+    ) -> str:
+        """Why the server's request is not served ("": it is): the turn is at a cap (no
+        person is asked for what would be refused anyway), or the server may not sample
+        (a person's consent, asked once per server per turn, was not given)."""
+        budget = self._limits.max_tokens
+        if budget is not None and self._usage.total_tokens >= budget:
+            return f"the turn is at its token cap ({budget} tokens)"
+        cap, spent = self._limits.max_cost, self._usage.cost_usd
+        if cap is not None and (spent is None or spent >= cap):
+            return f"the turn is at its cost cap (${cap})"
+        server = request.server
+        if request.policy == "allow":
+            return ""
+        if server not in self._may_sample:
+            self._may_sample[server] = None
+            question = Question(
+                id=f"{call.id}.sampling",
+                call_id=call.id,
+                server=server,
+                message=sampling.consent_message(request),
+                requested_schema={"type": "object", "properties": {}},
+                digest=request.digest,
+            )
+            answer = await self._ask(iteration, call, question)
+            self._may_sample[server] = answer.action == "accept"
+        else:  # another call of the round asks the same person already
+            await workflow.wait_condition(lambda: self._may_sample[server] is not None)
+        if not self._may_sample[server]:
+            return f"no consent for {server!r} to use the agent's model in this turn"
+        return ""
 
     async def _ask(self, iteration: int, call: ToolCall, question: Question) -> Answer:
         """Wait, durably and holding no worker slot, for a person's answer to `question`;
@@ -1384,6 +1482,7 @@ class AgentTurn:
         index: int,
         vc: ValidCall,
         given: list[Answer] | None = None,
+        sampled: list[sampling.Reply] | None = None,
     ) -> DispatchOutput:
         """The call's dispatch. A write whose outcome came back unknown (it may have
         run; the system it went to takes no idempotency key) is sent again only if a
@@ -1397,6 +1496,7 @@ class AgentTurn:
             tool_lists=self._agent.tool_lists,
             context=turn.context,
             answers=given or [],
+            replies=sampled or [],
             followed=self._followed(turn),
         )
         try:

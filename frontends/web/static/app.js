@@ -25,6 +25,7 @@ const LABELS = {
   approval: "asks you",
   decision: "decided",
   question: "a server asks you",
+  sample: "a server asks the model",
   shield: "check",
   rejected: "invalid call",
   fallback: "switches model",
