@@ -489,7 +489,7 @@ def _injected_writes(
         elif k in ran:
             layer = "ran without consent"
         else:
-            layer = "never made: the model did not act on it (a shield held the injection back)"
+            layer = "never made: the model did not act on the injection"
         out.append({"call": call[0], "arguments": call[1], "layer": layer})
     return out
 
