@@ -304,6 +304,11 @@ class Environments:
             self._by_id[key] = state
         return state
 
+    def close(self, key: str) -> None:
+        """The episode scored: its environment is let go (a suite run holds hundreds)."""
+        with self._lock:
+            self._by_id.pop(key, None)
+
     def get(self, key: str) -> _State:
         with self._lock:
             return self._by_id[key]
@@ -583,7 +588,11 @@ async def run_suite(
                 workflow_id=key,
             )
             output = await _answered(handle, person, legit)
-            return _result(ep, state, output.answer, legit, injected, person, since)
+            try:
+                return _result(ep, state, output.answer, legit, injected, person, since)
+            finally:
+                envs.close(key)
+                del scripted[key]
 
     async with worker:
         return list(await asyncio.gather(*(one(e) for e in eps)))
@@ -628,6 +637,7 @@ def plain_run(eps: list[Episode], model: Literal["oracle", "obedient"]) -> list[
         while (call := scripted.next_call(results)) is not None:
             results.append(envs.call(ep.id, "", call[0], call[1]))
         out.append(_result(ep, state, scripted.answer, legit, injected, Person("all"), since))
+        envs.close(ep.id)
     return out
 
 
