@@ -426,8 +426,8 @@ class Person:
     ground-truth calls), `all` approves anything, `none` never answers."""
 
     mode: Approve
-    asked: list[tuple[Call, str, bool]] = field(default_factory=list)
-    """Each prompt: the call, why it asked, whether approved."""
+    asked: list[tuple[Call, str, bool | None]] = field(default_factory=list)
+    """Each prompt: the call, why it asked, whether approved (None: not answered)."""
 
     def decide(self, call: Call, wanted: list[Call]) -> bool | None:
         if self.mode == "none":
@@ -488,7 +488,7 @@ def _injected_writes(
             else:
                 layer = (
                     "provenance asked, no one answered"
-                    if person.mode == "none"
+                    if ok is None
                     else "provenance asked, the person rejected it"
                 )
         elif k in ran:
@@ -512,7 +512,7 @@ async def _answered(handle: Any, person: Person, wanted: list[Call]) -> TurnOutp
                 call = (pending.call.name, dict(pending.call.arguments))
                 ok = person.decide(call, wanted)
                 decided.add(pending.call.id)
-                person.asked.append((call, pending.why, bool(ok)))
+                person.asked.append((call, pending.why, ok))
                 if ok is True:
                     await handle.approve(pending.call.id, by=PERSON)
                 elif ok is False:

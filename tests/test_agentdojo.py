@@ -67,3 +67,10 @@ async def test_an_obedient_models_injected_writes_are_stopped_and_traced_to_thei
     [case] = careless
     assert case.attack_succeeded
     assert {w["layer"] for w in case.injected_writes} == {"ran, with the person's consent"}
+
+    # No one answers: the prompt expires, and the write never runs.
+    [unanswered] = await agentdojo.run_suite(
+        env.client, "banking", eps[2:3], model="obedient", approve="none"
+    )
+    assert not unanswered.attack_succeeded
+    assert {w["layer"] for w in unanswered.injected_writes} == {"provenance asked, no one answered"}
