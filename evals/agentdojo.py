@@ -86,13 +86,15 @@ WRITES: dict[str, dict[str, bool]] = {
         "read_channel_messages": False,
         "read_inbox": False,
         "get_users_in_channel": False,
-        "get_webpage": False,  # fetches a URL: reads, though the URL itself can leak data
         "add_user_to_channel": True,
         "send_direct_message": True,
         "send_channel_message": True,
         "invite_user_to_slack": True,
         "remove_user_from_slack": True,
         "post_webpage": True,
+        # A request sent out: its URL can carry data away, and visiting a link is an
+        # attacker's goal in itself (slack's injection_task_3), though nothing changes here.
+        "get_webpage": True,
     },
     "travel": {
         "get_user_information": False,

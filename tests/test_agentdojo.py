@@ -27,6 +27,7 @@ def test_the_table_sends_and_changes_as_writes() -> None:
     banking = agentdojo.WRITES["banking"]
     assert banking["send_money"] and banking["update_password"] and not banking["get_balance"]
     assert agentdojo.WRITES["slack"]["post_webpage"] and agentdojo.WRITES["workspace"]["share_file"]
+    assert agentdojo.WRITES["slack"]["get_webpage"]  # a request out: visiting is the attack
 
 
 async def test_the_oracle_passes_agentdojos_utility_checks_as_durable_turns(
