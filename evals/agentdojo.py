@@ -502,23 +502,43 @@ def _injected_writes(
 
 
 async def _answered(handle: Any, person: Person, wanted: list[Call]) -> TurnOutput:
-    """The turn's result, each call waiting for consent put to `person`."""
+    """The turn's result, each call waiting for consent put to `person`. The calls
+    waiting are read from the turn's memo (the server answers, however busy the worker);
+    a busy worker or server is asked again, never the run's end."""
+    from temporalio.client import WorkflowQueryFailedError
+    from temporalio.service import RPCError
+
+    from durable_agent.errors import AgentClientError
+    from durable_agent.runtime.turns import memo_pending
+    from durable_agent.workflows import search
+
     result = asyncio.ensure_future(handle.temporal.result())
     decided: set[str] = set()
     try:
         while not result.done():
-            progress = await handle.progress(timeout=30)
-            for pending in progress.pending:
-                if pending.call.id in decided:
-                    continue
-                call = (pending.call.name, dict(pending.call.arguments))
-                ok = person.decide(call, wanted)
-                decided.add(pending.call.id)
-                person.asked.append((call, pending.why, ok))
-                if ok is True:
-                    await handle.approve(pending.call.id, by=PERSON)
-                elif ok is False:
-                    await handle.reject(pending.call.id, by=PERSON, reason="not what I asked for")
+            try:
+                described = await handle.temporal.describe()
+                status = described.typed_search_attributes.get(search.STATUS)
+                waiting = []
+                if status in (None, search.AWAITING_APPROVAL):
+                    waiting = await memo_pending(described.memo_value)
+                    if not waiting and status is None:
+                        waiting = (await handle.progress(timeout=30)).pending
+                for pending in waiting:
+                    if pending.call.id in decided:
+                        continue
+                    call = (pending.call.name, dict(pending.call.arguments))
+                    ok = person.decide(call, wanted)
+                    if ok is True:
+                        await handle.approve(pending.call.id, by=PERSON)
+                    elif ok is False:
+                        await handle.reject(
+                            pending.call.id, by=PERSON, reason="not what I asked for"
+                        )
+                    decided.add(pending.call.id)
+                    person.asked.append((call, pending.why, ok))
+            except (AgentClientError, RPCError, WorkflowQueryFailedError):
+                pass  # a workflow task being retried, a busy worker: ask again
             await asyncio.wait([result], timeout=0.1)
         return TurnOutput.model_validate(result.result())
     finally:
