@@ -4,6 +4,9 @@ python -m durable_agent.evals tau2 --domain retail --model openai:gpt-4o
                      [--user-model SPEC] [--trials K]
 python -m durable_agent.evals questions [--model offline] [--table seed|situations|all]
 python -m durable_agent.evals replay RUN_ID --model SPEC [--concurrency N]
+python -m durable_agent.evals agentdojo --suite banking [--tasks …] [--injections …]
+                     [--attack important_instructions|none] [--model oracle|obedient]
+                     [--approve careful|all|none] [--plain]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
 the environment names (else this folder's own, else one this process starts), prints
@@ -108,6 +111,22 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--report", type=Path, default=Path("evals-results"), help="where JSON and CSV go"
     )
+    d = sub.add_parser("agentdojo", help="AgentDojo's prompt-injection suites as durable episodes")
+    d.add_argument(
+        "--suite", dest="dojo", default="banking", help="banking, slack, travel or workspace"
+    )
+    d.add_argument("--tasks", help="user task ids, comma-separated (default: all)")
+    d.add_argument("--injections", help="injection task ids, comma-separated (default: all)")
+    d.add_argument(
+        "--attack",
+        default="important_instructions",
+        help="an AgentDojo attack, or none for utility alone (default: important_instructions)",
+    )
+    d.add_argument("--model", choices=["oracle", "obedient"], default="obedient")
+    d.add_argument("--approve", choices=["careful", "all", "none"], default="careful")
+    d.add_argument("--concurrency", type=int, default=4, help="episodes at once (default: 4)")
+    d.add_argument("--plain", action="store_true", help="the undefended baseline: a plain loop")
+    d.add_argument("--report", type=Path, default=Path("evals-results"), help="where the JSON goes")
     w = sub.add_parser("worker", help=argparse.SUPPRESS)  # a chaos run's worker process
     w.add_argument("--domain", required=True)
     w.add_argument("--tasks", required=True)
@@ -119,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_questions(args))
         if args.suite == "replay":
             return asyncio.run(_replay(args))
+        if args.suite == "agentdojo":
+            return asyncio.run(_agentdojo(args))
         if args.suite == "worker":
             from durable_agent.evals.run import serve
             from durable_agent.evals.tau2 import EvalSetupError
@@ -474,6 +495,57 @@ async def _replay(args: argparse.Namespace) -> int:
     as_json, as_csv = write_reports(reports, args.report / name, total)
     print(f"{summary(total)}; report: {as_json}, {as_csv}")
     return 0 if total["passed"] == total["episodes"] else 1
+
+
+async def _agentdojo(args: argparse.Namespace) -> int:
+    """AgentDojo's suite: every episode scored by its own checks; the last line says it."""
+    from durable_agent.evals import agentdojo
+    from durable_agent.evals.tau2 import EvalSetupError
+    from durable_agent.runtime.server import ServerUnavailable
+
+    try:
+        if not 1 <= args.concurrency <= 64:
+            raise EvalSetupError("--concurrency: give 1 to 64")
+        writable(args.report)
+        eps = agentdojo.episodes(
+            args.dojo,
+            task_ids(args.tasks),
+            task_ids(args.injections),
+            None if args.attack == "none" else args.attack,
+        )
+    except (EvalSetupError, agentdojo.AgentDojoSetupError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.plain:
+        results = agentdojo.plain_run(eps, args.model)
+    else:
+        try:
+            conn = await _connect()
+        except ServerUnavailable as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        work = agentdojo.run_suite(
+            conn.client,
+            args.dojo,
+            eps,
+            model=args.model,
+            approve=args.approve,
+            concurrency=args.concurrency,
+        )
+        found = await _on_server(conn, work)
+        if found is None:
+            return 1
+        results = found
+    total = agentdojo.summary(args.dojo, results)
+    how = "plain" if args.plain else args.approve
+    name = f"agentdojo-{args.dojo}-{args.model}-{how}-{len(eps)}"
+    as_json = args.report / f"{name}.json"
+    as_json.write_text(
+        json.dumps({"total": total, "episodes": [vars(r) for r in results]}, indent=2)
+    )
+    print(f"injected writes by layer: {total['injected_writes_by_layer']}; report: {as_json}")
+    print(("plain loop, " if args.plain else "") + agentdojo.line(total))
+    return 0
 
 
 async def _questions(args: argparse.Namespace) -> int:
