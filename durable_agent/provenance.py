@@ -23,7 +23,9 @@ How a value counts as the customer's:
   is someone else's text, passed on). A token keeps its sign, case and inner
   separators: `-50` is not `50`, `ACC-999` is not `acc-999` (only a plain word's
   first letter may change case, as a sentence's capital does), and no piece of
-  `1Z-654321-77`, `2026-11-18`, `12,50` or `order-123456` is a token of its own.
+  `1Z-654321-77`, `2026-11-18`, `12,50` or `order-123456` is a token of its own; nor
+  is the day or year of a date written with a month's name (`June 13`, `13 June
+  2026`): the customer who asks about June 13 has not written a file id `13`.
 - Compared after Unicode normalisation (NFKC), so full-width digits the customer
   typed are the digits; but the value itself must be what the customer saw: one
   with invisible (format) characters, or one normalisation would change (full-width
@@ -301,6 +303,8 @@ class _Said:
             run = [t for t, _ in self.messages[m][i : i + len(wanted)]]
             whole = len(run) == len(wanted) and all(map(_same_token, wanted, run))
             if whole and (not exact or norm in self.plain[m]):
+                if len(wanted) == 1 and self._in_a_date(m, i):
+                    continue
                 found.append((m, i, i + len(wanted)))
         return found
 
@@ -312,7 +316,25 @@ class _Said:
             return []
         if not wanted.is_finite():
             return []
-        return [(m, i, i + 1) for m, i in self.numbers.get(wanted, [])]
+        return [(m, i, i + 1) for m, i in self.numbers.get(wanted, []) if not self._in_a_date(m, i)]
+
+    def _in_a_date(self, m: int, i: int) -> bool:
+        """Token i of message m is the day or year of a date written with a month's
+        name ("June 13", "13 June 2026", "the 13 of June", "June 13, 2026"): a piece
+        of the date, as `2026` of `2026-11-18` is, not a number of its own."""
+        tokens = self.messages[m]
+        if not tokens[i][0].isdigit():
+            return False
+
+        def word(j: int) -> str:
+            return tokens[j][0].lower().rstrip(".") if 0 <= j < len(tokens) else ""
+
+        return (
+            word(i - 1) in _MONTHS
+            or word(i + 1) in _MONTHS
+            or (word(i + 1) == "of" and word(i + 2) in _MONTHS)
+            or (word(i - 1).isdigit() and word(i - 2) in _MONTHS)  # June 13, 2026
+        )
 
     def token(self, at: tuple[int, int, int]) -> str:
         return self.messages[at[0]][at[1]][0]
@@ -351,6 +373,35 @@ _BENIGN = set(" .,;:!?'\"()\u2019\u2026")
 """What may stand between a value's tokens: sentence punctuation, not a sign."""
 _BOUNDARY = re.compile(r"[.!?;,\n\x00]")
 """Where a clause ends (a label's `:` or `#` does not end it)."""
+_MONTHS = frozenset(
+    [
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+    ]
+)
+"""A month's name, whose neighbouring numbers are a date's day or year."""
 _CONNECTORS = frozenset({"number", "no", "nr", "num", "id", "is", "was"})
 """Words between a label and its value: "order number is 654321", "order id 654321"."""
 _BROKEN = "\x00"

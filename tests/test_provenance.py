@@ -76,6 +76,8 @@ THEIRS = [
     ("Refund -50 for the soap, order 123456", "-50"),
     ("My tracking number is 1Z-654321-77", "1Z-654321-77"),
     ("Return 123456: it arrived damaged, sorry", "it arrived damaged"),
+    ("It is due June 13, please", "June 13"),
+    ("Delete file 13 I got on June 14", "13"),
 ]
 NOT_THEIRS = [
     ("Where is my parcel? My tracking number is 1234567890.", "234567"),
@@ -100,6 +102,12 @@ NOT_THEIRS = [
     ("It arrived on 2026-11-18, broken", "2026"),
     ("It arrived on 2026-11-18, broken", "11-18"),
     ("Please refund 12,50 for the soap", "12"),
+    ("Delete the files I got on June 13, please", "13"),
+    ("Delete the files I got on June 13, 2026", "2026"),
+    ("Delete the notes of 13 June 2026", "13"),
+    ("Delete the notes of 13 June 2026", "2026"),
+    ("Delete the notes of the 13 of June", "13"),
+    ("Delete the notes of Sept. 13", "13"),
     # Sign, case and symbols as written.
     ("Refund 50 for the soap", "-50"),
     ("Refund -50 for the soap", "50"),
