@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent.settings import state_dir
 from durable_agent.tools import ToolContext
 
 tau2 = pytest.importorskip("evals.tau2")
@@ -513,11 +514,14 @@ def _writes(store: object, tool: str) -> bool:
 
 
 def _worker_env(env: WorkflowEnvironment, tmp_path: Path, **more: str) -> dict[str, str]:
+    """A worker process of its own state folder that stores its payloads where this
+    process stores and reads them: a run this process drives reads its results."""
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))},
         "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
         "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
         "AGENT_STATE_DIR": str(tmp_path / "state"),
+        "AGENT_PAYLOAD_STORE": f"local:{state_dir() / 'payloads'}",
         **more,
     }
 
