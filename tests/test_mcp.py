@@ -781,6 +781,21 @@ def worker_environ(
     }
 
 
+async def client_py(environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`client.py ARGS` in that environment, as a person types it (no stdin), off the
+    event loop; done within two minutes."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "client.py", *args],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 @dataclass
 class RunningWorker:
     """A worker process and what it has printed. Its output is read all along, so a

@@ -9,7 +9,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +32,7 @@ from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
 from durable_agent.workflows import AgentTurn
 from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
-from tests.test_mcp import agent_with, worker_environ, worker_process
+from tests.test_mcp import agent_with, client_py, worker_environ, worker_process
 from tests.test_web import CHROMIUM, answer, say, web_chat
 
 pytestmark = pytest.mark.usefixtures("own_state_dir")
@@ -418,17 +418,8 @@ async def test_a_worker_killed_while_the_question_waits_loses_nothing(
     environ = worker_environ(env, tmp_path, fake)
     client = AgentClient(env.client, task_queue=environ["AGENT_TASK_QUEUE"])
 
-    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "client.py", *args],
-            cwd=ROOT,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
+    def cli(*args: str) -> Awaitable[subprocess.CompletedProcess[str]]:
+        return client_py(environ, *args)
 
     try:
         with worker_process(environ, "worker.py", "--mcp-config", str(config)) as first:

@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
 from tests.test_mcp import (
     agent_with,
+    client_py,
     everything_over_http,
     needs_npm,
     worker_environ,
@@ -253,17 +255,8 @@ async def test_a_worker_killed_while_consent_waits_loses_nothing(
     environ = worker_environ(env, tmp_path, fake)
     client = AgentClient(env.client, task_queue=environ["AGENT_TASK_QUEUE"])
 
-    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "client.py", *args],
-            cwd=ROOT,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
+    def cli(*args: str) -> Awaitable[subprocess.CompletedProcess[str]]:
+        return client_py(environ, *args)
 
     try:
         with worker_process(environ, "worker.py", "--mcp-config", str(config)) as first:
