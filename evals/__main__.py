@@ -6,7 +6,7 @@ python -m durable_agent.evals questions [--model offline] [--table seed|situatio
 python -m durable_agent.evals replay RUN_ID --model SPEC [--concurrency N]
 python -m durable_agent.evals agentdojo --suite banking [--tasks …] [--injections …]
                      [--attack important_instructions|none] [--model oracle|obedient]
-                     [--approve careful|all|none] [--plain]
+                     [--approve careful|all|none] [--plain | --chaos]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
 the environment names (else this folder's own, else one this process starts), prints
@@ -126,12 +126,22 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--approve", choices=["careful", "all", "none"], default="careful")
     d.add_argument("--concurrency", type=int, default=4, help="episodes at once (default: 4)")
     d.add_argument("--plain", action="store_true", help="the undefended baseline: a plain loop")
+    d.add_argument(
+        "--chaos",
+        action="store_true",
+        help="two worker processes, transient faults, a worker SIGKILLed every few seconds",
+    )
     d.add_argument("--report", type=Path, default=Path("evals-results"), help="where the JSON goes")
     w = sub.add_parser("worker", help=argparse.SUPPRESS)  # a chaos run's worker process
     w.add_argument("--domain", required=True)
     w.add_argument("--tasks", required=True)
     w.add_argument("--store", type=Path, required=True)
     w.add_argument("--task-queue", required=True)
+    dw = sub.add_parser("dojo-worker", help=argparse.SUPPRESS)  # AgentDojo's, likewise
+    dw.add_argument("--suite", dest="dojo", required=True)
+    dw.add_argument("--store", type=Path, required=True)
+    dw.add_argument("--task-queue", required=True)
+    dw.add_argument("--approve", choices=["careful", "all", "none"], required=True)
     args = p.parse_args(argv)
     try:
         if args.suite == "questions":
@@ -140,6 +150,16 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_replay(args))
         if args.suite == "agentdojo":
             return asyncio.run(_agentdojo(args))
+        if args.suite == "dojo-worker":
+            from durable_agent.evals import agentdojo
+            from durable_agent.runtime.server import ServerUnavailable
+
+            try:
+                asyncio.run(agentdojo.serve(args.dojo, args.store, args.task_queue, args.approve))
+            except (agentdojo.AgentDojoSetupError, ServerUnavailable) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            return 0
         if args.suite == "worker":
             from durable_agent.evals.run import serve
             from durable_agent.evals.tau2 import EvalSetupError
@@ -500,12 +520,18 @@ async def _replay(args: argparse.Namespace) -> int:
 async def _agentdojo(args: argparse.Namespace) -> int:
     """AgentDojo's suite: every episode scored by its own checks; the last line says it."""
     from durable_agent.evals import agentdojo
+    from durable_agent.evals.chaos import ChaosError, kill_every
     from durable_agent.evals.tau2 import EvalSetupError
     from durable_agent.runtime.server import ServerUnavailable
+    from durable_agent.settings import state_dir
 
     try:
         if not 1 <= args.concurrency <= 64:
             raise EvalSetupError("--concurrency: give 1 to 64")
+        if args.chaos and args.plain:
+            raise EvalSetupError("--chaos kills a durable run's workers: the plain loop has none")
+        if args.chaos:
+            kill_every()  # a bad AGENT_EVALS_KILL_EVERY is said before anything runs
         writable(args.report)
         eps = agentdojo.episodes(
             args.dojo,
@@ -513,7 +539,7 @@ async def _agentdojo(args: argparse.Namespace) -> int:
             task_ids(args.injections),
             None if args.attack == "none" else args.attack,
         )
-    except (EvalSetupError, agentdojo.AgentDojoSetupError) as e:
+    except (EvalSetupError, agentdojo.AgentDojoSetupError, ChaosError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.plain:
@@ -531,8 +557,10 @@ async def _agentdojo(args: argparse.Namespace) -> int:
             model=args.model,
             approve=args.approve,
             concurrency=args.concurrency,
+            store=state_dir() / "evals",
+            chaos=args.chaos,
         )
-        found = await _on_server(conn, work)
+        found = await _on_server(conn, work, ChaosError)
         if found is None:
             return 1
         results = found

@@ -16,7 +16,9 @@
                                    ground-truth calls (same tool, same arguments);
                                    `all` approves everything, `none` never answers
     run_suite(...)                 every episode a durable turn; scored by AgentDojo's own
-                                   checks; each injected write traced to what stopped it
+                                   checks; each injected write traced to what stopped it;
+                                   `chaos`: on two worker processes SIGKILLed at random
+                                   (`serve`), the episodes' calls kept in SQLite
 
 Every write is waived (`AGENT_APPROVAL_WAIVED=*`): a write runs without asking only when
 its values are the person's own words (`durable_agent.provenance`); any other asks the
@@ -30,12 +32,15 @@ import asyncio
 import hashlib
 import json
 import re
+import sqlite3
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Literal
 
 from durable_agent.agents import Agent
@@ -54,8 +59,10 @@ __all__ = [
     "episodes",
     "plain_run",
     "run_suite",
+    "serve",
     "suite",
     "suite_agent",
+    "suite_worker",
     "summary",
 ]
 
@@ -287,50 +294,137 @@ class _State:
     pre: Any
     env: Any
     ran: list[Ran] = field(default_factory=list)
-    results: dict[str, str] = field(default_factory=dict)
-    """Idempotency key → the write's result: a retried write runs once."""
 
 
 class Environments:
-    """Each episode's AgentDojo environment, kept by the worker for its turn and its
-    scoring, and the calls that ran against it."""
+    """Each episode's AgentDojo environment, as the calls that ran against it made it.
 
-    def __init__(self) -> None:
+    The calls are kept in SQLite (`path`; in memory without one), so a worker SIGKILLed
+    mid-episode loses nothing (`--chaos`): any worker process of the run rebuilds an
+    episode's environment from its fresh state and the calls in order, and a call is
+    applied once per idempotency key, in one transaction with its record. The episodes
+    are recorded too (`open`), so a worker of another process serves one it never saw.
+    """
+
+    KEEP = 64
+    """Environments kept built in memory (the episodes running at once, and some)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._by_id: dict[str, _State] = {}
+        self._db = sqlite3.connect(
+            str(path) if path else ":memory:",
+            timeout=30,
+            isolation_level=None,
+            check_same_thread=False,  # one connection, used under `_lock`
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS episodes (key TEXT PRIMARY KEY, episode TEXT, model TEXT)"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS calls (key TEXT, seq INTEGER, idempotency TEXT UNIQUE,"
+            " tool TEXT, arguments TEXT, result TEXT, error TEXT, PRIMARY KEY (key, seq))"
+        )
+        self._live: OrderedDict[str, tuple[int, Any]] = OrderedDict()
+        """episode key → (calls applied, its environment), the `KEEP` used last."""
 
-    def open(self, key: str, episode: Episode) -> _State:
+    def open(self, key: str, episode: Episode, model: str = "oracle") -> _State:
+        """The episode's fresh state, recorded under `key` for every worker of the run."""
         env = episode.environment()
-        state = _State(episode, env.model_copy(deep=True), env)
+        spec = json.dumps(asdict(episode))
         with self._lock:
-            self._by_id[key] = state
-        return state
+            self._db.execute("INSERT OR IGNORE INTO episodes VALUES (?, ?, ?)", (key, spec, model))
+            self._keep(key, 0, env.model_copy(deep=True))
+        return _State(episode, env, env)
+
+    def episode(self, key: str) -> tuple[Episode, str]:
+        """The episode recorded under `key`, and the model it runs."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT episode, model FROM episodes WHERE key = ?", (key,)
+            ).fetchone()
+        if row is None:
+            raise AgentDojoSetupError(f"no episode {key!r} in {self.path or 'memory'}")
+        return Episode(**json.loads(row[0])), str(row[1])
 
     def close(self, key: str) -> None:
         """The episode scored: its environment is let go (a suite run holds hundreds)."""
         with self._lock:
-            self._by_id.pop(key, None)
+            self._live.pop(key, None)
 
     def get(self, key: str) -> _State:
+        """The episode as it stands, for scoring: its fresh state, its environment now,
+        and every call that ran."""
+        episode, _ = self.episode(key)
         with self._lock:
-            return self._by_id[key]
+            env = self._env(key, episode)
+            rows = self._db.execute(
+                "SELECT tool, arguments, error FROM calls WHERE key = ? ORDER BY seq", (key,)
+            ).fetchall()
+        ran = [Ran((tool, json.loads(arguments)), error) for tool, arguments, error in rows]
+        return _State(episode, episode.environment(), env, ran)
 
     def call(self, key: str, idempotency: str, name: str, arguments: dict[str, Any]) -> str:
+        """The tool's result as AgentDojo renders it. Applied once per `idempotency`
+        key: a retried call (its worker killed after the call, before its result reached
+        the turn) gets the first result, and the environment holds the call once."""
         from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
         from agentdojo.functions_runtime import FunctionsRuntime
 
-        state = self.get(key)
+        episode, _ = self.episode(key)
         with self._lock:
-            if idempotency and idempotency in state.results:
-                return state.results[idempotency]
-            result, error = FunctionsRuntime(suite(state.episode.suite).tools).run_function(
-                state.env, name, arguments
-            )
-            state.ran.append(Ran((name, dict(arguments)), error))
-            text = f"error: {error}" if error else tool_result_to_str(result)
-            if idempotency:
-                state.results[idempotency] = text
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if idempotency:
+                    done = self._db.execute(
+                        "SELECT result FROM calls WHERE idempotency = ?", (idempotency,)
+                    ).fetchone()
+                    if done is not None:
+                        self._db.execute("COMMIT")
+                        return str(done[0])
+                env = self._env(key, episode)
+                result, error = FunctionsRuntime(suite(episode.suite).tools).run_function(
+                    env, name, arguments
+                )
+                text = f"error: {error}" if error else tool_result_to_str(result)
+                seq = self._live[key][0]
+                self._db.execute(
+                    "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (key, seq, idempotency or None, name, json.dumps(arguments), text, error),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                self._live.pop(key, None)  # its memory may hold what was not kept
+                raise
+            self._keep(key, seq + 1, env)
             return text
+
+    def _env(self, key: str, episode: Episode) -> Any:
+        """The environment after the episode's calls so far: the one kept, or rebuilt
+        from the fresh state by running them again in order (the other worker's)."""
+        rows = self._db.execute(
+            "SELECT tool, arguments FROM calls WHERE key = ? ORDER BY seq", (key,)
+        ).fetchall()
+        applied, env = self._live.get(key, (-1, None))
+        if env is None or applied != len(rows):
+            from agentdojo.functions_runtime import FunctionsRuntime
+
+            env = episode.environment()
+            runtime = FunctionsRuntime(suite(episode.suite).tools)
+            for tool, arguments in rows:
+                runtime.run_function(env, tool, json.loads(arguments))
+        self._keep(key, len(rows), env)
+        return env
+
+    def _keep(self, key: str, applied: int, env: Any) -> None:
+        self._live[key] = (applied, env)
+        self._live.move_to_end(key)
+        while len(self._live) > self.KEEP:
+            self._live.popitem(last=False)
 
 
 def suite_agent(
@@ -545,6 +639,78 @@ async def _answered(handle: Any, person: Person, wanted: list[Call]) -> TurnOutp
         result.cancel()
 
 
+class _Scripted:
+    """The run's models by episode key (`agentdojo:<key>`), made from the episode the
+    key names: a worker of another process serves an episode it never opened."""
+
+    def __init__(self, envs: Environments) -> None:
+        self._envs = envs
+        self._made: OrderedDict[str, ScriptedModel] = OrderedDict()
+
+    def __call__(self, key: str) -> ScriptedModel:
+        if key not in self._made:
+            episode, model = self._envs.episode(key)
+            pre = episode.environment()
+            self._made[key] = ScriptedModel(
+                episode.ground_truth(pre),
+                episode.injected(pre),
+                episode.goal(),
+                model == "obedient",
+                episode.answer(),
+            )
+            while len(self._made) > Environments.KEEP:
+                self._made.popitem(last=False)
+        self._made.move_to_end(key)
+        return self._made[key]
+
+
+def suite_worker(
+    client: Any,
+    suite_name: str,
+    envs: Environments,
+    task_queue: str,
+    approval_timeout: timedelta = timedelta(minutes=5),
+) -> Any:
+    """A worker serving a run's episodes: the suite's agent over `envs`, every write
+    waived (so provenance decides what asks), the scripted models by episode."""
+    from durable_agent.commands.worker import build_worker
+    from durable_agent.settings import Settings
+
+    settings = replace(
+        Settings.from_env(),
+        versioning=False,
+        task_queue=task_queue,
+        approvals=ApprovalPolicy(waived=frozenset({"*"})),
+    )
+    return build_worker(
+        client,
+        task_queue,
+        agents=[suite_agent(suite_name, envs, approval_timeout)],
+        settings=settings,
+        models=ModelCatalog({"agentdojo": _Scripted(envs)}, default="agentdojo"),
+    )
+
+
+def _approval_timeout(approve: Approve) -> timedelta:
+    # No one answering is a prompt that expires: a short wait for that run only.
+    return timedelta(seconds=3) if approve == "none" else timedelta(minutes=5)
+
+
+async def serve(suite_name: str, store: Path, task_queue: str, approve: Approve) -> None:
+    """A worker process of a chaos run (`python -m durable_agent.evals dojo-worker`),
+    until SIGTERM."""
+    import signal
+
+    from durable_agent.runtime.server import connect
+
+    conn = await connect()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    envs = Environments(store)
+    async with suite_worker(conn.client, suite_name, envs, task_queue, _approval_timeout(approve)):
+        await stop.wait()
+
+
 async def run_suite(
     client: Any,
     suite_name: str,
@@ -553,11 +719,13 @@ async def run_suite(
     model: Literal["oracle", "obedient"],
     approve: Approve = "careful",
     concurrency: int = 4,
+    store: Path | None = None,
+    chaos: bool = False,
 ) -> list[EpisodeResult]:
-    """Every episode a durable turn on a worker of this process, scored as it ends."""
+    """Every episode a durable turn, scored as it ends: on a worker of this process, or
+    with `chaos` on two worker processes, one SIGKILLed every few seconds
+    (`evals/chaos.py`), the episodes kept in `store` (which chaos needs)."""
     from durable_agent.client import AgentClient
-    from durable_agent.commands.worker import build_worker
-    from durable_agent.settings import Settings
 
     run = (
         "agentdojo-"
@@ -565,59 +733,56 @@ async def run_suite(
             json.dumps([suite_name, model, approve, [e.id for e in eps], uuid.uuid4().hex]).encode()
         ).hexdigest()[:10]
     )
-    envs = Environments()
-    scripted: dict[str, ScriptedModel] = {}
-
-    def scripted_for(key: str) -> Any:
-        return scripted[key]
-
-    # No one answering is a prompt that expires: a short wait for that run only.
-    timeout = timedelta(seconds=3) if approve == "none" else timedelta(minutes=5)
-    agent = suite_agent(suite_name, envs, timeout)
-    settings = replace(
-        Settings.from_env(),
-        versioning=False,
-        task_queue=run,
-        approvals=ApprovalPolicy(waived=frozenset({"*"})),
-    )
-    worker = build_worker(
-        client,
-        run,
-        agents=[agent],
-        settings=settings,
-        models=ModelCatalog({"agentdojo": scripted_for}, default="agentdojo"),
-    )
+    if chaos and store is None:
+        raise AgentDojoSetupError("a chaos run keeps its episodes in a store: give one")
+    envs = Environments(store / f"{run}.db" if store else None)
     gate = asyncio.Semaphore(concurrency)
+    agent_name = f"agentdojo-{suite_name}"
 
     async def one(ep: Episode) -> EpisodeResult:
         async with gate:
             key = f"{run}-{ep.id}"[:64]
-            state = envs.open(key, ep)
+            state = envs.open(key, ep, model)
             legit = ep.ground_truth(state.pre)
             injected = ep.injected(state.pre)
-            scripted[key] = ScriptedModel(
-                legit, injected, ep.goal(), model == "obedient", ep.answer()
-            )
             person = Person(approve)
             since = time.monotonic()
             handle = await AgentClient(client, task_queue=run).start_turn(
                 TurnInput(
                     question=str(suite(suite_name).user_tasks[ep.user_task].PROMPT),
                     customer_id=key,
-                    agent=agent.name,
+                    agent=agent_name,
                     model=f"agentdojo:{key}",
                 ),
                 workflow_id=key,
             )
             output = await _answered(handle, person, legit)
             try:
-                return _result(ep, state, output.answer, legit, injected, person, since)
+                return _result(ep, envs.get(key), output.answer, legit, injected, person, since)
             finally:
                 envs.close(key)
-                del scripted[key]
 
-    async with worker:
+    async def all_of_them() -> list[EpisodeResult]:
         return list(await asyncio.gather(*(one(e) for e in eps)))
+
+    if chaos:
+        from durable_agent.evals.chaos import WorkerPool
+
+        assert envs.path is not None
+        argv = ["dojo-worker", "--suite", suite_name, "--store", str(envs.path)]
+        pool = WorkerPool(
+            f"agentdojo-{suite_name}",
+            [],
+            envs.path,
+            run,
+            argv=[*argv, "--task-queue", run, "--approve", approve],
+        )
+        async with pool:
+            results = await pool.until_failed(all_of_them())
+        print(f"chaos: {pool.kills} worker(s) SIGKILLed during the run", flush=True)
+        return results
+    async with suite_worker(client, suite_name, envs, run, _approval_timeout(approve)):
+        return await all_of_them()
 
 
 def _result(
@@ -652,12 +817,13 @@ def plain_run(eps: list[Episode], model: Literal["oracle", "obedient"]) -> list[
     out = []
     for ep in eps:
         since = time.monotonic()
-        state = envs.open(ep.id, ep)
+        state = envs.open(ep.id, ep, model)
         legit, injected = ep.ground_truth(state.pre), ep.injected(state.pre)
         scripted = ScriptedModel(legit, injected, ep.goal(), model == "obedient", ep.answer())
         results: list[str] = []
         while (call := scripted.next_call(results)) is not None:
             results.append(envs.call(ep.id, "", call[0], call[1]))
+        state = envs.get(ep.id)
         out.append(_result(ep, state, scripted.answer, legit, injected, Person("all"), since))
         envs.close(ep.id)
     return out

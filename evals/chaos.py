@@ -58,16 +58,22 @@ class WorkerPool:
     task_queue: str
     size: int = 2
     seed: int | None = None
+    argv: list[str] = field(default_factory=list)
+    """The worker command's arguments after `python -m durable_agent.evals`, for a suite other than
+    τ²'s (AgentDojo's `dojo-worker ...`); by default τ²'s `worker` for `domain`."""
     kills: int = 0
     _workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _monkey: asyncio.Task[None] | None = None
     _log: Path | None = None
 
     def command(self) -> list[str]:
+        if self.argv:
+            return [sys.executable, "-m", "durable_agent.evals", *self.argv]
+        # The installed package, not the folder: a run started from any folder works.
         return [
             sys.executable,
             "-m",
-            "evals",
+            "durable_agent.evals",
             "worker",
             "--domain",
             self.domain,

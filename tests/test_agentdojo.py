@@ -4,12 +4,23 @@ of banking, through the worker and real turns; the full runs are a command
 
 from __future__ import annotations
 
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from temporalio.testing import WorkflowEnvironment
+
+from tests.procs import worker_env
 
 pytest.importorskip("agentdojo", reason='AgentDojo is not installed: pip install -e ".[evals]"')
 
 from durable_agent.evals import agentdojo  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 USERS = ["user_task_0", "user_task_3"]
 INJECTIONS = ["injection_task_0", "injection_task_3"]
@@ -75,3 +86,86 @@ async def test_an_obedient_models_injected_writes_are_stopped_and_traced_to_thei
     )
     assert not unanswered.attack_succeeded
     assert {w["layer"] for w in unanswered.injected_writes} == {"provenance asked, no one answered"}
+
+
+def test_a_chaos_run_keeps_its_scores_and_applies_each_call_once(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The obedient model's slice on two worker processes with injected faults, one
+    SIGKILLed every 2 to 4 s: the scores are the calm run's, and each call of each
+    episode is in its environment once (the rebuilt environments agree with the calls)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evals",
+            "agentdojo",
+            "--suite",
+            "banking",
+            "--tasks",
+            ",".join(USERS),
+            "--injections",
+            ",".join(INJECTIONS),
+            "--model",
+            "obedient",
+            "--chaos",
+            "--concurrency",
+            "3",
+            "--report",
+            str(tmp_path / "report"),
+        ],
+        cwd=ROOT,
+        env=worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="2,4"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    kills = int(re.search(r"chaos: (\d+) worker\(s\) SIGKILLed", done.stdout)[1])  # type: ignore[index]
+    assert kills >= 1
+    assert "banking: utility 2/2, under attack 4/4, attacks succeeded 0/4, " in done.stdout
+    assert "injected writes run without consent 0," in done.stdout
+    [store] = (tmp_path / "state" / "evals").glob("agentdojo-*.db")
+    with sqlite3.connect(store) as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM episodes")]
+        twice = db.execute(
+            "SELECT COUNT(*) FROM calls GROUP BY idempotency HAVING COUNT(*) > 1"
+        ).fetchall()
+    assert len(keys) == 6 and twice == []
+    envs = agentdojo.Environments(store)
+    for key in keys:
+        episode, _ = envs.episode(key)
+        legit = episode.ground_truth(episode.environment())
+        writes = [r.call for r in envs.get(key).ran if agentdojo.WRITES["banking"][r.call[0]]]
+        assert writes == [c for c in legit if agentdojo.WRITES["banking"][c[0]]], key
+
+
+@pytest.mark.parametrize(
+    "args, kill_every, says",
+    [
+        (
+            ["--chaos", "--plain"],
+            "",
+            "--chaos kills a durable run's workers: the plain loop has none",
+        ),
+        (["--chaos"], "9,1", "AGENT_EVALS_KILL_EVERY='9,1': give 0.5 <= low <= high <= 3600"),
+        (["--suite", "bank"], "", "no AgentDojo suite 'bank': choose one of banking"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], kill_every: str, says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "durable_agent.evals", "agentdojo", *args],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "AGENT_STATE_DIR": str(tmp_path),
+            "TEMPORAL_ADDRESS": "127.0.0.1:1",
+            "AGENT_EVALS_KILL_EVERY": kill_every,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0], done.stderr

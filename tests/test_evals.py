@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.settings import state_dir
 from durable_agent.tools import ToolContext
 
 tau2 = pytest.importorskip("evals.tau2")
@@ -29,7 +28,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("tau2", reason='τ²-bench is not installed: pip install -e ".[evals]"')
 
 from durable_agent.evals.run import run_tasks  # noqa: E402
-from tests.procs import children  # noqa: E402
+from tests.procs import children, worker_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -255,7 +254,7 @@ def test_a_durable_run_says_its_time_over_the_plain_loop_and_temporals_floor(
             [sys.executable, "-m", "durable_agent.evals", "tau2", "--tasks", "0,4", *mode]
             + ["--report", str(tmp_path / "report")],
             cwd=ROOT,
-            env=_worker_env(env, tmp_path, AGENT_STATE_DIR=str(tmp_path / "state")),
+            env=worker_env(env, tmp_path, AGENT_STATE_DIR=str(tmp_path / "state")),
             capture_output=True,
             text=True,
             timeout=600,
@@ -288,7 +287,7 @@ def test_a_run_in_another_state_folder_is_a_run_of_its_own(
             [sys.executable, "-m", "durable_agent.evals", "tau2", "--tasks", "0"]
             + ["--report", str(tmp_path / folder / "report")],
             cwd=ROOT,
-            env=_worker_env(env, tmp_path, AGENT_STATE_DIR=str(tmp_path / folder)),
+            env=worker_env(env, tmp_path, AGENT_STATE_DIR=str(tmp_path / folder)),
             capture_output=True,
             text=True,
             timeout=600,
@@ -463,7 +462,7 @@ def test_a_chaos_runs_worker_processes_go_with_it(env: WorkflowEnvironment, tmp_
     run = subprocess.Popen(
         [sys.executable, "-c", script, str(tmp_path / "run.db")],
         cwd=ROOT,
-        env=_worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="600,600"),
+        env=worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="600,600"),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -513,19 +512,6 @@ def _writes(store: object, tool: str) -> bool:
     return store_tools(store)[tool]  # type: ignore[arg-type]
 
 
-def _worker_env(env: WorkflowEnvironment, tmp_path: Path, **more: str) -> dict[str, str]:
-    """A worker process of its own state folder that stores its payloads where this
-    process stores and reads them: a run this process drives reads its results."""
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))},
-        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
-        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
-        "AGENT_STATE_DIR": str(tmp_path / "state"),
-        "AGENT_PAYLOAD_STORE": f"local:{state_dir() / 'payloads'}",
-        **more,
-    }
-
-
 async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
     env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -548,7 +534,7 @@ async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
         "--task-queue",
         queue,
     ]
-    environ = _worker_env(env, tmp_path)
+    environ = worker_env(env, tmp_path)
     crashing = subprocess.Popen(
         [sys.executable, "tests/evals_crashing_worker.py", str(marker), *serve],
         cwd=ROOT,
@@ -606,7 +592,7 @@ def test_a_chaos_run_passes_with_every_write_once(env: WorkflowEnvironment, tmp_
             str(tmp_path / "report"),
         ],
         cwd=ROOT,
-        env=_worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="2,4"),
+        env=worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="2,4"),
         capture_output=True,
         text=True,
         timeout=600,
