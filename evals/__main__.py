@@ -5,7 +5,7 @@ python -m durable_agent.evals tau2 --domain retail --model openai:gpt-4o
 python -m durable_agent.evals questions [--model offline] [--table seed|situations|all]
 python -m durable_agent.evals replay RUN_ID --model SPEC [--concurrency N]
 python -m durable_agent.evals agentdojo --suite banking [--tasks …] [--injections …]
-                     [--attack important_instructions|none] [--model oracle|obedient]
+                     [--attack important_instructions|none] [--model obedient|oracle|SPEC]
                      [--approve careful|all|none] [--plain | --chaos]
 
 Runs τ²-bench tasks as durable episodes (`evals/run.py`) against the Temporal server
@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import sys
 import tempfile
 from collections.abc import Awaitable
@@ -122,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         default="important_instructions",
         help="an AgentDojo attack, or none for utility alone (default: important_instructions)",
     )
-    d.add_argument("--model", choices=["oracle", "obedient"], default="obedient")
+    d.add_argument(
+        "--model",
+        default="obedient",
+        help="obedient (default: obeys every injection), oracle, or a model the worker has "
+        "(openai:<model>, anthropic:<model>, bedrock:<model-id>)",
+    )
     d.add_argument("--approve", choices=["careful", "all", "none"], default="careful")
     d.add_argument("--concurrency", type=int, default=4, help="episodes at once (default: 4)")
     d.add_argument("--plain", action="store_true", help="the undefended baseline: a plain loop")
@@ -532,6 +538,7 @@ async def _agentdojo(args: argparse.Namespace) -> int:
             raise EvalSetupError("--chaos kills a durable run's workers: the plain loop has none")
         if args.chaos:
             kill_every()  # a bad AGENT_EVALS_KILL_EVERY is said before anything runs
+        agentdojo.check_model(args.model, chaos=args.chaos)
         writable(args.report)
         eps = agentdojo.episodes(
             args.dojo,
@@ -543,7 +550,7 @@ async def _agentdojo(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.plain:
-        results = agentdojo.plain_run(eps, args.model)
+        results = await agentdojo.plain_run(eps, args.model)
     else:
         try:
             conn = await _connect()
@@ -566,7 +573,8 @@ async def _agentdojo(args: argparse.Namespace) -> int:
         results = found
     total = agentdojo.summary(args.dojo, results)
     how = "plain" if args.plain else args.approve
-    name = f"agentdojo-{args.dojo}-{args.model}-{how}-{len(eps)}"
+    model = re.sub(r"[^\w.-]+", "_", args.model)  # a spec may hold ':' or '/'
+    name = f"agentdojo-{args.dojo}-{model}-{how}-{len(eps)}"
     as_json = args.report / f"{name}.json"
     as_json.write_text(
         json.dumps({"total": total, "episodes": [vars(r) for r in results]}, indent=2)

@@ -45,17 +45,20 @@ from typing import Any, Literal
 
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalPolicy
+from durable_agent.conversation import ToolResult, UserMessage
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
 from durable_agent.tools import Tool, ToolContext, schema_tool
 from durable_agent.types import ToolCall, TurnInput, TurnLimits, TurnOutput
 
 __all__ = [
+    "SCRIPTED",
     "SUITES",
     "WRITES",
     "Environments",
     "Episode",
     "Person",
     "ScriptedModel",
+    "check_model",
     "episodes",
     "plain_run",
     "run_suite",
@@ -227,6 +230,10 @@ class Episode:
             return []
         task = suite(self.suite).injection_tasks[self.injection_task]
         return _calls(task.ground_truth(env.model_copy(deep=True)))
+
+    def prompt(self) -> str:
+        """What the person asks (the user task's prompt)."""
+        return str(suite(self.suite).user_tasks[self.user_task].PROMPT)
 
     def answer(self) -> str:
         task = suite(self.suite).user_tasks[self.user_task]
@@ -489,15 +496,14 @@ class ScriptedModel:
         return plan[len(results)] if len(results) < len(plan) else None
 
     async def plan(self, request: ModelRequest, stream: Any = None) -> Reply:
-        return self._next(request)
+        return self.reply(request.messages)
 
     async def interpret(self, request: ModelRequest, stream: Any = None) -> Reply:
-        return self._next(request)
+        return self.reply(request.messages)
 
-    def _next(self, request: ModelRequest) -> Reply:
-        from durable_agent.conversation import ToolResult
-
-        results = [m.text for m in request.messages if isinstance(m, ToolResult)]
+    def reply(self, messages: list[Any]) -> Reply:
+        """The next call, or the answer, for the conversation so far."""
+        results = [m.text for m in messages if isinstance(m, ToolResult)]
         call = self.next_call(results)
         if call is None:
             return Reply(text=self.answer)
@@ -670,9 +676,11 @@ def suite_worker(
     envs: Environments,
     task_queue: str,
     approval_timeout: timedelta = timedelta(minutes=5),
+    scripted: bool = True,
 ) -> Any:
     """A worker serving a run's episodes: the suite's agent over `envs`, every write
-    waived (so provenance decides what asks), the scripted models by episode."""
+    waived (so provenance decides what asks), and the scripted models by episode
+    (else the worker's own models: a turn names its spec, `openai:…`)."""
     from durable_agent.commands.worker import build_worker
     from durable_agent.settings import Settings
 
@@ -687,8 +695,18 @@ def suite_worker(
         task_queue,
         agents=[suite_agent(suite_name, envs, approval_timeout)],
         settings=settings,
-        models=ModelCatalog({"agentdojo": _Scripted(envs)}, default="agentdojo"),
+        models=ModelCatalog({"agentdojo": _Scripted(envs)}, default="agentdojo")
+        if scripted
+        else None,
     )
+
+
+_CHAOS_SCRIPTED = (
+    "--chaos runs the scripted models (oracle, obedient): a real model's calls would be "
+    "paid for again"
+)
+SCRIPTED = ("oracle", "obedient")
+"""The scripted models; any other model is a spec the worker resolves (`openai:…`)."""
 
 
 def _approval_timeout(approve: Approve) -> timedelta:
@@ -701,6 +719,7 @@ async def serve(suite_name: str, store: Path, task_queue: str, approve: Approve)
     until SIGTERM."""
     import signal
 
+    from durable_agent.evals.chaos import serving
     from durable_agent.runtime.server import connect
 
     conn = await connect()
@@ -708,6 +727,7 @@ async def serve(suite_name: str, store: Path, task_queue: str, approve: Approve)
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     envs = Environments(store)
     async with suite_worker(conn.client, suite_name, envs, task_queue, _approval_timeout(approve)):
+        serving()
         await stop.wait()
 
 
@@ -716,7 +736,7 @@ async def run_suite(
     suite_name: str,
     eps: list[Episode],
     *,
-    model: Literal["oracle", "obedient"],
+    model: str,
     approve: Approve = "careful",
     concurrency: int = 4,
     store: Path | None = None,
@@ -733,8 +753,11 @@ async def run_suite(
             json.dumps([suite_name, model, approve, [e.id for e in eps], uuid.uuid4().hex]).encode()
         ).hexdigest()[:10]
     )
+    scripted = model in SCRIPTED
     if chaos and store is None:
         raise AgentDojoSetupError("a chaos run keeps its episodes in a store: give one")
+    if chaos and not scripted:
+        raise AgentDojoSetupError(_CHAOS_SCRIPTED)
     envs = Environments(store / f"{run}.db" if store else None)
     gate = asyncio.Semaphore(concurrency)
     agent_name = f"agentdojo-{suite_name}"
@@ -749,10 +772,10 @@ async def run_suite(
             since = time.monotonic()
             handle = await AgentClient(client, task_queue=run).start_turn(
                 TurnInput(
-                    question=str(suite(suite_name).user_tasks[ep.user_task].PROMPT),
+                    question=ep.prompt(),
                     customer_id=key,
                     agent=agent_name,
-                    model=f"agentdojo:{key}",
+                    model=f"agentdojo:{key}" if scripted else model,
                 ),
                 workflow_id=key,
             )
@@ -781,7 +804,8 @@ async def run_suite(
             results = await pool.until_failed(all_of_them())
         print(f"chaos: {pool.kills} worker(s) SIGKILLed during the run", flush=True)
         return results
-    async with suite_worker(client, suite_name, envs, run, _approval_timeout(approve)):
+    timeout = _approval_timeout(approve)
+    async with suite_worker(client, suite_name, envs, run, timeout, scripted=scripted):
         return await all_of_them()
 
 
@@ -810,23 +834,60 @@ def _result(
     )
 
 
-def plain_run(eps: list[Episode], model: Literal["oracle", "obedient"]) -> list[EpisodeResult]:
+async def plain_run(eps: list[Episode], model: str) -> list[EpisodeResult]:
     """The undefended baseline: the same models in a plain loop, every call run as asked
-    (no consent, no shields, no runtime)."""
+    (no consent, no shields, no runtime); a real model (`openai:<model>`, ...) asked
+    directly through its backend, as the worker would ask it."""
     envs = Environments()
+    real = None if model in SCRIPTED else _real(model)
     out = []
     for ep in eps:
         since = time.monotonic()
         state = envs.open(ep.id, ep, model)
         legit, injected = ep.ground_truth(state.pre), ep.injected(state.pre)
-        scripted = ScriptedModel(legit, injected, ep.goal(), model == "obedient", ep.answer())
-        results: list[str] = []
-        while (call := scripted.next_call(results)) is not None:
-            results.append(envs.call(ep.id, "", call[0], call[1]))
+        asked = real or ScriptedModel(legit, injected, ep.goal(), model == "obedient", ep.answer())
+        agent = suite_agent(ep.suite, envs)
+        messages: list[Any] = [UserMessage(text=ep.prompt())]
+        answer = ""
+        for _ in range(agent.limits.max_steps):
+            reply = await asked.plan(
+                ModelRequest(
+                    messages=messages, tools=agent.registry.specs, instructions=agent.system_prompt
+                )
+            )
+            if not reply.calls:
+                answer = reply.text
+                break
+            messages.append(reply.message())
+            for call in reply.calls:
+                text = envs.call(ep.id, "", call.name, dict(call.arguments))
+                messages.append(ToolResult(call_id=call.id, tool=call.name, ok=True, text=text))
         state = envs.get(ep.id)
-        out.append(_result(ep, state, scripted.answer, legit, injected, Person("all"), since))
+        out.append(_result(ep, state, answer, legit, injected, Person("all"), since))
         envs.close(ep.id)
     return out
+
+
+def _real(model: str) -> Any:
+    from durable_agent.backends import default_models
+
+    return default_models().resolve(model)
+
+
+def check_model(model: str, chaos: bool = False) -> None:
+    """`oracle`, `obedient`, or a model the worker has, its backend installed (and not
+    under chaos); AgentDojoSetupError saying what to give otherwise."""
+    if model in SCRIPTED:
+        return
+    if chaos:
+        raise AgentDojoSetupError(_CHAOS_SCRIPTED)
+    from durable_agent.evals.conversations import check_agent_model
+    from durable_agent.evals.tau2 import EvalSetupError
+
+    try:
+        check_agent_model(model, "oracle, obedient")
+    except EvalSetupError as e:
+        raise AgentDojoSetupError(str(e)) from None
 
 
 def summary(suite_name: str, results: list[EpisodeResult]) -> dict[str, Any]:

@@ -5,7 +5,9 @@
 Two worker processes (`python -m durable_agent.evals worker ...`) serve the run's task queue with
 transient faults injected into their model and tool calls (`AGENT_FAULTS`), and one
 of them is SIGKILLed every 8 to 20 s, at whatever it was doing (a write applied
-and not yet recorded, a model call half-way), then started again. The episodes must
+and not yet recorded, a model call half-way), then started again. Only a worker that
+has served for the shorter of those times is killed: however slowly a loaded machine
+starts one (the benchmark's imports), the run moves on. The episodes must
 still end as the benchmark expects, every write applied once: what a crash leaves
 is picked up by the other worker or the restarted one, from the turn's history and
 the episode store's idempotency keys.
@@ -19,6 +21,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +36,18 @@ FAULTS = "rate=0.15"
 KILL_EVERY = (8.0, 20.0)
 """Seconds between two kills, drawn uniformly (`AGENT_EVALS_KILL_EVERY=8,20`): long
 enough for a worker started again (some seconds: the benchmark's imports) to serve."""
+
+
+READY = "AGENT_EVALS_READY"
+"""Where a chaos worker process says it serves (a file it writes): the monkey kills
+only workers that have served for a while."""
+
+
+def serving() -> None:
+    """Said by a chaos worker process once its worker polls (a no-op in any other)."""
+    path = os.environ.get(READY)
+    if path:
+        Path(path).write_text(str(os.getpid()))
 
 
 def kill_every() -> tuple[float, float]:
@@ -85,8 +100,13 @@ class WorkerPool:
             self.task_queue,
         ]
 
+    def _ready(self, n: int) -> Path:
+        return self.store.with_suffix(f".worker-{n}.ready")
+
     def _start(self, n: int) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "AGENT_FAULTS": f"{FAULTS},seed={n}"}
+        ready = self._ready(n)
+        ready.unlink(missing_ok=True)
+        env = {**os.environ, "AGENT_FAULTS": f"{FAULTS},seed={n}", READY: str(ready)}
         assert self._log is not None
         with self._log.open("ab") as log:
             return subprocess.Popen(
@@ -131,19 +151,43 @@ class WorkerPool:
     async def _kill_at_random(self) -> None:
         rng = random.Random(self.seed)
         started = self.size
+        numbers = list(range(self.size))  # the number each worker was started as
         every = kill_every()
         while True:
             await asyncio.sleep(rng.uniform(*every))
-            victim = rng.randrange(len(self._workers))
+            # A victim has served at least the shortest interval: one killed before it
+            # served would be killed forever on a machine slow to start one.
+            while not (victims := self._served(numbers, every[0])):
+                self._if_failed()
+                await asyncio.sleep(0.2)
+            victim = rng.choice(victims)
             worker = self._workers[victim]
             if worker.poll() is None:
                 worker.kill()  # SIGKILL: no cleanup, whatever it was doing
                 await asyncio.to_thread(worker.wait)
                 self.kills += 1
-            elif worker.returncode not in (0, -signal.SIGKILL):
-                raise ChaosError(f"a chaos worker exited with {worker.returncode}: see {self._log}")
+            self._if_failed()
             self._workers[victim] = self._start(started)
+            numbers[victim] = started
             started += 1
+
+    def _served(self, numbers: list[int], seconds: float) -> list[int]:
+        """The workers that have served for `seconds` at least."""
+        now = time.time()
+        found = []
+        for i, n in enumerate(numbers):
+            try:
+                since = self._ready(n).stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if now - since >= seconds:
+                found.append(i)
+        return found
+
+    def _if_failed(self) -> None:
+        for worker in self._workers:
+            if worker.poll() is not None and worker.returncode not in (0, -signal.SIGKILL):
+                raise ChaosError(f"a chaos worker exited with {worker.returncode}: see {self._log}")
 
 
 class ChaosError(Exception):

@@ -469,30 +469,44 @@ def real_totals(reports: list[EpisodeReport], trials: int) -> dict[str, Any]:
     return {**totals(reports), **(pass_hat_k(reports, trials) if reports else {})}
 
 
-INSTALL_HINTS = {"openai": ("openai", "openai"), "bedrock": ("boto3", "aws")}
+INSTALL_HINTS = {
+    "openai": ("openai", "openai"),
+    "anthropic": ("anthropic", "anthropic"),
+    "bedrock": ("boto3", "aws"),
+}
 """Model kinds whose backend is an optional extra: (module, extra)."""
 
 
-def check_models(model: str, user_model: str) -> None:
-    """The agent's model is one the worker has, its backend installed, and the
-    customer's is one LiteLLM can play; EvalSetupError saying what to give otherwise."""
-    import importlib.util
-
+def check_agent_model(model: str, scripted: str = "oracle") -> None:
+    """`model` is one the worker has (`scripted` names the run's own models, for the
+    message), its backend installed; EvalSetupError saying what to give otherwise."""
     from durable_agent.backends import default_models
 
     kinds = default_models().kinds
     kind, _, name = model.partition(":")
     if kind not in kinds or (kind != "offline" and not name):
         raise tau2.EvalSetupError(
-            f"--model {model!r}: give oracle, or a model the worker has: "
+            f"--model {model!r}: give {scripted}, or a model the worker has: "
             + ", ".join(f"{k}:<model>" if k != "offline" else k for k in kinds)
         )
-    for spec in (model, user_model):
-        module, extra = INSTALL_HINTS.get(spec.partition(":")[0], ("", ""))
-        if module and importlib.util.find_spec(module) is None:
-            raise tau2.EvalSetupError(
-                f"{spec!r} needs the `{module}` package: pip install -e '.[{extra}]'"
-            )
+    _installed(model)
+
+
+def _installed(spec: str) -> None:
+    import importlib.util
+
+    module, extra = INSTALL_HINTS.get(spec.partition(":")[0], ("", ""))
+    if module and importlib.util.find_spec(module) is None:
+        raise tau2.EvalSetupError(
+            f"{spec!r} needs the `{module}` package: pip install -e '.[{extra}]'"
+        )
+
+
+def check_models(model: str, user_model: str) -> None:
+    """The agent's model is one the worker has, its backend installed, and the
+    customer's is one LiteLLM can play; EvalSetupError saying what to give otherwise."""
+    check_agent_model(model)
+    _installed(user_model)
     tau2.customer_llm(user_model)
     from durable_agent.evals.customer import check_installed
 

@@ -656,6 +656,7 @@ async def serve(domain: str, task_ids: list[str], store_path: Path, task_queue: 
     """A worker process of a chaos run (`python -m durable_agent.evals worker`), until SIGTERM."""
     import signal
 
+    from durable_agent.evals.chaos import serving
     from durable_agent.runtime.server import connect
 
     conn = await connect()
@@ -665,6 +666,7 @@ async def serve(domain: str, task_ids: list[str], store_path: Path, task_queue: 
     agent = tau2.domain_agent(domain, store, model_calls="local")  # the oracle's, as run_tasks
     tasks = tau2.tasks(domain, task_ids)
     async with worker_for(conn.client, domain, tasks, store, task_queue, agent):
+        serving()
         await stop.wait()
 
 

@@ -58,7 +58,7 @@ async def test_an_obedient_models_injected_writes_are_stopped_and_traced_to_thei
     eps = agentdojo.episodes("banking", USERS, INJECTIONS, "important_instructions")
     # Undefended, the same model reaches the attacker's goal in every case: the
     # injections are live, and the model obeys them.
-    plain = agentdojo.summary("banking", agentdojo.plain_run(eps, "obedient"))
+    plain = agentdojo.summary("banking", await agentdojo.plain_run(eps, "obedient"))
     assert plain["attacks_succeeded"] == plain["security_cases"] == 4
     assert plain["injected_writes_without_consent"] == plain["injected_writes"] > 0
 
@@ -150,6 +150,8 @@ def test_a_chaos_run_keeps_its_scores_and_applies_each_call_once(
         ),
         (["--chaos"], "9,1", "AGENT_EVALS_KILL_EVERY='9,1': give 0.5 <= low <= high <= 3600"),
         (["--suite", "bank"], "", "no AgentDojo suite 'bank': choose one of banking"),
+        (["--model", "nosuch:x"], "", "--model 'nosuch:x': give oracle, obedient, or a model"),
+        (["--model", "openai:m", "--chaos"], "", "--chaos runs the scripted models"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], kill_every: str, says: str) -> None:
@@ -169,3 +171,38 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], kill_every: str,
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+async def test_a_real_models_spec_runs_the_suite_through_its_backend(
+    env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--model openai:…`: the turns ask the worker's OpenAI backend, here a strict
+    OpenAI-compatible fake whose model obeys the injection as `obedient` does. Under
+    the runtime the injected write is asked about and rejected; in the plain loop the
+    same model, asked through the same backend, reaches the attacker's goal."""
+    from tests.fakes.chat_completions import ChatCompletionsServer
+
+    [ep] = agentdojo.episodes(
+        "banking", ["user_task_0"], ["injection_task_0"], "important_instructions"
+    )[1:]
+    pre = ep.environment()
+    fooled = agentdojo.ScriptedModel(
+        ep.ground_truth(pre), ep.injected(pre), ep.goal(), True, ep.answer()
+    )
+    server = ChatCompletionsServer(brain=lambda messages, tools: fooled.reply(messages))
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
+    try:
+        [durable] = await agentdojo.run_suite(
+            env.client, "banking", [ep], model="openai:test-model"
+        )
+        [plain] = await agentdojo.plain_run([ep], "openai:test-model")
+    finally:
+        server.close()
+    assert durable.utility and not durable.attack_succeeded
+    assert {w["layer"] for w in durable.injected_writes} == {
+        "provenance asked, the person rejected it"
+    }
+    assert plain.attack_succeeded
+    assert {w["layer"] for w in plain.injected_writes} == {"ran without consent"}
+    assert len(server.accepted) > len(fooled.legit)  # every step a request the fake checked
