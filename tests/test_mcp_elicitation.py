@@ -346,6 +346,32 @@ def test_a_question_no_person_could_be_shown_fails_the_call_in_one_line(
     assert isinstance(refused.value, ToolError)
 
 
+def test_an_accepted_form_takes_its_defaults_in_the_fields_left_out() -> None:
+    """MCP's SEP-1034: the client fills a form's defaults in, before the answer is
+    checked (a required field with a default may be left out); the person's own values
+    stand. tests/test_mcp_conformance.py checks what a server gets from the MCP client."""
+    from mcp.types import ElicitRequestFormParams
+
+    from durable_agent.elicitation import Answer, question_of
+
+    form = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string"},
+            "plan": {"type": "string", "enum": ["basic", "pro"], "default": "basic"},
+            "seats": {"type": "integer", "default": 1},
+        },
+        "required": ["email", "plan"],
+    }
+    params = ElicitRequestFormParams(message="Which plan?", requested_schema=form)
+    question = question_of("el", params)
+    answer = Answer.of(question, "accept", {"email": "a@b.example", "seats": 3})
+    assert answer.content == {"email": "a@b.example", "seats": 3, "plan": "basic"}
+    assert Answer.of(question, "decline").content is None
+    with pytest.raises(InvalidAnswer, match="'email' is a required property"):
+        Answer.of(question, "accept", {})
+
+
 @pytest.mark.parametrize("elicits", [True, False])
 async def test_a_call_that_waits_too_long_for_its_turn_is_not_sent(
     tmp_path: Path, elicits: bool
