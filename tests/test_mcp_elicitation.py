@@ -274,7 +274,7 @@ async def test_the_fastapi_example_lists_and_answers_a_question_of_its_users_own
                     await asyncio.sleep(0.1)
             (asked,) = listed
             assert asked["workflow_id"] == turn_id and asked["server"] == "el"
-            assert asked["requested_schema"]["required"] == ["email", "plan", "seats"]
+            assert asked["requested_schema"]["required"] == ["email", "plan", "seats", "news"]
             assert (await http.get("/questions", headers=sam)).json() == []
             path = f"/turns/{turn_id}/questions/{asked['id']}"
             other = await http.post(path, json={"action": "decline"}, headers=sam)

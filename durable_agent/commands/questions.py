@@ -50,9 +50,16 @@ async def answer_question(turn: TurnHandle, step: Step, read: Read) -> bool:
 
 
 async def _waiting(turn: TurnHandle, step: Step) -> Question | None:
+    """The question `step` announces, while it waits (None: answered meanwhile, or the
+    turn cannot be read: its steps go on saying what happens)."""
     deadline = time.monotonic() + FIND_S
     while True:
-        for question in await turn.questions():
+        try:
+            waiting = await turn.questions()
+        except AgentClientError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            return None
+        for question in waiting:
             if f"({question.id})" in step.text:
                 return question
         if time.monotonic() > deadline:
@@ -94,7 +101,7 @@ def _required(question: Question) -> set[str]:
 
 
 def _label(name: str, prop: dict[str, Any], *, required: bool) -> str:
-    """`Seats (integer, required)`, `Plan (one of basic, pro; default basic)`."""
+    """`Seats (integer; required)`, `Plan (one of basic, pro; default "basic")`."""
     options = prop.get("enum") or (prop.get("items") or {}).get("enum")
     kind = f"one of {', '.join(map(str, options))}" if options else str(prop.get("type", ""))
     if prop.get("type") == "array":
