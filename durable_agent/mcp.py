@@ -60,7 +60,11 @@ consent and its no-second-send rule). MCP does not say which call a server's req
 belongs to (not over stdio), so a server that may elicit (or sample) takes one call
 at a time from a worker; `"elicitation": false` (with `"sampling": "deny"`) lets calls
 overlap again. Switched off, the client declares no elicitation capability (the SDK
-answers a server that asks anyway with the error "Elicitation not supported").
+answers a server that asks anyway with the error "Elicitation not supported"). An
+accepted form's fields left out take the schema's defaults before the server gets it
+(`elicitation.filled`). A program with its person at hand, not a turn, may answer
+within the call instead (`Connection.call(..., ask=...)`: the conformance client,
+tests/conformance/client.py).
 
 Sampling (`durable_agent.sampling`) goes the same way: a server's
 `sampling/createMessage` is answered from the replies the turn recorded for the call;
