@@ -43,6 +43,7 @@ __all__ = [
     "Question",
     "UnusableQuestion",
     "check_answer",
+    "filled",
     "question_of",
 ]
 
@@ -115,7 +116,9 @@ class Answer(BaseModel):
 
     @classmethod
     def of(cls, question: Question, action: str, content: Any = None, *, by: str = "") -> Answer:
-        """The answer, checked against the question (`InvalidAnswer`, one line)."""
+        """The answer, its form's defaults filled in (`filled`), checked against the
+        question (`InvalidAnswer`, one line)."""
+        content = filled(question, action, content)
         check_answer(question, action, content)
         return cls(digest=question.digest, action=action, content=content, by=by)  # type: ignore[arg-type]
 
@@ -213,6 +216,24 @@ def _check_form(where: str, schema: Any) -> None:
         schemas.validator(schema)
     except schemas.UnusableSchema as e:
         raise UnusableQuestion(f"{where} with a schema that cannot be checked: {e}") from None
+
+
+def filled(question: Question, action: str, content: Any) -> Any:
+    """An accepted form's content with the schema's `default` of each field it leaves
+    out (MCP's SEP-1034: the client applies them, so a person may accept a form as it
+    was shown); anything else as it is. The result is checked like any answer."""
+    properties = (question.requested_schema or {}).get("properties")
+    if action != "accept" or question.mode != "form" or not isinstance(properties, dict):
+        return content
+    if content is not None and not isinstance(content, dict):
+        return content  # refused by `check_answer`, in its words
+    given = content or {}
+    missing = {
+        name: prop["default"]
+        for name, prop in properties.items()
+        if isinstance(prop, dict) and "default" in prop and name not in given
+    }
+    return {**given, **missing} if missing else content
 
 
 def check_answer(question: Question, action: str, content: Any, *, form: bool = True) -> None:

@@ -60,7 +60,11 @@ consent and its no-second-send rule). MCP does not say which call a server's req
 belongs to (not over stdio), so a server that may elicit (or sample) takes one call
 at a time from a worker; `"elicitation": false` (with `"sampling": "deny"`) lets calls
 overlap again. Switched off, the client declares no elicitation capability (the SDK
-answers a server that asks anyway with the error "Elicitation not supported").
+answers a server that asks anyway with the error "Elicitation not supported"). An
+accepted form's fields left out take the schema's defaults before the server gets it
+(`elicitation.filled`). A program with its person at hand, not a turn, may answer
+within the call instead (`Connection.call(..., ask=...)`: the conformance client,
+tests/conformance/client.py).
 
 Sampling (`durable_agent.sampling`) goes the same way: a server's
 `sampling/createMessage` is answered from the replies the turn recorded for the call;
@@ -79,7 +83,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -612,13 +616,16 @@ class Connection:
             asking.unusable = e
             return ErrorData(code=INVALID_REQUEST, message=str(e))
         answer = asking.answers.get(question.digest)
+        if answer is None and asking.ask is not None:
+            answer = await asking.ask(question)
         if answer is not None:
+            content = elicitation.filled(question, answer.action, answer.content)
             try:  # checked by the client already; a server never gets one that breaks it
-                elicitation.check_answer(question, answer.action, answer.content)
+                elicitation.check_answer(question, answer.action, content)
             except InvalidAnswer as e:
                 asking.unusable = UnusableQuestion(f"the answer was not sent: {e}")
                 return ErrorData(code=INVALID_REQUEST, message="the answer was refused")
-            return ElicitResult(action=answer.action, content=answer.content)
+            return ElicitResult(action=answer.action, content=content)
         asking.question = asking.question or question
         # The call ends with the question: the turn asks the person and sends the call
         # again, and this same request then gets the recorded answer.
@@ -664,12 +671,21 @@ class Connection:
             message="the model has not been asked yet: the client asks it and calls again",
         )
 
-    async def call(self, name: str, arguments: dict[str, Any], *, write: bool) -> Any:
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        write: bool,
+        ask: Ask | None = None,
+    ) -> Any:
         """The server's `CallToolResult`. A dead connection is opened again first; a
         write that fails once sent is never sent again (ToolError: outcome unknown).
         On a server that may elicit or sample, one call at a time: a question it asks
-        ends the call with `NeedsAnswer` unless the call's recorded answers answer it; a
-        request for the model, with `NeedsSampling` unless a recorded reply does."""
+        ends the call with `NeedsAnswer` unless the call's recorded answers answer it
+        (or `ask` does, while the call waits: for a program that has its person at
+        hand; a turn never does, since its person may answer in days); a request for
+        the model, with `NeedsSampling` unless a recorded reply does."""
         if not (self.server.elicitation or self._samples):
             return await self._call(name, arguments, write=write)
         try:
@@ -683,7 +699,7 @@ class Connection:
             raise (ToolError(busy + ": try again") if write else ToolUnavailable(busy)) from None
         try:
             asking = self._asking = _Asking(
-                elicitation.ANSWERS.get() or {}, sampling.REPLIES.get() or {}
+                elicitation.ANSWERS.get() or {}, sampling.REPLIES.get() or {}, ask
             )
             try:
                 result = await self._call(name, arguments, write=write)
@@ -754,12 +770,18 @@ class Connection:
                 await asyncio.gather(owner, return_exceptions=True)
 
 
+Ask = Callable[[elicitation.Question], Awaitable[elicitation.Answer | None]]
+"""Answers a server's question while its call waits (`Connection.call`); None: no
+answer now, and the call ends with the question."""
+
+
 @dataclass
 class _Asking:
     """A call under way on a server that may elicit or sample."""
 
     answers: Mapping[str, elicitation.Answer]
     replies: Mapping[str, sampling.Reply]
+    ask: Ask | None = None
     question: elicitation.Question | None = None
     """The first question the turn has no answer to yet."""
     unusable: UnusableQuestion | None = None

@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
 NPM = ROOT / "tests" / "npm"
 NPM_FILES = ("package.json", "package-lock.json")
+# npm packages an upgrade leaves where they are: the MCP conformance suite's releases after
+# 0.1.13 need Node 22, and these machines have 20 (docs/mcp.md, Conformance).
+HELD_NPM = {"@modelcontextprotocol/conformance": "0.1.13"}
 # The project itself and the installer are not pinned: the lock is what they install.
 NOT_LOCKED = frozenset({"durable-agent", "pip"})
 # The oldest Python the lock is made for; it holds for newer ones too (universal markers).
@@ -128,11 +131,12 @@ def compile_lock(upgrade: bool) -> None:
 
 
 def upgrade_npm() -> None:
-    """The npm servers at their newest releases, pinned exactly, and a new lock."""
+    """The npm servers at their newest releases (but those held), pinned exactly, and a
+    new lock."""
     import json
 
     manifest = json.loads((NPM / "package.json").read_text())
-    newest = [f"{name}@latest" for name in manifest["dependencies"]]
+    newest = [f"{name}@{HELD_NPM.get(name, 'latest')}" for name in manifest["dependencies"]]
     (NPM / "package-lock.json").unlink(missing_ok=True)
     subprocess.run(
         ["npm", "install", "--package-lock-only", "--save-exact", "--no-audit", "--no-fund",

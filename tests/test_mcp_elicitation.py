@@ -274,7 +274,7 @@ async def test_the_fastapi_example_lists_and_answers_a_question_of_its_users_own
                     await asyncio.sleep(0.1)
             (asked,) = listed
             assert asked["workflow_id"] == turn_id and asked["server"] == "el"
-            assert asked["requested_schema"]["required"] == ["email", "plan", "seats"]
+            assert asked["requested_schema"]["required"] == ["email", "plan", "seats", "news"]
             assert (await http.get("/questions", headers=sam)).json() == []
             path = f"/turns/{turn_id}/questions/{asked['id']}"
             other = await http.post(path, json={"action": "decline"}, headers=sam)
@@ -344,6 +344,32 @@ def test_a_question_no_person_could_be_shown_fails_the_call_in_one_line(
         question_of("el", kind.model_validate(params))
     assert says in str(refused.value) and "\n" not in str(refused.value)
     assert isinstance(refused.value, ToolError)
+
+
+def test_an_accepted_form_takes_its_defaults_in_the_fields_left_out() -> None:
+    """MCP's SEP-1034: the client fills a form's defaults in, before the answer is
+    checked (a required field with a default may be left out); the person's own values
+    stand. tests/test_mcp_conformance.py checks what a server gets from the MCP client."""
+    from mcp.types import ElicitRequestFormParams
+
+    from durable_agent.elicitation import Answer, question_of
+
+    form = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string"},
+            "plan": {"type": "string", "enum": ["basic", "pro"], "default": "basic"},
+            "seats": {"type": "integer", "default": 1},
+        },
+        "required": ["email", "plan"],
+    }
+    params = ElicitRequestFormParams(message="Which plan?", requested_schema=form)
+    question = question_of("el", params)
+    answer = Answer.of(question, "accept", {"email": "a@b.example", "seats": 3})
+    assert answer.content == {"email": "a@b.example", "seats": 3, "plan": "basic"}
+    assert Answer.of(question, "decline").content is None
+    with pytest.raises(InvalidAnswer, match="'email' is a required property"):
+        Answer.of(question, "accept", {})
 
 
 @pytest.mark.parametrize("elicits", [True, False])
@@ -456,3 +482,64 @@ async def test_a_worker_killed_while_the_question_waits_loses_nothing(
     assert ran(log)[-1] == f"accept {json.dumps(SIGNUP, sort_keys=True)}"
     tool_results = [m for r in fake.accepted for m in r["messages"] if m["role"] == "tool"]
     assert tool_results[-1]["content"].startswith(ran(log)[-1])
+
+
+async def test_chat_asks_the_person_for_a_servers_question_and_for_its_use_of_the_model(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """`client.py chat` asks inline, as it asks for a tool's consent: a form field by
+    field (an answer that breaks it is said in one line, and the form asked again; a
+    field left empty takes its default), then a server's request to use the model (a
+    yes or no); both answers reach the real servers."""
+    from tests.test_mcp_sampling import SERVER as SAMPLING_SERVER
+
+    asked, sampled = tmp_path / "asked.log", tmp_path / "sampled.log"
+    fake = ChatCompletionsServer()
+    fake.replies = [
+        tool_calls(("c1", "el__signup", json.dumps({"customer": "ann"}))),
+        text("Signed up."),
+        tool_calls(("c2", "sm__summarise", json.dumps({"text": "the report"}))),
+        text("Sales rose."),  # the model's reply to the server
+        text("Summarised."),
+    ]
+    config = tmp_path / "mcp.json"
+    servers = {
+        "el": {"command": sys.executable, "args": [str(SERVER), str(asked)]},
+        "sm": {"command": sys.executable, "args": [str(SAMPLING_SERVER), str(sampled)]},
+    }
+    config.write_text(json.dumps({"mcpServers": servers}))
+    environ = worker_environ(env, tmp_path, fake)
+    typed = [
+        "Sign ann up",
+        *("y", "ann@example.com", "pro", "500", ""),  # 500 seats: over the form's maximum
+        *("y", "ann@example.com", "pro", "3", ""),  # news left empty: its default, false
+        "Summarise the report",
+        "y",  # the sampling server may use the model
+    ]
+    try:
+        with worker_process(environ, "worker.py", "--mcp-config", str(config)):
+            chat = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "client.py", "chat"],
+                cwd=ROOT,
+                env=environ,
+                input="\n".join(typed) + "\n",
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+    finally:
+        fake.close()
+    assert chat.returncode == 0, chat.stderr
+    got = {"email": "ann@example.com", "news": False, "plan": "pro", "seats": 3}
+    # Once asked (the call ends with the question), once answered: the refused answer
+    # never reached the server.
+    assert len(ran(asked)) == 2 and ran(asked)[0].startswith("error")
+    assert ran(asked)[1] == f"accept {json.dumps(got, sort_keys=True)}"
+    assert ran(sampled)[-1] == "sampled openai:test-model: Sales rose."
+    assert "fill in the form? [y = accept / n = decline / c = cancel]" in chat.stdout
+    assert "Seats (integer; required): " in chat.stdout
+    assert "News (boolean; default false): " in chat.stdout
+    assert "seats: 500 is greater than the maximum of 50" in chat.stderr
+    assert "asks to use the agent's model" in chat.stdout and "[y/N]" in chat.stdout
+    assert "agent> Signed up." in chat.stdout and "agent> Summarised." in chat.stdout

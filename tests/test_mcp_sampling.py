@@ -20,6 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import AgentClient
 from durable_agent.elicitation import Question
+from durable_agent.errors import ModelRequestRejected
 from durable_agent.mcp import MCPConfigError, MCPServer, connected, load_config
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.runtime.turns import start_turn
@@ -222,6 +223,63 @@ async def test_the_input_and_output_shields_judge_the_request_and_the_reply(
     assert steps(result, StepKind.SAMPLE)[-1].endswith(f"refused: {refusal}")
     # A reply paid for is counted, even when a shield keeps it from the server.
     assert result.usage.output_tokens == (7 if asked_model else 0)
+
+
+async def test_consent_holds_for_the_whole_turn_across_continue_as_new(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """Asked once per server per turn, not per run: the turn continues as new between
+    its two rounds (at every safe point here), and the second call's request is served
+    without asking again."""
+    log = tmp_path / "ran.log"
+    again = ToolCall(id="c2", name="sm__summarise", arguments={"text": "the annual report"})
+    interpreted: list[str] = []
+
+    def reply(request: ModelRequest) -> Reply:
+        if request.instructions == SYSTEM:
+            return Reply(text="Sales rose.", usage=SAMPLED)
+        interpreted.append(last_result(request))
+        return Reply(calls=[again]) if len(interpreted) == 1 else Reply(text="Both done.")
+
+    first = ToolCall(id="c1", name="sm__summarise", arguments={"text": "the quarterly report"})
+    scripted = ScriptedModel(plans=[Reply(calls=[first])], decisions=[reply])
+    limits = TurnLimits(continue_after_events=10)
+    result, asked = await run_turn(
+        harness, scripted, sampling_server(log), limits=limits, answer="accept"
+    )
+    assert result.outcome is Outcome.ANSWERED and result.runs >= 2
+    assert [q.id for q in asked] == ["c1.sampling"]
+    assert len(sampled(scripted)) == 2
+    assert [line for line in ran(log) if not line.startswith("error")] == [
+        "sampled scripted: Sales rose."
+    ] * 2
+
+
+async def test_a_model_that_fails_on_the_request_refuses_it_and_the_turn_goes_on(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The server's request fails, not the turn: the server reads one line saying the
+    model failed (its kind, not its error's own text), and the model reads the tool's
+    result as usual."""
+    log = tmp_path / "ran.log"
+
+    def reply(request: ModelRequest) -> Reply:
+        if request.instructions == SYSTEM:
+            raise ModelRequestRejected("the provider refused: secret-key-123 invalid")
+        return Reply(text=last_result(request))
+
+    call = ToolCall(id="c1", name="sm__summarise", arguments={"text": "the quarterly report"})
+    scripted = ScriptedModel(plans=[Reply(calls=[call])], decisions=[reply])
+    server = sampling_server(log, sampling="allow")
+    result, _ = await run_turn(harness, scripted, server)
+    refused = ran(log)[-1]
+    assert refused.startswith(
+        "error sampling refused: the agent's model failed (model request rejected: scripted"
+    )
+    assert "secret-key-123" not in refused
+    assert result.outcome is Outcome.ANSWERED and result.answer.startswith(refused)
+    assert steps(result, StepKind.SAMPLE)[-1].endswith(refused.removeprefix("error sampling "))
+    assert not steps(result, StepKind.LIMIT)
 
 
 @pytest.mark.parametrize(

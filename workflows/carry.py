@@ -12,7 +12,8 @@ The next run starts where this one stopped, by the same workflow id, from a
   already taken on them);
 - the totals: usage and cost, tools used, the turn's clock (max_duration, with the
   time spent waiting for people left out), whether a result carried instructions,
-  and which writes ran without asking (hashes: a copy of one asks in any run);
+  which writes ran without asking (hashes: a copy of one asks in any run), and which
+  MCP servers a person let use the agent's model (or not);
 - the conversation's length only: the model calls number on, and the activities
   read the conversation from their worker's copy or from the earlier runs'
   histories (`durable_agent/transcript.py`), so no run's input carries it;
@@ -82,6 +83,9 @@ class TurnCarry(BaseModel):
     unasked: list[str] = Field(default_factory=list)
     """The writes the turn ran without asking, as hashes (`approval.digest`, at most
     `approval.MAX_UNASKED_WRITES`): a copy of one asks, in every run."""
+    may_sample: dict[str, bool] = Field(default_factory=dict)
+    """The MCP servers a person let use the agent's model in this turn (True) or not
+    (False): asked once per server per turn, whatever its runs."""
     started: datetime | None = None
     paused: timedelta = timedelta(0)
     paused_since: datetime | None = None

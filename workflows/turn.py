@@ -215,6 +215,21 @@ class _TurnEnded(Exception):
         self.answer = answer
 
 
+class _ModelFailed(Exception):
+    """Every model failed for good on a request that is not the turn's own (a server's
+    request to sample): `said` is the failure as a customer may read it."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__(said)
+        self.said = said
+
+
+SAMPLE_FAILURE_REFUSES = "sample-failure-refuses"
+"""Since this change, a model that fails on a server's request to sample refuses the
+request (the call goes on) rather than ending the turn: histories from before it replay
+as they ran."""
+
+
 @workflow.defn(name="AgentTurn")
 class AgentTurn:
     """Pinned (the agent workers' default behavior): a turn finishes on the worker
@@ -277,9 +292,10 @@ class AgentTurn:
         """MCP servers' questions awaiting a person's answer, by id (never carried: a
         turn does not continue as new while a call of its round waits for one)."""
         self._answers: dict[str, Answer] = {}
-        self._may_sample: dict[str, bool | None] = {}
+        self._may_sample: dict[str, bool | None] = dict(carry.may_sample) if carry else {}
         """Per MCP server, whether a person let it ask the agent's model in this turn
-        (None: being asked). Asked once per server per turn; a new run asks again."""
+        (None: being asked). Asked once per server per turn: carried into the turn's
+        next run."""
         self._model = carry.model if carry else ""
         self._tools_used: list[str] = list(carry.tools_used) if carry else []
         self._in_flight = 0
@@ -934,7 +950,13 @@ class AgentTurn:
             settings=turn.settings,
         )
 
-    async def _model_call(self, turn: TurnInput, iteration: int, method, arg, summary: str):  # type: ignore[no-untyped-def]
+    async def _model_call(  # type: ignore[no-untyped-def]
+        self, turn: TurnInput, iteration: int, method, arg, summary: str, *, ends_turn: bool = True
+    ):
+        """The model's answer, asking the next model when one fails in a way another may
+        not; the last failing ends the turn (`_model_failed`), or, `ends_turn=False` (a
+        server's request to sample: its call, not the turn, is what fails), raises
+        `_ModelFailed` for the caller to say so."""
         self._within_budget()
         # One activity per model, each with its own retries; the next model gets the
         # request only when one failed for good in a way another may not (fallback.py).
@@ -970,6 +992,10 @@ class AgentTurn:
                 # A local activity's failure may arrive unwrapped (ApplicationError).
                 self._if_out_of_time()
                 if i + 1 == len(models) or not fallback.next_may_answer(_cause(e)):
+                    if not ends_turn and workflow.patched(SAMPLE_FAILURE_REFUSES):
+                        self._if_tools_lost(iteration, e)
+                        said, _ = self._model_failure(spec, e)
+                        raise _ModelFailed(self._failed(said, e)) from e
                     raise self._model_failed(iteration, spec, e) from e
                 self._fell_back(iteration, spec, models[i + 1], e)
                 # The failed model is asked no more in this turn: the next calls go
@@ -1010,6 +1036,13 @@ class AgentTurn:
         The step and the answer say which kind; the error's own words go to the log and
         the trace (`_failed`)."""
         self._if_tools_lost(iteration, err)
+        said, answer = self._model_failure(spec, err)
+        self._record(iteration, StepKind.LIMIT, self._failed(said, err))
+        return _TurnEnded(Outcome.MODEL_ERROR, answer)
+
+    def _model_failure(self, spec: str, err: ActivityError | ApplicationError) -> tuple[str, str]:
+        """What a model that failed for good did, in words a customer may read (its kind
+        and the model's name), and the turn's answer if the turn ends with it."""
         cause = _cause(err)
         model = spec or "the worker's default model"
         named = f"{model} failed ({fallback.reason(cause)})"
@@ -1020,8 +1053,7 @@ class AgentTurn:
             kind, answer = "model reply unusable", answers.model_unusable()
         else:
             kind, answer = "model unavailable", answers.model_failed(self._found())
-        self._record(iteration, StepKind.LIMIT, self._failed(f"{kind}: {named}", err))
-        return _TurnEnded(Outcome.MODEL_ERROR, answer)
+        return f"{kind}: {named}", answer
 
     def _failed(self, said: str, err: Exception) -> str:
         """`said` (what the customer may read of a failure: its kind), after the error's
@@ -1170,6 +1202,7 @@ class AgentTurn:
             sent=self._sent,
             consented=self._consented,
             unasked=self._unasked,
+            may_sample={k: v for k, v in self._may_sample.items() if v is not None},
             started=self._started,
             paused=self._paused,
             paused_since=self._paused_since,
@@ -1379,9 +1412,16 @@ class AgentTurn:
             max_tokens=max(1, min(request.max_tokens, left)),
             settings=turn.settings,
         )
-        out = await self._model_call(
-            turn, iteration, SampleActivity.sample, arg, f"sample for {server}"
-        )
+        try:
+            out = await self._model_call(
+                turn, iteration, SampleActivity.sample, arg, f"sample for {server}", ends_turn=False
+            )
+        except _ModelFailed as failed:
+            # The server's request fails, not the turn: the server reads one line, and
+            # its call goes on (a request the model refuses need not end the turn).
+            why = f"the agent's model failed ({failed.said})"
+            self._record(iteration, StepKind.SAMPLE, f"{said}: refused: {why}")
+            return sampling.Reply.refusal(request, why)
         self._usage += out.usage
         answered = ShieldRequest(
             position="output", text=out.text, context=[request.text], customer_id=turn.customer_id

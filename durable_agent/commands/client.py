@@ -61,6 +61,7 @@ from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, checked_context
+from durable_agent.commands.questions import answer_question
 from durable_agent.elicitation import Action
 from durable_agent.errors import AgentDefinitionError, InvalidContext
 from durable_agent.model_settings import ModelSettings
@@ -605,8 +606,9 @@ async def cmd_chat(args: argparse.Namespace) -> None:
 
 async def answer_turn(turn: TurnHandle, lines: Lines) -> bool:
     """Print a turn's steps and its answer as it is written, asking inline for any
-    approval it needs. False when input ended at an approval question (the call
-    stays pending)."""
+    approval it needs and any MCP server's question (`questions`: elicitation, and
+    consent to a server's use of the model). False when input ended at one (the call
+    stays pending, the question waiting)."""
     writing = Writing("agent> ")
     async for _, event in turn.events():
         if isinstance(event, TokensEvent):
@@ -637,6 +639,13 @@ async def answer_turn(turn: TurnHandle, lines: Lines) -> bool:
                 await decide(call.id, by="customer")
             except AgentClientError as e:
                 print(f"error: {e}", file=sys.stderr)
+        elif (
+            step.kind is StepKind.QUESTION
+            and step.calls  # asked, not answered yet
+            and not await answer_question(turn, step, lines.read)
+        ):
+            print(f"  answer with: {client_command()} answer {turn.id}", flush=True)
+            return False
     return True
 
 

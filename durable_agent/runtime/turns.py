@@ -50,7 +50,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent.answers import markdown_plain, markdown_safe
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
-from durable_agent.elicitation import AnswerInput, Question, check_answer
+from durable_agent.elicitation import AnswerInput, Question, check_answer, filled
 from durable_agent.errors import (
     AgentClientError,
     InvalidAnswer,
@@ -785,7 +785,8 @@ async def answer(
     by: str,
 ) -> Answered:
     """Answer an MCP server's question (without `question_id`: the turn's only one),
-    after checking the answer against it (`InvalidAnswer`, one line, nothing sent).
+    after filling in its form's defaults (`filled`) and checking the answer against it
+    (`InvalidAnswer`, one line, nothing sent).
 
     As a decision on consent (`decide`): a worker of the turn's version takes it as an
     update, and the call is sent again with it; while none runs, it is sent as a
@@ -808,6 +809,8 @@ async def answer(
             f"{what} awaiting an answer in turn {workflow_id} (awaiting: {listed})"
         )
     question = named[0]
+    # What the server gets and the story shows: the form's defaults in the fields left out.
+    content = filled(question, action, content)
     check_answer(question, action, content)
     try:
         given = AnswerInput(question_id=question.id, action=action, content=content, by=by)  # type: ignore[arg-type]

@@ -4,9 +4,9 @@ with the official `mcp` SDK (stdio).
     python tests/fakes/eliciting_server.py [LOG]
 
 `signup` asks, in form mode, for an email, a plan (an enum), a seat count and whether
-to send news; `verify` asks, in URL mode, that a page be visited. Each answers what it
-got (`accept {...}`, `decline`, `cancel`, or the error its question
-met), and appends the same line to LOG if given: every time the server's tool ran.
+to send news (required, with a default); `verify` asks, in URL mode, that a page be
+visited. Each answers what it got (`accept {...}`, `decline`, `cancel`, or the error
+its question met), and appends the same line to LOG if given: every time the server's tool ran.
 `slow` takes `seconds` to answer (it logs `slow started` first).
 """
 
@@ -18,7 +18,7 @@ from typing import Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 LOG = sys.argv[1] if len(sys.argv) > 1 else ""
 
@@ -27,6 +27,10 @@ READ = ToolAnnotations(read_only_hint=True)  # no consent asked: the test is of 
 
 
 class Signup(BaseModel):
+    # `news` is required with a default: a person may leave it out, and the client
+    # fills it in (MCP's SEP-1034) before the answer is checked.
+    model_config = ConfigDict(json_schema_extra={"required": ["email", "plan", "seats", "news"]})
+
     email: str = Field(description="Where the receipt goes", max_length=100)
     plan: Literal["basic", "pro"] = Field(description="Which plan")
     seats: int = Field(ge=1, le=50, description="How many seats")
