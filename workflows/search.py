@@ -12,6 +12,9 @@
     AgentFingerprint   Keyword      a hash of that agent's instructions and tool schemas
     AgentForkOf        Keyword      the turn a fork was made of (`client.py rerun`)
     AgentSchedule      Keyword      the schedule that started the turn (`durable_agent.schedules`)
+    AgentTenant        Keyword      the tenant of who asked (`durable_agent.Principal`;
+                                    `default` for a customer named alone)
+    AgentUser          Keyword      who asked, in that tenant (the customer id)
 
 A turn's memo holds one entry, `pending`: the calls awaiting a decision (a list of
 `PendingApproval`), readable without a worker.
@@ -29,6 +32,8 @@ from temporalio.common import (
     TypedSearchAttributes,
 )
 
+from durable_agent.principal import Principal, of_customer
+
 CUSTOMER = SearchAttributeKey.for_keyword("AgentCustomer")
 MODEL = SearchAttributeKey.for_keyword("AgentModel")
 STATUS = SearchAttributeKey.for_keyword("AgentStatus")
@@ -39,6 +44,8 @@ AGENT = SearchAttributeKey.for_keyword("AgentName")
 FINGERPRINT = SearchAttributeKey.for_keyword("AgentFingerprint")
 FORK_OF = SearchAttributeKey.for_keyword("AgentForkOf")
 SCHEDULE = SearchAttributeKey.for_keyword("AgentSchedule")
+TENANT = SearchAttributeKey.for_keyword("AgentTenant")
+USER = SearchAttributeKey.for_keyword("AgentUser")
 
 PENDING_MEMO = "pending"
 """The memo entry of a turn's calls awaiting a decision (also the patch that added it)."""
@@ -57,6 +64,8 @@ ALL: tuple[SearchAttributeKey, ...] = (
     FINGERPRINT,
     FORK_OF,
     SCHEDULE,
+    TENANT,
+    USER,
 )
 
 RUNNING = "running"
@@ -67,14 +76,22 @@ DONE = "done"
 
 
 def at_start(
-    customer_id: str, model: str, conversation_id: str = "", agent: str | None = ""
+    customer_id: str,
+    model: str,
+    conversation_id: str = "",
+    agent: str | None = "",
+    principal: Principal | None = None,
 ) -> TypedSearchAttributes:
     """What a turn or conversation is started with (`model` empty: the worker's default,
     filled in by the workflow once known; `agent` empty: the worker's first, named by
-    the turn when it knows; None: no AgentName, for a parent started without one)."""
+    the turn when it knows; None: no AgentName, for a parent started without one;
+    `principal`: who asks, else the customer in the default tenant)."""
+    asker = principal if principal is not None else of_customer(customer_id)
     pairs: list[SearchAttributePair] = [
         SearchAttributePair(CUSTOMER, customer_id),
         SearchAttributePair(STATUS, RUNNING),
+        SearchAttributePair(TENANT, asker.tenant),
+        SearchAttributePair(USER, asker.user),
     ]
     if agent is not None:
         pairs.append(SearchAttributePair(AGENT, agent))
@@ -83,6 +100,18 @@ def at_start(
     if conversation_id:
         pairs.append(SearchAttributePair(CONVERSATION, conversation_id))
     return TypedSearchAttributes(pairs)
+
+
+def within(
+    attributes: TypedSearchAttributes, started: TypedSearchAttributes
+) -> TypedSearchAttributes:
+    """`attributes` for a child of a workflow `started` with these: without the tenant
+    and user when it had none, as its namespace may not have them (registered before
+    they existed)."""
+    if TENANT in started:
+        return attributes
+    kept = [p for p in attributes.search_attributes if p.key not in (TENANT, USER)]
+    return TypedSearchAttributes(kept)
 
 
 def dev_server_args() -> list[str]:
