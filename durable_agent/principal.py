@@ -5,7 +5,7 @@
 The application gives it (`AgentClient.ask/start/chat(principal=...)`, a decision's
 `approve(..., principal=...)`), from its own authentication; it is never taken from
 what a user typed or a model wrote. A turn records it in its input and in the search
-attributes `AgentTenant` and `AgentUser`; tools read it as `ctx.principal`, and an
+attributes `AgentTenant` and `AgentCustomer` (its user); tools read it as `ctx.principal`, and an
 instructions function that takes a `principal` parameter gets it.
 
 `customer` is the user of the default tenant: `customer="c-42"` and

@@ -182,6 +182,9 @@ class Consent(BaseModel):
     at: datetime
     """When the turn took the decision (workflow time)."""
     reason: str = ""
+    refused: str = ""
+    """Why the turn refused the decision (the decider may not decide: the agent's
+    approvers); empty for a decision taken."""
 
 
 class Step(BaseModel):

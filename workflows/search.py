@@ -13,8 +13,9 @@
     AgentForkOf        Keyword      the turn a fork was made of (`client.py rerun`)
     AgentSchedule      Keyword      the schedule that started the turn (`durable_agent.schedules`)
     AgentTenant        Keyword      the tenant of who asked (`durable_agent.Principal`;
-                                    `default` for a customer named alone)
-    AgentUser          Keyword      who asked, in that tenant (the customer id)
+                                    `default` for a customer named alone); its user is
+                                    AgentCustomer (the dev server takes at most ten
+                                    Keyword attributes: this is the tenth)
 
 A turn's memo holds one entry, `pending`: the calls awaiting a decision (a list of
 `PendingApproval`), readable without a worker.
@@ -32,7 +33,7 @@ from temporalio.common import (
     TypedSearchAttributes,
 )
 
-from durable_agent.principal import Principal, of_customer
+from durable_agent.principal import DEFAULT_TENANT, Principal
 
 CUSTOMER = SearchAttributeKey.for_keyword("AgentCustomer")
 MODEL = SearchAttributeKey.for_keyword("AgentModel")
@@ -45,7 +46,6 @@ FINGERPRINT = SearchAttributeKey.for_keyword("AgentFingerprint")
 FORK_OF = SearchAttributeKey.for_keyword("AgentForkOf")
 SCHEDULE = SearchAttributeKey.for_keyword("AgentSchedule")
 TENANT = SearchAttributeKey.for_keyword("AgentTenant")
-USER = SearchAttributeKey.for_keyword("AgentUser")
 
 PENDING_MEMO = "pending"
 """The memo entry of a turn's calls awaiting a decision (also the patch that added it)."""
@@ -65,7 +65,6 @@ ALL: tuple[SearchAttributeKey, ...] = (
     FORK_OF,
     SCHEDULE,
     TENANT,
-    USER,
 )
 
 RUNNING = "running"
@@ -86,12 +85,11 @@ def at_start(
     filled in by the workflow once known; `agent` empty: the worker's first, named by
     the turn when it knows; None: no AgentName, for a parent started without one;
     `principal`: who asks, else the customer in the default tenant)."""
-    asker = principal if principal is not None else of_customer(customer_id)
+    tenant = principal.tenant if principal is not None else DEFAULT_TENANT
     pairs: list[SearchAttributePair] = [
-        SearchAttributePair(CUSTOMER, customer_id),
+        SearchAttributePair(CUSTOMER, customer_id),  # a principal's user
         SearchAttributePair(STATUS, RUNNING),
-        SearchAttributePair(TENANT, asker.tenant),
-        SearchAttributePair(USER, asker.user),
+        SearchAttributePair(TENANT, tenant),
     ]
     if agent is not None:
         pairs.append(SearchAttributePair(AGENT, agent))
@@ -106,11 +104,10 @@ def within(
     attributes: TypedSearchAttributes, started: TypedSearchAttributes
 ) -> TypedSearchAttributes:
     """`attributes` for a child of a workflow `started` with these: without the tenant
-    and user when it had none, as its namespace may not have them (registered before
-    they existed)."""
+    when it had none, as its namespace may not have it (registered before it existed)."""
     if TENANT in started:
         return attributes
-    kept = [p for p in attributes.search_attributes if p.key not in (TENANT, USER)]
+    kept = [p for p in attributes.search_attributes if p.key != TENANT]
     return TypedSearchAttributes(kept)
 
 

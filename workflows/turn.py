@@ -421,7 +421,7 @@ class AgentTurn:
                 StepKind.DECISION,
                 f"{pending.call.name}: refused a decision by {decision.by}: {refusal}",
                 calls=[pending.call],
-                consent=_consent_of(pending, decision),
+                consent=_consent_of(pending, decision).model_copy(update={"refused": refusal}),
             )
         return refusal
 

@@ -1081,8 +1081,8 @@ async def find_turns(
         clauses.append(f"{search.SCHEDULE.name} = '{_quoted(schedule)}'")
     if tenant:
         clauses.append(f"{search.TENANT.name} = '{_quoted(tenant)}'")
-    if user:
-        clauses.append(f"{search.USER.name} = '{_quoted(user)}'")
+    if user:  # a principal's user is its turn's customer
+        clauses.append(f"{search.CUSTOMER.name} = '{_quoted(user)}'")
     rows = []
     async for wf in client.list_workflows(" AND ".join(clauses), limit=limit):
         attrs = wf.typed_search_attributes
