@@ -22,8 +22,10 @@ New conversations and messages are limited per client (`limits.py`: 429 with
 Everything goes through `runtime.turns`, as `client.py chat` does. Errors are JSON
 `{"error": "..."}` in one line, which the page shows as a line of the chat.
 
-There is no authentication: whoever reaches the server chats and approves as its
-customer. It is meant for loopback, or behind the operator's own gateway. Two
+There is no authentication: the chat runs for one local user, whoever reaches the
+server chats and approves as its customer (its principal: `ConversationInput.asker`,
+which an agent's approvers are checked against; decisions record `via` `web`). It is
+meant for loopback, or behind the operator's own gateway. Two
 guards keep other web sites out of it: writes must be JSON (a cross-site form or
 `fetch` cannot send that without a preflight this server never answers) and come
 from the page's own origin (the `Origin` a browser sends names the `Host` it
@@ -57,7 +59,7 @@ from durable_agent.agents import Agent, AgentCard
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, ConversationHandle
-from durable_agent.errors import AgentClientError, InvalidAnswer, UnknownTurn
+from durable_agent.errors import AgentClientError, InvalidAnswer, NotAnApprover, UnknownTurn
 from durable_agent.frontends.web.events import (
     Event,
     Position,
@@ -121,6 +123,7 @@ def create_app(
     # as each records whom it was started for (`AgentClient.turn_for`): another's is
     # answered as one that does not exist.
     customer = template.customer_id
+    whom = template.asker
     limits = rate_limits or RateLimits.from_env()
     new_chats, messages = Buckets(limits.chats), Buckets(limits.messages)
 
@@ -141,7 +144,7 @@ def create_app(
 
     async def own_chat(chat_id: str) -> ConversationHandle:
         try:
-            return await agents.conversation_for(chat_id, customer=customer)
+            return await agents.conversation_for(chat_id, principal=whom)
         except UnknownTurn:
             # Ended long ago or never begun, or another's: the page starts a new one.
             raise Problem(410, f"no conversation {chat_id} of yours: start a new one") from None
@@ -181,12 +184,14 @@ def create_app(
             ApprovalDecision(call_id=call_id, approved=approved, by=DECIDED_BY, reason=reason)
         except ValidationError as e:
             raise Problem(400, _invalid(e)) from None
-        turn = await agents.turn_for(turn_id, customer=customer)
-        result = await turn.decide(call_id, approved=approved, by=DECIDED_BY, reason=reason)
+        turn = await agents.turn_for(turn_id, principal=whom)
+        result = await turn.decide(
+            call_id, approved=approved, by=DECIDED_BY, reason=reason, principal=whom, via="web"
+        )
         return JSONResponse(result.model_dump(mode="json"))
 
     async def questions(request: Request) -> Response:
-        turn = await agents.turn_for(str(request.path_params["turn_id"]), customer=customer)
+        turn = await agents.turn_for(str(request.path_params["turn_id"]), principal=whom)
         asked = await turn.questions()
         return JSONResponse({"questions": [q.model_dump(mode="json") for q in asked]})
 
@@ -194,7 +199,7 @@ def create_app(
         body = await _body(request)
         question_id, action = _field(body, "question_id", str), _field(body, "action", str)
         content = body.get("content")
-        turn = await agents.turn_for(str(request.path_params["turn_id"]), customer=customer)
+        turn = await agents.turn_for(str(request.path_params["turn_id"]), principal=whom)
         try:
             asked = await turn.answer(question_id, action=action, content=content, by=DECIDED_BY)  # type: ignore[arg-type]
         except InvalidAnswer as e:
@@ -209,7 +214,7 @@ def create_app(
         missing = f"no conversation {chat} (it ended long ago, or never began)"
 
         async def story() -> AsyncIterator[Event]:
-            await agents.conversation_for(chat, customer=customer)
+            await agents.conversation_for(chat, principal=whom)
             async for event in conversation(conn.client, chat, after, conn.workflow_url):
                 yield event
 
@@ -222,7 +227,7 @@ def create_app(
         missing = f"no turn {turn_id} of customer {customer}"
 
         async def story() -> AsyncIterator[Event]:
-            turn = await agents.turn_for(turn_id, customer=customer)
+            turn = await agents.turn_for(turn_id, principal=whom)
             opening = await turns.opening(turn.temporal)
             origin = Origin.of(opening.fork) if opening.fork else None
             head = {
@@ -297,6 +302,8 @@ def _guarded(handler: Handler) -> Handler:
             return _error(400, "the request ended before its body did")
         except UnknownTurn as e:  # none of that id, or another customer's: the same
             return _error(404, str(e))
+        except NotAnApprover as e:  # the agent's approvers leave this user out
+            return _error(403, str(e))
         except AgentClientError as e:  # the validator's or the client's own words
             return _error(409, str(e))
         except RPCError as e:
