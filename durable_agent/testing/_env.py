@@ -245,6 +245,8 @@ class TestClient(AgentClient):
         awaiting_approval: bool = False,
         limit: int = 20,
         schedule: str | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
     ) -> list[TurnSummary]:
         if self._clock is not None:
             raise ServerLacks("AgentClient.find", "a visibility store and search attributes")
@@ -255,6 +257,8 @@ class TestClient(AgentClient):
             awaiting_approval=awaiting_approval,
             limit=limit,
             schedule=schedule,
+            tenant=tenant,
+            user=user,
         )
 
 
