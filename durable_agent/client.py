@@ -40,8 +40,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
 
@@ -65,6 +67,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent import answers, fallback
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalResult
+from durable_agent.audit import MAX_AUDIT_TURNS, AuditRow, rows_of
 from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.elicitation import Question
 from durable_agent.errors import (
@@ -83,7 +86,7 @@ from durable_agent.errors import (
 )
 from durable_agent.model_settings import ModelSettings
 from durable_agent.outputs import loaded_type, output_spec
-from durable_agent.principal import Principal, of_customer
+from durable_agent.principal import DEFAULT_TENANT, Principal, of_customer
 from durable_agent.rewind import Origin
 from durable_agent.runtime import rewind, server, storage, turns
 from durable_agent.runtime.codec import data_converter
@@ -108,7 +111,12 @@ from durable_agent.types import (
     check_context,
 )
 from durable_agent.waits import Woke, WorldEvent
-from durable_agent.workflows import AgentTurn, Conversation
+from durable_agent.workflows import AgentTurn, Conversation, search
+
+log = logging.getLogger("durable_agent.client")
+
+AUDIT_QUERY_S = 5.0
+"""How long `audit` waits for a worker to answer for a running turn's steps."""
 
 PendingCall = turns.Waiting
 PendingQuestion = turns.Asked
@@ -429,6 +437,43 @@ class AgentClient:
                 tenant=tenant,
                 user=user,
             )
+
+    async def audit(
+        self,
+        *,
+        tenant: str | None = None,
+        user: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditRow]:
+        """Every decision on a write in the newest `limit` turns (of `tenant`, `user`,
+        started `since`), oldest first: who asked, who decided (name, principal, front
+        end, time), the call's tool, arguments and sha256, and its result
+        (`durable_agent.audit`; `durable-agent audit`). A running turn no worker answers
+        for in time is left out, and said in the log."""
+        if isinstance(limit, bool) or not 1 <= limit <= MAX_AUDIT_TURNS:
+            raise AgentClientError(f"limit: 1 to {MAX_AUDIT_TURNS:,} turns, not {limit!r}")
+        with _plainly():
+            found = await turns.find_turns(
+                self.temporal, tenant=tenant, user=user, since=since, limit=limit
+            )
+        rows: list[AuditRow] = []
+        for turn in reversed(found):
+            steps = await self._steps_of(turn)
+            rows += rows_of(
+                turn.workflow_id, turn.tenant or DEFAULT_TENANT, turn.customer_id, steps
+            )
+        return sorted(rows, key=lambda r: r.at)
+
+    async def _steps_of(self, found: TurnSummary) -> list[Step]:
+        handle = self.turn(found.workflow_id)
+        try:
+            if found.status == search.DONE:
+                return (await handle.result()).steps
+            return (await handle.progress(timeout=AUDIT_QUERY_S)).steps
+        except AgentClientError as e:
+            log.warning("audit: turn %s left out: %s", found.workflow_id, e)
+            return []
 
     @functools.cached_property
     def schedules(self) -> Schedules:

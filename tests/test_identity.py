@@ -8,10 +8,14 @@ turn asks for its own."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +27,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from durable_agent import Agent, AgentClient, ApprovalPolicy, Principal, ToolContext, tool
 from durable_agent.activities import DispatchActivity, DispatchInput
 from durable_agent.approval import ApprovalDecision, consent_hash
+from durable_agent.audit import AuditRow
 from durable_agent.commands.worker import build_worker
 from durable_agent.errors import AgentClientError, NotAnApprover
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
@@ -34,6 +39,7 @@ from durable_agent.types import Consent, Outcome, Step, StepKind, ToolCall, Turn
 from durable_agent.workflows import AgentTurn
 from tests.conftest import last_result
 
+ROOT = Path(__file__).resolve().parent.parent
 CUSTOMER = Principal(tenant="acme", user="c-7", display_name="Cy")
 LEAD = Principal(tenant="acme", user="lead-1", roles=("support-lead",))
 OTHER_LEAD = Principal(tenant="globex", user="lead-1", roles=("support-lead",))
@@ -261,7 +267,9 @@ async def test_an_approval_of_arguments_a_never_lets_arguments_b_run(served: Ser
     assert [r for r in served.ledger.refunds if r[0] == "o-2"] == [("o-2", 10, "acme:c-7")]
 
 
-async def test_a_fork_asks_for_its_own_approval_and_records_it(served: Served) -> None:
+async def test_a_fork_asks_for_its_own_approval_and_the_audit_lists_each_write_once(
+    served: Served,
+) -> None:
     original = await served.agents.start("Refund 5 on o-3.", principal=CUSTOMER)
     await waiting(original)
     await original.approve(by="lead-1", principal=LEAD, via="first")
@@ -289,3 +297,44 @@ async def test_a_fork_asks_for_its_own_approval_and_records_it(served: Served) -
     assert mine.via == "fork" and theirs.via == "first"
     assert mine.call_hash == consent_hash(call(6, "o-3")) != theirs.call_hash
     assert mine.at > theirs.at
+
+    # The audit lists each write once, with its own approval: the fork's is not the original's.
+    ids = {original.id: "first", fork.id: "fork"}
+
+    async def audited() -> list[AuditRow]:
+        rows = await served.agents.audit(tenant="acme", user="c-7", limit=50)
+        return [r for r in rows if r.workflow_id in ids]
+
+    rows = await until(audited, lambda rows: len(rows) >= 2)
+    assert sorted((ids[r.workflow_id], r.via, r.refused, r.ran) for r in rows) == [
+        ("first", "first", 0, True),
+        ("fork", "fork", 1, True),
+    ]
+    for row in rows:
+        assert (row.tenant, row.user, row.principal) == ("acme", "c-7", LEAD)
+        assert row.call_hash == consent_hash(
+            ToolCall(id="-", name="refund", arguments=row.arguments)
+        )
+    assert {r.result for r in rows} == {"refunded 5 on o-3", "refunded 6 on o-3"}
+
+    # The same as JSON lines, from the command line.
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+    environ |= {
+        "TEMPORAL_ADDRESS": served.agents.temporal.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": served.agents.task_queue,
+        "TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml",
+    }
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "client.py", "audit", "--tenant", "acme", "--since", "1h", "--json"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    exported = [AuditRow.model_validate_json(line) for line in out.stdout.splitlines()]
+    assert sorted(r.call_hash for r in exported if r.workflow_id in ids) == sorted(
+        r.call_hash for r in rows
+    )

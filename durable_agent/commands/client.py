@@ -11,6 +11,7 @@ python client.py wake WORKFLOW_ID [--by NAME]           # end a turn's waits ear
 python client.py event WORKFLOW_ID NAME JSON [--by NAME] # an event a turn waits for
 python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
 python client.py list --tenant T [--user U]              # the turns a tenant's users asked
+python client.py audit [--tenant T] [--user U] [--since 7d] [--limit N] [--json]   # decisions
 python client.py show WORKFLOW_ID
 python client.py schedule add NAME --agent A (--cron EXPR | --every 1h | --at TIME) "QUESTION"
 python client.py schedule list | show NAME | pause NAME | resume NAME | trigger NAME | delete NAME
@@ -64,6 +65,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent import mcp, model_settings, telemetry
 from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
+from durable_agent.audit import MAX_AUDIT_TURNS
 from durable_agent.chat import ConversationInput
 from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, checked_context
 from durable_agent.elicitation import Action
@@ -883,6 +885,40 @@ def _woken(woke: Woke) -> str:
     return ", ".join(f"{tool} ({call})" for call, tool in zip(woke.calls, woke.tools, strict=True))
 
 
+_AGO = re.compile(r"(\d{1,6})([dhm])")
+
+
+def since_of(value: str | None) -> datetime | None:
+    """`audit --since`: `7d`, `12h`, `30m` ago, or an ISO date or time (UTC if it names
+    no zone); CliError in one line otherwise."""
+    if value is None:
+        return None
+    now = datetime.now(timezone.utc)
+    if ago := _AGO.fullmatch(value.strip()):
+        unit = {"d": "days", "h": "hours", "m": "minutes"}[ago.group(2)]
+        return now - timedelta(**{unit: int(ago.group(1))})
+    try:
+        at = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise CliError(
+            f"--since {value[:40]!r}: give 7d, 12h, 30m, or a date or time (2026-12-01T09:00)"
+        ) from None
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+async def cmd_audit(args: argparse.Namespace) -> None:
+    """Every decision on a write, with who asked, who decided, the call and its result."""
+    since = since_of(args.since)
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        rows = await client_of(conn, args).audit(
+            tenant=args.tenant, user=args.user, since=since, limit=args.limit
+        )
+    for row in rows:
+        print(row.model_dump_json() if args.json else row.line())
+    if not rows and not args.json:
+        print("no decisions found")
+
+
 async def cmd_list(args: argparse.Namespace) -> None:
     customer = customer_filter(args)
     agent = args.agent.strip() if args.agent else None
@@ -1349,6 +1385,21 @@ def parser() -> argparse.ArgumentParser:
     lst.add_argument("--tenant", help="only turns asked by this tenant's users")
     lst.add_argument("--user", help="only turns asked by this user (of --tenant, or any tenant)")
     lst.set_defaults(run=cmd_list)
+
+    audit = sub.add_parser(
+        "audit", help="every decision on a write: who asked, who decided, what, and its result"
+    )
+    audit.add_argument("--tenant", help="only turns asked by this tenant's users")
+    audit.add_argument("--user", help="only turns asked by this user")
+    audit.add_argument("--since", metavar="7d|12h|DATE", help="only turns started since then")
+    audit.add_argument(
+        "--limit",
+        type=whole_number(1, MAX_AUDIT_TURNS),
+        default=100,
+        help="the newest turns read, at most (default: %(default)s)",
+    )
+    audit.add_argument("--json", action="store_true", help="one JSON object a line")
+    audit.set_defaults(run=cmd_audit)
     schedules_cli.add_parser(sub).set_defaults(run=cmd_schedule)
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")

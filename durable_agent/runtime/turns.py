@@ -1060,6 +1060,7 @@ async def find_turns(
     schedule: str | None = None,
     tenant: str | None = None,
     user: str | None = None,
+    since: datetime | None = None,
 ) -> list[TurnRow]:
     """Recent turns, newest first, filtered by the agent's search attributes."""
     if not await registered.available(client):
@@ -1083,6 +1084,11 @@ async def find_turns(
         clauses.append(f"{search.TENANT.name} = '{_quoted(tenant)}'")
     if user:  # a principal's user is its turn's customer
         clauses.append(f"{search.CUSTOMER.name} = '{_quoted(user)}'")
+    if since is not None:
+        at = (since if since.tzinfo else since.replace(tzinfo=timezone.utc)).astimezone(
+            timezone.utc
+        )
+        clauses.append(f"StartTime >= '{at.strftime('%Y-%m-%dT%H:%M:%S')}Z'")
     rows = []
     async for wf in client.list_workflows(" AND ".join(clauses), limit=limit):
         attrs = wf.typed_search_attributes
