@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
+import jwt
 import pytest
 from pydantic import BaseModel
 from temporalio.client import WorkflowUpdateFailedError
@@ -28,10 +30,13 @@ from durable_agent import Agent, AgentClient, ApprovalPolicy, Principal, ToolCon
 from durable_agent.activities import DispatchActivity, DispatchInput
 from durable_agent.approval import ApprovalDecision, consent_hash
 from durable_agent.audit import AuditRow
+from durable_agent.chat import ConversationInput
 from durable_agent.commands.worker import build_worker
 from durable_agent.errors import AgentClientError, NotAnApprover
+from durable_agent.frontends.web import serve
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
 from durable_agent.principal import DEFAULT_TENANT
+from durable_agent.runtime.server import Connection, free_port, is_listening
 from durable_agent.scripted import ScriptedModel
 from durable_agent.serving import Agents
 from durable_agent.settings import Settings
@@ -338,3 +343,51 @@ async def test_a_fork_asks_for_its_own_approval_and_the_audit_lists_each_write_o
     assert sorted(r.call_hash for r in exported if r.workflow_id in ids) == sorted(
         r.call_hash for r in rows
     )
+
+
+SECRET = "a-shared-secret-of-the-tests-32-bytes!"
+
+
+def token(secret: str = SECRET, **claims: Any) -> str:
+    body = {"sub": "c-7", "tenant": "acme", "aud": "desk-web", "exp": time.time() + 300}
+    return jwt.encode({**body, **claims}, secret, algorithm="HS256")
+
+
+async def test_the_web_chat_takes_its_user_from_a_verified_jwt_only(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_WEB_JWT_SECRET", SECRET)
+    monkeypatch.setenv("AGENT_WEB_JWT_AUDIENCE", "desk-web")
+    port = free_port()
+    conn = Connection(client=served.agents.temporal, ui_url=None)
+    serving = asyncio.create_task(
+        serve(conn, ConversationInput(agent="desk"), port=port, task_queue=served.agents.task_queue)
+    )
+    try:
+        await until(lambda: asyncio.to_thread(is_listening, "127.0.0.1", port), bool)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+
+            async def session(bearer: str | None) -> httpx.Response:
+                headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+                return await http.get("/api/session", headers=headers)
+
+            refused = {
+                "none": await session(None),
+                "bad signature": await session(token(secret="another-secret-of-32-bytes-long!!")),
+                "wrong audience": await session(token(aud="another-app")),
+                "expired": await session(token(exp=time.time() - 60)),
+                "no expiry": await session(token(exp=None)),
+            }
+            for why, response in refused.items():
+                assert response.status_code == 401, (why, response.text)
+                assert response.headers["www-authenticate"] == "Bearer"
+            assert "signature" in refused["bad signature"].json()["error"]
+            assert "audience" in refused["wrong audience"].json()["error"]
+            assert "expired" in refused["expired"].json()["error"]
+
+            ok = await session(token(name="Cy"))
+            assert ok.status_code == 200, ok.text
+            assert (ok.json()["customer_id"], ok.json()["tenant"]) == ("c-7", "acme")
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
