@@ -398,16 +398,21 @@ class AgentClient:
             raise UnknownTurn(workflow_id)
         return self.turn(workflow_id, output_type)
 
-    async def pending(self, customer: str | None = None) -> list[PendingCall]:
-        """Every call awaiting consent, oldest first (of one customer's turns, if given)."""
+    async def pending(
+        self, customer: str | None = None, *, tenant: str | None = None
+    ) -> list[PendingCall]:
+        """Every call awaiting consent, oldest first (of one customer's turns, and one
+        tenant's, if given: a principal's user is its turns' customer)."""
         with _plainly():
-            return await turns.pending(self.temporal, customer)
+            return await turns.pending(self.temporal, customer, tenant)
 
-    async def questions(self, customer: str | None = None) -> list[PendingQuestion]:
+    async def questions(
+        self, customer: str | None = None, *, tenant: str | None = None
+    ) -> list[PendingQuestion]:
         """Every MCP server's question awaiting a person's answer, oldest first (of one
-        customer's turns, if given); answer with `TurnHandle.answer`."""
+        customer's turns, and one tenant's, if given); answer with `TurnHandle.answer`."""
         with _plainly():
-            return await turns.questions(self.temporal, customer)
+            return await turns.questions(self.temporal, customer, tenant)
 
     async def find(
         self,

@@ -687,7 +687,9 @@ class Waiting:
         return f"{seconds // 3600}h"
 
 
-async def pending(client: Client, customer_id: str | None = None) -> list[Waiting]:
+async def pending(
+    client: Client, customer_id: str | None = None, tenant: str | None = None
+) -> list[Waiting]:
     """Every call awaiting consent, oldest first (of the customer's turns, if given).
     A turn whose version has no worker running is listed from its memo, `stalled`."""
     if await registered.available(client):
@@ -699,6 +701,8 @@ async def pending(client: Client, customer_id: str | None = None) -> list[Waitin
         )
         if customer_id:
             query += f" AND {search.CUSTOMER.name} = '{_quoted(customer_id)}'"
+        if tenant:
+            query += f" AND {search.TENANT.name} = '{_quoted(tenant)}'"
     else:  # no search attributes: look at every running turn
         query = "WorkflowType = 'AgentTurn' AND ExecutionStatus = 'Running'"
     found: list[Waiting] = []
@@ -757,7 +761,9 @@ class Asked:
     question: Question
 
 
-async def questions(client: Client, customer_id: str | None = None) -> list[Asked]:
+async def questions(
+    client: Client, customer_id: str | None = None, tenant: str | None = None
+) -> list[Asked]:
     """Every MCP server's question awaiting an answer, oldest first (of the customer's
     turns, if given), read from the turns' memos: no worker needs to run."""
     query = "WorkflowType = 'AgentTurn' AND ExecutionStatus = 'Running'"
@@ -765,6 +771,8 @@ async def questions(client: Client, customer_id: str | None = None) -> list[Aske
         query += f" AND {search.STATUS.name} = '{search.AWAITING_APPROVAL}'"
         if customer_id:
             query += f" AND {search.CUSTOMER.name} = '{_quoted(customer_id)}'"
+        if tenant:
+            query += f" AND {search.TENANT.name} = '{_quoted(tenant)}'"
     found: list[Asked] = []
     async for wf in client.list_workflows(query):
         try:
