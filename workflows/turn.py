@@ -1831,7 +1831,7 @@ class AgentTurn:
                 iteration, StepKind.DECISION, f"{call.name}: no decision in time", calls=[call]
             )
         elif decision.approved:
-            approved = f"{call.name}: approved by {_decider(decision)}"
+            approved = f"{call.name}: approved by {decision.by}"
             self._record(iteration, StepKind.DECISION, approved, calls=[call], consent=consent)
             self._consented.append(call.id)
             if consent is not None:
@@ -1843,7 +1843,7 @@ class AgentTurn:
             self._record(
                 iteration,
                 StepKind.DECISION,
-                f"{call.name}: declined by {_decider(decision)}{because}",
+                f"{call.name}: declined by {decision.by}{because}",
                 calls=[call],
                 consent=consent,
             )
@@ -2160,15 +2160,6 @@ def _consent_of(pending: PendingApproval, decision: ApprovalDecision) -> Consent
         via=decision.via,
         at=workflow.now(),
         reason=decision.reason,
-    )
-
-
-def _decider(decision: ApprovalDecision) -> str:
-    """Who decided, for the story: `by`, and their principal when given."""
-    if decision.principal is None:
-        return decision.by
-    return (
-        f"{decision.by} ({decision.principal.key}{', via ' + decision.via if decision.via else ''})"
     )
 
 
