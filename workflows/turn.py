@@ -405,7 +405,9 @@ class AgentTurn:
         pending = self._pending.get(decision.call_id)
         if pending is None or decision.call_id in self._decisions:
             workflow.logger.warning("decision on %s dropped: not awaiting one", decision.call_id)
-        elif _covers(pending, decision) and not self._refusal(pending, decision):
+        elif not _covers(pending, decision):
+            workflow.logger.warning("decision on %s dropped: made on another call", pending.call.id)
+        elif not self._refusal(pending, decision):
             self._decisions[decision.call_id] = decision
 
     def _iteration_now(self) -> int:
@@ -1545,7 +1547,7 @@ class AgentTurn:
             replies=sampled or [],
             followed=self._followed(turn),
             principal=turn.principal,
-            consent=self._approved.get(vc.call.id, ""),
+            consent=self._approved.pop(vc.call.id, ""),
         )
         try:
             return await self._dispatch(vc, sent)

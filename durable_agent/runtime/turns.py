@@ -925,8 +925,8 @@ async def decide(
         if any(p.call.id == call_id for p in waiting):
             # Most decisions find the turn's workers running: the update does not wait
             # for the check. A call decided meanwhile is refused by the update.
-            call = _the_call(workflow_id, call_id, waiting)
-            decision = _decision(call, approved, by, reason, principal, via)
+            asked = _the_call(workflow_id, call_id, waiting)
+            decision = _decision(asked, approved, by, reason, principal, via)
             sent = send(decision)
             try:
                 alive = _build(version) in await checking
@@ -943,8 +943,8 @@ async def decide(
                     waiting = (await progress_of(handle, QUERY_WAIT_S)).pending
                 except WorkerNeeded:
                     alive = False
-            call = _the_call(workflow_id, call_id, waiting)
-            decision = _decision(call, approved, by, reason, principal, via)
+            asked = _the_call(workflow_id, call_id, waiting)
+            decision = _decision(asked, approved, by, reason, principal, via)
             if alive:
                 sent = send(decision)
         if sent is not None and alive:
@@ -958,16 +958,18 @@ async def decide(
             if left is not None and not left.done():
                 left.cancel()
                 await asyncio.gather(left, return_exceptions=True)
-    if call.approvers:
+    if asked.approvers:
         # No worker to refuse it in the story: refused here, from what the turn recorded.
         opening = await started_with(handle, "AgentTurn", TurnInput)
         asker = opening.asker if opening is not None else None
-        if asker is None or (refusal := may_decide(call.approvers, asker, principal)):
+        if asker is None or (refusal := may_decide(asked.approvers, asker, principal)):
             raise NotAnApprover(refusal if asker is not None else "who asked is unknown")
     # Whichever of an update left behind and this signal the turn reads first applies;
     # the other finds the call decided and is dropped.
     await handle.signal(AgentTurn.decide_later, decision)
-    return ApprovalResult(call_id=call.call.id, approved=approved, tool=call.call.name, later=True)
+    return ApprovalResult(
+        call_id=asked.call.id, approved=approved, tool=asked.call.name, later=True
+    )
 
 
 def _decision(
