@@ -190,10 +190,33 @@ async def test_the_principal_reaches_a_tool_and_the_instructions_and_finds_the_t
     assert result.workflow_id not in await ids(tenant="globex")
     default = await until(lambda: ids(tenant=DEFAULT_TENANT), lambda f: plain.workflow_id in f)
     assert result.workflow_id not in default
+    listed = await client_py(served, "list", "--tenant", "acme", "--user", "c-7", "--limit", "50")
+    assert result.workflow_id in listed.stdout and plain.workflow_id not in listed.stdout
     # The owner check compares the recorded principal, not the user id alone.
     await served.agents.turn_for(result.workflow_id, principal=CUSTOMER)
     with pytest.raises(AgentClientError):
         await served.agents.turn_for(result.workflow_id, customer="c-7")
+
+
+async def client_py(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
+    """`client.py ARGS` against the module's server and task queue; exit 0."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+    environ |= {
+        "TEMPORAL_ADDRESS": served.agents.temporal.service_client.config.target_host,
+        "AGENT_TASK_QUEUE": served.agents.task_queue,
+        "TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml",
+    }
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "client.py", *args],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out
 
 
 async def test_a_customer_cannot_approve_what_needs_a_lead_and_a_lead_can(served: Served) -> None:
@@ -323,22 +346,7 @@ async def test_a_fork_asks_for_its_own_approval_and_the_audit_lists_each_write_o
     assert {r.result for r in rows} == {"refunded 5 on o-3", "refunded 6 on o-3"}
 
     # The same as JSON lines, from the command line.
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
-    environ |= {
-        "TEMPORAL_ADDRESS": served.agents.temporal.service_client.config.target_host,
-        "AGENT_TASK_QUEUE": served.agents.task_queue,
-        "TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml",
-    }
-    out = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "client.py", "audit", "--tenant", "acme", "--since", "1h", "--json"],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
+    out = await client_py(served, "audit", "--tenant", "acme", "--since", "1h", "--json")
     exported = [AuditRow.model_validate_json(line) for line in out.stdout.splitlines()]
     assert sorted(r.call_hash for r in exported if r.workflow_id in ids) == sorted(
         r.call_hash for r in rows
