@@ -17,6 +17,12 @@ A call that needs approval waits, durably, for a decision (the turn's `decide`
 update) or for the approval timeout; a rejected or expired call becomes a
 result the model reads, an approved one runs exactly once.
 
+Who may decide is the agent's to say (`ApprovalPolicy(approvers={"refund":
+"role:support-lead"})`): the person who asked, a role of their tenant, or either, by the
+principals recorded (`durable_agent.Principal`); each decision is recorded with the
+sha256 of the exact call it covers (`consent_hash`), which the write's dispatch checks
+(docs/identity-and-consent.md).
+
 A waiver covers one write, once: a waived write runs without asking once per turn
 (the same tool with the same arguments again asks, `REPEATED`), and never in a fork of
 a turn (`IN_A_FORK`), where it would be a real write that nobody asked for.
@@ -73,7 +79,8 @@ class ApprovalPolicy:
 
     required: frozenset[str] = field(default_factory=frozenset)
     waived: frozenset[str] = field(default_factory=frozenset)
-    approvers: Mapping[str, str] = field(default_factory=dict)
+    approvers: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Left out of the hash (a dict has none): a policy stays hashable, as before."""
 
     def __post_init__(self) -> None:
         for tool, rule in self.approvers.items():
