@@ -498,7 +498,8 @@ def principal_of(args: argparse.Namespace, user: str) -> Principal | None:
     except ValidationError as e:
         raise CliError(
             "; ".join(
-                f"--{err['loc'][0]}: {str(err['msg']).removeprefix('Value error, ')}"
+                f"--{str(err['loc'][0]).removesuffix('s')}: "
+                f"{str(err['msg']).removeprefix('Value error, ')}"
                 for err in e.errors()
             )
         ) from None
@@ -803,6 +804,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         raise CliError(
             "; ".join(f"--{err['loc'][0]}: {err['msg']}" for err in e.errors())
         ) from None
+    principal = principal_of(args, args.by)  # checked as the flags are read
     decision = "approval" if approved else "rejection"
     # What a Ctrl-C leaves, said in one line: the decision is sent or not, taken or not.
     interrupted = f"interrupted before the {decision} was sent: nothing was decided"
@@ -813,7 +815,6 @@ async def cmd_decide(args: argparse.Namespace) -> int:
                 f"interrupted while turn {turn_id} had not yet taken the {decision}: it may "
                 f"still take it; see `{client_command()} show {turn_id}`"
             )
-            principal = principal_of(args, args.by)
             if approved:
                 result = await turn.approve(call_id, by=args.by, principal=principal, via="cli")
             else:
