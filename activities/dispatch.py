@@ -21,8 +21,10 @@ from durable_agent import sampling
 from durable_agent.activities._common import heartbeating
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.parse_output import ParseOutputOutput, screened
+from durable_agent.approval import consent_hash
 from durable_agent.elicitation import ANSWERS, Answer, NeedsAnswer, Question
-from durable_agent.errors import ToolError
+from durable_agent.errors import ConsentMismatch, ToolError
+from durable_agent.principal import Principal, of_customer
 from durable_agent.render import render_result
 from durable_agent.runtime import metrics
 from durable_agent.sampling import Reply as SamplingReply
@@ -85,6 +87,13 @@ class DispatchInput(BaseModel):
     """A replay in a world of its own (`Fork.own_world`): how many of the recording's
     calls, from its first, were answered from the record before this one
     (`ctx.followed`). Left out of the payload when 0, as every default is."""
+    principal: Principal | None = None
+    """Who asks (`TurnInput.asker`), for `ctx.principal`; None: the customer in the
+    default tenant (calls recorded before principals)."""
+    consent: str = ""
+    """The hash of the call a person approved (`approval.consent_hash`), when one was
+    asked: checked against this call before it runs, so that an approval of one call
+    never lets another run (`ConsentMismatch`)."""
 
 
 class DispatchOutput(BaseModel):
@@ -130,8 +139,21 @@ class DispatchActivity:
         tools = await turn_tools(served, input.tools_version, input.tool_lists)
         tool = tools[input.call.name]
         args = tools.validate(input.call)
+        if input.consent and input.consent != consent_hash(input.call):
+            # The turn asked for this one; anything else is a bug, or a tampered input.
+            raise ApplicationError(
+                f"{input.call.name} was not run: its arguments are not those that were "
+                "approved (an approval covers one exact call)",
+                type=ConsentMismatch.__name__,
+                non_retryable=True,
+            )
         ctx = ToolContext(
-            input.customer_id, served.deps, input.idempotency_key, input.context, input.followed
+            input.customer_id,
+            served.deps,
+            input.idempotency_key,
+            input.context,
+            input.followed,
+            input.principal if input.principal is not None else of_customer(input.customer_id),
         )
         run = tool.fn
         if check:

@@ -18,6 +18,7 @@ parent ran.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +29,9 @@ from temporalio import activity
 from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import MAX_INSTRUCTIONS_CHARS
 from durable_agent.errors import AgentDefinitionError
+from durable_agent.principal import Principal, of_customer
 from durable_agent.serving import Agents
+from durable_agent.types import DEFAULT_CUSTOMER
 
 
 class InstructionsInput(BaseModel):
@@ -43,6 +46,8 @@ class InstructionsInput(BaseModel):
     text: str = ""
     """A fork's: the text its parent's function gave, taken as it is (empty: call the
     function)."""
+    principal: Principal | None = None
+    """Who asks (`TurnInput.asker`), for a function that takes a `principal` parameter."""
 
 
 class InstructionsOutput(BaseModel):
@@ -66,11 +71,13 @@ class InstructionsActivity:
         elif fn is None:  # served as text now (a worker of another definition)
             text = served.instructions
         elif inspect.iscoroutinefunction(fn):
-            text = await fn(dict(input.context), served.deps)
+            text = await fn(dict(input.context), served.deps, **_whom(fn, input))
         else:
             # A plain function (a database read) runs in a thread, so the worker's event
             # loop keeps serving other turns meanwhile.
-            text = await asyncio.to_thread(_call, fn, dict(input.context), served.deps)
+            text = await asyncio.to_thread(
+                functools.partial(fn, **_whom(fn, input)), dict(input.context), served.deps
+            )
             if inspect.isawaitable(text):
                 text = await text
         if not isinstance(text, str) or not text.strip():
@@ -88,8 +95,16 @@ class InstructionsActivity:
         return InstructionsOutput(text=text, fingerprint=served.fingerprint_with(text, tools))
 
 
-def _call(fn: Callable[..., Any], context: dict[str, Any], deps: Any) -> Any:
-    return fn(context, deps)
+def _whom(fn: Callable[..., Any], input: InstructionsInput) -> dict[str, Principal]:
+    """`principal=` for a function that takes it (`def instructions(context, deps, *,
+    principal)`); nothing for one of two parameters, as functions were written before."""
+    try:
+        takes = "principal" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        return {}
+    return {"principal": input.principal or of_customer(DEFAULT_CUSTOMER)}
 
 
 def _shown(value: Any) -> str:

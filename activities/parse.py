@@ -65,6 +65,9 @@ class ValidCall(BaseModel):
     as turns recorded before it had)."""
     approval: str = ""
     """Why the call needs a person's consent before it runs; empty when it does not."""
+    approvers: list[str] = []
+    """Who may decide on it (`ApprovalPolicy.approvers_of`: `asker`, `role:NAME`);
+    empty: anyone who can reach the turn."""
     return_direct: bool = False
     """Its result is the turn's answer (no interpret)."""
     checked: bool = False
@@ -179,6 +182,7 @@ class ParseActivity:
                     approval=unasked.why(
                         normalised, tool, _why_approval(tool, served.approvals, foreign, input.fork)
                     ),
+                    approvers=served.approvals.approvers_of(tool.name),
                     return_direct=tool.return_direct,
                     agent=_answered_by(tool, served.name),
                     checked=tool.check is not None,

@@ -5,7 +5,8 @@ The public API:
     Agent, Refusals            define an agent (`durable_agent.agents`)
     tool, Tool, ToolContext    its tools (`durable_agent.tools`)
     agent_tool                 a narrower view of an agent, as a tool (`durable_agent.subagents`)
-    ApprovalPolicy             who needs consent (`durable_agent.approval`)
+    ApprovalPolicy             who needs consent, and who may give it (`durable_agent.approval`)
+    Principal                  who asks or decides: tenant, user, roles (`durable_agent.principal`)
     Compaction                 how a long turn stays within the model's context window
                                (`durable_agent.compaction`)
     ShieldSettings             which shields run where (`durable_agent.shields`)
@@ -37,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.compaction import Compaction
     from durable_agent.errors import NotAllowed, NotFound, ToolError, ToolUnavailable
     from durable_agent.model_settings import ModelSettings
+    from durable_agent.principal import Principal
     from durable_agent.settings import Settings
     from durable_agent.shields import ShieldSettings
     from durable_agent.subagents import agent_tool
@@ -56,6 +58,7 @@ __all__ = [
     "ModelSettings",
     "NotAllowed",
     "NotFound",
+    "Principal",
     "Refusals",
     "Settings",
     "ShieldSettings",

@@ -17,6 +17,12 @@ A call that needs approval waits, durably, for a decision (the turn's `decide`
 update) or for the approval timeout; a rejected or expired call becomes a
 result the model reads, an approved one runs exactly once.
 
+Who may decide is the agent's to say (`ApprovalPolicy(approvers={"refund":
+"role:support-lead"})`): the person who asked, a role of their tenant, or either, by the
+principals recorded (`durable_agent.Principal`); each decision is recorded with the
+sha256 of the exact call it covers (`consent_hash`), which the write's dispatch checks
+(docs/identity-and-consent.md).
+
 A waiver covers one write, once: a waived write runs without asking once per turn
 (the same tool with the same arguments again asks, `REPEATED`), and never in a fork of
 a turn (`IN_A_FORK`), where it would be a real write that nobody asked for.
@@ -27,12 +33,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, field_validator
 
+from durable_agent.principal import Principal
 from durable_agent.types import ToolCall, compact_json
+
+_ROLE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 ALL = "*"
 SEPARATOR = "__"
@@ -51,12 +61,41 @@ WORKER_SETTINGS = "the worker's approval settings (AGENT_APPROVAL_REQUIRED / _WA
 AGENT_POLICY = "its approval policy (Agent(approvals=ApprovalPolicy(...)))"
 
 
+ASKER = "asker"
+"""An approver rule: the person who asked the turn (tenant and user, as recorded)."""
+ROLE = "role:"
+"""An approver rule `role:NAME`: anyone of the asker's tenant who has that role."""
+
+
 @dataclass(frozen=True)
 class ApprovalPolicy:
-    """The worker's word on approvals, over what each tool declares."""
+    """The worker's word on approvals, over what each tool declares; and who may decide.
+
+    `approvers` names, per tool (by name, `*`, or an MCP server's `PREFIX__*`), who
+    may decide on its calls: `asker`, `role:NAME` (of the asker's tenant), or several
+    joined by `|` (`asker|role:support-lead`: either). A tool it does not name is
+    decided by whoever can reach the turn, as before approvers existed. Decisions are
+    compared by the principals recorded (`durable_agent.Principal`), never by name."""
 
     required: frozenset[str] = field(default_factory=frozenset)
     waived: frozenset[str] = field(default_factory=frozenset)
+    approvers: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Left out of the hash (a dict has none): a policy stays hashable, as before."""
+
+    def __post_init__(self) -> None:
+        for tool, rule in self.approvers.items():
+            rules(rule, tool)
+
+    def approvers_of(self, tool: str) -> list[str]:
+        """Who may decide on `tool`'s calls: its rules (its own name's first, then a
+        server's `PREFIX__*`, then `*`); empty: anyone."""
+        named = self.approvers.get(tool)
+        if named is None:
+            for name, rule in sorted(self.approvers.items(), key=lambda kv: kv[0] == ALL):
+                if name != tool and _named(tool, frozenset({name})):
+                    named = rule
+                    break
+        return rules(named, tool) if named else []
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApprovalPolicy:
@@ -77,7 +116,7 @@ class ApprovalPolicy:
         servers = {p + SEPARATOR for p in prefixes}
         unknown: list[str] = []
         unlisted: list[str] = []
-        for name in sorted((self.required | self.waived) - known - {ALL}):
+        for name in sorted((self.required | self.waived | set(self.approvers)) - known - {ALL}):
             prefix = name.removesuffix("*") if name.endswith(EVERY_TOOL_OF) else ""
             if prefix and prefix in servers:
                 continue
@@ -114,7 +153,50 @@ class ApprovalPolicy:
         def kept(names: frozenset[str]) -> frozenset[str]:
             return frozenset(n for n in names if not n.startswith(servers))
 
-        return ApprovalPolicy(required=kept(self.required), waived=kept(self.waived))
+        return ApprovalPolicy(
+            required=kept(self.required),
+            waived=kept(self.waived),
+            approvers={k: v for k, v in self.approvers.items() if k in kept(frozenset({k}))},
+        )
+
+
+def rules(rule: str, tool: str = "") -> list[str]:
+    """`asker|role:support-lead` → `["asker", "role:support-lead"]`; ValueError, naming
+    the tool, on anything else."""
+    found = sorted({r.strip() for r in rule.split("|") if r.strip()})
+    for r in found:
+        role = r.removeprefix(ROLE)
+        if r != ASKER and not (r.startswith(ROLE) and _ROLE.fullmatch(role)):
+            raise ValueError(
+                f"approvers of {tool or 'a tool'}: {r[:80]!r} is not `asker` or `role:NAME` "
+                "(a-z 0-9 . _ -), joined by `|`"
+            )
+    if not found:
+        raise ValueError(f"approvers of {tool or 'a tool'}: name `asker` or `role:NAME`")
+    return found
+
+
+def may_decide(approvers: list[str], asker: Principal, decider: Principal | None) -> str:
+    """Why `decider` may not decide on a call the rules `approvers` cover, for a turn
+    `asker` asked; empty when they may (no rules: anyone). Principals are compared
+    whole: tenant and user, and a role only within the asker's tenant."""
+    if not approvers:
+        return ""
+    if decider is not None:
+        for rule in approvers:
+            if rule == ASKER and decider.same_person(asker):
+                return ""
+            role = rule.removeprefix(ROLE)
+            if rule.startswith(ROLE) and decider.tenant == asker.tenant and role in decider.roles:
+                return ""
+    wanted = " or ".join(
+        "the person who asked"
+        if r == ASKER
+        else f"someone of tenant {asker.tenant!r} with role {r.removeprefix(ROLE)!r}"
+        for r in approvers
+    )
+    who = decider.shown() if decider is not None else "a decider with no principal"
+    return f"{who} may not decide on this call: {wanted} may"
 
 
 def _named(tool: str, names: frozenset[str]) -> bool:
@@ -133,8 +215,16 @@ class ApprovalDecision(BaseModel):
     by: str = Field(min_length=1, max_length=100)
     """Who decided (an operator's name, `customer`, ...), for the record."""
     reason: str = Field(default="", max_length=500)
+    principal: Principal | None = None
+    """Who decided, from the application's authentication (`durable_agent.Principal`):
+    what an agent's approvers are checked against. None: only `by`, as before."""
+    via: str = Field(default="", max_length=40)
+    """The front end it came through (`cli`, `web`, `client`, an application's own)."""
+    call_hash: str = Field(default="", max_length=64)
+    """`consent_hash` of the call the decider was shown: a decision on any other call
+    (its arguments changed since) is refused, and the write's dispatch checks it again."""
 
-    @field_validator("by", "reason")
+    @field_validator("by", "reason", "via")
     @classmethod
     def _one_line(cls, v: str) -> str:
         return " ".join(v.split())
@@ -149,6 +239,13 @@ class ApprovalResult(BaseModel):
     later: bool = False
     """Recorded while no worker of the turn's version ran: it applies when one runs
     the turn (a worker of that version, or the current one after a move)."""
+
+
+def consent_hash(call: ToolCall) -> str:
+    """SHA-256 of `canonical(call)` (tool name and arguments, every object's keys
+    sorted), 64 hex digits: what an approval covers, and what a write's dispatch checks
+    before it runs."""
+    return hashlib.sha256(canonical(call).encode()).hexdigest()
 
 
 def declined(call: ToolCall, decision: ApprovalDecision) -> str:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from durable_agent.model_settings import ModelSettings
+from durable_agent.principal import Principal, of_customer
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
     Exchange,
@@ -55,6 +56,19 @@ class ConversationInput(BaseModel):
     @classmethod
     def _customer_id_shape(cls, v: str) -> str:
         return check_customer_id(v)
+
+    principal: Principal | None = None
+    """Who converses (`TurnInput.principal`): every turn's; its user is `customer_id`."""
+
+    @property
+    def asker(self) -> Principal:
+        return self.principal if self.principal is not None else of_customer(self.customer_id)
+
+    @model_validator(mode="after")
+    def _customer_is_user(self) -> ConversationInput:
+        if self.principal is not None:
+            self.customer_id = self.principal.user
+        return self
 
     limits: TurnLimits | None = None
     """Every turn's limits; None: the agent's."""

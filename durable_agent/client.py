@@ -40,8 +40,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
 
@@ -65,6 +67,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent import answers, fallback
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalResult
+from durable_agent.audit import MAX_AUDIT_TURNS, AuditRow, rows_of
 from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.elicitation import Question
 from durable_agent.errors import (
@@ -83,6 +86,7 @@ from durable_agent.errors import (
 )
 from durable_agent.model_settings import ModelSettings
 from durable_agent.outputs import loaded_type, output_spec
+from durable_agent.principal import DEFAULT_TENANT, Principal, of_customer
 from durable_agent.rewind import Origin
 from durable_agent.runtime import rewind, server, storage, turns
 from durable_agent.runtime.codec import data_converter
@@ -107,7 +111,12 @@ from durable_agent.types import (
     check_context,
 )
 from durable_agent.waits import Woke, WorldEvent
-from durable_agent.workflows import AgentTurn, Conversation
+from durable_agent.workflows import AgentTurn, Conversation, search
+
+log = logging.getLogger("durable_agent.client")
+
+AUDIT_QUERY_S = 5.0
+"""How long `audit` waits for a worker to answer for a running turn's steps."""
 
 PendingCall = turns.Waiting
 PendingQuestion = turns.Asked
@@ -213,6 +222,7 @@ class AgentClient:
         output_type: Any = None,
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> TurnResult:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
@@ -229,6 +239,7 @@ class AgentClient:
             output_type=output_type,
             context=context,
             settings=settings,
+            principal=principal,
         )
         return await turn.result(no_worker_after=no_worker_after)
 
@@ -245,6 +256,7 @@ class AgentClient:
         output_type: Any = None,
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
         the worker's first), or its definition (`Agent`: its name is asked, and a value
@@ -260,7 +272,10 @@ class AgentClient:
         instructions functions get (`InvalidContext` when it is not one, holds NaN or
         Infinity, is nested over 32 deep or larger than 16 KB); `settings`: how its
         models are asked (`ModelSettings`, or a dict of its fields), over the agent's own
-        field by field (`InvalidSettings` when out of bounds).
+        field by field (`InvalidSettings` when out of bounds); `principal`: who asks, from
+        your own authentication (`durable_agent.Principal`: tenant, user, roles), instead
+        of `customer` (which is the user of the default tenant): tools read it as
+        `ctx.principal`, and the turn is found by it (`find(tenant=, user=)`).
 
         With `request_id` (an Idempotency-Key), a turn already started with it for the
         same request (question, context, agent, model, settings, limits and output type)
@@ -277,6 +292,7 @@ class AgentClient:
             output_type=output_type,
             context=context,
             settings=settings,
+            principal=principal,
         )
         handle = await self.start_turn(turn, request_id=request_id)
         handle.output_type = output_type if output_type is not None else _agent_of(agent)[1]
@@ -294,6 +310,7 @@ class AgentClient:
         output_type: Any = None,
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> TurnInput:
         """The `TurnInput` that `start` sends for these arguments (a schedule's turns
         too), checked as `start` checks them: an `AgentClientError` in one line."""
@@ -303,7 +320,7 @@ class AgentClient:
         try:
             return TurnInput(
                 question=question,
-                customer_id=customer,
+                customer_id=principal.user if principal is not None else customer,
                 agent=name,
                 model=_models(model),
                 limits=limits,
@@ -311,6 +328,7 @@ class AgentClient:
                 output=_output_spec(output_type),
                 context=context,
                 settings=settings,
+                principal=principal,
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
@@ -327,7 +345,7 @@ class AgentClient:
             except TypeError as e:
                 raise InvalidOutputType(str(e)) from None
         if request_id and not workflow_id:
-            workflow_id = request_workflow_id(turn.customer_id, request_id)
+            workflow_id = turns.turn_id(turns.owner_part(turn.asker), request_id)
         with _plainly(workflow_id):
             try:
                 handle = await turns.start_turn(self.temporal, turn, self.task_queue, workflow_id)
@@ -357,30 +375,44 @@ class AgentClient:
         return handle
 
     async def turn_for(
-        self, workflow_id: str, *, customer: str, output_type: Any = None
+        self,
+        workflow_id: str,
+        *,
+        customer: str | None = None,
+        principal: Principal | None = None,
+        output_type: Any = None,
     ) -> TurnHandle:
-        """`turn`, for `customer` only: the turn if it was started for them (the customer
-        in its input, which its tools act for), else `UnknownTurn`, the same error as
-        for a turn that does not exist, so that no customer learns of another's turns.
-        What a service calls with an id its user sent, before reading or deciding."""
+        """`turn`, for `customer` (or `principal`) only: the turn if it was started for
+        them (who asks, as its input records it: tenant and user, which its tools act
+        for), else `UnknownTurn`, the same error as for a turn that does not exist, so
+        that no one learns of another's turns. What a service calls with an id its user
+        sent, before reading or deciding."""
+        if (customer is None) == (principal is None):
+            raise AgentClientError("turn_for: name the customer or the principal, one of them")
+        whom = principal if principal is not None else of_customer(customer or "")
         with _plainly(workflow_id):
             opening = await turns.started_with(
                 self.temporal.get_workflow_handle(workflow_id), "AgentTurn", TurnInput
             )
-        if opening is None or opening.customer_id != customer:
+        if opening is None or not opening.asker.same_person(whom):
             raise UnknownTurn(workflow_id)
         return self.turn(workflow_id, output_type)
 
-    async def pending(self, customer: str | None = None) -> list[PendingCall]:
-        """Every call awaiting consent, oldest first (of one customer's turns, if given)."""
+    async def pending(
+        self, customer: str | None = None, *, tenant: str | None = None
+    ) -> list[PendingCall]:
+        """Every call awaiting consent, oldest first (of one customer's turns, and one
+        tenant's, if given: a principal's user is its turns' customer)."""
         with _plainly():
-            return await turns.pending(self.temporal, customer)
+            return await turns.pending(self.temporal, customer, tenant)
 
-    async def questions(self, customer: str | None = None) -> list[PendingQuestion]:
+    async def questions(
+        self, customer: str | None = None, *, tenant: str | None = None
+    ) -> list[PendingQuestion]:
         """Every MCP server's question awaiting a person's answer, oldest first (of one
-        customer's turns, if given); answer with `TurnHandle.answer`."""
+        customer's turns, and one tenant's, if given); answer with `TurnHandle.answer`."""
         with _plainly():
-            return await turns.questions(self.temporal, customer)
+            return await turns.questions(self.temporal, customer, tenant)
 
     async def find(
         self,
@@ -391,10 +423,13 @@ class AgentClient:
         awaiting_approval: bool = False,
         limit: int = 20,
         schedule: str | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
     ) -> list[TurnSummary]:
         """Recent turns, newest first: by agent, customer, outcome, the schedule that
-        started them, or those waiting for a decision (the turns' search attributes;
-        `client.py list`)."""
+        started them, who asked (`tenant`, `user`: a `Principal`'s; a customer named
+        alone is a user of the tenant `default`), or those waiting for a decision (the
+        turns' search attributes; `client.py list`)."""
         with _plainly():
             return await turns.find_turns(
                 self.temporal,
@@ -404,7 +439,46 @@ class AgentClient:
                 awaiting_approval=awaiting_approval,
                 limit=limit,
                 schedule=schedule,
+                tenant=tenant,
+                user=user,
             )
+
+    async def audit(
+        self,
+        *,
+        tenant: str | None = None,
+        user: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditRow]:
+        """Every decision on a write in the newest `limit` turns (of `tenant`, `user`,
+        started `since`), oldest first: who asked, who decided (name, principal, front
+        end, time), the call's tool, arguments and sha256, and its result
+        (`durable_agent.audit`; `durable-agent audit`). A running turn no worker answers
+        for in time is left out, and said in the log."""
+        if isinstance(limit, bool) or not 1 <= limit <= MAX_AUDIT_TURNS:
+            raise AgentClientError(f"limit: 1 to {MAX_AUDIT_TURNS:,} turns, not {limit!r}")
+        with _plainly():
+            found = await turns.find_turns(
+                self.temporal, tenant=tenant, user=user, since=since, limit=limit
+            )
+        rows: list[AuditRow] = []
+        for turn in reversed(found):
+            steps = await self._steps_of(turn)
+            rows += rows_of(
+                turn.workflow_id, turn.tenant or DEFAULT_TENANT, turn.customer_id, steps
+            )
+        return sorted(rows, key=lambda r: r.at)
+
+    async def _steps_of(self, found: TurnSummary) -> list[Step]:
+        handle = self.turn(found.workflow_id)
+        try:
+            if found.status == search.DONE:
+                return (await handle.result()).steps
+            return (await handle.progress(timeout=AUDIT_QUERY_S)).steps
+        except AgentClientError as e:
+            log.warning("audit: turn %s left out: %s", found.workflow_id, e)
+            return []
 
     @functools.cached_property
     def schedules(self) -> Schedules:
@@ -526,6 +600,7 @@ class AgentClient:
         stream: bool = True,
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
+        principal: Principal | None = None,
         **options: Any,
     ) -> ConversationHandle:
         """A conversation: each `send` is a turn that sees the earlier exchanges. It
@@ -533,7 +608,7 @@ class AgentClient:
         naming: make it `request_workflow_id`'s way, `turns.workflow_id("chat", customer,
         key)`, so that no two customers name one), one already running under that id is
         continued instead, if it is this customer's (else `RequestConflict`).
-        `agent`, `context` and `settings`: every turn's (see `start`).
+        `agent`, `context`, `settings` and `principal`: every turn's (see `start`).
         `options`: the rest of `ConversationInput` (`idle_timeout`,
         `max_turns_per_run`, `max_cost`: a spending cap across its turns)."""
         context = checked_context(context)
@@ -541,7 +616,8 @@ class AgentClient:
         agent, own = _agent_of(agent)
         try:
             template = ConversationInput(
-                customer_id=customer,
+                customer_id=principal.user if principal is not None else customer,
+                principal=principal,
                 agent=agent,
                 model=_models(model),
                 limits=limits,
@@ -561,7 +637,7 @@ class AgentClient:
         self, template: ConversationInput, *, conversation_id: str = ""
     ) -> ConversationHandle:
         """`chat`, for a `ConversationInput` built by the caller."""
-        workflow_id = conversation_id or turns.chat_id(template.customer_id)
+        workflow_id = conversation_id or turns.chat_id(turns.owner_part(template.asker))
         handle = ConversationHandle(self, workflow_id, template)
         handle._named = bool(conversation_id)
         return handle
@@ -571,13 +647,18 @@ class AgentClient:
         Whoever it is of: a service that serves many customers uses `conversation_for`."""
         return ConversationHandle(self, workflow_id, None)
 
-    async def conversation_for(self, workflow_id: str, *, customer: str) -> ConversationHandle:
-        """`conversation`, for `customer` only: the conversation if it was started for
-        them (its input says so), else `UnknownTurn` as for one that does not exist
-        (`turn_for`). Its turns (`<id>-<n>`, from `start`) are theirs too."""
+    async def conversation_for(
+        self, workflow_id: str, *, customer: str | None = None, principal: Principal | None = None
+    ) -> ConversationHandle:
+        """`conversation`, for `customer` (or `principal`) only: the conversation if it
+        was started for them (its input says so), else `UnknownTurn` as for one that does
+        not exist (`turn_for`). Its turns (`<id>-<n>`, from `start`) are theirs too."""
+        if (customer is None) == (principal is None):
+            raise AgentClientError("name the customer or the principal, one of them")
+        whom = principal if principal is not None else of_customer(customer or "")
         with _plainly(workflow_id, "conversation"):
             opening = await _conversation_input(self.temporal, workflow_id)
-        if opening is None or opening.customer_id != customer:
+        if opening is None or not opening.asker.same_person(whom):
             raise UnknownTurn(workflow_id, "conversation")
         return self.conversation(workflow_id)
 
@@ -846,24 +927,55 @@ class TurnHandle:
         with _plainly(self.id):
             return await turns.version_of(self.temporal)
 
-    async def approve(self, call_id: str | None = None, *, by: str) -> ApprovalResult:
+    async def approve(
+        self,
+        call_id: str | None = None,
+        *,
+        by: str,
+        principal: Principal | None = None,
+        via: str = "client",
+    ) -> ApprovalResult:
         """Let a waiting call run (`call_id`: the only one when left out). `by`: who
-        decided, for the record."""
-        return await self.decide(call_id, approved=True, by=by)
+        decided, for the record; `principal`: who decided, from your authentication,
+        which the agent's approvers are checked against (`NotAnApprover`, recorded in
+        the turn's story); `via`: the front end it came through, for the record."""
+        return await self.decide(call_id, approved=True, by=by, principal=principal, via=via)
 
     async def reject(
-        self, call_id: str | None = None, *, by: str, reason: str = ""
+        self,
+        call_id: str | None = None,
+        *,
+        by: str,
+        reason: str = "",
+        principal: Principal | None = None,
+        via: str = "client",
     ) -> ApprovalResult:
         """Drop a waiting call; the model reads that it was declined, and why."""
-        return await self.decide(call_id, approved=False, by=by, reason=reason)
+        return await self.decide(
+            call_id, approved=False, by=by, reason=reason, principal=principal, via=via
+        )
 
     async def decide(
-        self, call_id: str | None, *, approved: bool, by: str, reason: str = ""
+        self,
+        call_id: str | None,
+        *,
+        approved: bool,
+        by: str,
+        reason: str = "",
+        principal: Principal | None = None,
+        via: str = "client",
     ) -> ApprovalResult:
         """`approve` or `reject`, as a decision that arrived as data (a form, a message)."""
         with _plainly(self.id):
             return await turns.decide(
-                self.client.temporal, self.id, call_id, approved=approved, by=by, reason=reason
+                self.client.temporal,
+                self.id,
+                call_id,
+                approved=approved,
+                by=by,
+                reason=reason,
+                principal=principal,
+                via=via,
             )
 
     async def wake(self, *, by: str = "") -> Woke:
@@ -920,7 +1032,7 @@ class ConversationHandle:
         with _plainly(self.id, "conversation"):
             if self._template is not None:
                 if self._named:
-                    await self._of_customer(self._template.customer_id)
+                    await self._of_customer(self._template.asker)
                 _, accepted = await turns.start_chat(
                     self.client.temporal,
                     self._template,
@@ -934,11 +1046,11 @@ class ConversationHandle:
                 accepted = await turns.send(self._handle, text, message_id)
         return self.client.turn(accepted.turn_id, self.output_type)
 
-    async def _of_customer(self, customer: str) -> None:
+    async def _of_customer(self, whom: Principal) -> None:
         """A conversation of the caller's naming that runs already gets the message, so
         it must be this customer's: a message never lands in another's conversation."""
         running = await _conversation_input(self.client.temporal, self.id)
-        if running is not None and running.customer_id != customer:
+        if running is not None and not running.asker.same_person(whom):
             raise RequestConflict(
                 f"conversation {self.id} is another customer's: name this customer's "
                 "conversations apart (turns.workflow_id('chat', customer, key))"

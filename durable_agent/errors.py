@@ -20,6 +20,7 @@ retried with backoff.
     │   │                          its content filter): not retried; a fallback model may
     │   └── ModelUnavailable       transient: retried (throttling, 5xx, timeouts)
     ├── InvalidCall                a tool call fails validation; the model sees the message
+    ├── ConsentMismatch            a write's arguments are not those approved: it does not run
     └── ToolError                  a tool could not answer; the model sees the message
         ├── NotFound               no such record (for this customer)
         ├── NotAllowed             the request breaks a rule (e.g. returning an unshipped order)
@@ -33,6 +34,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     │   └── ServerLost             the server stopped answering mid-request
     ├── UnknownTurn                no turn (or conversation) has that workflow id
     ├── NothingPending             no call of the turn awaits a decision (or several: name one)
+    ├── NotAnApprover              the decider may not approve that call (the agent's policy);
+    │                              refused, and recorded in the turn's story
     ├── NoWorker                   no worker serves the task queue
     ├── WorkerNeeded               no worker answered in time (the turn waits for one)
     ├── OutputMismatch             a typed turn's value fails its type's own validators
@@ -147,6 +150,12 @@ class InvalidCall(AgentError):
     """A tool call the registry refuses (unknown tool, bad arguments)."""
 
 
+class ConsentMismatch(AgentError):
+    """A write reached its dispatch with arguments other than those a person approved
+    (`approval.consent_hash`): it is not run. The turn never sends one; this is the
+    last check, where the write happens."""
+
+
 class ToolError(AgentError):
     """A tool could not produce a result. The message is shown to the model, so it
     should say what went wrong in words the model (and the user) can act on."""
@@ -207,6 +216,12 @@ class UnknownTurn(AgentClientError):
 
 class NothingPending(AgentClientError):
     """No call of the turn awaits a decision, or several do and none was named."""
+
+
+class NotAnApprover(AgentClientError):
+    """Who decided may not decide on that call: the agent's approval policy names who
+    may (`ApprovalPolicy.approvers`). Nothing is decided; the turn's story records the
+    refusal."""
 
 
 class NotWaiting(AgentClientError):

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from durable_agent import schemas
 from durable_agent.errors import InvalidCall
+from durable_agent.principal import Principal, of_customer
 from durable_agent.provenance import roles_of
 from durable_agent.render import MAX_RESULT_CHARS_LIMIT
 from durable_agent.types import ToolCall
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from durable_agent.subagents import SubAgent
 
 Deps = TypeVar("Deps")
+_ANYONE = Principal(user="-")
+"""`ToolContext.principal` left out: the customer in the default tenant is put there."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,15 @@ class ToolContext(Generic[Deps]):
     was answered from the record before this call. Such a world starts as the
     original's did; to be where the recording was, it applies their effects before
     this call's (`evals/tau2.py`'s store does). 0 in any other turn."""
+    principal: Principal = field(default=_ANYONE)
+    """Who asks (`durable_agent.Principal`: tenant, user, roles), from the application's
+    authentication, never from the model; `customer_id` is its user. A tool scopes its
+    data to the tenant as well as to the user. Left out, the customer in the default
+    tenant."""
+
+    def __post_init__(self) -> None:
+        if self.principal is _ANYONE:
+            object.__setattr__(self, "principal", of_customer(self.customer_id))
 
 
 class ToolSpec(BaseModel):

@@ -26,6 +26,7 @@ from pydantic import (
 
 from durable_agent.elicitation import Question
 from durable_agent.model_settings import ModelSettings
+from durable_agent.principal import Principal, of_customer
 
 DEFAULT_CUSTOMER = "demo"
 """Who a turn is for when its caller names nobody (the demo's sample data is theirs)."""
@@ -165,6 +166,27 @@ class StepKind(str, Enum):
     when (`durable_agent.waits`); the wait's end is the call's observation."""
 
 
+class Consent(BaseModel):
+    """The record of a decision on one call, as the turn took it: who decided, when,
+    through which front end, and the hash of the exact call it covers. A turn's
+    `decision` steps carry it; an approval covers that call of that turn only."""
+
+    call_id: str
+    tool: str
+    call_hash: str
+    """`approval.consent_hash` of the call: its tool and arguments, canonical."""
+    approved: bool
+    by: str
+    principal: Principal | None = None
+    via: str = ""
+    at: datetime
+    """When the turn took the decision (workflow time)."""
+    reason: str = ""
+    refused: str = ""
+    """Why the turn refused the decision (the decider may not decide: the agent's
+    approvers); empty for a decision taken."""
+
+
 class Step(BaseModel):
     """One entry of the turn's story. The list only ever grows, so it doubles as
     the model's history and as what `client.py ask --follow` prints."""
@@ -184,6 +206,9 @@ class Step(BaseModel):
     settings_ignored: list[str] = Field(default_factory=list)
     """Of those, what the model's backend did not send (its API has no such parameter,
     or not in this request): the worker's log says why."""
+    consent: Consent | None = None
+    """A `decision` step: the record of the decision (who, when, through what, on which
+    exact call); None on other steps, and on decisions recorded before it existed."""
     tool_schema: str = ""
     """A `tool_call` step: a hash of the schema of the call's tool as the turn was
     offered it (`rewind.schema_digest`), so that a fork on the agent as served now tells
@@ -417,6 +442,25 @@ class TurnInput(BaseModel):
     settings: ModelSettings | None = None
     """How its models are asked (temperature, output limit, ...), over its agent's and
     its models' own, field by field (`durable_agent.model_settings`); None: theirs."""
+    principal: Principal | None = None
+    """Trusted, from the caller's authentication: who asks (`durable_agent.Principal`).
+    None: `customer_id`, as the user of the default tenant (`asker`). Given, its user
+    is the turn's `customer_id`."""
+
+    @property
+    def asker(self) -> Principal:
+        """Who asks: the principal given, else the customer in the default tenant."""
+        return self.principal if self.principal is not None else of_customer(self.customer_id)
+
+    @model_validator(mode="after")
+    def _customer_is_user(self) -> TurnInput:
+        if self.principal is not None:
+            if "customer_id" in self.model_fields_set and self.customer_id != self.principal.user:
+                raise ValueError(
+                    "give a customer or a principal, not both: the customer is the principal's user"
+                )
+            self.customer_id = self.principal.user
+        return self
 
     @field_validator("question")
     @classmethod
@@ -557,6 +601,10 @@ class PendingApproval(BaseModel):
     """Why it needs consent, in words the person deciding can judge."""
     since: datetime
     """When the turn started waiting (workflow time)."""
+    approvers: list[str] = []
+    """Who may decide (`ApprovalPolicy.approvers`: `asker`, `role:NAME`); empty: anyone."""
+    call_hash: str = ""
+    """`approval.consent_hash` of the call: what a decision on it attests to."""
 
 
 class TurnProgress(BaseModel):

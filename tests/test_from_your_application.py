@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
@@ -348,3 +349,30 @@ def test_no_user_reaches_another_users_turn(team: tuple[Path, dict[str, str]]) -
     finally:
         served.stop()
     assert tickets(environ) == 1
+
+
+def test_the_service_takes_its_user_from_a_verified_jwt_only(
+    team: tuple[Path, dict[str, str]],
+) -> None:
+    """With a JWT configured, a token with a bad signature, for another audience or
+    expired gets 401 (and X-User counts for nothing); a valid one is its `sub`."""
+    folder, environ = team
+    secret = "the-service-shared-secret-32-bytes!!"
+    environ = {**environ, "AGENT_WEB_JWT_SECRET": secret, "AGENT_WEB_JWT_AUDIENCE": "desk"}
+
+    def bearer(key: str = secret, **claims: object) -> dict[str, str]:
+        body = {"sub": "sam", "tenant": "acme", "aud": "desk", "exp": time.time() + 300}
+        return {"Authorization": f"Bearer {jwt.encode({**body, **claims}, key, 'HS256')}"}
+
+    with service(folder, environ) as http:  # it sends X-User: demo, which is ignored
+        for headers in (
+            {},
+            bearer(key="another-secret-of-thirty-two-bytes!"),
+            bearer(aud="another-service"),
+            bearer(exp=time.time() - 60),
+        ):
+            refused = http.get("/approvals", headers=headers)
+            assert refused.status_code == 401, (headers, refused.text)
+            assert refused.headers["www-authenticate"] == "Bearer"
+        ok = http.get("/approvals", headers=bearer())
+        assert ok.status_code == 200 and ok.json() == [], ok.text

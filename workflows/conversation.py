@@ -137,6 +137,7 @@ class Conversation:
         turn = TurnInput(
             question=question,
             customer_id=self._input.customer_id,
+            principal=self._input.principal,
             agent=self._input.agent,
             model=self._input.model,
             limits=self._input.limits,
@@ -155,8 +156,15 @@ class Conversation:
             AgentTurn.run,
             turn,
             id=turn_id,
-            search_attributes=search.at_start(
-                turn.customer_id, turn.model, turn.conversation_id, agent=named
+            search_attributes=search.within(
+                search.at_start(
+                    turn.customer_id,
+                    turn.model,
+                    turn.conversation_id,
+                    agent=named,
+                    principal=turn.principal,
+                ),
+                attributes,
             )
             if search.CUSTOMER in attributes
             else None,

@@ -12,6 +12,10 @@
     AgentFingerprint   Keyword      a hash of that agent's instructions and tool schemas
     AgentForkOf        Keyword      the turn a fork was made of (`client.py rerun`)
     AgentSchedule      Keyword      the schedule that started the turn (`durable_agent.schedules`)
+    AgentTenant        Keyword      the tenant of who asked (`durable_agent.Principal`;
+                                    `default` for a customer named alone); its user is
+                                    AgentCustomer (the dev server takes at most ten
+                                    Keyword attributes: this is the tenth)
 
 A turn's memo holds one entry, `pending`: the calls awaiting a decision (a list of
 `PendingApproval`), readable without a worker.
@@ -29,6 +33,8 @@ from temporalio.common import (
     TypedSearchAttributes,
 )
 
+from durable_agent.principal import DEFAULT_TENANT, Principal
+
 CUSTOMER = SearchAttributeKey.for_keyword("AgentCustomer")
 MODEL = SearchAttributeKey.for_keyword("AgentModel")
 STATUS = SearchAttributeKey.for_keyword("AgentStatus")
@@ -39,6 +45,7 @@ AGENT = SearchAttributeKey.for_keyword("AgentName")
 FINGERPRINT = SearchAttributeKey.for_keyword("AgentFingerprint")
 FORK_OF = SearchAttributeKey.for_keyword("AgentForkOf")
 SCHEDULE = SearchAttributeKey.for_keyword("AgentSchedule")
+TENANT = SearchAttributeKey.for_keyword("AgentTenant")
 
 PENDING_MEMO = "pending"
 """The memo entry of a turn's calls awaiting a decision (also the patch that added it)."""
@@ -57,6 +64,7 @@ ALL: tuple[SearchAttributeKey, ...] = (
     FINGERPRINT,
     FORK_OF,
     SCHEDULE,
+    TENANT,
 )
 
 RUNNING = "running"
@@ -67,14 +75,21 @@ DONE = "done"
 
 
 def at_start(
-    customer_id: str, model: str, conversation_id: str = "", agent: str | None = ""
+    customer_id: str,
+    model: str,
+    conversation_id: str = "",
+    agent: str | None = "",
+    principal: Principal | None = None,
 ) -> TypedSearchAttributes:
     """What a turn or conversation is started with (`model` empty: the worker's default,
     filled in by the workflow once known; `agent` empty: the worker's first, named by
-    the turn when it knows; None: no AgentName, for a parent started without one)."""
+    the turn when it knows; None: no AgentName, for a parent started without one;
+    `principal`: who asks, else the customer in the default tenant)."""
+    tenant = principal.tenant if principal is not None else DEFAULT_TENANT
     pairs: list[SearchAttributePair] = [
-        SearchAttributePair(CUSTOMER, customer_id),
+        SearchAttributePair(CUSTOMER, customer_id),  # a principal's user
         SearchAttributePair(STATUS, RUNNING),
+        SearchAttributePair(TENANT, tenant),
     ]
     if agent is not None:
         pairs.append(SearchAttributePair(AGENT, agent))
@@ -83,6 +98,17 @@ def at_start(
     if conversation_id:
         pairs.append(SearchAttributePair(CONVERSATION, conversation_id))
     return TypedSearchAttributes(pairs)
+
+
+def within(
+    attributes: TypedSearchAttributes, started: TypedSearchAttributes
+) -> TypedSearchAttributes:
+    """`attributes` for a child of a workflow `started` with these: without the tenant
+    when it had none, as its namespace may not have it (registered before it existed)."""
+    if TENANT in started:
+        return attributes
+    kept = [p for p in attributes.search_attributes if p.key != TENANT]
+    return TypedSearchAttributes(kept)
 
 
 def dev_server_args() -> list[str]:

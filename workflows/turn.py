@@ -109,9 +109,11 @@ with workflow.unsafe.imports_passed_through():
         MAX_UNASKED_WRITES,
         ApprovalDecision,
         ApprovalResult,
+        consent_hash,
         declined,
         digest,
         expired,
+        may_decide,
     )
     from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round, for_memo
     from durable_agent.conversation import (
@@ -135,6 +137,7 @@ with workflow.unsafe.imports_passed_through():
         ModelCannotAnswer,
         ModelRequestRejected,
         ModelUnavailable,
+        NotAnApprover,
         NothingPending,
         NotWaiting,
         PayloadUnavailable,
@@ -144,6 +147,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.model import Reply
     from durable_agent.pricing import usage_line
+    from durable_agent.principal import Principal
     from durable_agent.provenance import Source
     from durable_agent.render import preview
     from durable_agent.runtime.metrics import count_fallback
@@ -154,6 +158,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.transcript import ConversationRef
     from durable_agent.types import (
         AgentInfo,
+        Consent,
         Fork,
         Observation,
         Outcome,
@@ -288,6 +293,12 @@ class AgentTurn:
         self._decisions: dict[str, ApprovalDecision] = (
             {d.call_id: d for d in carry.decisions} if carry else {}
         )
+        self._asker = Principal(user="-")
+        """Who asked the turn (`TurnInput.asker`): whom approver rules are read against."""
+        self._approved: dict[str, str] = {}
+        """Calls approved and not yet dispatched: the hash each approval covers, which
+        their dispatch checks (`DispatchInput.consent`). Never carried: a turn continues
+        as new between rounds, and an approved call of a round is dispatched in it."""
         self._questions: dict[str, Question] = {}
         """MCP servers' questions awaiting a person's answer, by id (never carried: a
         turn does not continue as new while a call of its round waits for one)."""
@@ -391,20 +402,46 @@ class AgentTurn:
 
     @workflow.update
     async def decide(self, decision: ApprovalDecision) -> ApprovalResult:
-        """A person's decision on a call that waits for consent."""
+        """A person's decision on a call that waits for consent. One from someone the
+        agent's approvers leave out is refused (`NotAnApprover`), and its refusal is in
+        the turn's story: accepted as an update, it is in the history too."""
+        pending = self._pending[decision.call_id]
+        if refusal := self._refusal(pending, decision):
+            raise ApplicationError(refusal, type=NotAnApprover.__name__, non_retryable=True)
         self._decisions[decision.call_id] = decision
-        call = self._pending[decision.call_id].call
+        call = pending.call
         return ApprovalResult(call_id=call.id, approved=decision.approved, tool=call.name)
 
     @workflow.signal(name="decide_later")
     def decide_later(self, decision: ApprovalDecision) -> None:
         """A decision sent while no worker of the turn's version ran: the server keeps
         it in the history, and it applies when one runs the turn. The client checked it
-        against the calls the memo lists; one no longer awaiting a decision is dropped."""
-        if decision.call_id in self._pending and decision.call_id not in self._decisions:
-            self._decisions[decision.call_id] = decision
-        else:
+        against the calls the memo lists; one no longer awaiting a decision is dropped,
+        and one from someone who may not decide is refused, in the story."""
+        pending = self._pending.get(decision.call_id)
+        if pending is None or decision.call_id in self._decisions:
             workflow.logger.warning("decision on %s dropped: not awaiting one", decision.call_id)
+        elif not _covers(pending, decision):
+            workflow.logger.warning("decision on %s dropped: made on another call", pending.call.id)
+        elif not self._refusal(pending, decision):
+            self._decisions[decision.call_id] = decision
+
+    def _iteration_now(self) -> int:
+        return self._steps[-1].iteration if self._steps else 1
+
+    def _refusal(self, pending: PendingApproval, decision: ApprovalDecision) -> str:
+        """Why the decider may not decide on `pending` (recorded in the story); empty
+        when they may."""
+        refusal = may_decide(pending.approvers, self._asker, decision.principal)
+        if refusal:
+            self._record(
+                self._iteration_now(),
+                StepKind.DECISION,
+                f"{pending.call.name}: refused a decision by {decision.by}: {refusal}",
+                calls=[pending.call],
+                consent=_consent_of(pending, decision).model_copy(update={"refused": refusal}),
+            )
+        return refusal
 
     @decide.validator
     def _check_decision(self, decision: ApprovalDecision) -> None:
@@ -415,6 +452,13 @@ class AgentTurn:
                 f"call {decision.call_id!r} is not awaiting approval in this turn "
                 f"(awaiting: {waiting})",
                 type=NothingPending.__name__,  # the client raises it as that
+                non_retryable=True,
+            )
+        if not _covers(self._pending[decision.call_id], decision):
+            raise ApplicationError(
+                f"call {decision.call_id!r} awaiting approval is not the call decided on (its "
+                "tool or arguments differ): read the turn's pending calls again",
+                type=NothingPending.__name__,
                 non_retryable=True,
             )
 
@@ -495,6 +539,7 @@ class AgentTurn:
 
     @workflow.run
     async def run(self, turn: TurnInput) -> TurnOutput:
+        self._asker = turn.asker
         with agent_span(turn.agent, turn.model, turn.conversation_id) as span:
             self._span = span
             result = await self._run(turn)
@@ -602,6 +647,7 @@ class AgentTurn:
                     tools_version=self._agent.tools_version,
                     tool_lists=self._agent.tool_lists,
                     text=recorded,
+                    principal=turn.asker,
                 ),
                 start_to_close_timeout=INSTRUCTIONS_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
@@ -1240,7 +1286,9 @@ class AgentTurn:
             if recorded is not None:
                 return await self._from_record(turn, iteration, vc, turn.fork, recorded, writes)
         if waiting is not None:
-            if refused := await self._consent(turn, iteration, call, waiting.why, waiting):
+            if refused := await self._consent(
+                turn, iteration, call, waiting.why, waiting, waiting.approvers
+            ):
                 return refused
         elif refused := await self._checked_and_consented(turn, iteration, index, vc):
             return refused
@@ -1338,7 +1386,7 @@ class AgentTurn:
             if change:
                 why = f"{why}; it will: {change}"
         if why:
-            return await self._consent(turn, iteration, call, why)
+            return await self._consent(turn, iteration, call, why, approvers=vc.approvers)
         if vc.side_effects:
             self._ran_unasked(call)
         return None
@@ -1538,6 +1586,8 @@ class AgentTurn:
             answers=given or [],
             replies=sampled or [],
             followed=self._followed(turn),
+            principal=turn.principal,
+            consent=self._approved.pop(vc.call.id, ""),
         )
         try:
             return await self._dispatch(vc, sent)
@@ -1554,7 +1604,7 @@ class AgentTurn:
                 non_retryable=True,
             )
         self._decisions.pop(vc.call.id, None)  # the consent to send it once is spent
-        refused = await self._consent(turn, iteration, vc.call, why)
+        refused = await self._consent(turn, iteration, vc.call, why, approvers=vc.approvers)
         if refused is not None:
             raise ApplicationError(
                 f"{vc.call.name} was not sent again: {refused.text}", non_retryable=True
@@ -1585,6 +1635,7 @@ class AgentTurn:
                     tool_lists=self._agent.tool_lists,
                     context=turn.context,
                     followed=self._followed(turn),
+                    principal=turn.principal,
                 ),
                 start_to_close_timeout=QUICK_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
@@ -1672,6 +1723,7 @@ class AgentTurn:
             # The child's question is the model's; its writes answer to the customer's words.
             said=_said(turn),
             context=turn.context if agent.shares_context else {},
+            principal=turn.principal,  # a sub-agent acts for the same person
         )
         try:
             result: TurnOutput = await workflow.execute_child_workflow(
@@ -1680,11 +1732,15 @@ class AgentTurn:
                 id=child_id,
                 static_summary=answers.markdown_safe(f"{call.name}: {_clip(child.question)}"),
                 task_timeout=WORKFLOW_TASK_TIMEOUT,
-                search_attributes=search.at_start(
-                    child.customer_id,
-                    child.model,
-                    child.conversation_id,
-                    agent=child.agent if _named() else None,
+                search_attributes=search.within(
+                    search.at_start(
+                        child.customer_id,
+                        child.model,
+                        child.conversation_id,
+                        agent=child.agent if _named() else None,
+                        principal=child.principal,
+                    ),
+                    workflow.info().typed_search_attributes,
                 )
                 if _indexed()
                 else None,
@@ -1756,14 +1812,28 @@ class AgentTurn:
         call: ToolCall,
         why: str,
         waiting: PendingApproval | None = None,
+        approvers: list[str] | None = None,
     ) -> Observation | None:
         """Wait, durably and holding no worker slot, for a person's decision on `call`.
         None when approved; otherwise the result the model reads instead. `waiting`:
-        the turn's run before asked, and the wait goes on (for what is left of it)."""
+        the turn's run before asked, and the wait goes on (for what is left of it).
+        `approvers`: who may decide (`ApprovalPolicy.approvers`; none: anyone)."""
         wait = self._limits.approval_timeout
+        # A decision covers the one wait it was given in: a call id the model uses again
+        # later (another round, other arguments) is asked again, never let through by an
+        # earlier approval; and the write's dispatch checks the approval's hash.
+        per_call = workflow.patched("consent-per-call")
         if waiting is None:
+            if per_call:
+                self._decisions.pop(call.id, None)
             self._clock_stops()  # a person is deciding
-            self._pending[call.id] = PendingApproval(call=call, why=why, since=workflow.now())
+            self._pending[call.id] = PendingApproval(
+                call=call,
+                why=why,
+                since=workflow.now(),
+                approvers=approvers or [],
+                call_hash=consent_hash(call) if per_call else "",
+            )
             self._record(
                 iteration,
                 StepKind.APPROVAL,
@@ -1792,7 +1862,11 @@ class AgentTurn:
             raise
         # Not in a `finally`: a workflow evicted from the worker's cache unwinds its
         # coroutines outside the workflow's event loop, where nothing may be asked of it.
+        pending = self._pending[call.id]
         self._no_longer_pending(call)
+        if per_call:
+            self._decisions.pop(call.id, None)  # spent
+        consent = _consent_of(pending, decision) if decision is not None and per_call else None
         if decision is None:
             text = expired(call, _duration(wait))
             self._record(
@@ -1800,8 +1874,10 @@ class AgentTurn:
             )
         elif decision.approved:
             approved = f"{call.name}: approved by {decision.by}"
-            self._record(iteration, StepKind.DECISION, approved, calls=[call])
+            self._record(iteration, StepKind.DECISION, approved, calls=[call], consent=consent)
             self._consented.append(call.id)
+            if consent is not None:
+                self._approved[call.id] = consent.call_hash
             return None
         else:
             text = declined(call, decision)
@@ -1811,6 +1887,7 @@ class AgentTurn:
                 StepKind.DECISION,
                 f"{call.name}: declined by {decision.by}{because}",
                 calls=[call],
+                consent=consent,
             )
         observation = Observation(call_id=call.id, tool=call.name, ok=False, text=text)
         self._record(
@@ -2105,6 +2182,27 @@ async def _all(calls: list[Coroutine[Any, Any, Any]]) -> list[Any]:
 def _outcome_unknown(e: ActivityError) -> bool:
     """The tool said its write may have happened (`durable_agent.errors.OutcomeUnknown`)."""
     return isinstance(e.cause, ApplicationError) and e.cause.type == "OutcomeUnknown"
+
+
+def _covers(pending: PendingApproval, decision: ApprovalDecision) -> bool:
+    """Whether a decision is on the call waiting: the hash of what the decider was shown
+    (when given) is the waiting call's."""
+    return not decision.call_hash or decision.call_hash == consent_hash(pending.call)
+
+
+def _consent_of(pending: PendingApproval, decision: ApprovalDecision) -> Consent:
+    """The record of a decision on the waiting call, as the turn takes it now."""
+    return Consent(
+        call_id=pending.call.id,
+        tool=pending.call.name,
+        call_hash=consent_hash(pending.call),
+        approved=decision.approved,
+        by=decision.by,
+        principal=decision.principal,
+        via=decision.via,
+        at=workflow.now(),
+        reason=decision.reason,
+    )
 
 
 def _indexed() -> bool:

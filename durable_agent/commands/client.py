@@ -4,12 +4,14 @@ python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] 
 python client.py ask "..." --set temperature=0.2 --set stop=END   # the turn's model settings
 python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
 python client.py pending [--customer ID]                  # calls awaiting approval, questions
-python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
+python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME] [--tenant T --user U --role R]
 python client.py answer WORKFLOW_ID [QUESTION_ID] (--accept JSON | --decline | --cancel)
 python client.py reject WORKFLOW_ID [CALL_ID] [--reason TEXT] [--by NAME]
 python client.py wake WORKFLOW_ID [--by NAME]           # end a turn's waits early
 python client.py event WORKFLOW_ID NAME JSON [--by NAME] # an event a turn waits for
 python client.py list [--agent NAME] [--customer ID] [--outcome O] [--awaiting-approval]
+python client.py list --tenant T [--user U]              # the turns a tenant's users asked
+python client.py audit [--tenant T] [--user U] [--since 7d] [--limit N] [--json]   # decisions
 python client.py show WORKFLOW_ID
 python client.py schedule add NAME --agent A (--cron EXPR | --every 1h | --at TIME) "QUESTION"
 python client.py schedule list | show NAME | pause NAME | resume NAME | trigger NAME | delete NAME
@@ -21,6 +23,10 @@ python client.py move-conversations   # idle conversations onto the current vers
 python client.py server         # a Temporal server alone (for rollouts; Ctrl-C stops it)
 python client.py demo           # the six sample questions, no setup needed
 python client.py web [--agent NAME] [--port 8080] [--customer ID]   # the web chat, on loopback
+
+`--tenant`, `--user` and `--role` (of `ask`, `approve`, `reject`) name who asks or decides
+(`durable_agent.Principal`). They are trusted only for local use: the command takes
+whoever runs it at their word. A service takes them from its own authentication.
 
 `--agent` names the agent that answers (default: the worker's first), or gives its
 definition as MODULE:ATTRIBUTE: then a command that starts a worker of its own (`web`,
@@ -59,6 +65,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent import mcp, model_settings, telemetry
 from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
+from durable_agent.audit import MAX_AUDIT_TURNS
 from durable_agent.chat import ConversationInput
 from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, checked_context
 from durable_agent.commands.questions import answer_question
@@ -66,6 +73,7 @@ from durable_agent.elicitation import Action
 from durable_agent.errors import AgentDefinitionError, InvalidContext
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import usage_line
+from durable_agent.principal import DEFAULT_TENANT, Principal
 from durable_agent.rewind import Comparison, Origin, refused_model
 from durable_agent.rewind import compare as rewind_compare
 from durable_agent.runtime import deployments, rewind, search
@@ -479,13 +487,42 @@ def decide_hint(workflow_id: str, step: Step) -> str:
     )
 
 
+def principal_of(args: argparse.Namespace, user: str) -> Principal | None:
+    """`--tenant/--user/--role` as a principal (`user`: the default of `--user`); None
+    when none is given. Trusted only for local use (the module's docstring)."""
+    if args.tenant is None and args.user is None and not args.role:
+        return None
+    try:
+        return Principal(
+            tenant=args.tenant or DEFAULT_TENANT, user=args.user or user, roles=args.role or ()
+        )
+    except ValidationError as e:
+        raise CliError(
+            "; ".join(
+                f"--{str(err['loc'][0]).removesuffix('s')}: "
+                f"{str(err['msg']).removeprefix('Value error, ')}"
+                for err in e.errors()
+            )
+        ) from None
+
+
+def add_principal(p: argparse.ArgumentParser, who: str) -> None:
+    local = "trusted only for local use"
+    p.add_argument("--tenant", help=f"the tenant of who {who} (default: default; {local})")
+    p.add_argument("--user", help=f"who {who}, in that tenant ({local})")
+    p.add_argument(
+        "--role", action="append", metavar="ROLE", help=f"a role of who {who}, repeatable ({local})"
+    )
+
+
 async def cmd_ask(args: argparse.Namespace) -> int:
     question = sys.stdin.read() if args.question == "-" else args.question
     chosen = choose_agent(args.agent)
+    principal = principal_of(args, args.customer)
     try:
         turn = TurnInput(
             question=question,
-            customer_id=args.customer,
+            **({"principal": principal} if principal else {"customer_id": args.customer}),
             agent=chosen.name,
             model=args.model,
             limits=limits(args),
@@ -776,6 +813,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         raise CliError(
             "; ".join(f"--{err['loc'][0]}: {err['msg']}" for err in e.errors())
         ) from None
+    principal = principal_of(args, args.by)  # checked as the flags are read
     decision = "approval" if approved else "rejection"
     # What a Ctrl-C leaves, said in one line: the decision is sent or not, taken or not.
     interrupted = f"interrupted before the {decision} was sent: nothing was decided"
@@ -787,9 +825,11 @@ async def cmd_decide(args: argparse.Namespace) -> int:
                 f"still take it; see `{client_command()} show {turn_id}`"
             )
             if approved:
-                result = await turn.approve(call_id, by=args.by)
+                result = await turn.approve(call_id, by=args.by, principal=principal, via="cli")
             else:
-                result = await turn.reject(call_id, by=args.by, reason=reason)
+                result = await turn.reject(
+                    call_id, by=args.by, reason=reason, principal=principal, via="cli"
+                )
             print(
                 f"{'approved' if result.approved else 'rejected'}: {result.tool} ({result.call_id})"
             )
@@ -855,6 +895,40 @@ def _woken(woke: Woke) -> str:
     return ", ".join(f"{tool} ({call})" for call, tool in zip(woke.calls, woke.tools, strict=True))
 
 
+_AGO = re.compile(r"(\d{1,6})([dhm])")
+
+
+def since_of(value: str | None) -> datetime | None:
+    """`audit --since`: `7d`, `12h`, `30m` ago, or an ISO date or time (UTC if it names
+    no zone); CliError in one line otherwise."""
+    if value is None:
+        return None
+    now = datetime.now(timezone.utc)
+    if ago := _AGO.fullmatch(value.strip()):
+        unit = {"d": "days", "h": "hours", "m": "minutes"}[ago.group(2)]
+        return now - timedelta(**{unit: int(ago.group(1))})
+    try:
+        at = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise CliError(
+            f"--since {value[:40]!r}: give 7d, 12h, 30m, or a date or time (2026-12-01T09:00)"
+        ) from None
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+async def cmd_audit(args: argparse.Namespace) -> None:
+    """Every decision on a write, with who asked, who decided, the call and its result."""
+    since = since_of(args.since)
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        rows = await client_of(conn, args).audit(
+            tenant=args.tenant, user=args.user, since=since, limit=args.limit
+        )
+    for row in rows:
+        print(row.model_dump_json() if args.json else row.line())
+    if not rows and not args.json:
+        print("no decisions found")
+
+
 async def cmd_list(args: argparse.Namespace) -> None:
     customer = customer_filter(args)
     agent = args.agent.strip() if args.agent else None
@@ -870,6 +944,8 @@ async def cmd_list(args: argparse.Namespace) -> None:
             awaiting_approval=args.awaiting_approval,
             limit=args.limit,
             schedule=args.schedule,
+            tenant=args.tenant,
+            user=args.user,
         )
         if not rows:
             print("no turns found")
@@ -883,6 +959,7 @@ async def cmd_list(args: argparse.Namespace) -> None:
                 f"{r.workflow_id:<{width}}  {started}  {r.status:<17}  {r.outcome or '-':<13}  "
                 f"{agent_column}  {build}  {r.model or '-'}  {tools}  {r.question!r}"
                 + (f"  schedule: {r.schedule}" if r.schedule else "")
+                + (f"  tenant: {r.tenant}" if r.tenant and r.tenant != DEFAULT_TENANT else "")
             )
 
 
@@ -1226,6 +1303,7 @@ def parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="ask one question")
     ask.add_argument("question", help="the question, or - to read it from standard input")
     ask.add_argument("--follow", action="store_true", help="print each step as it happens")
+    add_principal(ask, "asks")
     ask.add_argument(
         "--no-wait", action="store_true", help="print the turn's workflow id and return at once"
     )
@@ -1258,6 +1336,7 @@ def parser() -> argparse.ArgumentParser:
             default=getpass.getuser(),
             help="who decides, for the record (default: %(default)s)",
         )
+        add_principal(d, "decides")
         if name == "reject":
             d.add_argument("--reason", default="", help="why, for the record and the model")
         d.add_argument("--wait", action="store_true", help="then wait for the turn's answer")
@@ -1313,7 +1392,24 @@ def parser() -> argparse.ArgumentParser:
         help="at most this many (default: %(default)s)",
     )
     lst.add_argument("--schedule", metavar="NAME", help="only turns this schedule started")
+    lst.add_argument("--tenant", help="only turns asked by this tenant's users")
+    lst.add_argument("--user", help="only turns asked by this user (of --tenant, or any tenant)")
     lst.set_defaults(run=cmd_list)
+
+    audit = sub.add_parser(
+        "audit", help="every decision on a write: who asked, who decided, what, and its result"
+    )
+    audit.add_argument("--tenant", help="only turns asked by this tenant's users")
+    audit.add_argument("--user", help="only turns asked by this user")
+    audit.add_argument("--since", metavar="7d|12h|DATE", help="only turns started since then")
+    audit.add_argument(
+        "--limit",
+        type=whole_number(1, MAX_AUDIT_TURNS),
+        default=100,
+        help="the newest turns read, at most (default: %(default)s)",
+    )
+    audit.add_argument("--json", action="store_true", help="one JSON object a line")
+    audit.set_defaults(run=cmd_audit)
     schedules_cli.add_parser(sub).set_defaults(run=cmd_schedule)
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")

@@ -230,7 +230,9 @@ async def start_fork(
     origin = Origin.of(fork)
     attributes: TypedSearchAttributes | None = None
     if await registered.available(client):
-        at_start = search.at_start(turn.customer_id, turn.model, agent=turn.agent)
+        at_start = search.at_start(
+            turn.customer_id, turn.model, agent=turn.agent, principal=turn.principal
+        )
         attributes = TypedSearchAttributes(
             [*at_start.search_attributes, SearchAttributePair(search.FORK_OF, workflow_id)]
         )

@@ -48,19 +48,21 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.answers import markdown_plain, markdown_safe
-from durable_agent.approval import ApprovalDecision, ApprovalResult
+from durable_agent.approval import ApprovalDecision, ApprovalResult, may_decide
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
 from durable_agent.elicitation import AnswerInput, Question, check_answer, filled
 from durable_agent.errors import (
     AgentClientError,
     InvalidAnswer,
     InvalidEvent,
+    NotAnApprover,
     NothingPending,
     NotWaiting,
     NoWorker,
     UnknownTurn,
     WorkerNeeded,
 )
+from durable_agent.principal import DEFAULT_TENANT, Principal
 from durable_agent.runtime import deployments
 from durable_agent.runtime import search as registered
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
@@ -69,7 +71,6 @@ from durable_agent.stream import TurnEvent
 from durable_agent.types import (
     PendingApproval,
     Step,
-    ToolCall,
     TurnInput,
     TurnOutput,
     TurnProgress,
@@ -101,6 +102,16 @@ def workflow_id(kind: str, customer_id: str, key: str) -> str:
     have more, so they never equal one made here. At most 134 characters, whatever
     the customer (Temporal caps ids at 1,000; forks and sub-agents add to them)."""
     return f"{kind}-{escaped_part(customer_id)}-{escaped_part(key)}"
+
+
+def owner_part(principal: Principal) -> str:
+    """What names who asks in a workflow id (`workflow_id`'s customer): the user alone
+    in the default tenant (ids as before tenants), else `<tenant>:<user>` with the user
+    escaped: escaping never writes a `:`, so no customer of the default tenant (`a:b`
+    is `a%3Ab`) and no other tenant's user names the same turns."""
+    if principal.tenant == DEFAULT_TENANT:
+        return principal.user
+    return f"{principal.tenant}:{escaped_part(principal.user)}"
 
 
 def escaped_part(text: str) -> str:
@@ -156,6 +167,8 @@ def request_fingerprint(turn: TurnInput) -> str:
         mode="json",
         include={"customer_id", "question", "agent", "model", "limits", "output", "context"},
     )
+    if turn.principal is not None:  # a customer named alone hashes as before principals
+        identity["principal"] = turn.principal.model_dump(mode="json")
     if turn.settings is not None:  # a turn without settings hashes as before they existed
         identity["settings"] = turn.settings.model_dump(mode="json", exclude_none=True)
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -208,8 +221,8 @@ async def start_turn(
         # turn's record is hidden behind a new run of its id; another id is drawn.
         for _ in range(RANDOM_ID_DRAWS - 1):
             with contextlib.suppress(WorkflowAlreadyStartedError):
-                return await _start(client, turn, task_queue, turn_id(turn.customer_id), indexed)
-        return await _start(client, turn, task_queue, turn_id(turn.customer_id), indexed)
+                return await _start(client, turn, task_queue, _new_id(turn), indexed)
+        return await _start(client, turn, task_queue, _new_id(turn), indexed)
     return await _start(
         client,
         turn,
@@ -221,6 +234,10 @@ async def start_turn(
 
 
 RANDOM_ID_DRAWS = 4
+
+
+def _new_id(turn: TurnInput) -> str:
+    return turn_id(owner_part(turn.asker))
 
 
 async def _start(
@@ -239,7 +256,9 @@ async def _start(
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         id_conflict_policy=id_conflict_policy,
         **start_options(turn),
-        search_attributes=search.at_start(turn.customer_id, turn.model, agent=turn.agent)
+        search_attributes=search.at_start(
+            turn.customer_id, turn.model, agent=turn.agent, principal=turn.principal
+        )
         if indexed
         else None,
         # A worker in this process with a free slot (`ask --embedded`, `web`) gets the
@@ -305,7 +324,9 @@ async def start_chat(
         static_summary=markdown_safe(
             f"chat with {chat.customer_id}" + (f" ({chat.agent})" if chat.agent else "")
         ),
-        search_attributes=search.at_start(chat.customer_id, chat.model, agent=chat.agent)
+        search_attributes=search.at_start(
+            chat.customer_id, chat.model, agent=chat.agent, principal=chat.principal
+        )
         if indexed
         else None,
         task_timeout=WORKFLOW_TASK_TIMEOUT,
@@ -666,7 +687,9 @@ class Waiting:
         return f"{seconds // 3600}h"
 
 
-async def pending(client: Client, customer_id: str | None = None) -> list[Waiting]:
+async def pending(
+    client: Client, customer_id: str | None = None, tenant: str | None = None
+) -> list[Waiting]:
     """Every call awaiting consent, oldest first (of the customer's turns, if given).
     A turn whose version has no worker running is listed from its memo, `stalled`."""
     if await registered.available(client):
@@ -678,6 +701,8 @@ async def pending(client: Client, customer_id: str | None = None) -> list[Waitin
         )
         if customer_id:
             query += f" AND {search.CUSTOMER.name} = '{_quoted(customer_id)}'"
+        if tenant:
+            query += f" AND {search.TENANT.name} = '{_quoted(tenant)}'"
     else:  # no search attributes: look at every running turn
         query = "WorkflowType = 'AgentTurn' AND ExecutionStatus = 'Running'"
     found: list[Waiting] = []
@@ -736,7 +761,9 @@ class Asked:
     question: Question
 
 
-async def questions(client: Client, customer_id: str | None = None) -> list[Asked]:
+async def questions(
+    client: Client, customer_id: str | None = None, tenant: str | None = None
+) -> list[Asked]:
     """Every MCP server's question awaiting an answer, oldest first (of the customer's
     turns, if given), read from the turns' memos: no worker needs to run."""
     query = "WorkflowType = 'AgentTurn' AND ExecutionStatus = 'Running'"
@@ -744,6 +771,8 @@ async def questions(client: Client, customer_id: str | None = None) -> list[Aske
         query += f" AND {search.STATUS.name} = '{search.AWAITING_APPROVAL}'"
         if customer_id:
             query += f" AND {search.CUSTOMER.name} = '{_quoted(customer_id)}'"
+        if tenant:
+            query += f" AND {search.TENANT.name} = '{_quoted(tenant)}'"
     found: list[Asked] = []
     async for wf in client.list_workflows(query):
         try:
@@ -864,8 +893,14 @@ async def decide(
     by: str,
     reason: str = "",
     seen: WorkflowExecution | None = None,
+    principal: Principal | None = None,
+    via: str = "",
 ) -> ApprovalResult:
     """Approve or reject a waiting call; without `call_id`, the turn's only one.
+    `principal`: who decides, from the caller's authentication, which the agent's
+    approvers are checked against (`NotAnApprover`: refused, and in the turn's story);
+    `via`: the front end. The decision names the hash of the call it was made on
+    (`approval.consent_hash`, as the turn lists it): a call changed since is not it.
 
     A worker of the turn's version takes the decision as an update, and the result
     says it applied. While none runs (its workers are gone), the decision is sent as a
@@ -893,8 +928,8 @@ async def decide(
         if any(p.call.id == call_id for p in waiting):
             # Most decisions find the turn's workers running: the update does not wait
             # for the check. A call decided meanwhile is refused by the update.
-            call = _the_call(workflow_id, call_id, waiting)
-            decision = _decision(call, approved, by, reason)
+            asked = _the_call(workflow_id, call_id, waiting)
+            decision = _decision(asked, approved, by, reason, principal, via)
             sent = send(decision)
             try:
                 alive = _build(version) in await checking
@@ -911,8 +946,8 @@ async def decide(
                     waiting = (await progress_of(handle, QUERY_WAIT_S)).pending
                 except WorkerNeeded:
                     alive = False
-            call = _the_call(workflow_id, call_id, waiting)
-            decision = _decision(call, approved, by, reason)
+            asked = _the_call(workflow_id, call_id, waiting)
+            decision = _decision(asked, approved, by, reason, principal, via)
             if alive:
                 sent = send(decision)
         if sent is not None and alive:
@@ -926,25 +961,50 @@ async def decide(
             if left is not None and not left.done():
                 left.cancel()
                 await asyncio.gather(left, return_exceptions=True)
+    if asked.approvers:
+        # No worker to refuse it in the story: refused here, from what the turn recorded.
+        opening = await started_with(handle, "AgentTurn", TurnInput)
+        asker = opening.asker if opening is not None else None
+        if asker is None or (refusal := may_decide(asked.approvers, asker, principal)):
+            raise NotAnApprover(refusal if asker is not None else "who asked is unknown")
     # Whichever of an update left behind and this signal the turn reads first applies;
     # the other finds the call decided and is dropped.
     await handle.signal(AgentTurn.decide_later, decision)
-    return ApprovalResult(call_id=call.id, approved=approved, tool=call.name, later=True)
+    return ApprovalResult(
+        call_id=asked.call.id, approved=approved, tool=asked.call.name, later=True
+    )
 
 
-def _decision(call: ToolCall, approved: bool, by: str, reason: str) -> ApprovalDecision:
+def _decision(
+    waiting: PendingApproval,
+    approved: bool,
+    by: str,
+    reason: str,
+    principal: Principal | None,
+    via: str,
+) -> ApprovalDecision:
     try:
-        return ApprovalDecision(call_id=call.id, approved=approved, by=by, reason=reason)
+        return ApprovalDecision(
+            call_id=waiting.call.id,
+            approved=approved,
+            by=by,
+            reason=reason,
+            principal=principal,
+            via=via,
+            call_hash=waiting.call_hash,
+        )
     except ValueError as e:
         raise AgentClientError(_first_error(e)) from None
 
 
-def _the_call(workflow_id: str, call_id: str | None, waiting: list[PendingApproval]) -> ToolCall:
+def _the_call(
+    workflow_id: str, call_id: str | None, waiting: list[PendingApproval]
+) -> PendingApproval:
     """The waiting call named `call_id`, or the only one."""
     if call_id is not None:
         for p in waiting:
             if p.call.id == call_id:
-                return p.call
+                return p
         listed = ", ".join(p.call.id for p in waiting) or "none"
         raise NothingPending(
             f"call {call_id!r} is not awaiting approval in turn {workflow_id} (awaiting: {listed})"
@@ -957,7 +1017,7 @@ def _the_call(workflow_id: str, call_id: str | None, waiting: list[PendingApprov
             else f"turn {workflow_id} has {len(waiting)} calls awaiting approval: {listed}; "
             "name the CALL_ID"
         )
-    return waiting[0].call
+    return waiting[0]
 
 
 async def _running(handle: WorkflowHandle) -> WorkflowExecutionDescription:
@@ -990,6 +1050,8 @@ class TurnRow:
     """The worker version it runs (ran) on, `DEPLOYMENT:BUILD_ID` (empty: unversioned)."""
     schedule: str = ""
     """The schedule that started it (empty: none)."""
+    tenant: str = ""
+    """The tenant of who asked (`AgentTenant`; empty: a turn from before tenants)."""
 
 
 VERSION = deployments.VERSION
@@ -1009,6 +1071,9 @@ async def find_turns(
     awaiting_approval: bool = False,
     limit: int = 20,
     schedule: str | None = None,
+    tenant: str | None = None,
+    user: str | None = None,
+    since: datetime | None = None,
 ) -> list[TurnRow]:
     """Recent turns, newest first, filtered by the agent's search attributes."""
     if not await registered.available(client):
@@ -1028,6 +1093,15 @@ async def find_turns(
         clauses.append(f"{search.STATUS.name} = '{search.AWAITING_APPROVAL}'")
     if schedule:
         clauses.append(f"{search.SCHEDULE.name} = '{_quoted(schedule)}'")
+    if tenant:
+        clauses.append(f"{search.TENANT.name} = '{_quoted(tenant)}'")
+    if user:  # a principal's user is its turn's customer
+        clauses.append(f"{search.CUSTOMER.name} = '{_quoted(user)}'")
+    if since is not None:
+        at = (since if since.tzinfo else since.replace(tzinfo=timezone.utc)).astimezone(
+            timezone.utc
+        )
+        clauses.append(f"StartTime >= '{at.strftime('%Y-%m-%dT%H:%M:%S')}Z'")
     rows = []
     async for wf in client.list_workflows(" AND ".join(clauses), limit=limit):
         attrs = wf.typed_search_attributes
@@ -1046,6 +1120,7 @@ async def find_turns(
                 fingerprint=attrs.get(search.FINGERPRINT) or "",
                 version=attrs.get(VERSION) or "",
                 schedule=attrs.get(search.SCHEDULE) or "",
+                tenant=attrs.get(search.TENANT) or "",
             )
         )
     questions = await asyncio.gather(*(_summary(client, r.workflow_id) for r in rows))
@@ -1108,7 +1183,7 @@ async def _update(send: Callable[[str], Awaitable[T]], update_id: str = "") -> T
 
 
 _REFUSALS: dict[str | None, type[AgentClientError]] = {
-    e.__name__: e for e in (NothingPending, NotWaiting, InvalidEvent, InvalidAnswer)
+    e.__name__: e for e in (NothingPending, NotWaiting, InvalidEvent, InvalidAnswer, NotAnApprover)
 }
 """The turn's refusals of an update (its validators' words), as the client's errors."""
 

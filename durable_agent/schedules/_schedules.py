@@ -166,7 +166,9 @@ class Schedules:
             # Found by schedule only where the namespace has the attributes (as `start`).
             attributes = TypedSearchAttributes.empty
             if await registered.available(self._agents.temporal):
-                at_start = search.at_start(turn.customer_id, turn.model, agent=turn.agent)
+                at_start = search.at_start(
+                    turn.customer_id, turn.model, agent=turn.agent, principal=turn.principal
+                )
                 attributes = TypedSearchAttributes(
                     [*at_start.search_attributes, SearchAttributePair(search.SCHEDULE, name)]
                 )

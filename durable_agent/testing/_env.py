@@ -228,13 +228,15 @@ class TestClient(AgentClient):
             return turns.Workers(live=1, last_seen=None)
         return await super().workers()
 
-    async def pending(self, customer: str | None = None) -> list[PendingCall]:
+    async def pending(
+        self, customer: str | None = None, *, tenant: str | None = None
+    ) -> list[PendingCall]:
         if self._clock is not None:
             raise ServerLacks(
                 "AgentClient.pending (every turn's waiting calls)",
                 "a visibility store; a turn's own pending() works on either server",
             )
-        return await super().pending(customer)
+        return await super().pending(customer, tenant=tenant)
 
     async def find(
         self,
@@ -245,6 +247,8 @@ class TestClient(AgentClient):
         awaiting_approval: bool = False,
         limit: int = 20,
         schedule: str | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
     ) -> list[TurnSummary]:
         if self._clock is not None:
             raise ServerLacks("AgentClient.find", "a visibility store and search attributes")
@@ -255,6 +259,8 @@ class TestClient(AgentClient):
             awaiting_approval=awaiting_approval,
             limit=limit,
             schedule=schedule,
+            tenant=tenant,
+            user=user,
         )
 
 

@@ -10,8 +10,12 @@ questions an MCP server of the agent asks the person.
     curl -s localhost:8000/ask -H 'X-User: demo' -H 'Content-Type: application/json' \\
         -d '{"question": "Is the VPN down?"}'
 
-Who asks comes from the `X-User` header here; in your service it comes from your own
-authentication. Each user sees and decides only the turns they started: a turn is
+Who asks is a `Principal` from a verified JWT (`Authorization: Bearer`) when
+AGENT_WEB_JWT_SECRET (HS256) or AGENT_WEB_JWKS (a JWKS file) is set, with
+AGENT_WEB_JWT_ISSUER / _AUDIENCE checked when set: `sub` is the user, `tenant` the
+tenant, `roles` the roles; a request without a valid token gets 401. With neither set,
+it comes from the `X-User` header, for local use only; in your service it comes from
+your own authentication. Each user sees and decides only the turns they started: a turn is
 looked up as theirs (`turn_for`), never recognised by its id. An Idempotency-Key is
 the user's own, and sent again with another question it is refused (409).
 """
@@ -24,14 +28,15 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
-from durable_agent import AgentClient, TurnResult
+from durable_agent import AgentClient, Principal, TurnResult
 from durable_agent.errors import (
     AgentClientError,
     InvalidEvent,
+    NotAnApprover,
     NothingPending,
     NotWaiting,
     NoWorker,
@@ -39,6 +44,7 @@ from durable_agent.errors import (
     ServerUnavailable,
     UnknownTurn,
 )
+from durable_agent.frontends.web.auth import Authenticator, Unauthenticated
 from durable_agent.waits import MAX_EVENT_BYTES
 
 AGENT = "helpdesk"
@@ -60,14 +66,30 @@ def agents(request: Request) -> AgentClient:
     return client
 
 
-def user(x_user: Annotated[str, Header(min_length=1, max_length=500)]) -> str:
+LOGIN = Authenticator.from_env()
+"""The JWT settings (None: the X-User header, for local use)."""
+
+
+def user(
+    authorization: Annotated[str | None, Header(max_length=8_192)] = None,
+    x_user: Annotated[str | None, Header(min_length=1, max_length=500)] = None,
+) -> Principal:
     """Who is asking. Yours comes from your authentication, never from the request body.
     Any id will do (an email, an OIDC subject): the client checks it as a customer id."""
-    return x_user
+    if LOGIN is not None:
+        try:
+            return LOGIN.principal(authorization)
+        except Unauthenticated as e:
+            raise HTTPException(
+                401, f"not signed in: {e}", {"WWW-Authenticate": "Bearer"}
+            ) from None
+    if x_user is None:
+        raise HTTPException(401, "send X-User (or configure a JWT: AGENT_WEB_JWT_SECRET)")
+    return Principal(user=x_user)
 
 
 Agents = Annotated[AgentClient, Depends(agents)]
-User = Annotated[str, Depends(user)]
+User = Annotated[Principal, Depends(user)]
 
 
 class Question(BaseModel):
@@ -95,7 +117,7 @@ async def ask(
     client that retries after a timeout never asks twice (the key with another
     question: 409)."""
     return await agents.ask(
-        body.question, agent=AGENT, customer=who, request_id=idempotency_key or ""
+        body.question, agent=AGENT, principal=who, request_id=idempotency_key or ""
     )
 
 
@@ -110,7 +132,7 @@ async def start(
     turn = await agents.start(
         body.question,
         agent=AGENT,
-        customer=who,
+        principal=who,
         request_id=idempotency_key or "",
         stream=True,  # the answer's text as the model writes it
     )
@@ -128,7 +150,7 @@ async def events(
     """The turn as server-sent events: each step, the answer as it is written, then
     `done`. A browser's EventSource that reconnects sends Last-Event-ID and gets what
     it missed, nothing twice."""
-    turn = await agents.turn_for(workflow_id, customer=who)  # another's: 404, as no turn
+    turn = await agents.turn_for(workflow_id, principal=who)  # another's: 404, as no turn
 
     async def stream() -> AsyncIterator[str]:
         async for offset, event in turn.events(from_offset=last_event_id):
@@ -140,7 +162,7 @@ async def events(
 @app.get("/turns/{workflow_id}")
 async def result(workflow_id: str, agents: Agents, who: User) -> TurnResult:
     """The turn's result, once it has one (this waits)."""
-    return await (await agents.turn_for(workflow_id, customer=who)).result()
+    return await (await agents.turn_for(workflow_id, principal=who)).result()
 
 
 @app.get("/approvals")
@@ -155,7 +177,7 @@ async def approvals(agents: Agents, who: User) -> list[dict[str, Any]]:
             "why": waiting.approval.why,
             "since": waiting.approval.since.isoformat(),
         }
-        for waiting in await agents.pending(customer=who)
+        for waiting in await agents.pending(who.user, tenant=who.tenant)
     ]
 
 
@@ -164,8 +186,15 @@ async def decide(
     workflow_id: str, call_id: str, body: Decision, agents: Agents, who: User
 ) -> dict[str, Any]:
     """Approve or reject one waiting call; the turn goes on at once."""
-    turn = await agents.turn_for(workflow_id, customer=who)
-    decided = await turn.decide(call_id, approved=body.approved, by=who, reason=body.reason)
+    turn = await agents.turn_for(workflow_id, principal=who)
+    decided = await turn.decide(
+        call_id,
+        approved=body.approved,
+        by=who.user,
+        reason=body.reason,
+        principal=who,
+        via="helpdesk",
+    )
     return decided.model_dump()
 
 
@@ -176,7 +205,7 @@ async def event(
     """A webhook: the event `name` for a turn of the user's that waits for it; the JSON
     body (at most 64 KB) is its data, which the model reads as a tool's result. The
     system that calls it authenticates as the user it acts for, as on every route here."""
-    turn = await agents.turn_for(workflow_id, customer=who)  # another's: 404, as no turn
+    turn = await agents.turn_for(workflow_id, principal=who)  # another's: 404, as no turn
     body = b""
     async for chunk in request.stream():  # read no more than an event may be
         body += chunk
@@ -186,7 +215,7 @@ async def event(
         data = json.loads(body) if body.strip() else None
     except (ValueError, RecursionError) as e:
         raise InvalidEvent(f"event {name}: the body is not JSON ({e})") from None
-    woke = await turn.send_event(name, data, by=who)
+    woke = await turn.send_event(name, data, by=who.user)
     return woke.model_dump()
 
 
@@ -196,7 +225,7 @@ async def questions(agents: Agents, who: User) -> list[dict[str, Any]]:
     message, and the form it asks for (a JSON schema) or the URL to visit."""
     return [
         {"workflow_id": asked.workflow_id, **asked.question.model_dump(mode="json")}
-        for asked in await agents.questions(customer=who)
+        for asked in await agents.questions(who.user, tenant=who.tenant)
     ]
 
 
@@ -206,8 +235,8 @@ async def answer(
 ) -> dict[str, str]:
     """Answer one: accept (with the form's fields), decline or cancel. An answer that
     does not fit the form is refused (400) before the server gets it."""
-    turn = await agents.turn_for(workflow_id, customer=who)
-    answered = await turn.answer(question_id, action=body.action, content=body.content, by=who)
+    turn = await agents.turn_for(workflow_id, principal=who)
+    answered = await turn.answer(question_id, action=body.action, content=body.content, by=who.user)
     return {"question_id": answered.question.id, "action": answered.action}
 
 
@@ -215,6 +244,7 @@ async def answer(
 STATUS = {
     UnknownTurn: 404,
     NothingPending: 409,
+    NotAnApprover: 403,
     NotWaiting: 409,
     InvalidEvent: 422,
     RequestConflict: 409,

@@ -22,8 +22,10 @@ New conversations and messages are limited per client (`limits.py`: 429 with
 Everything goes through `runtime.turns`, as `client.py chat` does. Errors are JSON
 `{"error": "..."}` in one line, which the page shows as a line of the chat.
 
-There is no authentication: whoever reaches the server chats and approves as its
-customer. It is meant for loopback, or behind the operator's own gateway. Two
+There is no authentication: the chat runs for one local user, whoever reaches the
+server chats and approves as its customer (its principal: `ConversationInput.asker`,
+which an agent's approvers are checked against; decisions record `via` `web`). It is
+meant for loopback, or behind the operator's own gateway. Two
 guards keep other web sites out of it: writes must be JSON (a cross-site form or
 `fetch` cannot send that without a preflight this server never answers) and come
 from the page's own origin (the `Origin` a browser sends names the `Host` it
@@ -57,7 +59,8 @@ from durable_agent.agents import Agent, AgentCard
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, ConversationHandle
-from durable_agent.errors import AgentClientError, InvalidAnswer, UnknownTurn
+from durable_agent.errors import AgentClientError, InvalidAnswer, NotAnApprover, UnknownTurn
+from durable_agent.frontends.web.auth import Authenticator, Unauthenticated
 from durable_agent.frontends.web.events import (
     Event,
     Position,
@@ -66,6 +69,7 @@ from durable_agent.frontends.web.events import (
     with_keepalive,
 )
 from durable_agent.frontends.web.limits import Buckets, RateLimits, client_key, retry_after
+from durable_agent.principal import Principal
 from durable_agent.rewind import Origin
 from durable_agent.runtime import deployments, turns
 from durable_agent.runtime.server import LOOPBACK_NAMES, Connection, host_allowed
@@ -108,19 +112,28 @@ def create_app(
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
     agent: Agent | None = None,
     rate_limits: RateLimits | None = None,
+    auth: Authenticator | None = None,
 ) -> Starlette:
     """The chat for `chat`'s customer (model and limits too; its turns always stream),
     talking to Temporal through `conn` on `task_queue`, for requests to
     `allowed_hosts` (host names; `*`: any), in `agent`'s words (its card; None: the
     card of the agent that answers on the task queue, read as each page opens), with
-    `rate_limits` per client (None: as the environment sets them, `limits.py`)."""
+    `rate_limits` per client (None: as the environment sets them, `limits.py`). With
+    `auth`, each request is for the principal of its verified bearer token (401
+    without one), and `chat`'s customer is only the template of their chats."""
     template = (chat or ConversationInput()).model_copy(update={"stream": True})
     client = conn.client
     agents = AgentClient(client, task_queue=task_queue, ui_url=conn.ui_url)
-    # The only conversations and turns this chat reads or decides are its customer's,
-    # as each records whom it was started for (`AgentClient.turn_for`): another's is
-    # answered as one that does not exist.
-    customer = template.customer_id
+    # The only conversations and turns a request reads or decides are its principal's
+    # (the one local user's, without a login), as each records whom it was started for
+    # (`AgentClient.turn_for`): another's is answered as one that does not exist.
+
+    def who(request: Request) -> Principal:
+        """Whom this request is for: its token's principal, else the one local user."""
+        if auth is None:
+            return template.asker
+        return auth.principal(request.headers.get("authorization"))
+
     limits = rate_limits or RateLimits.from_env()
     new_chats, messages = Buckets(limits.chats), Buckets(limits.messages)
 
@@ -139,30 +152,43 @@ def create_app(
                 {"Retry-After": retry_after(wait)},
             )
 
-    async def own_chat(chat_id: str) -> ConversationHandle:
+    async def own_chat(chat_id: str, whom: Principal) -> ConversationHandle:
         try:
-            return await agents.conversation_for(chat_id, customer=customer)
+            return await agents.conversation_for(chat_id, principal=whom)
         except UnknownTurn:
             # Ended long ago or never begun, or another's: the page starts a new one.
             raise Problem(410, f"no conversation {chat_id} of yours: start a new one") from None
 
     async def session(request: Request) -> Response:
+        whom = who(request)
         card = agent.card() if agent is not None else await _answering(client, template, task_queue)
         return JSONResponse(
-            {"customer_id": template.customer_id, "agent": card.model_dump(exclude={"fingerprint"})}
+            {
+                "customer_id": whom.user,
+                "tenant": whom.tenant,
+                # No login: the chat says it runs for one local user.
+                "login": "jwt" if auth is not None else "none: one local user",
+                "agent": card.model_dump(exclude={"fingerprint"}),
+            }
         )
 
     async def new_chat(request: Request) -> Response:
+        whom = who(request)
         text = _text(await _body(request))
         within(request, new_chats, "new conversations")
         within(request, messages, "messages")
-        started = agents.chat_from(template)
+        started = agents.chat_from(
+            template.model_copy(update={"principal": whom, "customer_id": whom.user})
+            if auth is not None
+            else template
+        )
         turn = await started.start(text)
         return JSONResponse({"chat_id": started.id, "turn_id": turn.id}, status_code=201)
 
     async def message(request: Request) -> Response:
+        whom = who(request)
         text = _text(await _body(request))
-        ongoing = await own_chat(str(request.path_params["chat_id"]))
+        ongoing = await own_chat(str(request.path_params["chat_id"]), whom)
         within(request, messages, "messages")
         try:
             turn = await ongoing.start(text)
@@ -173,6 +199,7 @@ def create_app(
         return JSONResponse({"chat_id": ongoing.id, "turn_id": turn.id}, status_code=202)
 
     async def decision(request: Request) -> Response:
+        whom = who(request)
         turn_id = str(request.path_params["turn_id"])
         body = await _body(request)
         call_id, approved = _field(body, "call_id", str), _field(body, "approved", bool)
@@ -181,12 +208,20 @@ def create_app(
             ApprovalDecision(call_id=call_id, approved=approved, by=DECIDED_BY, reason=reason)
         except ValidationError as e:
             raise Problem(400, _invalid(e)) from None
-        turn = await agents.turn_for(turn_id, customer=customer)
-        result = await turn.decide(call_id, approved=approved, by=DECIDED_BY, reason=reason)
+        turn = await agents.turn_for(turn_id, principal=whom)
+        result = await turn.decide(
+            call_id,
+            approved=approved,
+            by=whom.user if auth is not None else DECIDED_BY,
+            reason=reason,
+            principal=whom,
+            via="web",
+        )
         return JSONResponse(result.model_dump(mode="json"))
 
     async def questions(request: Request) -> Response:
-        turn = await agents.turn_for(str(request.path_params["turn_id"]), customer=customer)
+        whom = who(request)
+        turn = await agents.turn_for(str(request.path_params["turn_id"]), principal=whom)
         asked = await turn.questions()
         return JSONResponse({"questions": [q.model_dump(mode="json") for q in asked]})
 
@@ -194,7 +229,7 @@ def create_app(
         body = await _body(request)
         question_id, action = _field(body, "question_id", str), _field(body, "action", str)
         content = body.get("content")
-        turn = await agents.turn_for(str(request.path_params["turn_id"]), customer=customer)
+        turn = await agents.turn_for(str(request.path_params["turn_id"]), principal=who(request))
         try:
             asked = await turn.answer(question_id, action=action, content=content, by=DECIDED_BY)  # type: ignore[arg-type]
         except InvalidAnswer as e:
@@ -207,9 +242,10 @@ def create_app(
         after = Position.parse(request.headers.get("last-event-id"))
         chat = str(request.path_params["chat_id"])
         missing = f"no conversation {chat} (it ended long ago, or never began)"
+        whom = who(request)
 
         async def story() -> AsyncIterator[Event]:
-            await agents.conversation_for(chat, customer=customer)
+            await agents.conversation_for(chat, principal=whom)
             async for event in conversation(conn.client, chat, after, conn.workflow_url):
                 yield event
 
@@ -219,10 +255,11 @@ def create_app(
         """A turn of this customer's by itself, headed by what it is a fork of."""
         turn_id = str(request.path_params["turn_id"])
         after = Position.parse(request.headers.get("last-event-id"))
-        missing = f"no turn {turn_id} of customer {customer}"
+        whom = who(request)
+        missing = f"no turn {turn_id} of customer {whom.user}"
 
         async def story() -> AsyncIterator[Event]:
-            turn = await agents.turn_for(turn_id, customer=customer)
+            turn = await agents.turn_for(turn_id, principal=whom)
             opening = await turns.opening(turn.temporal)
             origin = Origin.of(opening.fork) if opening.fork else None
             head = {
@@ -295,8 +332,12 @@ def _guarded(handler: Handler) -> Handler:
             return _error(e.status, str(e), e.headers)
         except ClientDisconnect:  # gone before its body arrived (the server's deadline)
             return _error(400, "the request ended before its body did")
+        except Unauthenticated as e:  # no valid bearer token: nothing else is looked at
+            return _error(401, f"not signed in: {e}", {"WWW-Authenticate": "Bearer"})
         except UnknownTurn as e:  # none of that id, or another customer's: the same
             return _error(404, str(e))
+        except NotAnApprover as e:  # the agent's approvers leave this user out
+            return _error(403, str(e))
         except AgentClientError as e:  # the validator's or the client's own words
             return _error(409, str(e))
         except RPCError as e:

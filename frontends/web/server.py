@@ -27,6 +27,7 @@ from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.errors import AgentClientError
 from durable_agent.frontends.web.app import create_app
+from durable_agent.frontends.web.auth import Authenticator
 from durable_agent.frontends.web.limits import RateLimits
 from durable_agent.runtime.server import Connection, answered_hosts, is_loopback
 
@@ -184,8 +185,15 @@ async def serve(
         )
     hosts = answered_hosts(host, named)
     limits = RateLimits.from_env()  # a bad setting is one line, before anything listens
+    auth = Authenticator.from_env()  # a JWKS that cannot be read: one line, before listening
     app = create_app(
-        conn, chat, task_queue=task_queue, allowed_hosts=hosts, agent=agent, rate_limits=limits
+        conn,
+        chat,
+        task_queue=task_queue,
+        allowed_hosts=hosts,
+        agent=agent,
+        rate_limits=limits,
+        auth=auth,
     )
     sock = _listen(host, port)
     config = uvicorn.Config(
@@ -206,8 +214,13 @@ async def serve(
     )
     server = ChatServer(config, app.state.closing)
     customer = (chat or ConversationInput()).customer_id
-    print(f"web chat for customer {customer}: {_url(host, sock)}", flush=True)
-    if not loopback:
+    if auth is not None:
+        print(f"web chat for the users of verified bearer tokens: {_url(host, sock)}", flush=True)
+    else:
+        print(f"web chat for customer {customer}: {_url(host, sock)}", flush=True)
+        login = "AGENT_WEB_JWT_SECRET or AGENT_WEB_JWKS"
+        print(f"no login ({login} unset): it runs for one local user", flush=True)
+    if not loopback and auth is None:
         print(
             f"note: listening on {host} with no authentication: anyone who reaches it chats "
             f"and approves as customer {customer}; put it behind your own gateway",
