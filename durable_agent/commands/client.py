@@ -61,6 +61,7 @@ from durable_agent.agents import AGENT_NAME_PATTERN, Agent
 from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, checked_context
+from durable_agent.context_sources import cited
 from durable_agent.elicitation import Action
 from durable_agent.errors import AgentDefinitionError, InvalidContext
 from durable_agent.model_settings import ModelSettings
@@ -446,6 +447,8 @@ async def print_result(
         print(f"\noutput ({result.outcome.value}):\n{value}")
     else:
         print(f"\nanswer ({result.outcome.value}): {result.answer}")
+        for passage, where in cited(result.answer, result.steps):
+            print(f"  cited [{passage}]: {where}")
     print(usage_line(result.usage))
     if result.agent:
         # No fingerprint: no worker serves an agent of that name.

@@ -1,0 +1,464 @@
+"""Knowledge (`durable_agent.knowledge`): a folder of Markdown and PDF files is indexed as
+the worker starts, a turn answers from the right chunk and cites it, an edited file is
+indexed again, two workers share one index, and the retrieval step before the loop is in
+the story, the trace and a replayable history. The chunker and the store are tested as
+plain Python first.
+
+One worker serves the module's agents (a searching one and a retrieving one); the test of
+two workers starts a second beside it, on the same index files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import opentelemetry.trace
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.client import Client
+from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from durable_agent import Agent, AgentClient
+from durable_agent.context_sources import cited
+from durable_agent.conversation import ToolResult
+from durable_agent.errors import KnowledgeError
+from durable_agent.knowledge import (
+    Document,
+    Knowledge,
+    SQLiteStore,
+    _chunk,
+    chunk_document,
+    chunk_id,
+    fts_query,
+)
+from durable_agent.model import ModelRequest, Reply
+from durable_agent.plugin import AgentWorker, build_worker
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.scripted import ScriptedModel
+from durable_agent.settings import Settings
+from durable_agent.types import Outcome, StepKind, ToolCall
+from durable_agent.workflows import AgentTurn, Conversation
+from tests.conftest import last_result
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GUIDE = """# Policies
+
+Our shop's policies.
+
+## Returns
+
+Items can be returned within 30 days of delivery, in their original packaging.
+
+## Shipping
+
+Orders ship within two business days from the warehouse in Leeds.
+"""
+BATTERY = "The widget battery lasts eighteen hours on a full charge."
+BATTERY_EDITED = "The widget battery lasts twenty-two hours on a full charge."
+
+
+def pdf_with_text(pages: list[str]) -> bytes:
+    """A minimal valid PDF whose pages carry these lines as text (Helvetica), written by
+    hand: what a PDF's text layer is, with nothing else."""
+    count = len(pages)
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(count))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {count} >>".encode(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    for i, text in enumerate(pages):
+        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            f"/Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
+        )
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
+    out = b"%PDF-1.4\n"
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return out
+
+
+def write_docs(folder: Path, battery: str = BATTERY) -> Path:
+    docs = folder / "docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    (docs / "policies.md").write_text(GUIDE)
+    (docs / "manual.pdf").write_bytes(pdf_with_text(["Widget manual: setup.", battery]))
+    return docs
+
+
+# -- the chunker and the store, as plain Python -----------------------------------------
+
+
+def test_markdown_is_cut_by_headings_with_stable_ids() -> None:
+    chunks = chunk_document(Document("policies.md", GUIDE, kind="markdown"))
+    assert [c.location for c in chunks] == [
+        "Policies",
+        "Policies › Returns",
+        "Policies › Shipping",
+    ]
+    assert "30 days" in chunks[1].text and "Leeds" in chunks[2].text
+    again = chunk_document(Document("policies.md", GUIDE, kind="markdown"))
+    assert [c.id for c in again] == [c.id for c in chunks]  # stable
+    assert len({c.id for c in chunks}) == len(chunks)
+    # The id is of the source, the position and the content: any of them changes it.
+    text = chunks[1].text
+    assert chunk_id("policies.md", 1, text) == chunks[1].id
+    assert chunk_id("other.md", 1, text) != chunks[1].id
+    assert chunk_id("policies.md", 2, text) != chunks[1].id
+    assert chunk_id("policies.md", 1, text + ".") != chunks[1].id
+    # Unambiguous: the source's length is part of what is hashed.
+    assert chunk_id("a|1", 2, "x") != chunk_id("a", 12, "x")
+
+
+def test_chunks_stay_within_their_size() -> None:
+    words = " ".join(f"word{i}" for i in range(2_000))
+    chunks = chunk_document(Document("long.txt", f"{words}\n\nshort tail"), size=500)
+    assert len(chunks) > 10
+    assert all(len(c.text) <= 500 for c in chunks)
+    assert chunks[-1].text.endswith("short tail")
+    with pytest.raises(ValueError, match="chunk_chars"):
+        Knowledge([], chunk_chars=10)
+
+
+def test_html_gives_its_text_by_heading_without_scripts() -> None:
+    page = (
+        "<html><head><title>t</title><style>p{}</style></head><body>"
+        "<script>steal()</script><h1>Warranty</h1><p>Two years &amp; parts.</p>"
+        "<h2>Claims</h2><p>Write to us.</p></body></html>"
+    )
+    chunks = chunk_document(Document("page.html", page, kind="html"))
+    assert [(c.location, c.text) for c in chunks] == [
+        ("Warranty", "Warranty\nTwo years & parts."),
+        ("Warranty › Claims", "Claims\nWrite to us."),
+    ]
+
+
+def test_pdf_text_by_page_and_bad_pdfs_in_one_line(tmp_path: Path) -> None:
+    good = tmp_path / "manual.pdf"
+    good.write_bytes(pdf_with_text(["Widget manual: setup.", BATTERY]))
+    data = _chunk.read_source(good, "manual.pdf")
+    chunks = _chunk.chunk_sections("manual.pdf", _chunk.sections(data, "pdf", "manual.pdf"))
+    assert [(c.location, c.text) for c in chunks][1] == ("page 2", BATTERY)
+
+    for broken in (b"%PDF-1.4 nothing else", b"not a pdf at all", good.read_bytes()[:300]):
+        with pytest.raises(KnowledgeError) as e:
+            _chunk.sections(broken, "pdf", "broken.pdf")
+        assert str(e.value).startswith("broken.pdf: not a readable PDF")
+        assert "\n" not in str(e.value)
+
+
+def test_bounds_of_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = tmp_path / "big.txt"
+    big.write_text("x" * 2_000)
+    monkeypatch.setattr(_chunk, "MAX_FILE_BYTES", 1_000)
+    with pytest.raises(KnowledgeError, match=r"^big.txt: 2,000 bytes, over the 1,000"):
+        _chunk.read_source(big, "big.txt")
+    for i in range(3):
+        (tmp_path / f"n{i}.md").write_text("# N\n\nnote")
+    with pytest.raises(KnowledgeError, match="over 2 files"):
+        Knowledge([str(tmp_path / "*.md")], max_files=2).files()
+    with pytest.raises(KnowledgeError, match=r"\.exe files"):
+        _chunk.kind_of(tmp_path / "tool.exe")
+
+
+def test_a_bad_file_is_left_out_in_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    docs = write_docs(tmp_path)
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4 truncated")
+    knowledge = Knowledge([str(docs)], store=lambda: SQLiteStore(tmp_path / "i.sqlite3"))
+    assert [p.location for p in knowledge.search("widget battery")][0] == "page 2"
+    lines = [r.getMessage() for r in caplog.records if "broken.pdf" in r.getMessage()]
+    assert len(lines) == 1 and "not a readable PDF" in lines[0]
+    knowledge.search("widget battery")  # not read again while it is unchanged
+    assert len([r for r in caplog.records if "broken.pdf" in r.getMessage()]) == 1
+
+
+def test_the_store_is_idempotent_and_takes_any_query(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "i.sqlite3")
+    chunks = chunk_document(Document("policies.md", GUIDE, kind="markdown"))
+    assert store.replace("policies.md", "d1", chunks) is True
+    assert store.replace("policies.md", "d1", chunks) is False  # the same content: nothing
+    assert store.count() == len(chunks)
+    (best,) = store.search("how many days to return an item", 1)
+    assert best.location == "Policies › Returns"
+    # Whatever a person (or a model) types is words, never FTS5 syntax.
+    for query in ['"', "NEAR(a b)", "text: *", "a AND OR NOT", "-- ;drop", "", "🙂"]:
+        store.search(query, 3)
+    assert fts_query('say "hi" OR*') == '"say" OR "hi" OR "or"'
+    store.remove("policies.md")
+    assert store.count() == 0 and store.digests() == {}
+
+
+def test_two_stores_of_one_file_index_at_once_without_duplicates(tmp_path: Path) -> None:
+    """As two worker processes do: separate connections, the same change at once."""
+    path = tmp_path / "i.sqlite3"
+    chunks = chunk_document(Document("policies.md", GUIDE * 40, kind="markdown"), size=300)
+    stores = [SQLiteStore(path) for _ in range(4)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(stores))
+
+    def index(store: SQLiteStore) -> None:
+        start.wait()
+        try:
+            for round_ in range(5):
+                store.replace("policies.md", f"d{round_}", chunks)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=index, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert stores[0].count() == len(chunks)
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_the_index_lives_under_the_state_folder(own_state_dir: Path) -> None:
+    knowledge = Knowledge([Document("faq", "Opening hours are nine to five.")], name="faq")
+    assert knowledge.search("opening hours")[0].source == "faq"
+    assert (own_state_dir / "knowledge" / "faq.sqlite3").exists()
+
+
+def test_an_agent_takes_only_a_knowledge() -> None:
+    with pytest.raises(ValueError, match="knowledge must be a Knowledge"):
+        Agent(name="a", knowledge=["docs/"])  # type: ignore[arg-type]
+    agent = Agent(name="a", knowledge=Knowledge([Document("faq", "x")]))
+    assert "search_knowledge" in agent.registry
+    assert agent.fingerprint() == agent.fingerprint()
+
+
+# -- turns on a worker -------------------------------------------------------------------
+
+_PASSAGE = re.compile(r"\[(kb_[0-9a-f]{16})\] \(([^()]*)\): (.*?)(?= \[kb_[0-9a-f]{16}\] \(|$)")
+
+
+def top_passage(result_text: str) -> tuple[str, str]:
+    """The first passage of a knowledge result: its id and its text."""
+    found = _PASSAGE.search(result_text)
+    assert found, result_text
+    return found.group(1), found.group(3)
+
+
+def answer_from_top(request: ModelRequest) -> Reply:
+    """A model that answers with the best passage it was given, citing it."""
+    pid, text = top_passage(last_result(request))
+    return Reply(text=f"{text} [{pid}]")
+
+
+def searching(request: ModelRequest) -> Reply:
+    return Reply(
+        calls=[ToolCall(id="s1", name="search_knowledge", arguments={"query": request.question})]
+    )
+
+
+@dataclass
+class Library:
+    client: Client
+    task_queue: str
+    folder: Path
+    docs: Path
+    exporter: InMemorySpanExporter
+    searcher_model: ScriptedModel
+    reader_model: ScriptedModel
+
+    def agents(self) -> list[Agent]:
+        """The module's two agents, each with a Knowledge object of its own over the
+        folder (as a second worker process would have)."""
+        searcher = Agent(
+            name="librarian",
+            knowledge=Knowledge(
+                [str(self.docs)], store=lambda: SQLiteStore(self.folder / "librarian.sqlite3")
+            ),
+            model="scripted",
+            models={"scripted": lambda _: self.searcher_model},
+        )
+        reader = Agent(
+            name="reader",
+            knowledge=Knowledge(
+                [str(self.docs)],
+                name="reader",
+                retrieve=2,
+                store=lambda: SQLiteStore(self.folder / "reader.sqlite3"),
+            ),
+            model="scripted",
+            models={"scripted": lambda _: self.reader_model},
+        )
+        return [searcher, reader]
+
+    def worker(self, client: Client | None = None) -> AgentWorker:
+        """A worker of the module's agents (on a client of its own: one client may not
+        run two workers of one task queue)."""
+        settings = replace(Settings.from_env(), versioning=False, workflow_sandbox=True)
+        return build_worker(
+            client or self.client, *self.agents(), task_queue=self.task_queue, settings=settings
+        )
+
+
+def _exporter() -> InMemorySpanExporter:
+    """Spans kept in memory, on this process's provider (another module may have set it:
+    a provider is set once per process)."""
+    exporter = InMemorySpanExporter()
+    provider = opentelemetry.trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = create_tracer_provider()
+        opentelemetry.trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+@pytest.fixture(scope="module")
+async def library(
+    env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Library]:
+    folder = tmp_path_factory.mktemp("knowledge")
+    exporter = _exporter()
+    client = await Client.connect(
+        env.client.service_client.config.target_host,
+        namespace=env.client.namespace,
+        data_converter=LEAN_DATA_CONVERTER,
+        plugins=[OpenTelemetryPlugin(add_temporal_spans=True)],
+    )
+    lib = Library(
+        client=client,
+        task_queue=f"knowledge-{uuid.uuid4().hex[:8]}",
+        folder=folder,
+        docs=write_docs(folder),
+        exporter=exporter,
+        searcher_model=ScriptedModel(plans=[searching], decisions=[answer_from_top]),
+        reader_model=ScriptedModel(plans=[answer_from_top]),
+    )
+    async with lib.worker():
+        yield lib
+
+
+async def test_a_question_is_answered_from_the_right_chunk_with_its_citation(
+    library: Library,
+) -> None:
+    client = AgentClient(library.client, task_queue=library.task_queue)
+    result = await client.ask("How long does the widget battery last?", agent="librarian")
+    assert result.outcome is Outcome.ANSWERED, result.answer
+    assert result.answer.startswith(BATTERY)
+    ((pid, where),) = cited(result.answer, result.steps)
+    assert where.endswith("docs/manual.pdf › page 2")
+    assert f"[{pid}]" in result.answer
+
+    other = await client.ask("Where does the warehouse ship from?", agent="librarian")
+    ((_, where),) = cited(other.answer, other.steps)
+    assert where.endswith("docs/policies.md › Policies › Shipping"), other.answer
+    assert "Leeds" in other.answer
+
+
+async def test_an_edited_file_is_indexed_again_and_two_workers_share_the_index(
+    library: Library,
+) -> None:
+    """A second worker (its own Knowledge objects, as another process has) starts beside
+    the first on the same index files: both indexed at once, no chunk twice, no lock
+    error; then an edited PDF is read again before the next search."""
+    index = library.folder / "librarian.sqlite3"
+    before = SQLiteStore(index).count()
+    second = await Client.connect(
+        library.client.service_client.config.target_host,
+        namespace=library.client.namespace,
+        data_converter=LEAN_DATA_CONVERTER,
+    )
+    async with library.worker(second):
+        assert SQLiteStore(index).count() == before
+        sources = sqlite3.connect(index).execute("SELECT source FROM sources").fetchall()
+        assert len(sources) == len(set(sources)) == 2
+        write_docs(library.folder, battery=BATTERY_EDITED)
+        client = AgentClient(library.client, task_queue=library.task_queue)
+        results = await asyncio.gather(
+            *(
+                client.ask("How long does the widget battery last?", agent="librarian")
+                for _ in range(2)
+            )
+        )
+    for result in results:
+        assert result.answer.startswith(BATTERY_EDITED), result.answer
+    knowledge = library.agents()[0].knowledge
+    assert isinstance(knowledge, Knowledge)
+    assert all("eighteen" not in p.text for p in knowledge.search("eighteen hours battery"))
+    assert SQLiteStore(index).count() == before  # the old chunk replaced, not added to
+
+
+async def test_the_retrieval_step_is_in_the_story_the_trace_and_replays(
+    library: Library, tmp_path: Path
+) -> None:
+    library.exporter.clear()
+    client = AgentClient(library.client, task_queue=library.task_queue)
+    turn = await client.start("How many days do I have to return an item?", agent="reader")
+    result = await turn.result()
+    assert result.outcome is Outcome.ANSWERED, result.answer
+    assert "30 days" in result.answer
+    retrieve = [s for s in result.steps if s.kind is StepKind.RETRIEVE]
+    assert len(retrieve) == 1 and retrieve[0].text.startswith("retrieve: 2 passage(s)")
+    # The model got the passages as a tool result (data), before its first call.
+    (kind, first), *_ = library.reader_model.requests[-1:]
+    results = [m for m in first.messages if isinstance(m, ToolResult)]
+    assert [r.tool for r in results] == ["search_knowledge"]
+    assert "Policies › Returns" in results[0].text
+    ((_, where),) = cited(result.answer, result.steps)
+    assert where.endswith("Policies › Returns")
+
+    spans = [s.name for s in library.exporter.get_finished_spans()]
+    assert "RunActivity:retrieve" in spans, sorted(set(spans))
+
+    history = await turn.temporal.fetch_history()
+    replayer = Replayer(workflows=[AgentTurn, Conversation], data_converter=LEAN_DATA_CONVERTER)
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
+
+    shown = await asyncio.to_thread(client_py, library, tmp_path, "show", turn.id)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"\[1\] retrieve +retrieve: 2 passage\(s\)", shown.stdout), shown.stdout
+    cites = r"cited \[kb_[0-9a-f]{16}\]: .*policies\.md › Policies › Returns"
+    assert re.search(cites, shown.stdout), shown.stdout
+
+
+def client_py(library: Library, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    environ = base | {
+        "TEMPORAL_ADDRESS": library.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+        "AGENT_TASK_QUEUE": library.task_queue,
+        "AGENT_STATE_DIR": str(tmp_path / "state"),
+        "AGENT_PAYLOAD_READ": os.environ["AGENT_PAYLOAD_READ"],
+    }
+    return subprocess.run(
+        [sys.executable, "client.py", *args],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
