@@ -181,8 +181,12 @@ def test_bounds_of_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         _chunk.read_source(big, "big.txt")
     for i in range(3):
         (tmp_path / f"n{i}.md").write_text("# N\n\nnote")
+    narrow = Knowledge(
+        [str(tmp_path / "*.md")], max_files=2, store=lambda: SQLiteStore(tmp_path / "i.db")
+    )
     with pytest.raises(KnowledgeError, match="over 2 files"):
-        Knowledge([str(tmp_path / "*.md")], max_files=2).files()
+        narrow.files()
+    assert narrow.refresh() == 0  # a worker logs it, and starts: the index stays as it was
     with pytest.raises(KnowledgeError, match=r"\.exe files"):
         _chunk.kind_of(tmp_path / "tool.exe")
 

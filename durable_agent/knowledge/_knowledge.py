@@ -146,7 +146,12 @@ class Knowledge:
             stored = store.digests()
             declared: set[str] = set()
             changed = 0
-            for source, path in self.files():
+            try:
+                files = self.files()
+            except KnowledgeError as e:  # too many files: the index stays as it was
+                log.warning("%s (the index is left as it was)", e)
+                return 0
+            for source, path in files:
                 declared.add(source)
                 changed += self._sync_file(store, stored, source, path)
             for doc in self.documents:
