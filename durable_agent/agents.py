@@ -260,12 +260,17 @@ class Agent:
     def registry(self) -> ToolRegistry:
         """Its tools by name, its context sources' after its own; a name used twice is a
         `ValueError` saying which."""
-        added = [t for source in self.context_sources for t in source.tools()]
-        if isinstance(self.tools, ToolRegistry):
-            if not added:
-                return self.tools
-            return ToolRegistry([*self.tools.tools.values(), *added])
-        return ToolRegistry([*self.tools, *added])
+        own = self.tools.tools.values() if isinstance(self.tools, ToolRegistry) else self.tools
+        # A registry made from this one already holds them (an MCP agent's `LiveTools`).
+        added = [
+            t
+            for source in self.context_sources
+            for t in source.tools()
+            if not any(t is mine for mine in own)
+        ]
+        if isinstance(self.tools, ToolRegistry) and not added:
+            return self.tools
+        return ToolRegistry([*own, *added])
 
     @property
     def context_sources(self) -> list[ContextSource]:

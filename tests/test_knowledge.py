@@ -50,6 +50,7 @@ from durable_agent.plugin import AgentWorker, build_worker
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
+from durable_agent.tools import ToolRegistry
 from durable_agent.types import Outcome, StepKind, ToolCall
 from durable_agent.workflows import AgentTurn, Conversation
 from tests.conftest import last_result
@@ -258,6 +259,13 @@ def test_an_agent_takes_only_a_knowledge() -> None:
     agent = Agent(name="a", knowledge=Knowledge([Document("faq", "x")]))
     assert "search_knowledge" in agent.registry
     assert agent.fingerprint() == agent.fingerprint()
+
+    class Live(ToolRegistry):  # as an MCP agent's tools are made: from its registry
+        pass
+
+    served = replace(agent, tools=Live(agent.registry.tools.values()))
+    assert isinstance(served.registry, Live)  # kept, not the search tool added twice
+    assert list(served.registry.tools) == ["search_knowledge"]
 
 
 # -- turns on a worker -------------------------------------------------------------------
