@@ -12,17 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import re
+import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import opentelemetry.trace
+import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -39,6 +45,8 @@ from durable_agent.errors import KnowledgeError
 from durable_agent.knowledge import (
     Document,
     Knowledge,
+    KnowledgeStore,
+    PostgresStore,
     SQLiteStore,
     _chunk,
     chunk_document,
@@ -205,31 +213,123 @@ def test_a_bad_file_is_left_out_in_one_log_line(
     assert len([r for r in caplog.records if "broken.pdf" in r.getMessage()]) == 1
 
 
-def test_the_store_is_idempotent_and_takes_any_query(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "i.sqlite3")
+PG_BIN = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    """A PostgreSQL server of Debian's binaries for this module: its own data folder, a
+    unix socket there (no TCP), stopped at the end. As root it runs as `postgres` (the
+    server refuses root)."""
+    if not PG_BIN:
+        pytest.skip(
+            "no PostgreSQL server here (Debian: apt-get install postgresql): the "
+            "PostgreSQL store is not tested"
+        )
+    bin_dir = PG_BIN[-1].parent
+    folder = Path(tempfile.mkdtemp(prefix="durable-agent-pg-"))
+    user: str | None = None
+    if os.geteuid() == 0:
+        user = "postgres"
+        entry = pwd.getpwnam(user)
+        os.chown(folder, entry.pw_uid, entry.pw_gid)
+    data = folder / "data"
+    subprocess.run(
+        [str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
+        check=True,
+        capture_output=True,
+        user=user,
+        timeout=120,
+    )
+    server = subprocess.Popen(
+        [
+            str(bin_dir / "postgres"),
+            "-D",
+            str(data),
+            "-k",
+            str(folder),
+            "-p",
+            "5432",
+            "-c",
+            "listen_addresses=",
+            "-c",
+            "fsync=off",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        user=user,
+    )
+    url = f"host={folder} port=5432 user=postgres dbname=postgres"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # its socket answers once it is ready
+            try:
+                psycopg.connect(url).close()
+                break
+            except psycopg.OperationalError:
+                assert server.poll() is None, "the PostgreSQL server stopped as it started"
+                assert time.monotonic() < deadline, "PostgreSQL did not start in 60 s"
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.send_signal(signal.SIGINT)  # fast shutdown: open connections are closed
+        server.wait(timeout=60)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], KnowledgeStore]:
+    """New connections to one store of each kind (as each worker process has its own)."""
+    if request.param == "sqlite":
+        return lambda: SQLiteStore(tmp_path / "i.sqlite3")
+    url = request.getfixturevalue("postgres")
+    name = f"t{uuid.uuid4().hex[:8]}"
+    return lambda: PostgresStore(url, name=name)
+
+
+def test_the_store_is_idempotent_and_takes_any_query(
+    stores: Callable[[], KnowledgeStore],
+) -> None:
+    store = stores()
     chunks = chunk_document(Document("policies.md", GUIDE, kind="markdown"))
     assert store.replace("policies.md", "d1", chunks) is True
     assert store.replace("policies.md", "d1", chunks) is False  # the same content: nothing
-    assert store.count() == len(chunks)
+    assert count(store) == len(chunks)
     (best,) = store.search("how many days to return an item", 1)
     assert best.location == "Policies › Returns"
-    # Whatever a person (or a model) types is words, never FTS5 syntax.
-    for query in ['"', "NEAR(a b)", "text: *", "a AND OR NOT", "-- ;drop", "", "🙂"]:
+    # Whatever a person (or a model) types is words, never query syntax.
+    for query in ['"', "NEAR(a b)", "text: *", "a AND OR NOT", "-- ;drop", "", "🙂", "a' | !b"]:
         store.search(query, 3)
     assert fts_query('say "hi" OR*') == '"say" OR "hi" OR "or"'
     store.remove("policies.md")
-    assert store.count() == 0 and store.digests() == {}
+    assert count(store) == 0 and store.digests() == {}
+    store.close()
 
 
-def test_two_stores_of_one_file_index_at_once_without_duplicates(tmp_path: Path) -> None:
-    """As two worker processes do: separate connections, the same change at once."""
-    path = tmp_path / "i.sqlite3"
+def test_an_edited_source_is_indexed_again(
+    stores: Callable[[], KnowledgeStore], tmp_path: Path
+) -> None:
+    docs = write_docs(tmp_path)
+    knowledge = Knowledge([str(docs)], store=stores)
+    assert knowledge.search("widget battery")[0].text == BATTERY
+    size = count(knowledge.store)
+    write_docs(tmp_path, battery=BATTERY_EDITED)
+    assert knowledge.search("widget battery")[0].text == BATTERY_EDITED
+    assert all("eighteen" not in p.text for p in knowledge.search("eighteen"))
+    assert count(knowledge.store) == size
+    knowledge.store.close()
+
+
+def test_two_stores_index_one_source_at_once_without_duplicates(
+    stores: Callable[[], KnowledgeStore],
+) -> None:
+    """As two worker processes do: separate connections, the same source at once."""
     chunks = chunk_document(Document("policies.md", GUIDE * 40, kind="markdown"), size=300)
-    stores = [SQLiteStore(path) for _ in range(4)]
+    writers = [stores() for _ in range(4)]
     errors: list[BaseException] = []
-    start = threading.Barrier(len(stores))
+    start = threading.Barrier(len(writers))
 
-    def index(n: int, store: SQLiteStore) -> None:
+    def index(n: int, store: KnowledgeStore) -> None:
         start.wait()
         try:
             for round_ in range(5):  # each a content of its own: every one writes
@@ -237,14 +337,32 @@ def test_two_stores_of_one_file_index_at_once_without_duplicates(tmp_path: Path)
         except BaseException as e:
             errors.append(e)
 
-    threads = [threading.Thread(target=index, args=(n, s)) for n, s in enumerate(stores)]
+    threads = [threading.Thread(target=index, args=(n, s)) for n, s in enumerate(writers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=120)
     assert errors == []
-    assert stores[0].count() == len(chunks)
-    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert count(writers[0]) == len(chunks)
+    for store in writers:
+        store.close()
+
+
+def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(KnowledgeError) as e:
+        PostgresStore(f"host={tmp_path} port=1 user=nobody connect_timeout=5", name="kb")
+    assert str(e.value).startswith("knowledge 'kb': cannot reach PostgreSQL (")
+    assert "\n" not in str(e.value)
+
+
+def count(store: KnowledgeStore) -> int:
+    return store.count()  # type: ignore[attr-defined]
+
+
+def test_the_sqlite_index_is_in_wal_mode(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "i.sqlite3").close()
+    wal = sqlite3.connect(tmp_path / "i.sqlite3").execute("PRAGMA journal_mode").fetchone()[0]
+    assert wal == "wal"  # readers go on while a worker writes
 
 
 def test_the_index_lives_under_the_state_folder(own_state_dir: Path) -> None:

@@ -8,7 +8,8 @@
 Text, Markdown (by headings), HTML (its text) and PDF (its text layer: the `documents`
 extra) are cut into chunks, each with a stable id and its place in its source, and
 indexed in SQLite's full-text index under the state folder (`KnowledgeStore`,
-`SQLiteStore`). See docs/knowledge-and-memory.md.
+`SQLiteStore`), or in PostgreSQL's (`PostgresStore`, the `postgres` extra). See
+docs/knowledge-and-memory.md.
 """
 
 from durable_agent.errors import KnowledgeError
@@ -21,6 +22,7 @@ from durable_agent.knowledge._chunk import (
     chunk_id,
 )
 from durable_agent.knowledge._knowledge import MAX_FILES, SEARCH_TOOL, Knowledge
+from durable_agent.knowledge._postgres import PostgresStore
 from durable_agent.knowledge._store import KnowledgeStore, SQLiteStore, fts_query
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "Knowledge",
     "KnowledgeError",
     "KnowledgeStore",
+    "PostgresStore",
     "SQLiteStore",
     "chunk_document",
     "chunk_id",
