@@ -710,7 +710,9 @@ class AgentTurn:
         try:
             out = await workflow.execute_local_activity_method(
                 RetrieveActivity.retrieve,
-                RetrieveInput(agent=self._agent.name, question=turn.question),
+                RetrieveInput(
+                    agent=self._agent.name, question=turn.question, customer_id=turn.customer_id
+                ),
                 start_to_close_timeout=RETRIEVE_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
                 retry_policy=RETRIEVE_RETRY,
@@ -720,11 +722,13 @@ class AgentTurn:
             self._if_out_of_time()
             self._record(1, StepKind.RETRIEVE, self._failed("retrieve: no passages", e))
             return
-        call = ToolCall(id="retrieve-1", name=out.tool, arguments=out.arguments)
+        call = out.call
         observation = Observation(call_id=call.id, tool=call.name, ok=True, text=out.text)
         shown = observation.model_copy(update={"text": preview(out.text)})
         line = f"retrieve: {out.passages} passage(s) for the question"
         self._record(1, StepKind.RETRIEVE, line, calls=[call], observation=shown)
+        stop = self._judged(1, "tool_output", call, out.verdicts)
+        self._tainted = self._tainted or stop is not None  # data, never instructions
         self._messages += [AssistantMessage(calls=[call]), ToolResult.of(observation)]
 
     def _by(self, reply: Reply) -> dict[str, Any]:
