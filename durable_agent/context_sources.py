@@ -42,6 +42,13 @@ MAX_WHERE_CHARS = 120
 """The most of a passage's source and location a header shows."""
 _CITED = re.compile(rf"\[({PASSAGE_ID})\]")
 _HEADER = re.compile(rf"\[({PASSAGE_ID})\] \(([^()]*)\)")
+_RENDERED = re.compile(
+    rf"\[({PASSAGE_ID})\] \(([^()]*)\): (.*?)(?= \[{PASSAGE_ID}\] \([^()]*\): |$)", re.DOTALL
+)
+
+SEARCH_TOOL = "search_knowledge"
+"""The name a source's search tool goes by (`durable_agent.knowledge`'s): a model that
+knows no better (the offline one) calls it for a question no other tool covers."""
 
 CITE_HOW = (
     "Cite each passage you use by its id in square brackets, as it is shown "
@@ -112,6 +119,15 @@ class ContextSource(Protocol):
     async def passages(self, question: str, limit: int) -> list[Passage]:
         """The passages most relevant to `question`, best first, at most `limit`."""
         ...
+
+
+def passages_in(result: str) -> list[Passage]:
+    """The passages of a result `render_passages` made, in order (source and location
+    as one line, in `source`)."""
+    return [
+        Passage(id=found.group(1), source=found.group(2), text=found.group(3).strip())
+        for found in _RENDERED.finditer(result)
+    ]
 
 
 def cited(answer: str, steps: Sequence[Step]) -> list[tuple[str, str]]:

@@ -449,7 +449,16 @@ class Library:
             model="scripted",
             models={"scripted": lambda _: self.reader_model},
         )
-        return [searcher, reader]
+        offline = Agent(
+            name="desk",
+            knowledge=Knowledge(
+                [str(self.docs)],
+                name="desk",
+                store=lambda: SQLiteStore(self.folder / "desk.sqlite3"),
+            ),
+            model="offline",
+        )
+        return [searcher, reader, offline]
 
     def worker(self, client: Client | None = None) -> AgentWorker:
         """A worker of the module's agents (on a client of its own: one client may not
@@ -617,6 +626,23 @@ async def test_instructions_in_a_retrieved_document_stay_data(library: Library) 
     _, first = library.reader_model.requests[-1]
     (given,) = [m for m in first.messages if isinstance(m, ToolResult)]
     assert given.text.startswith(DATA_MARK)  # marked for the model as data
+
+
+async def test_the_offline_model_answers_from_knowledge_and_declines_the_rest(
+    library: Library,
+) -> None:
+    """No tool of its own covers the question: it searches the knowledge, answers with
+    the best passage that shares a word of substance with it, cited, or declines."""
+    client = AgentClient(library.client, task_queue=library.task_queue)
+    result = await client.ask("How many days do I have to return an item?", agent="desk")
+    assert "within 30 days of delivery" in result.answer, result.answer
+    ((_, where),) = cited(result.answer, result.steps)
+    assert where.endswith("policies.md › Policies › Returns")
+    calls = [c.name for s in result.steps if s.kind is StepKind.TOOL_CALL for c in s.calls]
+    assert calls == ["search_knowledge"]
+
+    other = await client.ask("How is the weather in Scotland right now?", agent="desk")
+    assert other.answer == "Sorry, I cannot answer that question."
 
 
 def client_py(library: Library, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

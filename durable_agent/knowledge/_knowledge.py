@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, Field
 
-from durable_agent.context_sources import MAX_PASSAGES, Passage, render_passages
+from durable_agent.context_sources import MAX_PASSAGES, SEARCH_TOOL, Passage, render_passages
 from durable_agent.errors import KnowledgeError
 from durable_agent.knowledge._chunk import (
     CHUNK_CHARS,
@@ -36,7 +36,6 @@ log = logging.getLogger("durable_agent.knowledge")
 MAX_FILES = 1_000
 """Source files of one `Knowledge` at most, by default (paths and globs expanded)."""
 MAX_FILES_LIMIT = 100_000
-SEARCH_TOOL = "search_knowledge"
 
 Source = Union[str, Path, Document]  # noqa: UP007 - a runtime alias on 3.10
 
