@@ -160,6 +160,8 @@ def test_chunks_stay_within_their_size() -> None:
     assert chunks[-1].text.endswith("short tail")
     with pytest.raises(ValueError, match="chunk_chars"):
         Knowledge([], chunk_chars=10)
+    with pytest.raises(ValueError, match="a chunk size must be from 200"):
+        chunk_document(Document("long.txt", words), size=0)  # never a loop that cannot end
 
 
 def test_html_gives_its_text_by_heading_without_scripts() -> None:

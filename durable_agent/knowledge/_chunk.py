@@ -21,6 +21,7 @@ from durable_agent.errors import KnowledgeError
 
 CHUNK_CHARS = 1_200
 """A chunk's text at most, by default: a few paragraphs, so a search hit is specific."""
+MIN_CHUNK_CHARS = 200
 MAX_CHUNK_CHARS = 8_000
 MAX_FILE_BYTES = 10 * 1024 * 1024
 """A source file at most (10 MiB): larger ones are skipped, saying so."""
@@ -115,6 +116,10 @@ def sections(data: bytes, kind: str, source: str) -> list[_Section]:
 def chunk_sections(source: str, parts: list[_Section], size: int = CHUNK_CHARS) -> list[Chunk]:
     """Each section cut into chunks of at most `size` characters, at paragraph breaks
     where it can (a paragraph longer than that is cut at words)."""
+    if not MIN_CHUNK_CHARS <= size <= MAX_CHUNK_CHARS:
+        raise ValueError(
+            f"a chunk size must be from {MIN_CHUNK_CHARS} to {MAX_CHUNK_CHARS:,}, not {size:,}"
+        )
     chunks: list[Chunk] = []
     for part in parts:
         for text in _pieces(part.text, size):

@@ -21,6 +21,7 @@ from durable_agent.knowledge._chunk import (
     CHUNK_CHARS,
     KINDS,
     MAX_CHUNK_CHARS,
+    MIN_CHUNK_CHARS,
     Document,
     chunk_sections,
     kind_of,
@@ -79,9 +80,12 @@ class Knowledge:
                 f"knowledge {name!r}: retrieve must be from 0 to {MAX_PASSAGES} and top_k "
                 f"from 1 to {MAX_PASSAGES}"
             )
-        if not 200 <= chunk_chars <= MAX_CHUNK_CHARS or not 1 <= max_files <= MAX_FILES_LIMIT:
+        if not MIN_CHUNK_CHARS <= chunk_chars <= MAX_CHUNK_CHARS or not (
+            1 <= max_files <= MAX_FILES_LIMIT
+        ):
             raise ValueError(
-                f"knowledge {name!r}: chunk_chars must be from 200 to {MAX_CHUNK_CHARS:,} and "
+                f"knowledge {name!r}: chunk_chars must be from {MIN_CHUNK_CHARS} to "
+                f"{MAX_CHUNK_CHARS:,} and "
                 f"max_files from 1 to {MAX_FILES_LIMIT:,}"
             )
         if not name.replace("-", "").replace("_", "").isalnum():
