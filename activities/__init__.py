@@ -30,6 +30,7 @@ from durable_agent.activities.parse_output import (
 from durable_agent.activities.plan import PlanActivity, PlanInput, PlanOutput
 from durable_agent.activities.prices import PricesActivity, PricesInput, PricesOutput
 from durable_agent.activities.recheck import RecheckActivity, RecheckInput, RecheckOutput
+from durable_agent.activities.retrieve import RetrieveActivity, RetrieveInput, RetrieveOutput
 from durable_agent.activities.sample import SampleActivity, SampleInput, SampleOutput
 from durable_agent.activities.shield import ShieldActivity, ShieldInput, ShieldOutput
 from durable_agent.serving import Agents
@@ -54,6 +55,7 @@ def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
         InstructionsActivity(agents).instructions,
         PricesActivity(agents).prices,
         RecheckActivity(agents).recheck,
+        RetrieveActivity(agents).retrieve,
         SampleActivity(agents, transcripts=transcripts).sample,
     ]
 
@@ -92,6 +94,9 @@ __all__ = [
     "RecheckActivity",
     "RecheckInput",
     "RecheckOutput",
+    "RetrieveActivity",
+    "RetrieveInput",
+    "RetrieveOutput",
     "SampleActivity",
     "SampleInput",
     "SampleOutput",

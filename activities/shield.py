@@ -105,6 +105,7 @@ def _info(served: ServedAgent) -> AgentInfo:
         output=served.output.spec if served.output else None,
         models=served.model_specs if len(served.model_specs) > 1 else [],
         dynamic_instructions=served.dynamic is not None,
+        retrieve=served.retrieve,
     )
 
 

@@ -42,6 +42,7 @@ from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.bounds import MAX_CALLS_PER_ROUND, MAX_CALLS_PER_ROUND_LIMIT
 from durable_agent.compaction import Compaction
+from durable_agent.context_sources import ContextSource
 from durable_agent.model_settings import ModelSettings, merged, one_line
 from durable_agent.outputs import output_spec
 from durable_agent.render import MAX_OBSERVATION_CHARS, MAX_RESULT_CHARS_LIMIT
@@ -179,6 +180,10 @@ class Agent:
     """How its models are asked (temperature, output limit, stop sequences, ...): under
     what `models` gives a model and what a turn gives (`AgentClient.ask(settings=)`),
     field by field. A dict of its fields will do. None: the providers' defaults."""
+    knowledge: ContextSource | None = None
+    """Documents it answers from (`durable_agent.knowledge.Knowledge`): it adds the
+    `search_knowledge` tool, and with `retrieve=N` each turn starts with the question's
+    top passages (`durable_agent.context_sources`). None: no knowledge."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_result_chars <= MAX_RESULT_CHARS_LIMIT:
@@ -225,6 +230,11 @@ class Agent:
             fallback.check(self.model)
         except ValueError as e:
             raise ValueError(f"agent {self.name!r}: {e}") from None
+        if self.knowledge is not None and not isinstance(self.knowledge, ContextSource):
+            raise ValueError(
+                f"agent {self.name!r}: knowledge must be a Knowledge([...]) (from "
+                f"durable_agent.knowledge import Knowledge), not {type(self.knowledge).__name__}"
+            )
         # Settings may be given as dicts of their fields, as Pydantic AI's are: kept typed.
         object.__setattr__(self, "settings", self._settings("settings", self.settings))
         models = {
@@ -248,10 +258,29 @@ class Agent:
 
     @property
     def registry(self) -> ToolRegistry:
-        """Its tools by name; a name used twice is a `ValueError` saying which."""
-        if isinstance(self.tools, ToolRegistry):
+        """Its tools by name, its context sources' after its own; a name used twice is a
+        `ValueError` saying which."""
+        own = self.tools.tools.values() if isinstance(self.tools, ToolRegistry) else self.tools
+        # A registry made from this one already holds them (an MCP agent's `LiveTools`).
+        added = [
+            t
+            for source in self.context_sources
+            for t in source.tools()
+            if not any(t is mine for mine in own)
+        ]
+        if isinstance(self.tools, ToolRegistry) and not added:
             return self.tools
-        return ToolRegistry(self.tools)
+        return ToolRegistry([*own, *added])
+
+    @property
+    def context_sources(self) -> list[ContextSource]:
+        """What it knows besides its tools (`durable_agent.context_sources`)."""
+        return [self.knowledge] if self.knowledge is not None else []
+
+    @property
+    def retrieve(self) -> int:
+        """How many passages its turns' retrieval step gives the model (0: no step)."""
+        return sum(source.retrieve for source in self.context_sources)
 
     @property
     def shown_name(self) -> str:

@@ -11,6 +11,7 @@ retried with backoff.
     ├── UnknownAgent               a turn names an agent this worker does not serve
     ├── ToolListUnavailable        a turn's tool list (by its hash) cannot be had here
     ├── AgentDefinitionError       an agent cannot be served as defined (stops the worker)
+    ├── KnowledgeError             a knowledge source cannot be read or indexed (skipped)
     ├── ModelError                 the model backend failed
     │   ├── UnknownModel           no backend for that model spec
     │   ├── InvalidModelOutput     the model's reply cannot be used
@@ -89,6 +90,12 @@ class ToolListUnavailable(AgentError):
 class AgentDefinitionError(AgentError):
     """An agent cannot be served as defined (a bad `--agent`, a tool name used twice,
     two agents with one name); the message says what to fix."""
+
+
+class KnowledgeError(AgentError):
+    """A source of an agent's knowledge cannot be read or indexed (too large, not a
+    readable PDF, a kind it cannot read); the worker skips it, logging this one line
+    (`durable_agent.knowledge`)."""
 
 
 class ModelError(AgentError):

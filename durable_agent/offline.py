@@ -79,6 +79,7 @@ from durable_agent.argfill import (
     find_ids as find_all_ids,
 )
 from durable_agent.compaction import digest
+from durable_agent.context_sources import SEARCH_TOOL, passages_in
 from durable_agent.conversation import (
     AssistantMessage,
     Message,
@@ -1164,6 +1165,27 @@ class OfflineModel:
             finds = self._phrasebook.list_finds(asked)
             decided = _decide(talk, profiles, request.instructions, finds)
         prompt = talk.question + " " + " ".join(s.description for s in request.tools)
+        if not decided.calls and decided.declined:
+            # No tool of its own covers it: the agent's knowledge may (`Knowledge`).
+            known = _from_knowledge(talk.question, latest_results(request.messages))
+            if known:
+                await write_out(known, stream)
+                return Reply(text=known, usage=_usage(prompt, known))
+            if any(t.name == SEARCH_TOOL for t in request.tools) and not any(
+                c.name == SEARCH_TOOL
+                for m in request.messages
+                if isinstance(m, AssistantMessage)
+                for c in m.calls
+            ):
+                query = {"query": talk.question[:500]}
+                made = [
+                    ToolCall(
+                        id=f"call_{calls_so_far(request.messages) + 1}",
+                        name=SEARCH_TOOL,
+                        arguments=query,
+                    )
+                ]
+                return Reply(calls=made, usage=_usage(prompt, made[0].render()))
         if not decided.calls:
             # Declined in the words the instructions give ("reply exactly: ..."), as a
             # chat model reads them there.
@@ -1192,7 +1214,11 @@ class OfflineModel:
             self._read(r, calls.get(r.call_id), by_name.get(r.tool), asked, talk) for r in results
         ]
         parts = [
-            _sorry(result, by_name) if _refused(result) else self._phrasebook.answer(r) or r.text
+            _sorry(result, by_name)
+            if _refused(result)
+            else _from_knowledge(talk.question, [result])
+            if result.tool == SEARCH_TOOL
+            else self._phrasebook.answer(r) or r.text
             for result, r in zip(results, readings, strict=True)
         ]
         if language := other_language(talk.question):
@@ -1351,3 +1377,21 @@ def _without_instructions(text: str) -> str:
     """`text` without the sentences that read as orders to the assistant."""
     kept = [s for s in _SENTENCE_END.split(text) if not reads_as_instructions(s)]
     return " ".join(kept)
+
+
+def _from_knowledge(question: str, results: Sequence[ToolResult]) -> str:
+    """The best passage of the agent's knowledge among these results that shares a word
+    of substance with the question, cited by its id; empty if none does. A passage
+    marked as data is read without its instruction-like sentences."""
+    asked = set(content_words(question))
+    for result in results:
+        if result.tool != SEARCH_TOOL or not result.ok:
+            continue
+        text = result.text
+        if text.startswith(DATA_MARK):
+            text = text.removeprefix(DATA_MARK).lstrip()
+        for passage in passages_in(text):
+            if asked & set(content_words(passage.text)):
+                said = _without_instructions(passage.text)
+                return f"{said} [{passage.id}]" if said else ""
+    return ""

@@ -112,6 +112,10 @@ class ServedAgent:
         self.unknown_outcomes = agent.unknown_outcomes
         self.model_calls = agent.model_calls
         self.refusals = agent.refusals
+        self.sources = agent.context_sources if tools is None else []
+        """What it knows besides its tools (`Agent.knowledge`); a view of it, nothing."""
+        self.retrieve = sum(source.retrieve for source in self.sources)
+        """How many passages its turns' retrieval step gives the model (0: no step)."""
         self.output = Output.of_type(agent.output_type) if agent.output_type is not None else None
         """The agent's output type, as its turns' values are checked (None: text)."""
         if OUTPUT_TOOL in self.tools:
@@ -333,10 +337,14 @@ class Agents:
 
     @contextlib.asynccontextmanager
     async def opened(self) -> AsyncIterator[Agents]:
-        """Open every agent's deps (once each) for as long as the worker runs."""
+        """Open every agent's deps and context sources (once each: a knowledge index is
+        built here) for as long as the worker runs."""
         async with contextlib.AsyncExitStack() as stack:
             for deps in self._deps:
                 await deps.open(stack)
+            sources = {id(s): s for served in self.served.values() for s in served.sources}
+            for source in sources.values():
+                await stack.enter_async_context(source.opened())
             yield self
 
 

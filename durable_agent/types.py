@@ -161,6 +161,9 @@ class StepKind(str, Enum):
     CHANGED = "changed"
     """In a fork on the agent as served now (`rerun --current`): a call of the record
     whose tool was removed, or whose schema changed, since the original ran it."""
+    RETRIEVE = "retrieve"
+    """Before the loop: the passages of the agent's knowledge most relevant to the
+    question, given to the model as a tool result (`activities/retrieve.py`)."""
     WAIT = "wait"
     """The turn waits on a durable timer, or for an event from outside, and says until
     when (`durable_agent.waits`); the wait's end is the call's observation."""
@@ -383,6 +386,9 @@ class AgentInfo(BaseModel):
     """The agent's instructions are a function of the turn's context: the turn has them
     evaluated once, first (`activities/instructions.py`), and its fingerprint covers
     the text it got."""
+    retrieve: int = 0
+    """How many passages of its knowledge the turn's retrieval step gives the model
+    before the loop (`Agent.knowledge`, `activities/retrieve.py`); 0: no such step."""
 
 
 class Exchange(BaseModel):

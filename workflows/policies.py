@@ -50,6 +50,13 @@ INSTRUCTIONS_RETRY = RetryPolicy(
     maximum_attempts=3,
 )
 PRICES_TIMEOUT = timedelta(seconds=5)
+
+# The retrieval step before a turn's loop (`Knowledge(retrieve=N)`): a local read of the
+# worker's own index, refreshed first (a changed file is read again), so it may take a
+# few seconds on a large edit; retried as the instructions are, then the turn goes on
+# without it, saying so in its story.
+RETRIEVE_TIMEOUT = timedelta(seconds=30)
+RETRIEVE_RETRY = INSTRUCTIONS_RETRY
 RECHECK_TIMEOUT = PRICES_TIMEOUT
 
 # Remote calls heartbeat (see activities/_common.py): a dead worker's call is

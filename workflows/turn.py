@@ -98,6 +98,8 @@ with workflow.unsafe.imports_passed_through():
         PricesInput,
         RecheckActivity,
         RecheckInput,
+        RetrieveActivity,
+        RetrieveInput,
         SampleActivity,
         SampleInput,
         ShieldActivity,
@@ -185,6 +187,8 @@ with workflow.unsafe.imports_passed_through():
         PRICES_TIMEOUT,
         QUICK_TIMEOUT,
         RECHECK_TIMEOUT,
+        RETRIEVE_RETRY,
+        RETRIEVE_TIMEOUT,
         SHIELD_RETRY,
         SHIELD_TIMEOUT,
         WORKFLOW_TASK_TIMEOUT,
@@ -193,6 +197,10 @@ with workflow.unsafe.imports_passed_through():
 
 
 ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
+
+RETRIEVAL_PATCH = "knowledge-retrieval"
+"""Turns of agents with `Knowledge(retrieve=N)` run the retrieval step before the loop;
+histories recorded before it existed replay without it."""
 
 # Model errors that say the request can never succeed as configured.
 _REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__, ModelCannotAnswer.__name__)
@@ -699,6 +707,7 @@ class AgentTurn:
                 # Another turn's conversation up to one of its steps (`client.py rerun`).
                 reply, iteration, source = await self._forked(turn, turn.fork)
             else:
+                await self._retrieve(turn)
                 reply = await self._plan(turn, iteration, f"plan: {_clip(turn.question)}")
         else:
             iteration, replans, source = carry.iteration, carry.replans, carry.source
@@ -752,6 +761,37 @@ class AgentTurn:
         if reply.output is not None:
             return await self._answered(turn, iteration, reply.output, typed=True, reply=reply)
         return await self._answered(turn, iteration, reply.text, reply=reply)
+
+    async def _retrieve(self, turn: TurnInput) -> None:
+        """Seed 004's retrieval step, for an agent whose knowledge asks for it: the
+        question's top passages, with their ids and sources, join the conversation as
+        the result of a search call (data, never instructions), before the first model
+        call. It fails open: the turn goes on without them, and its story says why."""
+        if not self._agent.retrieve or not workflow.patched(RETRIEVAL_PATCH):
+            return
+        try:
+            out = await workflow.execute_local_activity_method(
+                RetrieveActivity.retrieve,
+                RetrieveInput(
+                    agent=self._agent.name, question=turn.question, customer_id=turn.customer_id
+                ),
+                start_to_close_timeout=RETRIEVE_TIMEOUT,
+                schedule_to_close_timeout=self._within(),
+                retry_policy=RETRIEVE_RETRY,
+                summary="retrieve",
+            )
+        except (ActivityError, ApplicationError) as e:
+            self._if_out_of_time()
+            self._record(1, StepKind.RETRIEVE, self._failed("retrieve: no passages", e))
+            return
+        call = out.call
+        observation = Observation(call_id=call.id, tool=call.name, ok=True, text=out.text)
+        shown = observation.model_copy(update={"text": preview(out.text)})
+        line = f"retrieve: {out.passages} passage(s) for the question"
+        self._record(1, StepKind.RETRIEVE, line, calls=[call], observation=shown)
+        stop = self._judged(1, "tool_output", call, out.verdicts)
+        self._tainted = self._tainted or stop is not None  # data, never instructions
+        self._messages += [AssistantMessage(calls=[call]), ToolResult.of(observation)]
 
     def _by(self, reply: Reply) -> dict[str, Any]:
         """What the step that records `reply` says of the call that gave it: which model

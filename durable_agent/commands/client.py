@@ -69,6 +69,7 @@ from durable_agent.audit import MAX_AUDIT_TURNS
 from durable_agent.chat import ConversationInput
 from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, checked_context
 from durable_agent.commands.questions import answer_question
+from durable_agent.context_sources import cited
 from durable_agent.elicitation import Action
 from durable_agent.errors import AgentDefinitionError, InvalidContext
 from durable_agent.model_settings import ModelSettings
@@ -455,6 +456,8 @@ async def print_result(
         print(f"\noutput ({result.outcome.value}):\n{value}")
     else:
         print(f"\nanswer ({result.outcome.value}): {result.answer}")
+        for passage, where in cited(result.answer, result.steps):
+            print(f"  cited [{passage}]: {where}")
     print(usage_line(result.usage))
     if result.agent:
         # No fingerprint: no worker serves an agent of that name.

@@ -1,0 +1,75 @@
+"""retrieve (local activity): seed 004's retrieval step, before a turn's loop.
+
+For an agent whose knowledge asks for it (`Knowledge(..., retrieve=N)`), the workflow
+runs it once, before the first model call: every context source of the agent gives its
+passages for the question, and the turn puts them in the model's conversation as the
+result of a `search_knowledge` call (data with its sources, never instructions). Its
+result is recorded in the history (a marker), so a replay reads the passages the turn
+got and never searches again. A read only: it may run again if its worker dies before
+the result is recorded. What it found is screened by the agent's tool-output shields, as
+a search call's result is: instruction-like text in a document stays marked data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from durable_agent.activities.parse_output import screened
+from durable_agent.context_sources import MAX_PASSAGES, Passage, render_passages
+from durable_agent.serving import Agents
+from durable_agent.shields import Verdict
+from durable_agent.types import ToolCall
+
+RETRIEVED_HEADING = "Passages of the knowledge for this question"
+MAX_QUERY_CHARS = 500
+CALL_ID = "retrieve-1"
+
+
+class RetrieveInput(BaseModel):
+    agent: str = ""
+    """The turn's agent (empty: the worker's first)."""
+    question: str
+    customer_id: str = ""
+    """Whom the turn serves (the shields' request names them)."""
+
+
+class RetrieveOutput(BaseModel):
+    call: ToolCall
+    """The search call the step stands for in the conversation (the first source's tool,
+    the question as its query), as the model would make it."""
+    text: str
+    """What the model reads (`context_sources.render_passages`, bounded), after the
+    tool-output shields."""
+    passages: int = 0
+    """How many passages it holds."""
+    verdicts: list[Verdict] = []
+    """The tool-output shields' verdicts on it (none: no shields)."""
+
+
+class RetrieveActivity:
+    def __init__(self, agents: Agents) -> None:
+        self._agents = agents
+
+    @activity.defn(name="retrieve")
+    async def retrieve(self, input: RetrieveInput) -> RetrieveOutput:
+        served = self._agents.get(input.agent)
+        found: list[Passage] = []
+        asking = [source for source in served.sources if source.retrieve]
+        for source in asking:
+            found += await source.passages(input.question, source.retrieve)
+        found = found[:MAX_PASSAGES]
+        tools = [t for source in asking for t in source.tools()]
+        tool = tools[0] if tools else None
+        arguments: dict[str, Any] = {}
+        if tool is not None and tool.args_model is not None:
+            fields = list(tool.args_model.model_fields)
+            arguments = {fields[0]: input.question[:MAX_QUERY_CHARS]} if fields else {}
+        call = ToolCall(id=CALL_ID, name=tool.name if tool else "retrieve", arguments=arguments)
+        text = render_passages(found, RETRIEVED_HEADING)
+        out = await screened(served, served.tools, call, text, input.customer_id, rendered=True)
+        return RetrieveOutput(
+            call=call, text=out.observation.text, passages=len(found), verdicts=out.verdicts
+        )

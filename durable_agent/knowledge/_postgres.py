@@ -1,0 +1,131 @@
+"""`KnowledgeStore` in PostgreSQL's full-text search, for deployments whose workers share
+no folder (the `postgres` extra: psycopg 3).
+
+    Knowledge([...], store=lambda: PostgresStore("postgresql://…/agents", name="helpdesk"))
+
+Two tables, shared by every `Knowledge` of the database and told apart by `name`:
+`knowledge_sources` (each source's content hash) and `knowledge_chunks` (its chunks, with
+a stored `tsvector` under a GIN index). A source is replaced in one transaction that holds
+an advisory lock on it and checks its hash first, so workers indexing the same change at
+once leave one copy of its chunks, as with SQLite.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from durable_agent.context_sources import Passage
+from durable_agent.errors import KnowledgeError
+from durable_agent.knowledge._chunk import Chunk
+from durable_agent.knowledge._store import MAX_QUERY_WORDS
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS knowledge_sources (
+    store TEXT NOT NULL, source TEXT NOT NULL, digest TEXT NOT NULL, chunks INTEGER NOT NULL,
+    PRIMARY KEY (store, source));
+CREATE TABLE IF NOT EXISTS knowledge_chunks (
+    store TEXT NOT NULL, id TEXT NOT NULL, source TEXT NOT NULL, position INTEGER NOT NULL,
+    location TEXT NOT NULL, text TEXT NOT NULL,
+    words tsvector GENERATED ALWAYS AS (
+        setweight(to_tsvector('english', location), 'A') ||
+        setweight(to_tsvector('english', text), 'B')) STORED,
+    PRIMARY KEY (store, id));
+CREATE INDEX IF NOT EXISTS knowledge_chunks_words ON knowledge_chunks USING GIN (words);
+CREATE INDEX IF NOT EXISTS knowledge_chunks_source ON knowledge_chunks (store, source);
+"""
+
+
+class PostgresStore:
+    """`KnowledgeStore` in PostgreSQL (`conninfo`: a libpq connection string or URL)."""
+
+    def __init__(self, conninfo: str, name: str = "knowledge") -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise KnowledgeError(
+                "the PostgreSQL knowledge store needs psycopg: "
+                "pip install 'durable-agent[postgres]'"
+            ) from None
+        self.name = name
+        self._lock = threading.Lock()
+        try:
+            self._db: Any = psycopg.connect(conninfo, autocommit=True)
+        except psycopg.Error as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise KnowledgeError(f"knowledge {name!r}: cannot reach PostgreSQL ({first})") from None
+        with self._lock, self._db.transaction():
+            # One schema change at a time, whichever worker starts first.
+            self._db.execute("SELECT pg_advisory_xact_lock(hashtext('durable_agent.knowledge'))")
+            self._db.execute(SCHEMA)
+
+    def digests(self) -> dict[str, str]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT source, digest FROM knowledge_sources WHERE store = %s", (self.name,)
+            ).fetchall()
+        return dict(rows)
+
+    def replace(self, source: str, digest: str, chunks: Sequence[Chunk]) -> bool:
+        with self._lock, self._db.transaction():
+            self._db.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (self.name, source)
+            )
+            row = self._db.execute(
+                "SELECT digest FROM knowledge_sources WHERE store = %s AND source = %s",
+                (self.name, source),
+            ).fetchone()
+            if row is not None and row[0] == digest:
+                return False
+            self._db.execute(
+                "DELETE FROM knowledge_chunks WHERE store = %s AND source = %s",
+                (self.name, source),
+            )
+            with self._db.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO knowledge_chunks (store, id, source, position, location, text) "
+                    "VALUES (%s, %s, %s, %s, %s, %s)",
+                    [(self.name, c.id, c.source, c.position, c.location, c.text) for c in chunks],
+                )
+            self._db.execute(
+                "INSERT INTO knowledge_sources (store, source, digest, chunks) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (store, source) DO UPDATE "
+                "SET digest = excluded.digest, chunks = excluded.chunks",
+                (self.name, source, digest, len(chunks)),
+            )
+            return True
+
+    def remove(self, source: str) -> None:
+        with self._lock, self._db.transaction():
+            for table in ("knowledge_chunks", "knowledge_sources"):
+                self._db.execute(
+                    f"DELETE FROM {table} WHERE store = %s AND source = %s", (self.name, source)
+                )
+
+    def search(self, query: str, limit: int) -> list[Passage]:
+        words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", query)))
+        if not words:
+            return []
+        # Each word its own lexeme, any of them: nothing typed is tsquery syntax.
+        terms = " | ".join(f"'{w}'" for w in words[:MAX_QUERY_WORDS])
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, source, location, text FROM knowledge_chunks, "
+                "to_tsquery('english', %s) AS q WHERE store = %s AND words @@ q "
+                "ORDER BY ts_rank_cd(words, q) DESC, id LIMIT %s",
+                (terms, self.name, limit),
+            ).fetchall()
+        return [Passage(id=i, source=s, location=loc, text=t) for i, s, loc, t in rows]
+
+    def count(self) -> int:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT count(*) FROM knowledge_chunks WHERE store = %s", (self.name,)
+            ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
