@@ -17,6 +17,8 @@ The public API:
     AgentClient, TurnResult    ask agents, follow and decide their turns from your own
                                code (`durable_agent.client`)
     NotFound, NotAllowed, ToolError, ToolUnavailable   what tools raise
+    Secret                     a context value kept out of histories: tools read it in
+                               clear, nothing records it (`durable_agent.secret`)
 
 Everything else is the machinery behind them.
 """
@@ -37,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.compaction import Compaction
     from durable_agent.errors import NotAllowed, NotFound, ToolError, ToolUnavailable
     from durable_agent.model_settings import ModelSettings
+    from durable_agent.secret import Secret
     from durable_agent.settings import Settings
     from durable_agent.shields import ShieldSettings
     from durable_agent.subagents import agent_tool
@@ -57,6 +60,7 @@ __all__ = [
     "NotAllowed",
     "NotFound",
     "Refusals",
+    "Secret",
     "Settings",
     "ShieldSettings",
     "Tool",

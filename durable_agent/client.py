@@ -84,12 +84,14 @@ from durable_agent.errors import (
 from durable_agent.model_settings import ModelSettings
 from durable_agent.outputs import loaded_type, output_spec
 from durable_agent.rewind import Origin
-from durable_agent.runtime import rewind, server, storage, turns
+from durable_agent.runtime import rewind, secret_refs, server, storage, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.storage import STORE_ENV
 from durable_agent.runtime.streams import turn_events
 from durable_agent.schedules import Schedules
+from durable_agent.secret import SECRETS_KEY
+from durable_agent.secret import split as split_secrets
 from durable_agent.stream import TurnEvent
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
@@ -213,6 +215,7 @@ class AgentClient:
         output_type: Any = None,
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
+        secret: Sequence[str] = (),
     ) -> TurnResult:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
@@ -229,6 +232,7 @@ class AgentClient:
             output_type=output_type,
             context=context,
             settings=settings,
+            secret=secret,
         )
         return await turn.result(no_worker_after=no_worker_after)
 
@@ -245,6 +249,7 @@ class AgentClient:
         output_type: Any = None,
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
+        secret: Sequence[str] = (),
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
         the worker's first), or its definition (`Agent`: its name is asked, and a value
@@ -260,13 +265,18 @@ class AgentClient:
         instructions functions get (`InvalidContext` when it is not one, holds NaN or
         Infinity, is nested over 32 deep or larger than 16 KB); `settings`: how its
         models are asked (`ModelSettings`, or a dict of its fields), over the agent's own
-        field by field (`InvalidSettings` when out of bounds).
+        field by field (`InvalidSettings` when out of bounds); `secret`: the context's
+        keys whose values are secrets, as a `Secret` value is (`runtime/secret_refs.py`):
+        stored encrypted in the payload store, given to tools and instructions functions
+        inside their activities only, never written in the turn's history
+        (`InvalidSecret` without AGENT_ENCRYPTION_KEY).
 
         With `request_id` (an Idempotency-Key), a turn already started with it for the
         same request (question, context, agent, model, settings, limits and output type)
         is the one returned; one started for another request is a `RequestConflict`. A
         customer's request ids are theirs alone: another customer's same key is
         another turn (`request_workflow_id`)."""
+        context, secrets = split_secrets(context, secret)
         turn = self.turn_input(
             question,
             agent=agent,
@@ -278,7 +288,16 @@ class AgentClient:
             context=context,
             settings=settings,
         )
-        handle = await self.start_turn(turn, request_id=request_id)
+        workflow_id = ""
+        if secrets:  # stored under the turn: its id is drawn here
+            workflow_id = (
+                request_workflow_id(turn.customer_id, request_id)
+                if request_id
+                else turns.turn_id(turn.customer_id)
+            )
+            sealed = await self._sealed(turn.context, turn.customer_id, secrets, workflow_id)
+            turn = turn.model_copy(update={"context": sealed})
+        handle = await self.start_turn(turn, request_id=request_id, workflow_id=workflow_id)
         handle.output_type = output_type if output_type is not None else _agent_of(agent)[1]
         return handle
 
@@ -314,6 +333,18 @@ class AgentClient:
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
+
+    async def _sealed(
+        self, context: dict[str, Any], customer: str, secrets: Mapping[str, Any], workflow_id: str
+    ) -> dict[str, Any]:
+        """`context` with `secrets` stored under `workflow_id`, by reference."""
+        ref = await secret_refs.sealed(
+            secrets,
+            customer_id=customer,
+            namespace=self.temporal.namespace,
+            workflow_id=workflow_id,
+        )
+        return checked_context({**context, SECRETS_KEY: ref})
 
     async def start_turn(
         self, turn: TurnInput, *, request_id: str = "", workflow_id: str = ""
@@ -526,6 +557,7 @@ class AgentClient:
         stream: bool = True,
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
+        secret: Sequence[str] = (),
         **options: Any,
     ) -> ConversationHandle:
         """A conversation: each `send` is a turn that sees the earlier exchanges. It
@@ -533,9 +565,11 @@ class AgentClient:
         naming: make it `request_workflow_id`'s way, `turns.workflow_id("chat", customer,
         key)`, so that no two customers name one), one already running under that id is
         continued instead, if it is this customer's (else `RequestConflict`).
-        `agent`, `context` and `settings`: every turn's (see `start`).
+        `agent`, `context`, `settings` and `secret`: every turn's (see `start`; the
+        secrets are stored under the conversation, with its first message).
         `options`: the rest of `ConversationInput` (`idle_timeout`,
         `max_turns_per_run`, `max_cost`: a spending cap across its turns)."""
+        context, secrets = split_secrets(context, secret)
         context = checked_context(context)
         settings = checked_settings(settings)
         agent, own = _agent_of(agent)
@@ -555,6 +589,7 @@ class AgentClient:
             raise AgentClientError(_first_error(e)) from None
         handle = self.chat_from(template, conversation_id=conversation_id)
         handle.output_type = own
+        handle._secrets = secrets
         return handle
 
     def chat_from(
@@ -906,6 +941,8 @@ class ConversationHandle:
         """Its id is the caller's (`chat(conversation_id=...)`): one of that id may run."""
         self.output_type: Any = None
         """What its turns' values are read as (`chat(agent=...)` with an `Agent`)."""
+        self._secrets: dict[str, Any] = {}
+        """Its turns' secrets (`chat(secret=...)`), stored when it starts."""
 
     def __repr__(self) -> str:
         return f"ConversationHandle({self.id!r})"
@@ -921,6 +958,13 @@ class ConversationHandle:
             if self._template is not None:
                 if self._named:
                     await self._of_customer(self._template.customer_id)
+                if self._secrets:
+                    template = self._template
+                    sealed = await self.client._sealed(
+                        template.context, template.customer_id, self._secrets, self.id
+                    )
+                    self._template = template.model_copy(update={"context": sealed})
+                    self._secrets = {}
                 _, accepted = await turns.start_chat(
                     self.client.temporal,
                     self._template,

@@ -47,6 +47,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_agent import secret
 from durable_agent.answers import markdown_plain, markdown_safe
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
@@ -156,6 +157,7 @@ def request_fingerprint(turn: TurnInput) -> str:
         mode="json",
         include={"customer_id", "question", "agent", "model", "limits", "output", "context"},
     )
+    identity["context"] = secret.shown(identity["context"])  # by name: sealed anew each time
     if turn.settings is not None:  # a turn without settings hashes as before they existed
         identity["settings"] = turn.settings.model_dump(mode="json", exclude_none=True)
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
