@@ -36,7 +36,7 @@ from durable_agent.settings import state_dir
 from durable_agent.types import Outcome, ToolCall
 from tests.conftest import Harness
 
-API_KEY = "sk-live-" + "7f3a9c2e1b4d" * 3
+API_KEY = "wx-tenant-" + "7f3a9c2e1b4d" * 3
 """The secret: long and unlike anything else a turn holds."""
 
 
