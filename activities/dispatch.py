@@ -226,4 +226,13 @@ def _masking(secrets: dict[str, Any]) -> Iterator[None]:
         text = str(e)
         if not secrets or text == masked(text, secrets):
             raise
+        if isinstance(e, ApplicationError):  # the tool's own: its flags stand
+            raise ApplicationError(
+                masked(e.message, secrets),
+                *masked(list(e.details), secrets),
+                type=e.type,
+                non_retryable=e.non_retryable,
+                next_retry_delay=e.next_retry_delay,
+                category=e.category,
+            ) from None
         raise ApplicationError(masked(text, secrets), type=type(e).__name__) from None

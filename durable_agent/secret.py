@@ -75,12 +75,17 @@ def split(context: Any, keys: Sequence[str] = ()) -> tuple[Any, dict[str, Any]]:
 
 
 def _nested_secret(value: Any) -> bool:
-    if isinstance(value, SECRET_TYPES):
-        return True
-    if isinstance(value, dict):
-        return any(_nested_secret(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_nested_secret(v) for v in value)
+    # Iterative: a context nested 100,000 deep is refused by `checked_context` in one
+    # line, never a RecursionError here.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, SECRET_TYPES):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
     return False
 
 

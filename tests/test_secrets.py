@@ -230,3 +230,17 @@ async def test_the_sweep_deletes_a_turns_secrets_and_a_rerun_then_says_so(
     assert "cannot be had" in said and "start the turn again, giving them" in said
     assert "is not in the payload store" in said
     assert seen == []  # no tool ran without its key
+
+
+async def test_a_conversations_turns_get_its_secrets(key: None, harness: Harness) -> None:
+    model = both_tools_then_answer()
+    seen: list[str] = []
+    async with harness.worker(agents=[agent(model, seen)]) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        chat = client.chat(context={"plan": "pro", "api_key": Secret(API_KEY)}, stream=False)
+        turn = await chat.start("Weather?")
+        assert (await turn.result()).outcome is Outcome.ANSWERED
+        await chat.end()
+        assert API_KEY in seen
+        for workflow_id in (chat.id, turn.id):
+            assert API_KEY.encode() not in await everything_recorded(client, workflow_id)
