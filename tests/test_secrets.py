@@ -185,12 +185,14 @@ async def test_secret_names_a_context_key(key: None, harness: Harness) -> None:
     seen: list[str] = []
     async with harness.worker(agents=[agent(model, seen)]) as task_queue:
         client = AgentClient(harness.client, task_queue=task_queue)
-        turn = await client.start(
-            "Weather?", context={"plan": "pro", "api_key": API_KEY}, secret=["api_key"]
-        )
+        asked = {"plan": "pro", "api_key": API_KEY}
+        turn = await client.start("Weather?", context=asked, secret=["api_key"], request_id="r1")
         assert (await turn.result()).outcome is Outcome.ANSWERED
         assert API_KEY in seen
         assert API_KEY.encode() not in await everything_recorded(client, turn.id)
+        # The same request again (sealed anew, so its reference differs) is that turn.
+        again = await client.start("Weather?", context=asked, secret=["api_key"], request_id="r1")
+        assert again.id == turn.id
 
 
 async def test_without_a_key_a_secret_is_refused_in_one_line(
