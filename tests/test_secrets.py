@@ -58,6 +58,12 @@ def call_broken_api(args: Nothing, ctx: ToolContext[list[str]]) -> str:
     raise ToolError(f"the service refused key {ctx.context['api_key']}")
 
 
+@tool(max_attempts=1)
+def call_crashing_api(args: Nothing, ctx: ToolContext[list[str]]) -> str:
+    """Call a service whose client crashes, quoting the key."""
+    raise RuntimeError(f"the client crashed holding {ctx.context['api_key']}")
+
+
 def instructions(context: dict[str, Any], deps: list[str]) -> str:
     deps.append(f"instructions:{context['api_key']}")
     return f"Help on the {context['plan']} plan; never say the key {context['api_key']}."
@@ -67,7 +73,7 @@ def agent(model: ScriptedModel, seen: list[str]) -> Agent:
     return Agent(
         name="weather",
         instructions=instructions,
-        tools=[call_api, call_broken_api],
+        tools=[call_api, call_broken_api, call_crashing_api],
         model="scripted",
         models={"scripted": lambda _: model},
         deps=seen,
@@ -246,3 +252,19 @@ async def test_a_conversations_turns_get_its_secrets(key: None, harness: Harness
         assert API_KEY in seen
         for workflow_id in (chat.id, turn.id):
             assert API_KEY.encode() not in await everything_recorded(client, workflow_id)
+
+
+async def test_a_crash_quoting_a_secret_is_recorded_masked(key: None, harness: Harness) -> None:
+    model = ScriptedModel(
+        plans=[Reply(calls=[ToolCall(id="c1", name="call_crashing_api")])],
+        decisions=[lambda req: Reply(text="The service is down.")],
+    )
+    seen: list[str] = []
+    async with harness.worker(agents=[agent(model, seen)]) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        turn = await client.start("Weather?", context={"plan": "pro", "api_key": Secret(API_KEY)})
+        await turn.result()
+        recorded = await everything_recorded(client, turn.id)
+    assert b"the client crashed holding [secret api_key]" in recorded
+    assert b"RuntimeError" in recorded  # its type stands, for retry policies
+    assert API_KEY.encode() not in recorded
