@@ -9,7 +9,9 @@ is treated as transient and retried by Temporal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,9 +28,10 @@ from durable_agent.elicitation import ANSWERS, Answer, NeedsAnswer, Question
 from durable_agent.errors import ConsentMismatch, ToolError
 from durable_agent.principal import Principal, of_customer
 from durable_agent.render import render_result
-from durable_agent.runtime import metrics
+from durable_agent.runtime import metrics, secret_refs
 from durable_agent.sampling import Reply as SamplingReply
 from durable_agent.sampling import Request as SamplingRequest
+from durable_agent.secret import masked
 from durable_agent.serving import Agents
 from durable_agent.telemetry import tool_span
 from durable_agent.tools import ToolContext
@@ -147,11 +150,13 @@ class DispatchActivity:
                 type=ConsentMismatch.__name__,
                 non_retryable=True,
             )
+        # The turn's secrets in clear, here only: what leaves this activity is masked.
+        context, secrets = await secret_refs.revealed(input.context, input.customer_id)
         ctx = ToolContext(
             input.customer_id,
             served.deps,
             input.idempotency_key,
-            input.context,
+            context,
             input.followed,
             input.principal if input.principal is not None else of_customer(input.customer_id),
         )
@@ -166,12 +171,13 @@ class DispatchActivity:
                 token = ANSWERS.set(answers)
                 replied = sampling.REPLIES.set({r.digest: r for r in input.replies})
                 try:
-                    if inspect.iscoroutinefunction(run):
-                        result = await run(args, ctx)
-                    else:
-                        # Plain functions (SQLite, HTTP clients) run in a thread so the
-                        # worker's event loop keeps serving other turns meanwhile.
-                        result = await asyncio.to_thread(run, args, ctx)
+                    with _masking(secrets):
+                        if inspect.iscoroutinefunction(run):
+                            result = await run(args, ctx)
+                        else:
+                            # Plain functions (SQLite, HTTP clients) run in a thread so
+                            # the worker's event loop keeps serving other turns meanwhile.
+                            result = await asyncio.to_thread(run, args, ctx)
                 except NeedsAnswer as e:
                     activity.logger.info("%s %s: asks the person", tool.name, input.call.id)
                     return DispatchOutput(question=e.question)
@@ -194,7 +200,7 @@ class DispatchActivity:
                     sampling.REPLIES.reset(replied)
         # Names only: arguments are the customer's words, which logs must not hold.
         activity.logger.info("%s %s: ok", tool.name, input.call.id)
-        data = _json.dump_python(result, mode="json")
+        data = masked(_json.dump_python(result, mode="json"), secrets)
         rendered = len(_json.dump_json(data)) > MAX_RESULT_BYTES
         if rendered:
             # Never store a huge result in the history: keep the compact text only.
@@ -223,3 +229,32 @@ class DispatchActivity:
         if parsed is not None and data == parsed.observation.text:
             return DispatchOutput(parsed=parsed, as_read=True)
         return DispatchOutput(result=data, parsed=parsed)
+
+
+@contextlib.contextmanager
+def _masking(secrets: dict[str, Any]) -> Iterator[None]:
+    """A tool's failure with the turn's secrets masked: its message is recorded in the
+    history (and a span's events) as the activity's failure. The type is kept, so
+    retry policies read it as before; the traceback is not, since it quotes the text."""
+    try:
+        yield
+    except (NeedsAnswer, sampling.NeedsSampling):
+        raise
+    except ToolError as e:
+        if secrets and str(e) != masked(str(e), secrets):
+            e.args = (masked(str(e), secrets),)
+        raise
+    except Exception as e:
+        text = str(e)
+        if not secrets or text == masked(text, secrets):
+            raise
+        if isinstance(e, ApplicationError):  # the tool's own: its flags stand
+            raise ApplicationError(
+                masked(e.message, secrets),
+                *masked(list(e.details), secrets),
+                type=e.type,
+                non_retryable=e.non_retryable,
+                next_retry_delay=e.next_retry_delay,
+                category=e.category,
+            ) from None
+        raise ApplicationError(masked(text, secrets), type=type(e).__name__) from None

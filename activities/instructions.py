@@ -30,6 +30,8 @@ from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import MAX_INSTRUCTIONS_CHARS
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.principal import Principal, of_customer
+from durable_agent.runtime import secret_refs
+from durable_agent.secret import masked
 from durable_agent.serving import Agents
 from durable_agent.types import DEFAULT_CUSTOMER
 
@@ -39,6 +41,8 @@ class InstructionsInput(BaseModel):
     """The turn's agent (empty: the worker's first)."""
     context: dict[str, Any] = {}
     """The turn's context (`TurnInput.context`)."""
+    customer_id: str = ""
+    """Whom the turn serves: its secrets are read for them only (`runtime/secret_refs.py`)."""
     tools_version: str = ""
     """The version of the agent's tools the turn started with (its fingerprint covers them)."""
     tool_lists: dict[str, str] = {}
@@ -66,20 +70,26 @@ class InstructionsActivity:
         served = self._agents.get(input.agent)
         fn = served.dynamic
         text: Any
+        secrets: dict[str, Any] = {}
         if input.text:
             text = input.text
         elif fn is None:  # served as text now (a worker of another definition)
             text = served.instructions
-        elif inspect.iscoroutinefunction(fn):
-            text = await fn(dict(input.context), served.deps, **_whom(fn, input))
         else:
-            # A plain function (a database read) runs in a thread, so the worker's event
-            # loop keeps serving other turns meanwhile.
-            text = await asyncio.to_thread(
-                functools.partial(fn, **_whom(fn, input)), dict(input.context), served.deps
-            )
-            if inspect.isawaitable(text):
-                text = await text
+            # The turn's secrets in clear, here only: the text is masked before it is
+            # recorded (and sent to every model call).
+            context, secrets = await secret_refs.revealed(input.context, input.customer_id)
+            if inspect.iscoroutinefunction(fn):
+                text = await fn(context, served.deps, **_whom(fn, input))
+            else:
+                # A plain function (a database read) runs in a thread, so the worker's
+                # event loop keeps serving other turns meanwhile.
+                text = await asyncio.to_thread(
+                    functools.partial(fn, **_whom(fn, input)), context, served.deps
+                )
+                if inspect.isawaitable(text):
+                    text = await text
+            text = masked(text, secrets)
         if not isinstance(text, str) or not text.strip():
             raise AgentDefinitionError(
                 f"agent {served.name!r}: its instructions function returned "

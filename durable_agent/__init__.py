@@ -18,6 +18,8 @@ The public API:
     AgentClient, TurnResult    ask agents, follow and decide their turns from your own
                                code (`durable_agent.client`)
     NotFound, NotAllowed, ToolError, ToolUnavailable   what tools raise
+    Secret                     a context value kept out of histories: tools read it in
+                               clear, nothing records it (`durable_agent.secret`)
 
 Everything else is the machinery behind them.
 """
@@ -39,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.errors import NotAllowed, NotFound, ToolError, ToolUnavailable
     from durable_agent.model_settings import ModelSettings
     from durable_agent.principal import Principal
+    from durable_agent.secret import Secret
     from durable_agent.settings import Settings
     from durable_agent.shields import ShieldSettings
     from durable_agent.subagents import agent_tool
@@ -60,6 +63,7 @@ __all__ = [
     "NotFound",
     "Principal",
     "Refusals",
+    "Secret",
     "Settings",
     "ShieldSettings",
     "Tool",

@@ -88,12 +88,14 @@ from durable_agent.model_settings import ModelSettings
 from durable_agent.outputs import loaded_type, output_spec
 from durable_agent.principal import DEFAULT_TENANT, Principal, of_customer
 from durable_agent.rewind import Origin
-from durable_agent.runtime import rewind, server, storage, turns
+from durable_agent.runtime import rewind, secret_refs, server, storage, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.storage import STORE_ENV
 from durable_agent.runtime.streams import turn_events
 from durable_agent.schedules import Schedules
+from durable_agent.secret import SECRETS_KEY
+from durable_agent.secret import split as split_secrets
 from durable_agent.stream import TurnEvent
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
@@ -223,6 +225,7 @@ class AgentClient:
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
         principal: Principal | None = None,
+        secret: Sequence[str] = (),
     ) -> TurnResult:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
@@ -240,6 +243,7 @@ class AgentClient:
             context=context,
             settings=settings,
             principal=principal,
+            secret=secret,
         )
         return await turn.result(no_worker_after=no_worker_after)
 
@@ -257,6 +261,7 @@ class AgentClient:
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
         principal: Principal | None = None,
+        secret: Sequence[str] = (),
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
         the worker's first), or its definition (`Agent`: its name is asked, and a value
@@ -275,13 +280,18 @@ class AgentClient:
         field by field (`InvalidSettings` when out of bounds); `principal`: who asks, from
         your own authentication (`durable_agent.Principal`: tenant, user, roles), instead
         of `customer` (which is the user of the default tenant): tools read it as
-        `ctx.principal`, and the turn is found by it (`find(tenant=, user=)`).
+        `ctx.principal`, and the turn is found by it (`find(tenant=, user=)`);
+        `secret`: the context's keys whose values are secrets, as a `Secret` value is
+        (`runtime/secret_refs.py`): stored encrypted in the payload store, given to tools
+        and instructions functions inside their activities only, never written in the
+        turn's history (`InvalidSecret` without AGENT_ENCRYPTION_KEY).
 
         With `request_id` (an Idempotency-Key), a turn already started with it for the
         same request (question, context, agent, model, settings, limits and output type)
         is the one returned; one started for another request is a `RequestConflict`. A
         customer's request ids are theirs alone: another customer's same key is
         another turn (`request_workflow_id`)."""
+        context, secrets = split_secrets(context, secret)
         turn = self.turn_input(
             question,
             agent=agent,
@@ -294,7 +304,13 @@ class AgentClient:
             settings=settings,
             principal=principal,
         )
-        handle = await self.start_turn(turn, request_id=request_id)
+        workflow_id = ""
+        if secrets:  # stored under the turn: its id is drawn here
+            # `start_turn`'s own naming: a request's id, else a new one.
+            workflow_id = turns.turn_id(turns.owner_part(turn.asker), request_id)
+            sealed = await self._sealed(turn.context, turn.customer_id, secrets, workflow_id)
+            turn = turn.model_copy(update={"context": sealed})
+        handle = await self.start_turn(turn, request_id=request_id, workflow_id=workflow_id)
         handle.output_type = output_type if output_type is not None else _agent_of(agent)[1]
         return handle
 
@@ -332,6 +348,18 @@ class AgentClient:
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
+
+    async def _sealed(
+        self, context: dict[str, Any], customer: str, secrets: Mapping[str, Any], workflow_id: str
+    ) -> dict[str, Any]:
+        """`context` with `secrets` stored under `workflow_id`, by reference."""
+        ref = await secret_refs.sealed(
+            secrets,
+            customer_id=customer,
+            namespace=self.temporal.namespace,
+            workflow_id=workflow_id,
+        )
+        return checked_context({**context, SECRETS_KEY: ref})
 
     async def start_turn(
         self, turn: TurnInput, *, request_id: str = "", workflow_id: str = ""
@@ -601,6 +629,7 @@ class AgentClient:
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
         principal: Principal | None = None,
+        secret: Sequence[str] = (),
         **options: Any,
     ) -> ConversationHandle:
         """A conversation: each `send` is a turn that sees the earlier exchanges. It
@@ -608,9 +637,11 @@ class AgentClient:
         naming: make it `request_workflow_id`'s way, `turns.workflow_id("chat", customer,
         key)`, so that no two customers name one), one already running under that id is
         continued instead, if it is this customer's (else `RequestConflict`).
-        `agent`, `context`, `settings` and `principal`: every turn's (see `start`).
+        `agent`, `context`, `settings`, `principal` and `secret`: every turn's (see
+        `start`; the secrets are stored under the conversation, with its first message).
         `options`: the rest of `ConversationInput` (`idle_timeout`,
         `max_turns_per_run`, `max_cost`: a spending cap across its turns)."""
+        context, secrets = split_secrets(context, secret)
         context = checked_context(context)
         settings = checked_settings(settings)
         agent, own = _agent_of(agent)
@@ -631,6 +662,7 @@ class AgentClient:
             raise AgentClientError(_first_error(e)) from None
         handle = self.chat_from(template, conversation_id=conversation_id)
         handle.output_type = own
+        handle._secrets = secrets
         return handle
 
     def chat_from(
@@ -1018,6 +1050,8 @@ class ConversationHandle:
         """Its id is the caller's (`chat(conversation_id=...)`): one of that id may run."""
         self.output_type: Any = None
         """What its turns' values are read as (`chat(agent=...)` with an `Agent`)."""
+        self._secrets: dict[str, Any] = {}
+        """Its turns' secrets (`chat(secret=...)`), stored when it starts."""
 
     def __repr__(self) -> str:
         return f"ConversationHandle({self.id!r})"
@@ -1033,6 +1067,13 @@ class ConversationHandle:
             if self._template is not None:
                 if self._named:
                     await self._of_customer(self._template.asker)
+                if self._secrets:
+                    template = self._template
+                    sealed = await self.client._sealed(
+                        template.context, template.customer_id, self._secrets, self.id
+                    )
+                    self._template = template.model_copy(update={"context": sealed})
+                    self._secrets = {}
                 _, accepted = await turns.start_chat(
                     self.client.temporal,
                     self._template,

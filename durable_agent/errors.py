@@ -266,6 +266,12 @@ class InvalidContext(AgentClientError):
     (`durable_agent.types.MAX_CONTEXT_BYTES`); the message says which."""
 
 
+class InvalidSecret(InvalidContext):
+    """A turn's secrets (`Secret` context values, `secret=[keys]`) cannot travel: no
+    AGENT_ENCRYPTION_KEY (they would be stored in clear), the payload store is off, or
+    they are not where the context's top level has them; the message says which."""
+
+
 class InvalidSettings(AgentClientError):
     """A turn's model settings (`ask(settings=)`, `--set`) are unknown or out of their
     bounds; the message names the setting and its bounds."""

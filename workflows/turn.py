@@ -652,6 +652,7 @@ class AgentTurn:
                 InstructionsInput(
                     agent=self._agent.name,
                     context=turn.context,
+                    customer_id=turn.customer_id,
                     tools_version=self._agent.tools_version,
                     tool_lists=self._agent.tool_lists,
                     text=recorded,

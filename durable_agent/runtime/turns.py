@@ -43,10 +43,11 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_agent import secret
 from durable_agent.answers import markdown_plain, markdown_safe
 from durable_agent.approval import ApprovalDecision, ApprovalResult, may_decide
 from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
@@ -169,6 +170,7 @@ def request_fingerprint(turn: TurnInput) -> str:
     )
     if turn.principal is not None:  # a customer named alone hashes as before principals
         identity["principal"] = turn.principal.model_dump(mode="json")
+    identity["context"] = secret.shown(identity["context"])  # by name: sealed anew each time
     if turn.settings is not None:  # a turn without settings hashes as before they existed
         identity["settings"] = turn.settings.model_dump(mode="json", exclude_none=True)
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -276,7 +278,30 @@ def start_options(turn: TurnInput) -> dict[str, Any]:
         "static_details": markdown_safe(details(turn)),
         "memo": {REQUEST_MEMO: request_fingerprint(turn)},
         "task_timeout": WORKFLOW_TASK_TIMEOUT,
+        "priority": fair_share(turn),
     }
+
+
+MAX_FAIRNESS_KEY_BYTES = 64
+"""The server's bound on a fairness key: a longer one is its hash."""
+
+
+def fairness_key(turn: TurnInput | ConversationInput) -> str:
+    """Whose share of the task queue a turn's tasks take (Temporal's task fairness):
+    its tenant's, so that one tenant's burst does not starve the others' turns; in the
+    default tenant (a service that names no tenants), each customer's own share."""
+    whom = turn.asker
+    key = whom.user if whom.tenant == DEFAULT_TENANT else f"tenant:{whom.tenant}"
+    if len(key.encode("utf-8", "surrogatepass")) <= MAX_FAIRNESS_KEY_BYTES:
+        return key
+    return "h-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def fair_share(turn: TurnInput | ConversationInput) -> Priority:
+    """The priority a turn's workflow starts with: its fairness key. Its activities and
+    child workflows (sub-agents, a conversation's turns) inherit it; a server without
+    fairness (before 1.29, or with matching.enableFairness off) ignores it."""
+    return Priority(fairness_key=fairness_key(turn))
 
 
 def details(turn: TurnInput) -> str:
@@ -330,6 +355,7 @@ async def start_chat(
         if indexed
         else None,
         task_timeout=WORKFLOW_TASK_TIMEOUT,
+        priority=fair_share(chat),
     )
     started: list[bool] = []
 

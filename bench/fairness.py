@@ -1,0 +1,115 @@
+"""Fairness: does one customer's burst starve another's turns on a shared task queue?
+
+    python -m durable_agent.bench.fairness [--a 200] [--b 5] [--slots 2]
+
+Starts a dev server twice, without and with Temporal's task fairness
+(`--dynamic-config-value matching.enableFairness=true`; the `temporal` CLI 1.9.1 =
+Server 1.32 has it off by default), and on each: one worker with few slots (`--slots`
+activities and workflow tasks at once, so that a backlog forms on the server), the
+offline model and the demo shop's tools. It times customer B's turns alone, then
+queues A's burst and B's turns right after it, and times B's turns again. Every turn
+carries its customer as its fairness key (`runtime.turns.fairness_key`), which its
+activities inherit. Without fairness B waits behind A's whole backlog; with it, B's
+tasks take their turn beside A's. Figures from one run compare with each other only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from durable_agent.commands.worker import build_worker
+from durable_agent.model import ModelCatalog
+from durable_agent.offline import OfflineModel
+from durable_agent.runtime.codec import data_converter
+from durable_agent.runtime.server import DEV_SERVER_TUNING, FAIRNESS, temporal_cli
+from durable_agent.runtime.turns import fairness_key, start_turn
+from durable_agent.settings import Settings
+from durable_agent.types import TurnInput
+from durable_agent.workflows import search
+
+QUESTION = "Which item was ordered for 123456?"
+
+
+async def _turns(client: Client, task_queue: str, customer: str, n: int) -> list[object]:
+    turn = TurnInput(question=QUESTION, customer_id=customer, model="offline")
+    return [await start_turn(client, turn, task_queue) for _ in range(n)]
+
+
+async def _done(handles: Sequence[object]) -> float:
+    """Seconds until every turn of `handles` has its result, from now."""
+    began = time.monotonic()
+    await asyncio.gather(*(h.result() for h in handles))  # type: ignore[attr-defined]
+    return time.monotonic() - began
+
+
+async def _keyed(client: Client, workflow_id: str) -> str:
+    """The fairness key the turn started with (its activities' when they set none: the
+    server merges the workflow's priority into each task it schedules)."""
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        return event.workflow_execution_started_event_attributes.priority.fairness_key
+    return ""
+
+
+async def run_once(
+    fair: bool, a: int, b: int, slots: int, flags: Sequence[str] = ()
+) -> dict[str, float]:
+    extra = [x for f in flags for x in ("--dynamic-config-value", f)]
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        dev_server_extra_args=[*DEV_SERVER_TUNING, *(FAIRNESS if fair else []), *extra],
+        data_converter=data_converter(),
+        search_attributes=search.ALL,
+    )
+    try:
+        client = env.client
+        task_queue = f"fair-{uuid.uuid4().hex[:8]}"
+        settings = replace(Settings.from_env(), versioning=False)
+        async with build_worker(
+            client,
+            task_queue,
+            settings=settings,
+            models=ModelCatalog({"offline": lambda _: OfflineModel()}),
+            max_concurrent_activities=slots,
+            max_concurrent_workflow_tasks=slots,
+        ):
+            alone = await _done(await _turns(client, task_queue, "customer-b", b))
+            burst = await _turns(client, task_queue, "customer-a", a)
+            began = time.monotonic()
+            bs = await _turns(client, task_queue, "customer-b", b)
+            b_time = await _done(bs)
+            a_time = await _done(burst) + (time.monotonic() - began - b_time)
+            key = await _keyed(client, bs[0].id)  # type: ignore[attr-defined]
+            assert key == fairness_key(TurnInput(question="x", customer_id="customer-b")), key
+    finally:
+        await env.shutdown()
+    return {"b_alone_s": alone, "b_beside_burst_s": b_time, "a_burst_s": max(a_time, b_time)}
+
+
+async def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--a", type=int, default=200, help="A's burst, in turns")
+    parser.add_argument("--b", type=int, default=5, help="B's turns")
+    parser.add_argument("--slots", type=int, default=2, help="the worker's slots of each kind")
+    args = parser.parse_args(argv)
+    print(f"{args.a} turns of A queued, then {args.b} of B; worker slots: {args.slots}")
+    print("server                       B alone   B beside A's burst   ratio   A's burst")
+    for fair in (False, True):
+        got = await run_once(fair, args.a, args.b, args.slots)
+        ratio = got["b_beside_burst_s"] / got["b_alone_s"]
+        name = "matching.enableFairness=true" if fair else "default (fairness off)"
+        print(
+            f"{name:<28} {got['b_alone_s']:6.1f} s   {got['b_beside_burst_s']:10.1f} s"
+            f"         {ratio:5.1f}x  {got['a_burst_s']:7.1f} s"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
