@@ -63,12 +63,14 @@ from temporalio.exceptions import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import answers, fallback
+from durable_agent import attachments as attached
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalResult
 from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.elicitation import Question
 from durable_agent.errors import (
     AgentClientError,
+    AttachmentRefused,
     CannotFork,
     InvalidContext,
     InvalidOutputType,
@@ -84,6 +86,7 @@ from durable_agent.errors import (
 from durable_agent.model_settings import ModelSettings
 from durable_agent.outputs import loaded_type, output_spec
 from durable_agent.rewind import Origin
+from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.runtime import rewind, server, storage, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
@@ -213,6 +216,7 @@ class AgentClient:
         output_type: Any = None,
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
+        attachments: Sequence[attached.Source] = (),
     ) -> TurnResult:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
@@ -229,6 +233,7 @@ class AgentClient:
             output_type=output_type,
             context=context,
             settings=settings,
+            attachments=attachments,
         )
         return await turn.result(no_worker_after=no_worker_after)
 
@@ -245,6 +250,7 @@ class AgentClient:
         output_type: Any = None,
         context: dict[str, Any] | None = None,
         settings: ModelSettings | Mapping[str, Any] | None = None,
+        attachments: Sequence[attached.Source] = (),
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
         the worker's first), or its definition (`Agent`: its name is asked, and a value
@@ -260,7 +266,11 @@ class AgentClient:
         instructions functions get (`InvalidContext` when it is not one, holds NaN or
         Infinity, is nested over 32 deep or larger than 16 KB); `settings`: how its
         models are asked (`ModelSettings`, or a dict of its fields), over the agent's own
-        field by field (`InvalidSettings` when out of bounds).
+        field by field (`InvalidSettings` when out of bounds); `attachments`: files and
+        images of the question, each bytes, a path or (name, bytes), stored in the payload
+        store before the turn starts (`AttachmentRefused`, and no turn, for a file whose
+        bytes are not what its name says, or over the agent's limits: those of the `Agent`
+        given, else `AttachmentLimits()`).
 
         With `request_id` (an Idempotency-Key), a turn already started with it for the
         same request (question, context, agent, model, settings, limits and output type)
@@ -278,7 +288,15 @@ class AgentClient:
             context=context,
             settings=settings,
         )
-        handle = await self.start_turn(turn, request_id=request_id)
+        workflow_id = ""
+        if attachments:
+            limits = agent.attachments if isinstance(agent, Agent) else attached.AttachmentLimits()
+            files = _files(attachments, limits)
+            with _plainly():
+                workflow_id = await self._new_turn_id(turn.customer_id, request_id)
+                stored = await stored_attachments.store(self.temporal, workflow_id, files)
+            turn = turn.model_copy(update={"attachments": stored})
+        handle = await self.start_turn(turn, request_id=request_id, workflow_id=workflow_id)
         handle.output_type = output_type if output_type is not None else _agent_of(agent)[1]
         return handle
 
@@ -345,6 +363,21 @@ class AgentClient:
                     "request id for this one"
                 )
         return found
+
+    async def _new_turn_id(self, customer: str, request_id: str) -> str:
+        """The id a turn will have, known before it starts (its attachments are stored as
+        its payloads): its request's, or a new one no turn has."""
+        if request_id:
+            return request_workflow_id(customer, request_id)
+        for _ in range(turns.RANDOM_ID_DRAWS):
+            workflow_id = turns.turn_id(customer)
+            try:
+                await self.temporal.get_workflow_handle(workflow_id).describe()
+            except RPCError as e:
+                if e.status == RPCStatusCode.NOT_FOUND:
+                    return workflow_id
+                raise
+        return turns.turn_id(customer)
 
     def turn(self, workflow_id: str, output_type: Any = None) -> TurnHandle:
         """A turn started earlier (by this process or any other), by its workflow id;
@@ -663,6 +696,17 @@ def request_workflow_id(customer: str, request_id: str) -> str:
 def _named(request_id: str, workflow_id: str) -> str:
     """The request id a caller gave, or the workflow id they named, for a message."""
     return f"request id {request_id[:100]!r}" if request_id else f"workflow id {workflow_id!r}"
+
+
+def _files(
+    sources: Sequence[attached.Source], limits: attached.AttachmentLimits
+) -> list[attached.File]:
+    """The files of a question, read and checked before anything is stored or started."""
+    if len(sources) > limits.max_count:
+        raise AttachmentRefused(
+            f"{len(sources)} attachments; this agent takes at most {limits.max_count}"
+        )
+    return [attached.read(s, limits) for s in sources]
 
 
 def _agent_of(agent: str | Agent) -> tuple[str, Any]:

@@ -158,6 +158,8 @@ def request_fingerprint(turn: TurnInput) -> str:
     )
     if turn.settings is not None:  # a turn without settings hashes as before they existed
         identity["settings"] = turn.settings.model_dump(mode="json", exclude_none=True)
+    if turn.attachments:  # its files by their content: a reference differs each time
+        identity["attachments"] = [a.sha256 for a in turn.attachments]
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
