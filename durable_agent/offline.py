@@ -65,6 +65,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_agent import attachments
 from durable_agent.answers import decline_text, handoff_text
 from durable_agent.argfill import (
     QUOTED,
@@ -1103,6 +1104,48 @@ def _usage(prompt: str, reply: str) -> Usage:
     return Usage(model_calls=1, input_tokens=len(prompt.split()), output_tokens=len(reply.split()))
 
 
+MAX_PASSAGES = 2
+"""The passages of an attached document an answer quotes, at most."""
+
+
+def from_attachments(asked: UserMessage, request: ModelRequest) -> str:
+    """The answer to a question with files: the passages of its documents (text files,
+    PDFs' text) that share most of the question's words, each with the file it is from;
+    and, for images, that it cannot see them."""
+    words = set(content_words(asked.text))
+    found: list[tuple[int, int, str, str]] = []
+    images = []
+    for a in asked.attachments:
+        if a.is_image:
+            images.append(a.name)
+            continue
+        text = attachments.text_of(a, request.attached(a))
+        for passage in _passages(text):
+            score = len(words & set(content_words(passage)))
+            if score:
+                found.append((-score, len(found), a.name, passage))
+    said = []
+    best = sorted(found)[:MAX_PASSAGES]
+    if best:
+        said += [
+            f"From {name}: {passage}" for _, _, name, passage in sorted(best, key=lambda f: f[1])
+        ]
+    elif len(images) < len(asked.attachments):
+        said.append("I found nothing about that in the attached files.")
+    if images:
+        said.append(
+            f"I cannot see images, so I have not read {', '.join(images)}; "
+            "I read text and PDF files."
+        )
+    return " ".join(said)
+
+
+def _passages(text: str) -> list[str]:
+    """A document's sentences, each on one line."""
+    flat = " ".join(text.split())
+    return [p for p in re.split(r"(?<=[.!?])\s+", flat) if p.strip()]
+
+
 class OfflineModel:
     """Deterministic, offline, keyword-and-pattern model. See the module docstring.
     `phrasebook`: the agent's domain words (default: none, records in their own words)."""
@@ -1151,6 +1194,11 @@ class OfflineModel:
         return Reply(text=digest(request.question, 4_000))
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        asked = request.messages[-1] if request.messages else None
+        if isinstance(asked, UserMessage) and asked.attachments:
+            text = from_attachments(asked, request)
+            await write_out(text, stream)
+            return Reply(text=text, usage=_usage(asked.text, text))
         profiles = self._profiles_of(_tools_to_pick(request))
         talk = self._dialogue(request, profiles)
         refused = [r for r in latest_results(request.messages) if _refused(r)]
