@@ -288,14 +288,8 @@ class AgentClient:
             context=context,
             settings=settings,
         )
-        workflow_id = ""
-        if attachments:
-            limits = agent.attachments if isinstance(agent, Agent) else attached.AttachmentLimits()
-            files = _files(attachments, limits)
-            with _plainly():
-                workflow_id = await self._new_turn_id(turn.customer_id, request_id)
-                stored = await stored_attachments.store(self.temporal, workflow_id, files)
-            turn = turn.model_copy(update={"attachments": stored})
+        limits = agent.attachments if isinstance(agent, Agent) else None
+        turn, workflow_id = await self.attach(turn, attachments, limits, request_id=request_id)
         handle = await self.start_turn(turn, request_id=request_id, workflow_id=workflow_id)
         handle.output_type = output_type if output_type is not None else _agent_of(agent)[1]
         return handle
@@ -363,6 +357,27 @@ class AgentClient:
                     "request id for this one"
                 )
         return found
+
+    async def attach(
+        self,
+        turn: TurnInput,
+        attachments: Sequence[attached.Source],
+        limits: attached.AttachmentLimits | None = None,
+        *,
+        request_id: str = "",
+    ) -> tuple[TurnInput, str]:
+        """`turn` with these files (`start`'s `attachments`), and the id it must start
+        with (`start_turn(workflow_id=)`): each file is read, sniffed and checked against
+        `limits` (None: `AttachmentLimits()`), then stored as a payload of that turn.
+        `AttachmentRefused` before anything is stored. No files: `turn` as it is, and
+        no id (`start_turn` draws one)."""
+        if not attachments:
+            return turn, ""
+        files = _files(attachments, limits or attached.AttachmentLimits())
+        with _plainly():
+            workflow_id = await self._new_turn_id(turn.customer_id, request_id)
+            stored = await stored_attachments.store(self.temporal, workflow_id, files)
+        return turn.model_copy(update={"attachments": stored}), workflow_id
 
     async def _new_turn_id(self, customer: str, request_id: str) -> str:
         """The id a turn will have, known before it starts (its attachments are stored as

@@ -2,6 +2,7 @@
 
 python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] [--follow]
 python client.py ask "..." --set temperature=0.2 --set stop=END   # the turn's model settings
+python client.py ask "What does it say about refunds?" --attach terms.pdf   # a file with it
 python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
 python client.py pending [--customer ID]                  # calls awaiting approval, questions
 python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
@@ -497,7 +498,10 @@ async def cmd_ask(args: argparse.Namespace) -> int:
     async with session(
         args.task_queue, self_contained=args.embedded, agent=chosen, mcp_config=mcp_config(args)
     ) as conn:
-        handle = await client_of(conn, args).start_turn(turn)
+        agents = client_of(conn, args)
+        taken = chosen.definition.attachments if chosen.definition else None
+        turn, workflow_id = await agents.attach(turn, args.attach or [], taken)
+        handle = await agents.start_turn(turn, workflow_id=workflow_id)
         if args.no_wait:
             print(handle.id)
             return 0
@@ -1225,6 +1229,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then print its history's size, its number of runs and its bytes in the "
         "payload store (as `show` does)",
+    )
+    ask.add_argument(
+        "--attach",
+        action="append",
+        metavar="PATH",
+        help="a file or image the question is about (PNG, JPEG, GIF, WebP, PDF or text); "
+        "repeat it for several",
     )
     add_turn_options(ask)
     add_mcp_config(ask, "with --embedded: ")
