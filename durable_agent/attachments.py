@@ -58,7 +58,7 @@ _NAMED = {
 }
 """The type a file's name says, by its suffix (a name without one says nothing)."""
 _SHOWN = {PNG: "PNG image", JPEG: "JPEG image", GIF: "GIF image", WEBP: "WebP image"}
-_SHOWN |= {PDF: "PDF document", TEXT: "text"}
+_SHOWN |= {PDF: "PDF document", TEXT: "text file"}
 
 MAX_BYTES = 32 * 1024 * 1024
 """The most one attachment may be, whatever an agent allows: within what providers take
@@ -186,9 +186,10 @@ def read(source: Source, limits: AttachmentLimits) -> File:
         )
     said = _named_type(name)
     if said is not None and said != found or said is None and "." in name.strip("."):
+        named = f"{_a(said)}, as its name says" if said else f"a {Path(name).suffix} file"
         raise AttachmentRefused(
-            f"{name!r} is {_a(found)} by its content, not what its name says: refused; "
-            "send the file under its real name"
+            f"{name!r} is {_a(found)} by its content, not {named}: refused; "
+            "send the file it names, or name it for what it is"
         )
     limits.check_one(name, found, len(data))
     return File(name=name, content_type=found, data=data)

@@ -1141,9 +1141,10 @@ def from_attachments(asked: UserMessage, request: ModelRequest) -> str:
 
 
 def _passages(text: str) -> list[str]:
-    """A document's sentences, each on one line."""
-    flat = " ".join(text.split())
-    return [p for p in re.split(r"(?<=[.!?])\s+", flat) if p.strip()]
+    """A document's sentences, each on one line (a paragraph or a heading ends one too)."""
+    paragraphs = re.split(r"\n\s*\n|\n(?=#)", text)
+    flat = (" ".join(p.split()) for p in paragraphs)
+    return [s for p in flat for s in re.split(r"(?<=[.!?])\s+", p) if s.strip()]
 
 
 class OfflineModel:

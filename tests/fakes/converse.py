@@ -30,6 +30,7 @@ response gets instead.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import struct
@@ -335,7 +336,12 @@ class ConverseFake:
     def _usage(self, params: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
         """Tokens at about four characters each; with cache points, the prefix up to the
         last cache point is written once and read by every later identical request."""
-        prompt = json.dumps([params.get("system"), params.get("toolConfig"), params["messages"]])
+        # Bytes (an image's, a document's) count as their base64, as the service bills
+        # them by size too.
+        prompt = json.dumps(
+            [params.get("system"), params.get("toolConfig"), params["messages"]],
+            default=lambda b: base64.b64encode(b).decode(),
+        )
         cacheable = 0
         if any("cachePoint" in b for b in params.get("system", [])):
             cacheable = len(json.dumps([params.get("system"), params.get("toolConfig")]))
