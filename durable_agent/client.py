@@ -288,8 +288,8 @@ class AgentClient:
             context=context,
             settings=settings,
         )
-        limits = agent.attachments if isinstance(agent, Agent) else None
-        turn, workflow_id = await self.attach(turn, attachments, limits, request_id=request_id)
+        taken = agent.attachments if isinstance(agent, Agent) else None
+        turn, workflow_id = await self.attach(turn, attachments, taken, request_id=request_id)
         handle = await self.start_turn(turn, request_id=request_id, workflow_id=workflow_id)
         handle.output_type = output_type if output_type is not None else _agent_of(agent)[1]
         return handle

@@ -1195,11 +1195,11 @@ class OfflineModel:
         return Reply(text=digest(request.question, 4_000))
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
-        asked = request.messages[-1] if request.messages else None
-        if isinstance(asked, UserMessage) and asked.attachments:
-            text = from_attachments(asked, request)
+        last = request.messages[-1] if request.messages else None
+        if isinstance(last, UserMessage) and last.attachments:
+            text = from_attachments(last, request)
             await write_out(text, stream)
-            return Reply(text=text, usage=_usage(asked.text, text))
+            return Reply(text=text, usage=_usage(last.text, text))
         profiles = self._profiles_of(_tools_to_pick(request))
         talk = self._dialogue(request, profiles)
         refused = [r for r in latest_results(request.messages) if _refused(r)]

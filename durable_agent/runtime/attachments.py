@@ -63,7 +63,7 @@ async def load(attachments: Iterable[Attachment]) -> dict[str, bytes]:
     be had, or whose bytes are not the ones attached."""
     info = activity.info()
     context = WorkflowSerializationContext(
-        namespace=info.workflow_namespace, workflow_id=info.workflow_id or ""
+        namespace=info.namespace, workflow_id=info.workflow_id or ""
     )
     converter = activity.client().data_converter.with_context(context)
     found: dict[str, bytes] = {}
