@@ -1125,11 +1125,13 @@ def from_attachments(asked: UserMessage, request: ModelRequest) -> str:
             if score:
                 found.append((-score, len(found), a.name, passage))
     said = []
-    best = sorted(found)[:MAX_PASSAGES]
-    if best:
-        said += [
-            f"From {name}: {passage}" for _, _, name, passage in sorted(best, key=lambda f: f[1])
-        ]
+    # The passages that share the most words with the question, in the files' order.
+    best = [f for f in sorted(found)[:MAX_PASSAGES] if f[0] == min(found)[0]]
+    by_file: dict[str, list[str]] = {}
+    for _, _, name, passage in sorted(best, key=lambda f: f[1]):
+        by_file.setdefault(name, []).append(passage)
+    if by_file:
+        said += [f"From {name}: {' '.join(passages)}" for name, passages in by_file.items()]
     elif len(images) < len(asked.attachments):
         said.append("I found nothing about that in the attached files.")
     if images:

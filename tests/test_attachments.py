@@ -298,11 +298,22 @@ async def test_client_py_ask_attach(
     )
     assert asked.returncode == 0, asked.stderr
     assert "From notes.md: The shop opens at 9 on Saturdays." in asked.stdout
+    [turn_id] = [
+        line.split()[1] for line in asked.stdout.splitlines() if line.startswith("workflow:")
+    ]
+    shown = await asyncio.to_thread(client_py_show, environ, turn_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "attached: notes.md (text file, 51 bytes)" in shown.stdout.splitlines()
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines() == [
         "error: 'invoice.pdf' is a text file by its content, not a PDF document, as its name "
         "says: refused; send the file it names, or name it for what it is"
     ]
+
+
+def client_py_show(environ: dict[str, str], turn_id: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "client.py", "show", turn_id]
+    return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True)
 
 
 def b64(data: bytes) -> str:

@@ -95,6 +95,7 @@ from durable_agent.runtime.turns import (
     WorkerNeeded,
     Workers,
     history_view,
+    started_with,
     workers,
 )
 from durable_agent.schedules import NAME_PATTERN
@@ -1016,6 +1017,9 @@ async def cmd_show(args: argparse.Namespace) -> int:
         print(f"{desc.id} ({desc.status.name.lower() if desc.status else 'unknown'})")
         if origin := await rewind.origin_of(desc):
             print(origin.line())
+        opened = await started_with(handle, "AgentTurn", TurnInput)
+        for attached in opened.attachments if opened else []:
+            print(f"attached: {attached.line()}")
         if args.follow and desc.status == WorkflowExecutionStatus.RUNNING:
             writing = Writing(f"[~] {'writing':<11} ")
             async for _, event in turn.events():
