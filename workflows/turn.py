@@ -507,7 +507,9 @@ class AgentTurn:
             return await self._looping(turn)
         # Screen the question first: it also resolves the turn's agent, who answers
         # and with which limits.
-        question = ShieldRequest(position="input", text=turn.question)
+        question = ShieldRequest(
+            position="input", text=turn.question, attachments=list(turn.attachments)
+        )
         self._agent = AgentInfo(name=turn.agent)
         try:
             (stop,), screened = await self._screen(turn, 1, [question])
