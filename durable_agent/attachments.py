@@ -126,6 +126,9 @@ class Attachment(BaseModel):
     ref: str
     """The stored payload that holds its bytes (base64 of the payload, which the
     payload store has made a reference of), read back by the model activity."""
+    owner: str = ""
+    """The workflow whose payload that is, when not the turn's own: its conversation's
+    (a message's files are stored before its turn exists)."""
 
     @property
     def is_image(self) -> bool:

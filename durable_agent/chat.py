@@ -12,9 +12,11 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from durable_agent.attachments import Attachment
 from durable_agent.model_settings import ModelSettings
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
+    MAX_ATTACHMENTS,
     Exchange,
     TurnLimits,
     check_context,
@@ -42,6 +44,7 @@ class WaitingMessage(BaseModel):
 
     text: str
     turn_id: str
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class ConversationInput(BaseModel):
@@ -100,6 +103,9 @@ class ChatMessage(BaseModel):
     """Input of `send`."""
 
     text: str
+    attachments: list[Attachment] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
+    """Its files, stored as the conversation's payloads (`AgentClient.chat(...).start`);
+    its turn reads them."""
 
     @field_validator("text")
     @classmethod

@@ -66,7 +66,7 @@ from durable_agent import answers, fallback
 from durable_agent import attachments as attached
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalResult
-from durable_agent.chat import ConversationInput, ConversationState, Memory
+from durable_agent.chat import ChatMessage, ConversationInput, ConversationState, Memory
 from durable_agent.elicitation import Question
 from durable_agent.errors import (
     AgentClientError,
@@ -973,9 +973,27 @@ class ConversationHandle:
     def _handle(self) -> WorkflowHandle:
         return self.client.temporal.get_workflow_handle_for(Conversation.run, self.id)
 
-    async def start(self, text: str, *, message_id: str = "") -> TurnHandle:
+    async def start(
+        self,
+        text: str,
+        *,
+        message_id: str = "",
+        attachments: Sequence[attached.Source] = (),
+        limits: attached.AttachmentLimits | None = None,
+    ) -> TurnHandle:
         """Send a message; returns when the turn answering it has started. With
-        `message_id`, sending it again (after a crash) is not a second message."""
+        `message_id`, sending it again (after a crash) is not a second message.
+        `attachments`: its files, as `AgentClient.start` takes them (checked against
+        `limits`, default `AttachmentLimits()`), stored as the conversation's payloads."""
+        message: str | ChatMessage = text
+        if attachments:
+            files = _files(attachments, limits or attached.AttachmentLimits())
+            with _plainly(self.id, "conversation"):
+                stored = await stored_attachments.store(self.client.temporal, self.id, files)
+            try:
+                message = ChatMessage(text=text, attachments=stored)
+            except ValidationError as e:
+                raise AgentClientError(_first_error(e)) from None
         with _plainly(self.id, "conversation"):
             if self._template is not None:
                 if self._named:
@@ -983,14 +1001,14 @@ class ConversationHandle:
                 _, accepted = await turns.start_chat(
                     self.client.temporal,
                     self._template,
-                    text,
+                    message,
                     self.client.task_queue,
                     workflow_id=self.id,
                     message_id=message_id,
                 )
                 self._template = None
             else:
-                accepted = await turns.send(self._handle, text, message_id)
+                accepted = await turns.send(self._handle, message, message_id)
         return self.client.turn(accepted.turn_id, self.output_type)
 
     async def _of_customer(self, customer: str) -> None:
@@ -1003,9 +1021,19 @@ class ConversationHandle:
                 "conversations apart (turns.workflow_id('chat', customer, key))"
             )
 
-    async def send(self, text: str, *, message_id: str = "") -> TurnResult:
-        """Send a message and wait for the answer."""
-        return await (await self.start(text, message_id=message_id)).result()
+    async def send(
+        self,
+        text: str,
+        *,
+        message_id: str = "",
+        attachments: Sequence[attached.Source] = (),
+        limits: attached.AttachmentLimits | None = None,
+    ) -> TurnResult:
+        """Send a message and wait for the answer (`start`'s arguments)."""
+        started = await self.start(
+            text, message_id=message_id, attachments=attachments, limits=limits
+        )
+        return await started.result()
 
     async def state(self) -> ConversationState:
         """The exchanges so far, the turn being answered, and whether it has ended."""

@@ -22,13 +22,16 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import AgentClient
 from durable_agent.agents import Agent
-from durable_agent.attachments import AttachmentLimits
+from durable_agent.attachments import AttachmentLimits, File
 from durable_agent.backends.bedrock import BedrockConverseModel
+from durable_agent.chat import ChatMessage
 from durable_agent.client import request_workflow_id
 from durable_agent.commands.worker import build_worker
 from durable_agent.errors import AttachmentRefused
 from durable_agent.model import ModelCatalog
 from durable_agent.offline import OfflineModel
+from durable_agent.runtime import attachments as stored_attachments
+from durable_agent.runtime import turns
 from durable_agent.runtime.turns import start_turn
 from durable_agent.settings import Settings, state_dir
 from durable_agent.types import Outcome, TurnInput
@@ -271,6 +274,29 @@ async def test_the_worker_screens_attachments(served: Served, env: WorkflowEnvir
         "input: prompt_injection (the offline shield): in brief.pdf:"
     )
     assert len(served.chat.accepted) == calls
+
+
+async def test_a_conversation_message_with_files(served: Served) -> None:
+    """A message's files are the conversation's payloads, read by its turn; a message
+    that names another conversation's files is not answered from them."""
+    chat = served.agents.chat(agent="reader", model="offline", stream=False)
+    first = await chat.send("Is shipping free?", attachments=[("terms.pdf", TERMS)])
+    assert first.answer == "From terms.pdf: Shipping is free for orders over 50 euros."
+    await chat.end()
+
+    other = served.agents.chat(agent="reader", model="offline", stream=False)
+    await other.send("Hello")
+    theirs = await stored_attachments.store(served.agents.temporal, chat.id, [secret()])
+    message = ChatMessage(text="What does it say?", attachments=theirs)
+    accepted = await turns.send(other._handle, message)
+    result = await served.agents.turn(accepted.turn_id).result()
+    assert result.outcome is Outcome.PAYLOAD_UNAVAILABLE and "secret" not in result.answer
+    assert "which is not turn" in result.steps[0].text
+    await other.end()
+
+
+def secret() -> File:
+    return File(name="secret.txt", content_type="text/plain", data=b"The secret is 42.")
 
 
 async def test_client_py_ask_attach(

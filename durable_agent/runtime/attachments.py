@@ -32,7 +32,7 @@ rides in the turn's input only up to this size."""
 
 async def store(client: Client, workflow_id: str, files: Sequence[File]) -> list[Attachment]:
     """The files, stored as payloads of the workflow `workflow_id` (the turn that reads
-    them), as the attachments that refer to them."""
+    them, or the conversation whose turn will), as the attachments that refer to them."""
     context = WorkflowSerializationContext(namespace=client.namespace, workflow_id=workflow_id)
     converter = client.data_converter.with_context(context)
     stored = []
@@ -52,6 +52,7 @@ async def store(client: Client, workflow_id: str, files: Sequence[File]) -> list
                 size=len(f.data),
                 sha256=f.sha256,
                 ref=ref,
+                owner=workflow_id,
             )
         )
     return stored
@@ -62,14 +63,19 @@ async def load(attachments: Iterable[Attachment]) -> dict[str, bytes]:
     the payload store as that turn's payloads. `PayloadUnavailable` for one that cannot
     be had, or whose bytes are not the ones attached."""
     info = activity.info()
-    context = WorkflowSerializationContext(
-        namespace=info.namespace, workflow_id=info.workflow_id or ""
-    )
-    converter = activity.client().data_converter.with_context(context)
+    turn = info.workflow_id or ""
     found: dict[str, bytes] = {}
     for a in attachments:
         if a.sha256 in found:
             continue
+        owner = a.owner or turn
+        if owner != turn and not await _parent_is(turn, owner):
+            raise PayloadUnavailable(
+                f"attachment {a.name!r} is workflow {owner}'s, which is not turn {turn}'s "
+                "conversation: refused (a turn reads its own files and its conversation's)"
+            )
+        context = WorkflowSerializationContext(namespace=info.namespace, workflow_id=owner)
+        converter = activity.client().data_converter.with_context(context)
         try:
             payload = Payload.FromString(base64.b64decode(a.ref, validate=True))
         except (binascii.Error, DecodeError, ValueError):
@@ -83,3 +89,19 @@ async def load(attachments: Iterable[Attachment]) -> dict[str, bytes]:
             )
         found[a.sha256] = data
     return found
+
+
+_parents: dict[str, str | None] = {}
+"""Turns' parent workflows, as the server recorded them (a turn has one for good)."""
+MAX_PARENTS = 1024
+
+
+async def _parent_is(turn: str, owner: str) -> bool:
+    """Whether the workflow `owner` started the turn (its conversation): the server's
+    record, never the turn's input, says so."""
+    if turn not in _parents:
+        described = await activity.client().get_workflow_handle(turn).describe()
+        if len(_parents) >= MAX_PARENTS:
+            _parents.pop(next(iter(_parents)))
+        _parents[turn] = described.parent_id
+    return _parents[turn] == owner

@@ -274,7 +274,7 @@ def details(turn: TurnInput) -> str:
 async def start_chat(
     client: Client,
     chat: ConversationInput,
-    first: str,
+    first: str | ChatMessage,
     task_queue: str = TASK_QUEUE,
     *,
     workflow_id: str = "",
@@ -328,7 +328,9 @@ async def start_chat(
     return await start.workflow_handle(), accepted
 
 
-async def send(conversation: WorkflowHandle, text: str, message_id: str = "") -> MessageAccepted:
+async def send(
+    conversation: WorkflowHandle, text: str | ChatMessage, message_id: str = ""
+) -> MessageAccepted:
     """The next message of a conversation; returns when the turn answering it starts.
     With `message_id`, sending it again (after a crash of the sender) is not a second
     message: the server runs an update id once per run of the conversation."""
@@ -379,7 +381,9 @@ async def _turn_started(client: Client, accepted: MessageAccepted) -> None:
         delay = min(delay * 2, 1.0)
 
 
-def _message(text: str) -> ChatMessage:
+def _message(text: str | ChatMessage) -> ChatMessage:
+    if isinstance(text, ChatMessage):
+        return text
     try:
         return ChatMessage(text=text)
     except ValueError as e:
