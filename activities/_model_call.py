@@ -18,7 +18,6 @@ from durable_agent import compaction, model_settings, outputs
 from durable_agent.activities._common import heartbeating, server_suggested_delay
 from durable_agent.activities._conversation import Sent, recorded_conversation, turn_key
 from durable_agent.activities._tools import turn_tools
-from durable_agent.attachments import AttachmentLimits
 from durable_agent.bounds import bounded_reply
 from durable_agent.conversation import (
     AssistantMessage,
@@ -27,7 +26,7 @@ from durable_agent.conversation import (
     calls_so_far,
     check,
 )
-from durable_agent.errors import AttachmentRefused, ModelRequestRejected
+from durable_agent.errors import ModelRequestRejected
 from durable_agent.model import Model, ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import Pricing, format_cost
@@ -124,7 +123,7 @@ class ModelCaller:
             instructions=input.instructions or served.instructions,
             settings=model_settings.merged(served.agent.settings_for(spec), input.settings),
         )
-        request.files = await _attached(messages, served.agent.attachments)
+        request.files = await _attached(messages)
         output = _output(input.output) if input.output else served.output
         how = outputs.mode(getattr(model, "native_output", False), output) if output else "tool"
         if output is not None and how == "native":
@@ -182,19 +181,12 @@ class ModelCaller:
         return await self._transcripts.assemble(turn_key(input.turn), input.delta, rebuild)
 
 
-async def _attached(messages: list[Message], limits: AttachmentLimits) -> dict[str, bytes]:
+async def _attached(messages: list[Message]) -> dict[str, bytes]:
     """The bytes of the conversation's attachments, read from the payload store here, in
-    the activity: they never travel through the workflow. Each question's files are
-    checked against the agent's limits too (a caller that skipped the client's check)."""
-    asked = [m.attachments for m in messages if isinstance(m, UserMessage) and m.attachments]
-    if not asked:
-        return {}
-    try:
-        for attachments in asked:
-            limits.check(attachments)
-    except AttachmentRefused as e:
-        raise ModelRequestRejected(f"attachment refused: {e}") from None
-    return await stored_attachments.load(a for attachments in asked for a in attachments)
+    the activity: they never travel through the workflow. (The turn's input shields held
+    them to the agent's limits: `activities/shield.py`.)"""
+    asked = [a for m in messages if isinstance(m, UserMessage) for a in m.attachments]
+    return await stored_attachments.load(asked) if asked else {}
 
 
 def settings_ignored(model: Model, request: ModelRequest) -> dict[str, str]:

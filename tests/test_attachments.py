@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,13 +23,15 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import AgentClient
 from durable_agent.agents import Agent
-from durable_agent.attachments import AttachmentLimits, File
+from durable_agent.attachments import Attachment, AttachmentLimits, File
 from durable_agent.backends.bedrock import BedrockConverseModel
+from durable_agent.backends.sagemaker import SageMakerTextModel
 from durable_agent.chat import ChatMessage
 from durable_agent.client import request_workflow_id
 from durable_agent.commands.worker import build_worker
-from durable_agent.errors import AttachmentRefused
-from durable_agent.model import ModelCatalog
+from durable_agent.conversation import UserMessage
+from durable_agent.errors import AttachmentRefused, ModelCannotAnswer
+from durable_agent.model import ModelCatalog, ModelRequest
 from durable_agent.offline import OfflineModel
 from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.runtime import turns
@@ -197,6 +200,19 @@ def test_the_fakes_refuse_what_the_apis_refuse() -> None:
     as_pdf = {"type": "base64", "media_type": "application/pdf", "data": b64(PNG)}
     body = {"role": "user", "content": [{"type": "document", "source": as_pdf}]}
     assert anthropic_messages.violation({"model": "m", "max_tokens": 9, "messages": [body]})
+
+
+async def test_a_text_only_backend_refuses_files_rather_than_dropping_them() -> None:
+    def never(**_: Any) -> None:
+        raise AssertionError("the endpoint was called")
+
+    endpoint = SageMakerTextModel("ep", client=SimpleNamespace(invoke_endpoint=never))
+    attached = Attachment(
+        name="a.png", content_type="image/png", size=len(PNG), sha256="0" * 64, ref=""
+    )
+    asked = ModelRequest(messages=[UserMessage(text="What is this?", attachments=[attached])])
+    with pytest.raises(ModelCannotAnswer, match="takes text only"):
+        await endpoint.plan(asked)
 
 
 async def test_the_offline_model_answers_from_a_pdf_and_says_it_cannot_see_images(
