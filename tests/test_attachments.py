@@ -30,7 +30,7 @@ from durable_agent.chat import ChatMessage
 from durable_agent.client import request_workflow_id
 from durable_agent.commands.worker import build_worker
 from durable_agent.conversation import UserMessage
-from durable_agent.errors import AttachmentRefused, ModelCannotAnswer
+from durable_agent.errors import AttachmentRefused, ModelCannotAnswer, RequestConflict
 from durable_agent.model import ModelCatalog, ModelRequest
 from durable_agent.offline import OfflineModel
 from durable_agent.runtime import attachments as stored_attachments
@@ -243,6 +243,33 @@ async def test_the_history_holds_references_only(served: Served) -> None:
     assert size.stored_bytes is not None and size.stored_bytes > len(image), size.line()
     history = await served.agents.temporal.get_workflow_handle(turn.id).fetch_history()
     assert len(history.to_json()) < 128 * 1024
+
+
+async def test_a_request_id_names_its_files_too(served: Served) -> None:
+    """Sent again with the same request id and the same files: the same turn; with
+    other files: another request (`RequestConflict`), nothing started."""
+    request_id = uuid.uuid4().hex
+    first = await served.agents.start(
+        "Is shipping free?",
+        model="offline",
+        attachments=[("terms.pdf", TERMS)],
+        request_id=request_id,
+    )
+    again = await served.agents.start(
+        "Is shipping free?",
+        model="offline",
+        attachments=[("terms.pdf", TERMS)],
+        request_id=request_id,
+    )
+    assert again.id == first.id
+    with pytest.raises(RequestConflict):
+        await served.agents.start(
+            "Is shipping free?",
+            model="offline",
+            attachments=[("terms.pdf", pdf("Shipping costs 5 euros."))],
+            request_id=request_id,
+        )
+    assert "Shipping is free" in (await first.result()).answer
 
 
 async def test_refused_in_one_line_before_any_turn(served: Served) -> None:
