@@ -361,18 +361,24 @@ async def test_client_py_ask_attach(
         "AGENT_PAYLOAD_STORE": f"local:{state_dir() / 'payloads'}",
     }
 
-    def client_py(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "client.py", "ask", *args, "--model", "offline"]
-        return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True)
+    def client_py(*args: str, lines: str = "") -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "client.py", *args, "--model", "offline"]
+        return subprocess.run(
+            command, cwd=ROOT, env=environ, capture_output=True, text=True, input=lines
+        )
 
-    asked, refused = await asyncio.gather(
+    chat_lines = f"/attach {notes}\nWhen does the shop open on Saturdays?\n"
+    asked, refused, chat = await asyncio.gather(
         asyncio.to_thread(
-            client_py, "When does the shop open on Saturdays?", "--attach", str(notes)
+            client_py, "ask", "When does the shop open on Saturdays?", "--attach", str(notes)
         ),
         asyncio.to_thread(
-            client_py, "What is this?", "--attach", str(notes), "--attach", str(fake)
+            client_py, "ask", "What is this?", "--attach", str(notes), "--attach", str(fake)
         ),
+        asyncio.to_thread(client_py, "chat", lines=chat_lines),
     )
+    assert chat.returncode == 0, chat.stderr
+    assert "agent> From notes.md: The shop opens at 9 on Saturdays." in chat.stdout.splitlines()
     assert asked.returncode == 0, asked.stderr
     assert "From notes.md: The shop opens at 9 on Saturdays." in asked.stdout
     [turn_id] = [

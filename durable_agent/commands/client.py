@@ -4,6 +4,7 @@ python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] 
 python client.py ask "..." --set temperature=0.2 --set stop=END   # the turn's model settings
 python client.py ask "What does it say about refunds?" --attach terms.pdf   # a file with it
 python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
+                                                   # (a line `/attach PATH`: a file with the next)
 python client.py pending [--customer ID]                  # calls awaiting approval, questions
 python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME]
 python client.py answer WORKFLOW_ID [QUESTION_ID] (--accept JSON | --decline | --cancel)
@@ -574,6 +575,10 @@ def chat_input(args: argparse.Namespace, chosen: Chosen) -> ConversationInput:
         raise input_error(e) from None
 
 
+ATTACH = "/attach "
+"""In `chat`, a line `/attach PATH` attaches a file to the next message."""
+
+
 async def cmd_chat(args: argparse.Namespace) -> None:
     chosen = choose_agent(args.agent)
     chat = chat_input(args, chosen)
@@ -584,6 +589,8 @@ async def cmd_chat(args: argparse.Namespace) -> None:
     ) as conn:
         conversation = client_of(conn, args).chat_from(chat)
         started = False
+        taken = chosen.definition.attachments if chosen.definition else None
+        files: list[str] = []
         while True:
             text = await lines.read("you> " if interactive else "")
             if text is None:
@@ -592,11 +599,17 @@ async def cmd_chat(args: argparse.Namespace) -> None:
                 continue
             if not interactive:
                 print(f"you> {text}", flush=True)
+            if text.startswith(ATTACH):
+                files.append(text.removeprefix(ATTACH).strip())
+                print(f"(attached to your next message: {files[-1]})", file=sys.stderr)
+                continue
             try:
-                turn = await conversation.start(text)
+                turn = await conversation.start(text, attachments=files, limits=taken)
             except AgentClientError as e:
                 print(f"error: {e}", file=sys.stderr)
                 continue
+            finally:
+                files = []  # sent, or refused: either way, attached again by hand
             if not started:
                 started = True
                 print(f"(conversation {conversation.id}; Ctrl-D ends it)", file=sys.stderr)
@@ -1245,7 +1258,11 @@ def parser() -> argparse.ArgumentParser:
     add_mcp_config(ask, "with --embedded: ")
     ask.set_defaults(run=cmd_ask)
 
-    chat = sub.add_parser("chat", help="a conversation: one message per line, Ctrl-D ends it")
+    chat = sub.add_parser(
+        "chat",
+        help="a conversation: one message per line (a line `/attach PATH` attaches a file to the "
+        "next), Ctrl-D ends it",
+    )
     add_turn_options(chat)
     add_mcp_config(chat, "with --embedded: ")
     add_idle_timeout(chat)
