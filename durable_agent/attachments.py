@@ -25,20 +25,21 @@ import os
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from durable_agent.errors import AttachmentRefused, AttachmentUnreadable
 
-PNG, JPEG, GIF, WEBP, PDF, TEXT = (
-    "image/png",
-    "image/jpeg",
-    "image/gif",
-    "image/webp",
-    "application/pdf",
-    "text/plain",
-)
+ContentType = Literal[
+    "image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf", "text/plain"
+]
+PNG: Final = "image/png"
+JPEG: Final = "image/jpeg"
+GIF: Final = "image/gif"
+WEBP: Final = "image/webp"
+PDF: Final = "application/pdf"
+TEXT: Final = "text/plain"
 IMAGES = (PNG, JPEG, GIF, WEBP)
 TYPES = (*IMAGES, PDF, TEXT)
 """Every type an attachment may be: what the providers' APIs take natively."""
@@ -66,6 +67,9 @@ MAX_BYTES = 32 * 1024 * 1024
 MAX_COUNT = 20
 """The most attachments one question may carry, whatever an agent allows."""
 MAX_NAME_CHARS = 200
+MAX_REF_CHARS = 8192
+"""A reference to a stored payload is a few hundred characters; a small file kept inline
+(the store off, `runtime.attachments.MAX_INLINE`) a few thousand."""
 SNIFF_TEXT_BYTES = 64 * 1024
 """How much of a file is read to tell text from binary (all of it must be UTF-8)."""
 MAX_TEXT_CHARS = 200_000
@@ -102,31 +106,35 @@ class AttachmentLimits(BaseModel):
         if content_type not in self.types:
             allowed = ", ".join(_SHOWN[t] for t in self.types) or "none"
             raise AttachmentRefused(
-                f"{name!r} is a {_SHOWN[content_type]}, which this agent does not take "
+                f"{name!r} is {_a(content_type)}, which this agent does not take "
                 f"(it takes: {allowed})"
             )
         if size > self.max_bytes:
-            raise AttachmentRefused(
-                f"{name!r} is too large ({size:,} bytes; this agent takes at most "
-                f"{self.max_bytes:,}): send a smaller file or an excerpt"
-            )
+            raise self.too_large(name, size)
+
+    def too_large(self, name: str, size: int) -> AttachmentRefused:
+        return AttachmentRefused(
+            f"{name!r} is too large ({size:,} bytes; this agent takes at most "
+            f"{self.max_bytes:,}): send a smaller file or an excerpt"
+        )
 
 
 class Attachment(BaseModel):
     """A file of a question, by reference: what travels with the turn."""
 
-    name: str
+    # Bounded and checked as it arrives: a caller may build one by hand.
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     """Its file name, without folders."""
-    content_type: str
+    content_type: ContentType
     """As sniffed from its bytes (`sniff`), one of `TYPES`."""
-    size: int
+    size: int = Field(ge=0, le=MAX_BYTES)
     """Bytes."""
-    sha256: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     """Of its bytes: a turn's request is the same request only with the same files."""
-    ref: str
+    ref: str = Field(max_length=MAX_REF_CHARS)
     """The stored payload that holds its bytes (base64 of the payload, which the
     payload store has made a reference of), read back by the model activity."""
-    owner: str = ""
+    owner: str = Field(default="", max_length=1000)
     """The workflow whose payload that is, when not the turn's own: its conversation's
     (a message's files are stored before its turn exists)."""
 
@@ -135,7 +143,7 @@ class Attachment(BaseModel):
         return self.content_type in IMAGES
 
     def line(self) -> str:
-        """How `show` and the web chat name it."""
+        """How `show` names it."""
         return (
             f"{self.name} ({_SHOWN.get(self.content_type, self.content_type)}, {_size(self.size)})"
         )
@@ -149,7 +157,7 @@ class File(BaseModel):
     """A file read and checked, before it is stored: its bytes and what they are."""
 
     name: str
-    content_type: str
+    content_type: ContentType
     data: bytes
 
     @property
@@ -163,17 +171,14 @@ def read(source: Source, limits: AttachmentLimits) -> File:
     if isinstance(source, bytes):
         name, data = "", source
     elif isinstance(source, tuple):
-        name, data = source
+        name, data = str(source[0]), source[1]
     else:
         path = Path(source)
         name = path.name
         try:
             size = path.stat().st_size
             if size > limits.max_bytes:  # refused before it is read whole
-                raise AttachmentRefused(
-                    f"{name!r} is too large ({size:,} bytes; this agent takes at most "
-                    f"{limits.max_bytes:,}): send a smaller file or an excerpt"
-                )
+                raise limits.too_large(name, size)
             data = path.read_bytes()
         except OSError as e:
             raise AttachmentRefused(f"cannot read {str(path)!r}: {e.strerror}") from None
@@ -198,7 +203,7 @@ def read(source: Source, limits: AttachmentLimits) -> File:
     return File(name=name, content_type=found, data=data)
 
 
-def sniff(data: bytes) -> str | None:
+def sniff(data: bytes) -> ContentType | None:
     """The file's type by its bytes (one of `TYPES`), or None: none of them."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         return PNG
@@ -305,7 +310,3 @@ def kind(attachment: Attachment) -> Part:
 def as_text(attachment: Attachment, data: bytes) -> str:
     """A text attachment as the text part a model reads, its name first."""
     return f"[attached file {attachment.name}]\n{data.decode('utf-8', errors='replace')}"
-
-
-def dumped(attachments: Sequence[Attachment]) -> list[dict[str, Any]]:
-    return [a.model_dump(mode="json") for a in attachments]
