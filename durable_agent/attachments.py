@@ -95,12 +95,15 @@ class AttachmentLimits(BaseModel):
 
     def check(self, attachments: Sequence[Attachment]) -> None:
         """`AttachmentRefused` for the first attachment these limits do not allow."""
-        if len(attachments) > self.max_count:
-            raise AttachmentRefused(
-                f"{len(attachments)} attachments; this agent takes at most {self.max_count}"
-            )
+        self.check_count(len(attachments))
         for a in attachments:
             self.check_one(a.name, a.content_type, a.size)
+
+    def check_count(self, count: int) -> None:
+        if count > self.max_count:
+            raise AttachmentRefused(
+                f"{count} attachments; this agent takes at most {self.max_count}"
+            )
 
     def check_one(self, name: str, content_type: str, size: int) -> None:
         if content_type not in self.types:

@@ -70,7 +70,6 @@ from durable_agent.chat import ChatMessage, ConversationInput, ConversationState
 from durable_agent.elicitation import Question
 from durable_agent.errors import (
     AgentClientError,
-    AttachmentRefused,
     CannotFork,
     InvalidContext,
     InvalidOutputType,
@@ -717,10 +716,7 @@ def _files(
     sources: Sequence[attached.Source], limits: attached.AttachmentLimits
 ) -> list[attached.File]:
     """The files of a question, read and checked before anything is stored or started."""
-    if len(sources) > limits.max_count:
-        raise AttachmentRefused(
-            f"{len(sources)} attachments; this agent takes at most {limits.max_count}"
-        )
+    limits.check_count(len(sources))
     return [attached.read(s, limits) for s in sources]
 
 

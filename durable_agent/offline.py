@@ -14,6 +14,9 @@ ordr" -> "where is my order"), and words of feeling ("where the hell is ...") ar
 not what a message asks (they make the answer say sorry).
 
 plan, in this order:
+- a question with files (`durable_agent/attachments.py`) is answered from them alone:
+  the sentences of its documents (text files, PDFs' text layer) that share the most
+  words with it, each with its file's name; of images, that it cannot see them;
 - small talk ("hi", "thanks", "what can you do?") gets a greeting that lists
   what the tools do;
 - a reply to its own question completes the request it asked about: an id
