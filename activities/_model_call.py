@@ -19,11 +19,18 @@ from durable_agent.activities._common import heartbeating, server_suggested_dela
 from durable_agent.activities._conversation import Sent, recorded_conversation, turn_key
 from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import bounded_reply
-from durable_agent.conversation import AssistantMessage, Message, calls_so_far, check
+from durable_agent.conversation import (
+    AssistantMessage,
+    Message,
+    UserMessage,
+    calls_so_far,
+    check,
+)
 from durable_agent.errors import ModelRequestRejected
 from durable_agent.model import Model, ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import Pricing, format_cost
+from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.runtime import metrics, streams
 from durable_agent.serving import Agents
 from durable_agent.telemetry import model_span, record_cost, record_reply, record_settings
@@ -116,6 +123,7 @@ class ModelCaller:
             instructions=input.instructions or served.instructions,
             settings=model_settings.merged(served.agent.settings_for(spec), input.settings),
         )
+        request.files = await _attached(messages)
         output = _output(input.output) if input.output else served.output
         how = outputs.mode(getattr(model, "native_output", False), output) if output else "tool"
         if output is not None and how == "native":
@@ -171,6 +179,14 @@ class ModelCaller:
         else:
             rebuild = functools.partial(recorded_conversation, before=info.activity_id)
         return await self._transcripts.assemble(turn_key(input.turn), input.delta, rebuild)
+
+
+async def _attached(messages: list[Message]) -> dict[str, bytes]:
+    """The bytes of the conversation's attachments, read from the payload store here, in
+    the activity: they never travel through the workflow. (The turn's input shields held
+    them to the agent's limits: `activities/shield.py`.)"""
+    asked = [a for m in messages if isinstance(m, UserMessage) for a in m.attachments]
+    return await stored_attachments.load(asked) if asked else {}
 
 
 def settings_ignored(model: Model, request: ModelRequest) -> dict[str, str]:

@@ -13,8 +13,11 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity
 
-from durable_agent import redact
+from durable_agent import attachments, redact
 from durable_agent.activities._conversation import Conversations
+from durable_agent.attachments import Attachment
+from durable_agent.errors import AttachmentRefused, AttachmentUnreadable
+from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.serving import Agents, ServedAgent
 from durable_agent.shields import ShieldConfigError, ShieldRequest, ShieldSet, Verdict
 from durable_agent.transcript import ConversationRef, context_of
@@ -64,6 +67,9 @@ class ShieldActivity:
             # And what the turn adds (instructions evaluated for it).
             requests = [r.model_copy(update={"context": [*context, *r.context]}) for r in requests]
         verdicts = await screen(served, requests)
+        for request, judged in zip(requests, verdicts, strict=True):
+            if request.attachments:
+                judged += await screen_attachments(served, request.attachments)
         refused = any(not v.allowed for vs in verdicts for v in vs)
         return ShieldOutput(
             verdicts=verdicts,
@@ -75,6 +81,41 @@ class ShieldActivity:
 async def screen(served: ServedAgent, requests: list[ShieldRequest]) -> list[list[Verdict]]:
     """Per request, the verdicts of the agent's shields of its position."""
     return [await judge(served.shields, _drawing_on_instructions(r, served)) for r in requests]
+
+
+ATTACHMENTS = "attachments"
+"""The verdicts on a question's files: the agent's limits, always checked."""
+
+
+async def screen_attachments(served: ServedAgent, files: list[Attachment]) -> list[Verdict]:
+    """A question's files: their count, types and sizes within the agent's limits (one
+    verdict), then the text of each document screened by the input shields, as the
+    question is. Their bytes are read from the payload store here, never carried."""
+    try:
+        served.agent.attachments.check(files)
+    except AttachmentRefused as e:
+        return [Verdict(shield=ATTACHMENTS, allowed=False, category="attachment", message=str(e))]
+    verdicts = [Verdict(shield=ATTACHMENTS)]
+    if not served.shields.at("input"):
+        return verdicts
+    documents = [a for a in files if not a.is_image]
+    data = await stored_attachments.load(documents)
+    for a in documents:
+        try:
+            text = attachments.text_of(a, data[a.sha256])
+        except AttachmentUnreadable as e:
+            verdicts.append(
+                Verdict(shield=ATTACHMENTS, allowed=False, category="attachment", message=str(e))
+            )
+            continue
+        if text.strip():
+            judged = await judge(served.shields, ShieldRequest(position="input", text=text))
+            verdicts += [v.model_copy(update={"message": _in(a, v.message)}) for v in judged]
+    return verdicts
+
+
+def _in(a: Attachment, message: str) -> str:
+    return f"in {a.name}: {message}" if message else message
 
 
 def _drawing_on_instructions(request: ShieldRequest, served: ServedAgent) -> ShieldRequest:

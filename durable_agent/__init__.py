@@ -11,6 +11,8 @@ The public API:
                                (`durable_agent.compaction`)
     ShieldSettings             which shields run where (`durable_agent.shields`)
     TurnLimits                 steps, time, tokens, cost and approval timeout of a turn
+    AttachmentLimits           the files and images an agent's questions may carry
+                               (`durable_agent.attachments`)
     ModelSettings              how its models are asked: temperature, output limit, stop
                                sequences, ... (`durable_agent.model_settings`)
     Settings                   a worker's settings (`durable_agent.settings`)
@@ -37,6 +39,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from durable_agent.agents import Agent, Refusals
     from durable_agent.approval import ApprovalPolicy
+    from durable_agent.attachments import AttachmentLimits
     from durable_agent.compaction import Compaction
     from durable_agent.errors import NotAllowed, NotFound, ToolError, ToolUnavailable
     from durable_agent.model_settings import ModelSettings
@@ -57,6 +60,7 @@ __all__ = [
     "AgentClient",
     "AgentPlugin",
     "ApprovalPolicy",
+    "AttachmentLimits",
     "Compaction",
     "ModelSettings",
     "NotAllowed",

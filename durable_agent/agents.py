@@ -40,6 +40,7 @@ from pydantic import BaseModel, ValidationError
 from durable_agent import fallback
 from durable_agent.answers import DECLINE
 from durable_agent.approval import ApprovalPolicy
+from durable_agent.attachments import AttachmentLimits
 from durable_agent.bounds import MAX_CALLS_PER_ROUND, MAX_CALLS_PER_ROUND_LIMIT
 from durable_agent.compaction import Compaction
 from durable_agent.context_sources import ContextSource
@@ -133,6 +134,9 @@ class Agent:
     approvals: ApprovalPolicy | None = None
     """Which tools need a person's consent beyond what each tool declares; None:
     the worker's (AGENT_APPROVAL_*)."""
+    attachments: AttachmentLimits = field(default_factory=AttachmentLimits)
+    """The files and images its questions may carry: how many, how large, which types
+    (`durable_agent.attachments`); `AttachmentLimits(max_count=0)` takes none."""
     limits: TurnLimits = field(default_factory=TurnLimits)
     """Limits of a turn that names none (a turn that names limits gets exactly those)."""
     max_result_chars: int = MAX_OBSERVATION_CHARS

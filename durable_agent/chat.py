@@ -12,10 +12,12 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from durable_agent.attachments import Attachment
 from durable_agent.model_settings import ModelSettings
 from durable_agent.principal import Principal, of_customer
 from durable_agent.types import (
     DEFAULT_CUSTOMER,
+    MAX_ATTACHMENTS,
     Exchange,
     TurnLimits,
     check_context,
@@ -43,6 +45,7 @@ class WaitingMessage(BaseModel):
 
     text: str
     turn_id: str
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class ConversationInput(BaseModel):
@@ -114,6 +117,9 @@ class ChatMessage(BaseModel):
     """Input of `send`."""
 
     text: str
+    attachments: list[Attachment] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
+    """Its files, stored as the conversation's payloads (`AgentClient.chat(...).start`);
+    its turn reads them."""
 
     @field_validator("text")
     @classmethod

@@ -65,10 +65,11 @@ from temporalio.exceptions import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import answers, fallback
+from durable_agent import attachments as attached
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalResult
 from durable_agent.audit import MAX_AUDIT_TURNS, AuditRow, rows_of
-from durable_agent.chat import ConversationInput, ConversationState, Memory
+from durable_agent.chat import ChatMessage, ConversationInput, ConversationState, Memory
 from durable_agent.elicitation import Question
 from durable_agent.errors import (
     AgentClientError,
@@ -88,6 +89,7 @@ from durable_agent.model_settings import ModelSettings
 from durable_agent.outputs import loaded_type, output_spec
 from durable_agent.principal import DEFAULT_TENANT, Principal, of_customer
 from durable_agent.rewind import Origin
+from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.runtime import rewind, secret_refs, server, storage, turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
@@ -226,6 +228,7 @@ class AgentClient:
         settings: ModelSettings | Mapping[str, Any] | None = None,
         principal: Principal | None = None,
         secret: Sequence[str] = (),
+        attachments: Sequence[attached.Source] = (),
     ) -> TurnResult:
         """Ask once and wait for the answer. `NoWorker` when the turn is still waiting
         after `no_worker_after` seconds and no worker serves the task queue (the turn
@@ -244,6 +247,7 @@ class AgentClient:
             settings=settings,
             principal=principal,
             secret=secret,
+            attachments=attachments,
         )
         return await turn.result(no_worker_after=no_worker_after)
 
@@ -262,6 +266,7 @@ class AgentClient:
         settings: ModelSettings | Mapping[str, Any] | None = None,
         principal: Principal | None = None,
         secret: Sequence[str] = (),
+        attachments: Sequence[attached.Source] = (),
     ) -> TurnHandle:
         """Start a turn and return at once. `agent`: the served agent's name (empty:
         the worker's first), or its definition (`Agent`: its name is asked, and a value
@@ -284,7 +289,11 @@ class AgentClient:
         `secret`: the context's keys whose values are secrets, as a `Secret` value is
         (`runtime/secret_refs.py`): stored encrypted in the payload store, given to tools
         and instructions functions inside their activities only, never written in the
-        turn's history (`InvalidSecret` without AGENT_ENCRYPTION_KEY).
+        turn's history (`InvalidSecret` without AGENT_ENCRYPTION_KEY); `attachments`:
+        files and images of the question, each bytes, a path or (name, bytes), stored in
+        the payload store before the turn starts (`AttachmentRefused`, and no turn, for a
+        file whose bytes are not what its name says, or over the agent's limits: those of
+        the `Agent` given, else `AttachmentLimits()`).
 
         With `request_id` (an Idempotency-Key), a turn already started with it for the
         same request (question, context, agent, model, settings, limits and output type)
@@ -304,10 +313,10 @@ class AgentClient:
             settings=settings,
             principal=principal,
         )
-        workflow_id = ""
-        if secrets:  # stored under the turn: its id is drawn here
-            # `start_turn`'s own naming: a request's id, else a new one.
-            workflow_id = turns.turn_id(turns.owner_part(turn.asker), request_id)
+        taken = agent.attachments if isinstance(agent, Agent) else None
+        turn, workflow_id = await self.attach(turn, attachments, taken, request_id=request_id)
+        if secrets:  # stored under the turn: its id is known before it starts
+            workflow_id = workflow_id or await self._new_turn_id(turn, request_id)
             sealed = await self._sealed(turn.context, turn.customer_id, secrets, workflow_id)
             turn = turn.model_copy(update={"context": sealed})
         handle = await self.start_turn(turn, request_id=request_id, workflow_id=workflow_id)
@@ -391,6 +400,44 @@ class AgentClient:
                     "request id for this one"
                 )
         return found
+
+    async def attach(
+        self,
+        turn: TurnInput,
+        attachments: Sequence[attached.Source],
+        limits: attached.AttachmentLimits | None = None,
+        *,
+        request_id: str = "",
+    ) -> tuple[TurnInput, str]:
+        """`turn` with these files (`start`'s `attachments`), and the id it must start
+        with (`start_turn(workflow_id=)`): each file is read, sniffed and checked against
+        `limits` (None: `AttachmentLimits()`), then stored as a payload of that turn.
+        `AttachmentRefused` before anything is stored. No files: `turn` as it is, and
+        no id (`start_turn` draws one)."""
+        if not attachments:
+            return turn, ""
+        files = _files(attachments, limits or attached.AttachmentLimits())
+        with _plainly():
+            workflow_id = await self._new_turn_id(turn, request_id)
+            stored = await stored_attachments.store(self.temporal, workflow_id, files)
+        return turn.model_copy(update={"attachments": stored}), workflow_id
+
+    async def _new_turn_id(self, turn: TurnInput, request_id: str) -> str:
+        """The id a turn will have, known before it starts (its attachments and secrets
+        are stored as its payloads), as `start_turn` names it: its request's, or a new
+        one no turn has."""
+        owner = turns.owner_part(turn.asker)
+        if request_id:
+            return turns.turn_id(owner, request_id)
+        for _ in range(turns.RANDOM_ID_DRAWS):
+            workflow_id = turns.turn_id(owner)
+            try:
+                await self.temporal.get_workflow_handle(workflow_id).describe()
+            except RPCError as e:
+                if e.status == RPCStatusCode.NOT_FOUND:
+                    return workflow_id
+                raise
+        return turns.turn_id(owner)
 
     def turn(self, workflow_id: str, output_type: Any = None) -> TurnHandle:
         """A turn started earlier (by this process or any other), by its workflow id;
@@ -778,6 +825,14 @@ def _named(request_id: str, workflow_id: str) -> str:
     return f"request id {request_id[:100]!r}" if request_id else f"workflow id {workflow_id!r}"
 
 
+def _files(
+    sources: Sequence[attached.Source], limits: attached.AttachmentLimits
+) -> list[attached.File]:
+    """The files of a question, read and checked before anything is stored or started."""
+    limits.check_count(len(sources))
+    return [attached.read(s, limits) for s in sources]
+
+
 def _agent_of(agent: str | Agent) -> tuple[str, Any]:
     """The name a turn asks for, and the agent's own output type when the caller gave
     the agent itself (None: a name gives none)."""
@@ -1060,9 +1115,27 @@ class ConversationHandle:
     def _handle(self) -> WorkflowHandle:
         return self.client.temporal.get_workflow_handle_for(Conversation.run, self.id)
 
-    async def start(self, text: str, *, message_id: str = "") -> TurnHandle:
+    async def start(
+        self,
+        text: str,
+        *,
+        message_id: str = "",
+        attachments: Sequence[attached.Source] = (),
+        limits: attached.AttachmentLimits | None = None,
+    ) -> TurnHandle:
         """Send a message; returns when the turn answering it has started. With
-        `message_id`, sending it again (after a crash) is not a second message."""
+        `message_id`, sending it again (after a crash) is not a second message.
+        `attachments`: its files, as `AgentClient.start` takes them (checked against
+        `limits`, default `AttachmentLimits()`), stored as the conversation's payloads."""
+        message: str | ChatMessage = text
+        if attachments:
+            files = _files(attachments, limits or attached.AttachmentLimits())
+            with _plainly(self.id, "conversation"):
+                stored = await stored_attachments.store(self.client.temporal, self.id, files)
+            try:
+                message = ChatMessage(text=text, attachments=stored)
+            except ValidationError as e:
+                raise AgentClientError(_first_error(e)) from None
         with _plainly(self.id, "conversation"):
             if self._template is not None:
                 if self._named:
@@ -1077,14 +1150,14 @@ class ConversationHandle:
                 _, accepted = await turns.start_chat(
                     self.client.temporal,
                     self._template,
-                    text,
+                    message,
                     self.client.task_queue,
                     workflow_id=self.id,
                     message_id=message_id,
                 )
                 self._template = None
             else:
-                accepted = await turns.send(self._handle, text, message_id)
+                accepted = await turns.send(self._handle, message, message_id)
         return self.client.turn(accepted.turn_id, self.output_type)
 
     async def _of_customer(self, whom: Principal) -> None:
@@ -1097,9 +1170,19 @@ class ConversationHandle:
                 "conversations apart (turns.workflow_id('chat', customer, key))"
             )
 
-    async def send(self, text: str, *, message_id: str = "") -> TurnResult:
-        """Send a message and wait for the answer."""
-        return await (await self.start(text, message_id=message_id)).result()
+    async def send(
+        self,
+        text: str,
+        *,
+        message_id: str = "",
+        attachments: Sequence[attached.Source] = (),
+        limits: attached.AttachmentLimits | None = None,
+    ) -> TurnResult:
+        """Send a message and wait for the answer (`start`'s arguments)."""
+        started = await self.start(
+            text, message_id=message_id, attachments=attachments, limits=limits
+        )
+        return await started.result()
 
     async def state(self) -> ConversationState:
         """The exchanges so far, the turn being answered, and whether it has ended."""

@@ -20,13 +20,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from durable_agent.attachments import Attachment
 from durable_agent.errors import InvalidConversation
-from durable_agent.types import Exchange, Observation, Tagged, ToolCall
+from durable_agent.types import Exchange, Observation, Tagged, ToolCall, TurnInput
 
 
 class UserMessage(Tagged):
     role: Literal["user"] = "user"
     text: str
+    attachments: list[Attachment] = Field(default_factory=list)
+    """Files and images sent with these words, by reference (the model activity reads
+    their bytes: `durable_agent/attachments.py`)."""
+
+    @classmethod
+    def of(cls, turn: TurnInput) -> UserMessage:
+        """A turn's question, with its attachments."""
+        return cls(text=turn.question, attachments=list(turn.attachments))
 
 
 MAX_OPAQUE_CHARS = 200_000

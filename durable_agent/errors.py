@@ -17,6 +17,7 @@ retried with backoff.
     │   ├── InvalidModelOutput     the model's reply cannot be used
     │   ├── ModelRequestRejected   refused: bad credentials, bad request, no such model
     │   ├── InvalidConversation    the turn's conversation breaks the providers' rules (a bug)
+    │   ├── AttachmentUnreadable   an attachment's text cannot be read (a damaged PDF; no pypdf)
     │   ├── ModelCannotAnswer      this model will not take this request (its context window,
     │   │                          its content filter): not retried; a fallback model may
     │   └── ModelUnavailable       transient: retried (throttling, 5xx, timeouts)
@@ -52,6 +53,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── NotWaiting                 the turn waits for no event of that name (or not at all)
     ├── InvalidEvent               an event's name or data is refused (too large, not JSON)
     ├── InvalidAnswer              an answer to a server's question breaks its form
+    ├── AttachmentRefused          a file of a question is refused: its bytes are not what its
+    │                              name says, or its type, size or count is over the agent's
     └── PayloadUnavailable         a stored payload cannot be read (missing, altered, refused,
                                    never stored): also a non-retryable `ApplicationError`, so
                                    a worker that meets one ends the turn at once
@@ -125,6 +128,11 @@ class InvalidConversation(ModelError):
     """The conversation about to be sent breaks the rules every provider enforces
     (see `agent.conversation.check`). A bug in the turn, never in the model: caught
     before the request, so it reads as what it is rather than as a provider's 400."""
+
+
+class AttachmentUnreadable(ModelError):
+    """An attachment's text cannot be read: a PDF without the `documents` extra (pypdf),
+    or one too damaged to read; the message names the file and what to do."""
 
 
 class ModelCannotAnswer(ModelError):
@@ -323,6 +331,13 @@ class PayloadUnavailable(AgentClientError, ApplicationError):
 
     def __str__(self) -> str:  # the line itself, as every client error says it
         return self.message
+
+
+class AttachmentRefused(AgentClientError):
+    """A file of a question is refused before its turn starts (`durable_agent.attachments`):
+    its bytes are not what its name says (a `.pdf` that is an image, a `.png` that is a
+    program), it is of no type attachments take, or over its agent's size, count or type
+    limits. The message names the file and the limit."""
 
 
 class RequestConflict(AgentClientError):

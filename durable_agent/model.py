@@ -26,6 +26,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from durable_agent.attachments import Attachment
 from durable_agent.conversation import AssistantMessage, Message, Opaque, question
 from durable_agent.errors import UnknownModel
 from durable_agent.model_settings import ModelSettings
@@ -51,6 +52,13 @@ class ModelRequest(BaseModel):
     """How to ask (temperature, output limit, ...): the agent's, the model's and the
     turn's, merged (`durable_agent.model_settings`). A backend sends what its API takes,
     under the API's names, and says what it does not (`Model.unsupported_settings`)."""
+    files: dict[str, bytes] = Field(default_factory=dict, exclude=True, repr=False)
+    """The bytes of the conversation's attachments, by their sha256, read from the
+    payload store by the model activity (`attached`); never serialized."""
+
+    def attached(self, attachment: Attachment) -> bytes:
+        """An attachment's bytes, for a backend to send."""
+        return self.files[attachment.sha256]
 
     @property
     def question(self) -> str:

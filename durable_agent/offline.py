@@ -14,6 +14,9 @@ ordr" -> "where is my order"), and words of feeling ("where the hell is ...") ar
 not what a message asks (they make the answer say sorry).
 
 plan, in this order:
+- a question with files (`durable_agent/attachments.py`) is answered from them alone:
+  the sentences of its documents (text files, PDFs' text layer) that share the most
+  words with it, each with its file's name; of images, that it cannot see them;
 - small talk ("hi", "thanks", "what can you do?") gets a greeting that lists
   what the tools do;
 - a reply to its own question completes the request it asked about: an id
@@ -65,6 +68,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_agent import attachments
 from durable_agent.answers import decline_text, handoff_text
 from durable_agent.argfill import (
     QUOTED,
@@ -1104,6 +1108,51 @@ def _usage(prompt: str, reply: str) -> Usage:
     return Usage(model_calls=1, input_tokens=len(prompt.split()), output_tokens=len(reply.split()))
 
 
+MAX_PASSAGES = 2
+"""The passages of an attached document an answer quotes, at most."""
+
+
+def from_attachments(asked: UserMessage, request: ModelRequest) -> str:
+    """The answer to a question with files: the passages of its documents (text files,
+    PDFs' text) that share most of the question's words, each with the file it is from;
+    and, for images, that it cannot see them."""
+    words = set(content_words(asked.text))
+    found: list[tuple[int, int, str, str]] = []
+    images = []
+    for a in asked.attachments:
+        if a.is_image:
+            images.append(a.name)
+            continue
+        text = attachments.text_of(a, request.attached(a))
+        for passage in _passages(text):
+            score = len(words & set(content_words(passage)))
+            if score:
+                found.append((-score, len(found), a.name, passage))
+    said = []
+    # The passages that share the most words with the question, in the files' order.
+    best = [f for f in sorted(found)[:MAX_PASSAGES] if f[0] == min(found)[0]]
+    by_file: dict[str, list[str]] = {}
+    for _, _, name, passage in sorted(best, key=lambda f: f[1]):
+        by_file.setdefault(name, []).append(passage)
+    if by_file:
+        said += [f"From {name}: {' '.join(passages)}" for name, passages in by_file.items()]
+    elif len(images) < len(asked.attachments):
+        said.append("I found nothing about that in the attached files.")
+    if images:
+        said.append(
+            f"I cannot see images, so I have not read {', '.join(images)}; "
+            "I read text and PDF files."
+        )
+    return " ".join(said)
+
+
+def _passages(text: str) -> list[str]:
+    """A document's sentences, each on one line (a paragraph or a heading ends one too)."""
+    paragraphs = re.split(r"\n\s*\n|\n(?=#)", text)
+    flat = (" ".join(p.split()) for p in paragraphs)
+    return [s for p in flat for s in re.split(r"(?<=[.!?])\s+", p) if s.strip()]
+
+
 class OfflineModel:
     """Deterministic, offline, keyword-and-pattern model. See the module docstring.
     `phrasebook`: the agent's domain words (default: none, records in their own words)."""
@@ -1152,6 +1201,11 @@ class OfflineModel:
         return Reply(text=digest(request.question, 4_000))
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        last = request.messages[-1] if request.messages else None
+        if isinstance(last, UserMessage) and last.attachments:
+            text = from_attachments(last, request)
+            await write_out(text, stream)
+            return Reply(text=text, usage=_usage(last.text, text))
         profiles = self._profiles_of(_tools_to_pick(request))
         talk = self._dialogue(request, profiles)
         refused = [r for r in latest_results(request.messages) if _refused(r)]

@@ -149,7 +149,7 @@ def _conversation_before(recording: Recording, step: int) -> list[Message]:
     fork's conversation up to that reply."""
     turn = recording.turn
     if step == 1:
-        return [*prior(turn.history), UserMessage(text=turn.question)]
+        return [*prior(turn.history), UserMessage.of(turn)]
     opening = next(
         (s for s in recording.output.steps if s.iteration == step and s.kind is StepKind.CONTINUE),
         None,

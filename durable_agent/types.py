@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from durable_agent.attachments import MAX_COUNT, Attachment
 from durable_agent.elicitation import Question
 from durable_agent.model_settings import ModelSettings
 from durable_agent.principal import Principal, of_customer
@@ -41,6 +42,9 @@ MAX_STEPS = 10_000
 MAX_QUESTION_CHARS = 4000
 """The question is sent with every model call and stored in every activity's
 input, so a huge one would bloat the history of the whole turn."""
+
+MAX_ATTACHMENTS = MAX_COUNT
+"""Attachments one question may carry, at most (an agent may take fewer)."""
 
 MAX_CONTEXT_BYTES = 16 * 1024
 """A turn's context (`TurnInput.context`), as compact JSON: it travels with the turn's
@@ -448,6 +452,9 @@ class TurnInput(BaseModel):
     settings: ModelSettings | None = None
     """How its models are asked (temperature, output limit, ...), over its agent's and
     its models' own, field by field (`durable_agent.model_settings`); None: theirs."""
+    attachments: list[Attachment] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
+    """Files and images of the question, by reference to the payload store (the bytes
+    never travel with the turn: `durable_agent/attachments.py`)."""
     principal: Principal | None = None
     """Trusted, from the caller's authentication: who asks (`durable_agent.Principal`).
     None: `customer_id`, as the user of the default tenant (`asker`). Given, its user

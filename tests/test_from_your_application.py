@@ -185,6 +185,20 @@ def test_a_team_service_asks_streams_and_approves_across_a_sigkill(
             assert http.post("/ask", json={"question": "x" * 5000}).status_code == 422
             assert http.post("/ask", json={}, headers={"X-User": "a b"}).status_code == 422
             assert http.get("/approvals", headers={"X-User": "u" * 501}).status_code == 422
+            # A question about files (multipart): answered from them; a misnamed one is
+            # refused with its line, and no turn.
+            log = ("vpn.log", b"The VPN gateway restarts every night at 2:00.\n", "text/plain")
+            question = {"question": "When does the VPN gateway restart?"}
+            asked = http.post("/ask/files", data=question, files=[("files", log)])
+            assert asked.status_code == 200, asked.text
+            said = asked.json()["answer"]
+            assert said == "From vpn.log: The VPN gateway restarts every night at 2:00.", said
+            script = ("invoice.pdf", b"#!/bin/sh\necho hi\n", "application/pdf")
+            refused = http.post("/ask/files", data=question, files=[("files", script)])
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["detail"].startswith(
+                "'invoice.pdf' is a text file by its content"
+            )
     finally:
         served.stop()
     assert tickets(environ) == 1

@@ -69,6 +69,8 @@ class Conversation:
         self._turns = input.turns
         self._inbox: list[tuple[str, str]] = [(m.text, m.turn_id) for m in input.waiting]
         """(question, turn id) accepted by `send`, not yet started, in order."""
+        self._files = {m.turn_id: m.attachments for m in input.waiting if m.attachments}
+        """The attachments of those messages that have some, by turn id."""
         self._started: set[str] = set()
         self._current: str | None = None
         self._ended = input.ended
@@ -123,7 +125,10 @@ class Conversation:
                     "exchanges": self._exchanges,
                     "turns": self._turns,
                     "stream_state": state,
-                    "waiting": [WaitingMessage(text=q, turn_id=t) for q, t in self._inbox],
+                    "waiting": [
+                        WaitingMessage(text=q, turn_id=t, attachments=self._files.get(t, []))
+                        for q, t in self._inbox
+                    ],
                     "ended": self._ended,
                     "spent_usd": self._spent,
                 }
@@ -146,6 +151,7 @@ class Conversation:
             stream=self._input.stream,
             context=self._input.context,
             settings=self._input.settings,
+            attachments=self._files.pop(turn_id, []),
             cost_left=None
             if self._input.max_cost is None
             else max(0.0, self._input.max_cost - self._spent),
@@ -209,6 +215,8 @@ class Conversation:
         self._turns += 1
         turn, turn_id = self._turns, f"{workflow.info().workflow_id}-{self._turns}"
         self._inbox.append((message.text, turn_id))
+        if message.attachments:
+            self._files[turn_id] = message.attachments
         await workflow.wait_condition(lambda: turn_id in self._started or self._moving)
         return MessageAccepted(turn_id=turn_id, turn=turn, started=turn_id in self._started)
 

@@ -576,7 +576,9 @@ class AgentTurn:
             return await self._looping(turn)
         # Screen the question first: it also resolves the turn's agent, who answers
         # and with which limits.
-        question = ShieldRequest(position="input", text=turn.question)
+        question = ShieldRequest(
+            position="input", text=turn.question, attachments=list(turn.attachments)
+        )
         self._agent = AgentInfo(name=turn.agent)
         try:
             (stop,), screened = await self._screen(turn, 1, [question])
@@ -702,7 +704,7 @@ class AgentTurn:
     async def _loop(self, turn: TurnInput, carry: TurnCarry | None) -> TurnOutput:
         carried: CarriedRound | None = None
         if carry is None:
-            self._messages = [*prior(turn.history), UserMessage(text=turn.question)]
+            self._messages = [*prior(turn.history), UserMessage.of(turn)]
             iteration, replans, source = 1, 0, StepKind.PLAN
             if turn.fork is not None:
                 # Another turn's conversation up to one of its steps (`client.py rerun`).
@@ -986,7 +988,7 @@ class AgentTurn:
         assert isinstance(first, AssistantMessage)
         text = f"{out.text}\n\n{first.text}" if first.text else out.text
         self._messages = [
-            UserMessage(text=turn.question),
+            UserMessage.of(turn),
             first.model_copy(update={"text": text}),
             *kept[1:],
         ]

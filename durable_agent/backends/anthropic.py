@@ -50,10 +50,13 @@ what to check; a prompt too long for the model and a `refusal` are `ModelCannotA
 
 from __future__ import annotations
 
+import base64
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
+from durable_agent import attachments
 from durable_agent.backends.openai_chat import retry_after
 from durable_agent.backends.prompts import INSTRUCTIONS
 from durable_agent.compaction import known_window
@@ -201,7 +204,9 @@ class AnthropicModel:
             "model": self.name,
             "max_tokens": settings.max_tokens or self._max_tokens,
             "system": [{"type": "text", "text": request.instructions or self._instructions}],
-            "messages": to_messages(request.messages, self.name, thinking=thinking is not None),
+            "messages": to_messages(
+                request.messages, self.name, thinking=thinking is not None, files=request.files
+            ),
         }
         if request.tools:
             body["tools"] = [_tool(t.name, t.description, t.parameters) for t in request.tools]
@@ -327,7 +332,9 @@ def _may_think(messages: list[Message], model: str) -> bool:
     return bool(blocks) and blocks[0].get("type") in THINKING
 
 
-def to_messages(messages: list[Message], model: str, thinking: bool) -> list[dict[str, Any]]:
+def to_messages(
+    messages: list[Message], model: str, thinking: bool, files: Mapping[str, bytes] | None = None
+) -> list[dict[str, Any]]:
     """The conversation as Messages: a call's results ride in one user message, before
     anything else in it. Thinking blocks go back with their message, unchanged, only
     to the model that wrote them and only when the request thinks."""
@@ -341,7 +348,7 @@ def to_messages(messages: list[Message], model: str, thinking: bool) -> list[dic
 
     for m in messages:
         if isinstance(m, UserMessage):
-            add("user", [{"type": "text", "text": m.text}])
+            add("user", [*_attached(m, files or {}), {"type": "text", "text": m.text}])
         elif isinstance(m, AssistantMessage):
             blocks = list(m.opaque.of(PROVIDER, model)) if m.opaque and thinking else []
             # The API refuses blank text blocks; a message of calls alone has none.
@@ -355,6 +362,30 @@ def to_messages(messages: list[Message], model: str, thinking: bool) -> list[dic
         else:
             add("user", [_result(m)])
     return out
+
+
+def _attached(m: UserMessage, files: Mapping[str, bytes]) -> list[dict[str, Any]]:
+    """A message's attachments as Messages blocks, before its text (as the API's guide
+    puts them): an image as an `image` block, a PDF as a base64 `document` block, a text
+    file as a text `document` block, each titled with its name."""
+    blocks: list[dict[str, Any]] = []
+    for a in m.attachments:
+        data = files[a.sha256]
+        if attachments.kind(a) == "image":
+            source = {"type": "base64", "media_type": a.content_type, "data": _b64(data)}
+            blocks.append({"type": "image", "source": source})
+            continue
+        if attachments.kind(a) == "document":
+            source = {"type": "base64", "media_type": a.content_type, "data": _b64(data)}
+        else:
+            text = data.decode("utf-8", errors="replace")
+            source = {"type": "text", "media_type": "text/plain", "data": text}
+        blocks.append({"type": "document", "source": source, "title": a.name})
+    return blocks
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _result(m: ToolResult) -> dict[str, Any]:

@@ -38,8 +38,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from typing import Any
 
+from durable_agent import attachments
 from durable_agent.backends import _aws
 from durable_agent.backends.prompts import INSTRUCTIONS
 from durable_agent.compaction import known_window
@@ -288,7 +290,7 @@ def to_messages(request: ModelRequest) -> list[dict[str, Any]]:
 
     for m in request.messages:
         if isinstance(m, UserMessage):
-            add("user", [{"text": m.text}])
+            add("user", [{"text": m.text}, *_attached(m, request)])
         elif isinstance(m, AssistantMessage):
             # Converse refuses blank text blocks; a message of calls alone has none.
             blocks: list[dict[str, Any]] = [{"text": m.text}] if m.text.strip() else []
@@ -311,3 +313,27 @@ def to_messages(request: ModelRequest) -> list[dict[str, Any]]:
                 ],
             )
     return messages
+
+
+def _attached(m: UserMessage, request: ModelRequest) -> list[dict[str, Any]]:
+    """A message's attachments as Converse blocks: an image as an `image` block, a PDF
+    or a text file as a `document` block (its name as Converse allows one)."""
+    blocks: list[dict[str, Any]] = []
+    for i, a in enumerate(m.attachments, 1):
+        data = request.attached(a)
+        if attachments.kind(a) == "image":
+            image = {"format": a.content_type.split("/")[1], "source": {"bytes": data}}
+            blocks.append({"image": image})
+        else:
+            fmt = "pdf" if attachments.kind(a) == "document" else "txt"
+            name = _document_name(a.name, i)
+            blocks.append({"document": {"format": fmt, "name": name, "source": {"bytes": data}}})
+    return blocks
+
+
+def _document_name(name: str, n: int) -> str:
+    """Converse takes a document name of letters, digits, single spaces, hyphens,
+    parentheses and square brackets, unique in the request: the file's, so cleaned,
+    and numbered."""
+    stem = re.sub(r"[^A-Za-z0-9\-()\[\] ]", " ", name.rsplit(".", 1)[0])
+    return f"{n} {' '.join(stem.split())}"[:200].strip()

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from durable_agent import attachments
 from durable_agent.backends.prompts import INSTRUCTIONS
 from durable_agent.compaction import known_window
 from durable_agent.conversation import AssistantMessage, UserMessage
@@ -204,7 +205,7 @@ def to_messages(request: ModelRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for m in request.messages:
         if isinstance(m, UserMessage):
-            messages.append({"role": "user", "content": m.text})
+            messages.append({"role": "user", "content": _user_content(m, request)})
         elif isinstance(m, AssistantMessage):
             message: dict[str, Any] = {"role": "assistant", "content": m.text or None}
             if m.calls:
@@ -221,6 +222,26 @@ def to_messages(request: ModelRequest) -> list[dict[str, Any]]:
             content = m.text if m.ok else f"error: {m.text}"
             messages.append({"role": "tool", "tool_call_id": m.call_id, "content": content})
     return messages
+
+
+def _user_content(m: UserMessage, request: ModelRequest) -> str | list[dict[str, Any]]:
+    """The customer's words; with attachments, content parts: the words, then each file,
+    an image as an `image_url` part (a data URL), a PDF as a `file` part, a text file as
+    text."""
+    if not m.attachments:
+        return m.text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": m.text}]
+    for a in m.attachments:
+        data = request.attached(a)
+        if attachments.kind(a) == "image":
+            url = attachments.data_url(a.content_type, data)
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif attachments.kind(a) == "document":
+            url = attachments.data_url(a.content_type, data)
+            parts.append({"type": "file", "file": {"filename": a.name, "file_data": url}})
+        else:
+            parts.append({"type": "text", "text": attachments.as_text(a, data)})
+    return parts
 
 
 def _arguments(call: ToolCall) -> str:

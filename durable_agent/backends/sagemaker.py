@@ -39,7 +39,7 @@ from durable_agent.answers import decline_text
 from durable_agent.argfill import fill_arguments, required_params
 from durable_agent.backends import _aws
 from durable_agent.conversation import AssistantMessage, ToolResult, UserMessage
-from durable_agent.errors import InvalidModelOutput, ModelRequestRejected
+from durable_agent.errors import InvalidModelOutput, ModelCannotAnswer, ModelRequestRejected
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
 from durable_agent.stream import TextSink
@@ -101,6 +101,7 @@ class SageMakerTextModel:
         return {k: why for k, why in ignored.items() if k in settings.given()}
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        _text_only(request)
         prompt = plan_prompt(request)
         text = await self._complete(prompt, max_new_tokens=60, settings=request.settings)
         calls = parse_tools(text, request.tools, request.question)
@@ -110,6 +111,7 @@ class SageMakerTextModel:
         return Reply(text=decline_text(request.instructions), usage=usage)
 
     async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        _text_only(request)
         prompt = interpret_prompt(request)
         text = (await self._complete(prompt, max_new_tokens=200, settings=request.settings)).strip()
         usage = _usage(prompt, text)
@@ -172,6 +174,16 @@ def plan_prompt(request: ModelRequest) -> str:
         f'user: "{example}"\ntool: {t.name}\n' for t in request.tools for example in t.examples
     )
     return PLAN_TEMPLATE.format(tools=tools, examples=examples, question=request.question)
+
+
+def _text_only(request: ModelRequest) -> None:
+    """Its prompts are text: a question's files are refused, never silently dropped (a
+    fallback model may take them)."""
+    if any(isinstance(m, UserMessage) and m.attachments for m in request.messages):
+        raise ModelCannotAnswer(
+            "a SageMaker endpoint takes text only, and this question has attachments: "
+            "ask a model that takes files (openai:, anthropic:, bedrock:) or the offline one"
+        )
 
 
 def interpret_prompt(request: ModelRequest) -> str:

@@ -2,7 +2,9 @@
 
 python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] [--follow]
 python client.py ask "..." --set temperature=0.2 --set stop=END   # the turn's model settings
+python client.py ask "What does it say about refunds?" --attach terms.pdf   # a file with it
 python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
+                                                   # (a line `/attach PATH`: a file with the next)
 python client.py pending [--customer ID]                  # calls awaiting approval, questions
 python client.py approve WORKFLOW_ID [CALL_ID] [--by NAME] [--tenant T --user U --role R]
 python client.py answer WORKFLOW_ID [QUESTION_ID] (--accept JSON | --decline | --cancel)
@@ -104,6 +106,7 @@ from durable_agent.runtime.turns import (
     WorkerNeeded,
     Workers,
     history_view,
+    started_with,
     workers,
 )
 from durable_agent.schedules import NAME_PATTERN
@@ -538,7 +541,10 @@ async def cmd_ask(args: argparse.Namespace) -> int:
     async with session(
         args.task_queue, self_contained=args.embedded, agent=chosen, mcp_config=mcp_config(args)
     ) as conn:
-        handle = await client_of(conn, args).start_turn(turn)
+        agents = client_of(conn, args)
+        taken = chosen.definition.attachments if chosen.definition else None
+        turn, workflow_id = await agents.attach(turn, args.attach or [], taken)
+        handle = await agents.start_turn(turn, workflow_id=workflow_id)
         if args.no_wait:
             print(handle.id)
             return 0
@@ -610,6 +616,10 @@ def chat_input(args: argparse.Namespace, chosen: Chosen) -> ConversationInput:
         raise input_error(e) from None
 
 
+ATTACH = "/attach "
+"""In `chat`, a line `/attach PATH` attaches a file to the next message."""
+
+
 async def cmd_chat(args: argparse.Namespace) -> None:
     chosen = choose_agent(args.agent)
     chat = chat_input(args, chosen)
@@ -620,6 +630,8 @@ async def cmd_chat(args: argparse.Namespace) -> None:
     ) as conn:
         conversation = client_of(conn, args).chat_from(chat)
         started = False
+        taken = chosen.definition.attachments if chosen.definition else None
+        files: list[str] = []
         while True:
             text = await lines.read("you> " if interactive else "")
             if text is None:
@@ -628,11 +640,17 @@ async def cmd_chat(args: argparse.Namespace) -> None:
                 continue
             if not interactive:
                 print(f"you> {text}", flush=True)
+            if text.startswith(ATTACH):
+                files.append(text.removeprefix(ATTACH).strip())
+                print(f"(attached to your next message: {files[-1]})", file=sys.stderr)
+                continue
             try:
-                turn = await conversation.start(text)
+                turn = await conversation.start(text, attachments=files, limits=taken)
             except AgentClientError as e:
                 print(f"error: {e}", file=sys.stderr)
                 continue
+            finally:
+                files = []  # sent, or refused: either way, attached again by hand
             if not started:
                 started = True
                 print(f"(conversation {conversation.id}; Ctrl-D ends it)", file=sys.stderr)
@@ -1101,6 +1119,9 @@ async def cmd_show(args: argparse.Namespace) -> int:
         print(f"{desc.id} ({desc.status.name.lower() if desc.status else 'unknown'})")
         if origin := await rewind.origin_of(desc):
             print(origin.line())
+        opened = await started_with(handle, "AgentTurn", TurnInput)
+        for attached in opened.attachments if opened else []:
+            print(f"attached: {attached.line()}")
         if args.follow and desc.status == WorkflowExecutionStatus.RUNNING:
             writing = Writing(f"[~] {'writing':<11} ")
             async for _, event in turn.events():
@@ -1316,11 +1337,22 @@ def parser() -> argparse.ArgumentParser:
         help="then print its history's size, its number of runs and its bytes in the "
         "payload store (as `show` does)",
     )
+    ask.add_argument(
+        "--attach",
+        action="append",
+        metavar="PATH",
+        help="a file or image the question is about (PNG, JPEG, GIF, WebP, PDF or text); "
+        "repeat it for several",
+    )
     add_turn_options(ask)
     add_mcp_config(ask, "with --embedded: ")
     ask.set_defaults(run=cmd_ask)
 
-    chat = sub.add_parser("chat", help="a conversation: one message per line, Ctrl-D ends it")
+    chat = sub.add_parser(
+        "chat",
+        help="a conversation: one message per line (a line `/attach PATH` attaches a file to the "
+        "next), Ctrl-D ends it",
+    )
     add_turn_options(chat)
     add_mcp_config(chat, "with --embedded: ")
     add_idle_timeout(chat)

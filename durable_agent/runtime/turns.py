@@ -173,6 +173,8 @@ def request_fingerprint(turn: TurnInput) -> str:
     identity["context"] = secret.shown(identity["context"])  # by name: sealed anew each time
     if turn.settings is not None:  # a turn without settings hashes as before they existed
         identity["settings"] = turn.settings.model_dump(mode="json", exclude_none=True)
+    if turn.attachments:  # its files by their content: a reference differs each time
+        identity["attachments"] = [a.sha256 for a in turn.attachments]
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -316,7 +318,7 @@ def details(turn: TurnInput) -> str:
 async def start_chat(
     client: Client,
     chat: ConversationInput,
-    first: str,
+    first: str | ChatMessage,
     task_queue: str = TASK_QUEUE,
     *,
     workflow_id: str = "",
@@ -373,7 +375,9 @@ async def start_chat(
     return await start.workflow_handle(), accepted
 
 
-async def send(conversation: WorkflowHandle, text: str, message_id: str = "") -> MessageAccepted:
+async def send(
+    conversation: WorkflowHandle, text: str | ChatMessage, message_id: str = ""
+) -> MessageAccepted:
     """The next message of a conversation; returns when the turn answering it starts.
     With `message_id`, sending it again (after a crash of the sender) is not a second
     message: the server runs an update id once per run of the conversation."""
@@ -424,7 +428,9 @@ async def _turn_started(client: Client, accepted: MessageAccepted) -> None:
         delay = min(delay * 2, 1.0)
 
 
-def _message(text: str) -> ChatMessage:
+def _message(text: str | ChatMessage) -> ChatMessage:
+    if isinstance(text, ChatMessage):
+        return text
     try:
         return ChatMessage(text=text)
     except ValueError as e:

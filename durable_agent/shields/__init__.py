@@ -2,6 +2,8 @@
 
     position      what is checked                         on a violation
     input         the customer's question, before plan    the turn ends: outcome `refused`
+                  (and its attachments: their types and
+                  sizes, and their documents' text)
     tool_input    each planned call, before it runs       that call is rejected; the model reads why
     tool_output   each tool result, in its dispatch       the result is marked as data, and any
                                                           write planned after it needs consent
@@ -36,6 +38,7 @@ from typing import Literal, Protocol, Union
 
 from pydantic import BaseModel, Field
 
+from durable_agent.attachments import Attachment
 from durable_agent.errors import AgentError
 from durable_agent.types import ToolCall
 
@@ -78,6 +81,10 @@ class ShieldRequest(BaseModel):
     results and a chat's earlier questions and answers, e.g. to tell the customer's
     own ids from someone else's."""
     customer_id: str = ""
+    attachments: list[Attachment] = Field(default_factory=list)
+    """The question's files (input), by reference: their types and sizes are checked
+    against the agent's limits, and the text of its documents is screened as the
+    question is (`activities/shield.py`)."""
 
 
 class Shield(Protocol):

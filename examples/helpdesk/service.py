@@ -1,7 +1,7 @@
 """The help desk inside a FastAPI service of your own: ask and get JSON back, stream a
 turn to the browser as server-sent events, list and decide the calls awaiting consent,
-take the events a turn waits for (`wait_for_event`) as a webhook, and answer the
-questions an MCP server of the agent asks the person.
+take the events a turn waits for (`wait_for_event`) as a webhook, answer the
+questions an MCP server of the agent asks the person, and ask about files (multipart).
 
     cd examples/helpdesk
     durable-agent-worker --agent helpdesk:agent        # terminal 1: serves the agent
@@ -9,6 +9,8 @@ questions an MCP server of the agent asks the person.
 
     curl -s localhost:8000/ask -H 'X-User: demo' -H 'Content-Type: application/json' \\
         -d '{"question": "Is the VPN down?"}'
+    curl -s localhost:8000/ask/files -H 'X-User: demo' \\
+        -F question='What does this log say?' -F files=@vpn.log
 
 Who asks is a `Principal` from a verified JWT (`Authorization: Bearer`) when
 AGENT_WEB_JWT_SECRET (HS256) or AGENT_WEB_JWKS (a JWKS file) is set, with
@@ -28,13 +30,14 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi import Depends, FastAPI, File, Form, Header, HTTPException, Request, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
-from durable_agent import AgentClient, Principal, TurnResult
+from durable_agent import AgentClient, AttachmentLimits, Principal, TurnResult
 from durable_agent.errors import (
     AgentClientError,
+    AttachmentRefused,
     InvalidEvent,
     NotAnApprover,
     NothingPending,
@@ -118,6 +121,38 @@ async def ask(
     question: 409)."""
     return await agents.ask(
         body.question, agent=AGENT, principal=who, request_id=idempotency_key or ""
+    )
+
+
+FILES = AttachmentLimits()
+"""What a question may carry here: the agent's own limits, if it has others."""
+
+
+@app.post("/ask/files")
+async def ask_with_files(
+    question: Annotated[str, Form(min_length=1, max_length=4000)],
+    files: Annotated[list[UploadFile], File()],
+    agents: Agents,
+    who: User,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> TurnResult:
+    """`ask`, about files: multipart/form-data with `question` and `files` (once per
+    file). A file whose bytes are not what its name says, or over the limits: 400, no
+    turn. (The upload is whole before this runs: bound request bodies at your gateway.)"""
+    if len(files) > FILES.max_count:
+        raise AttachmentRefused(f"{len(files)} files; at most {FILES.max_count}")
+    attached = []
+    for f in files:
+        data = await f.read(FILES.max_bytes + 1)
+        if len(data) > FILES.max_bytes:
+            raise AttachmentRefused(f"{f.filename!r} is over {FILES.max_bytes:,} bytes")
+        attached.append((f.filename or "", data))
+    return await agents.ask(
+        question,
+        agent=AGENT,
+        principal=who,
+        request_id=idempotency_key or "",
+        attachments=attached,
     )
 
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import hashlib
 import hmac
 import json
@@ -358,6 +359,8 @@ def _messages(body: dict[str, Any], signer: Signer | None) -> str | None:
                 return "messages: text content blocks must be non-empty"
             if b["type"] == "text" and not b["text"].strip():
                 return "messages: text content blocks must contain non-whitespace text"
+            if b["type"] in ("image", "document") and (problem := _media(b, f"{i}.content.{j}")):
+                return problem
             if b["type"] in ("thinking", "redacted_thinking"):
                 if "cache_control" in b:
                     return f"messages.{i}.content.{j}: thinking blocks cannot be cached"
@@ -391,6 +394,52 @@ def _messages(body: dict[str, Any], signer: Signer | None) -> str | None:
                 return _unanswered(i, missing)
     if thinks(body):
         return _opens_with_thinking(messages)
+    return None
+
+
+_MEDIA_MAGIC = {
+    "image/png": b"\x89PNG",
+    "image/jpeg": b"\xff\xd8\xff",
+    "image/gif": b"GIF8",
+    "image/webp": b"RIFF",
+    "application/pdf": b"%PDF-",
+}
+
+
+def _media(block: dict[str, Any], where: str) -> str | None:
+    """An `image` block: a base64 source of PNG, JPEG, GIF or WebP bytes of that type (or
+    a URL). A `document` block: a base64 PDF, plain text (`media_type: text/plain`), or a
+    URL; `title` a string if given."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "url":
+        return (
+            None
+            if isinstance(source.get("url"), str)
+            else f"messages.{where}.source.url: Field required"
+        )
+    image = block["type"] == "image"
+    if block["type"] == "document" and kind == "text":
+        if source.get("media_type") != "text/plain" or not isinstance(source.get("data"), str):
+            return f"messages.{where}.source: a text source is text/plain data"
+    elif kind == "base64":
+        media = source.get("media_type")
+        allowed = [t for t in _MEDIA_MAGIC if t.startswith("image/") == image]
+        if media not in allowed:
+            expected = " or ".join(map(repr, allowed))
+            return f"messages.{where}.source.media_type: Input should be {expected}"
+        try:
+            data = base64.b64decode(source.get("data", ""), validate=True)
+        except (binascii.Error, TypeError):
+            return f"messages.{where}.source.data: not valid base64"
+        if not data.startswith(_MEDIA_MAGIC[media]):
+            return (
+                f"messages.{where}: the {'image' if image else 'document'} is not a valid {media}"
+            )
+    else:
+        return f"messages.{where}.source.type: Input tag {kind!r} does not match the expected tags"
+    if "title" in block and not isinstance(block["title"], str):
+        return f"messages.{where}.title: Input should be a valid string"
     return None
 
 

@@ -46,6 +46,8 @@ whole JSON answers with their status, streaming or not.
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import json
 import re
 import threading
@@ -142,6 +144,9 @@ def violation(body: dict[str, Any], reasoning: bool = False) -> str | None:
                     return f"Invalid type for 'messages[{i}].tool_calls.function.arguments'"
                 seen.add(c["id"])
                 pending.append(c["id"])
+        elif isinstance(m.get("content"), list):
+            if problem := parts_violation(m["content"], i):
+                return problem
         elif not isinstance(m.get("content"), str) or not m["content"]:
             return f"Invalid 'messages[{i}].content': a user message needs text"
         previous = role
@@ -202,6 +207,76 @@ PARAMETERS = frozenset(
 )
 """The parameters of OpenAI's Chat Completions: anything else is refused."""
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
+_DATA_URL = re.compile(r"^data:([a-z]+/[a-z0-9.+-]+);base64,([A-Za-z0-9+/]*={0,2})$")
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def parts_violation(parts: list[Any], i: int) -> str | None:
+    """A user message's content parts as OpenAI takes them: `text` ({"text"}),
+    `image_url` ({"image_url": {"url", "detail"?}}, a data URL of PNG, JPEG, GIF or WebP
+    bytes, or an http(s) URL), `file` ({"file": {"filename", "file_data"}}, a data URL
+    of a PDF, or {"file_id"})."""
+    if not parts:
+        return (
+            f"Invalid 'messages[{i}].content': empty array. Expected an array with minimum length 1"
+        )
+    for j, part in enumerate(parts):
+        where = f"messages[{i}].content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                return f"Invalid type for '{where}.text': expected a string"
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else None
+            if not isinstance(url, str):
+                return f"Missing required parameter: '{where}.image_url.url'"
+            if image.get("detail", "auto") not in ("auto", "low", "high"):
+                return f"Invalid value: '{where}.image_url.detail'"
+            if not url.startswith(("http://", "https://")) and not _data_of(url, IMAGE_TYPES):
+                return (
+                    f"Invalid '{where}.image_url.url': expected a URL or a base64 data URL "
+                    "of a PNG, JPEG, GIF or WebP image"
+                )
+        elif kind == "file":
+            file = part.get("file")
+            if not isinstance(file, dict) or not (file.get("file_data") or file.get("file_id")):
+                return f"Missing required parameter: '{where}.file.file_data' or 'file_id'"
+            if "file_data" in file and (
+                not isinstance(file.get("filename"), str)
+                or not _data_of(file["file_data"], ("application/pdf",))
+            ):
+                return f"Invalid '{where}.file': a filename and a base64 data URL of a PDF"
+        else:
+            return (
+                f"Invalid value: '{where}.type'. Supported values are: 'text', 'image_url', "
+                "'input_audio', 'refusal', 'audio', and 'file'."
+            )
+    return None
+
+
+def _data_of(url: Any, types: tuple[str, ...]) -> bytes | None:
+    """The bytes of a base64 data URL of one of `types` whose bytes are that type."""
+    found = _DATA_URL.match(url) if isinstance(url, str) else None
+    if not found or found[1] not in types:
+        return None
+    try:
+        data = base64.b64decode(found[2], validate=True)
+    except binascii.Error:
+        return None
+    return data if data.startswith(MAGIC[found[1]]) else None
+
+
+MAGIC = {
+    "image/png": b"\x89PNG",
+    "image/jpeg": b"\xff\xd8\xff",
+    "image/gif": b"GIF8",
+    "image/webp": b"RIFF",
+    "application/pdf": b"%PDF-",
+}
+"""How the API tells an image or a PDF it can decode: it refuses bytes that are not."""
 
 
 def parameter_violation(body: dict[str, Any], reasoning: bool = False) -> str | None:
@@ -380,7 +455,10 @@ def conversation(body: dict[str, Any]) -> tuple[list[Message], list[ToolSpec]]:
     names: dict[str, str] = {}
     for m in body["messages"]:
         if m["role"] == "user":
-            messages.append(UserMessage(text=m["content"]))
+            content = m["content"]
+            if isinstance(content, list):  # what a brain reads of parts: their text
+                content = "\n".join(p["text"] for p in content if p["type"] == "text")
+            messages.append(UserMessage(text=content))
         elif m["role"] == "assistant":
             calls = []
             for c in m.get("tool_calls") or []:

@@ -30,7 +30,9 @@ response gets instead.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import struct
 import time
 from binascii import crc32
@@ -92,6 +94,7 @@ def violation(params: dict[str, Any]) -> str | None:
         )
     uses_tools = False
     pending: list[str] = []
+    names: set[str] = set()
     for i, m in enumerate(messages):
         if i and m["role"] == messages[i - 1]["role"]:
             return (
@@ -99,6 +102,8 @@ def violation(params: dict[str, Any]) -> str | None:
                 "conversation alternates between user and assistant roles and try again."
             )
         answered = []
+        if problem := _media_violation(m, i, names):
+            return problem
         for j, block in enumerate(m["content"]):
             where = f"messages.{i}.content.{j}"
             if "text" in block and not block["text"].strip():
@@ -145,6 +150,49 @@ def violation(params: dict[str, Any]) -> str | None:
         # botocore checks the least value of the service model, the service the most.
         if config.get(name, 0) > 1:
             return f"The value at inferenceConfig.{name} must be less than or equal to 1."
+    return None
+
+
+_DOCUMENT_NAME = re.compile(r"^[A-Za-z0-9\-()\[\]]+( [A-Za-z0-9\-()\[\]]+)*$")
+_IMAGE_MAGIC = {"png": b"\x89PNG", "jpeg": b"\xff\xd8\xff", "gif": b"GIF8", "webp": b"RIFF"}
+MAX_IMAGE_BYTES = 3_750_000
+MAX_DOCUMENT_BYTES = 4_500_000
+
+
+def _media_violation(m: dict[str, Any], i: int, names: set[str]) -> str | None:
+    """Bedrock's rules for `image` and `document` blocks (botocore has checked their
+    shape): user messages only; bytes of the format they say, within the size the
+    service takes; a document's name of letters, digits, hyphens, parentheses, square
+    brackets and single spaces, unique in the request, and a text block beside it."""
+    for j, block in enumerate(m["content"]):
+        where = f"messages.{i}.content.{j}"
+        if "image" in block:
+            image = block["image"]
+            data = image["source"].get("bytes", b"")
+            if m["role"] != "user":
+                return f"{where}: image blocks are only allowed in user messages"
+            if not data.startswith(_IMAGE_MAGIC[image["format"]]) or len(data) > MAX_IMAGE_BYTES:
+                return (
+                    f"{where}.image: the provided image does not match its format, or is too large"
+                )
+        if "document" in block:
+            document = block["document"]
+            data = document["source"].get("bytes", b"")
+            if m["role"] != "user":
+                return f"{where}: document blocks are only allowed in user messages"
+            if not _DOCUMENT_NAME.match(document["name"]) or document["name"] in names:
+                return (
+                    f"{where}.document.name: the document name can only contain alphanumeric "
+                    "characters, whitespace characters (no more than one in a row), hyphens, "
+                    "parentheses, and square brackets, and must be unique"
+                )
+            names.add(document["name"])
+            if document["format"] == "pdf" and not data.startswith(b"%PDF-"):
+                return f"{where}.document: the provided document is not a valid pdf"
+            if len(data) > MAX_DOCUMENT_BYTES:
+                return f"{where}.document: the document is larger than {MAX_DOCUMENT_BYTES} bytes"
+            if not any("text" in b for b in m["content"]):
+                return f"{where}: a document block needs a text block in the same message"
     return None
 
 
@@ -288,7 +336,12 @@ class ConverseFake:
     def _usage(self, params: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
         """Tokens at about four characters each; with cache points, the prefix up to the
         last cache point is written once and read by every later identical request."""
-        prompt = json.dumps([params.get("system"), params.get("toolConfig"), params["messages"]])
+        # Bytes (an image's, a document's) count as their base64, as the service bills
+        # them by size too.
+        prompt = json.dumps(
+            [params.get("system"), params.get("toolConfig"), params["messages"]],
+            default=lambda b: base64.b64encode(b).decode(),
+        )
         cacheable = 0
         if any("cachePoint" in b for b in params.get("system", [])):
             cacheable = len(json.dumps([params.get("system"), params.get("toolConfig")]))

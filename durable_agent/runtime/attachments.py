@@ -1,0 +1,107 @@
+"""Attachments in and out of the payload store (`durable_agent/attachments.py`).
+
+A caller stores a file's bytes as a payload of the turn that will read them, through
+its client's data converter: encrypted when encryption is on, then written to the
+payload store, which hands back a reference. The model activity reads it back through
+its worker's converter, as that turn's payload: the store's own checks hold (the key
+is the turn's, the payload matches its hash), and the bytes are checked against the
+attachment's hash too. Neither way do the bytes enter a workflow.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Iterable, Sequence
+
+from google.protobuf.message import DecodeError
+from temporalio import activity
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.converter import WorkflowSerializationContext
+
+from durable_agent.attachments import Attachment, File
+from durable_agent.errors import AttachmentRefused, PayloadUnavailable
+from durable_agent.runtime.storage import STORE_ENV, _reference
+
+MAX_INLINE = 4096
+"""An attachment the store did not take (storing is off, or it is under the threshold)
+rides in the turn's input only up to this size."""
+
+
+async def store(client: Client, workflow_id: str, files: Sequence[File]) -> list[Attachment]:
+    """The files, stored as payloads of the workflow `workflow_id` (the turn that reads
+    them, or the conversation whose turn will), as the attachments that refer to them."""
+    context = WorkflowSerializationContext(namespace=client.namespace, workflow_id=workflow_id)
+    converter = client.data_converter.with_context(context)
+    stored = []
+    for f in files:
+        [payload] = await converter.encode([f.data])
+        if _reference(payload) is None and len(f.data) > MAX_INLINE:
+            raise AttachmentRefused(
+                f"{f.name!r} cannot be attached: the payload store is off here ({STORE_ENV}=off), "
+                f"and a file over {MAX_INLINE:,} bytes never travels inside a turn; "
+                f"set {STORE_ENV} (see docs/attachments.md)"
+            )
+        ref = base64.b64encode(payload.SerializeToString()).decode("ascii")
+        stored.append(
+            Attachment(
+                name=f.name,
+                content_type=f.content_type,
+                size=len(f.data),
+                sha256=f.sha256,
+                ref=ref,
+                owner=workflow_id,
+            )
+        )
+    return stored
+
+
+async def load(attachments: Iterable[Attachment]) -> dict[str, bytes]:
+    """In an activity of a turn: the bytes of its attachments, by their sha256, read from
+    the payload store as that turn's payloads. `PayloadUnavailable` for one that cannot
+    be had, or whose bytes are not the ones attached."""
+    info = activity.info()
+    turn = info.workflow_id or ""
+    found: dict[str, bytes] = {}
+    for a in attachments:
+        if a.sha256 in found:
+            continue
+        owner = a.owner or turn
+        if owner != turn and not await _parent_is(turn, owner):
+            raise PayloadUnavailable(
+                f"attachment {a.name!r} is workflow {owner}'s, which is not turn {turn}'s "
+                "conversation: refused (a turn reads its own files and its conversation's)"
+            )
+        context = WorkflowSerializationContext(namespace=info.namespace, workflow_id=owner)
+        converter = activity.client().data_converter.with_context(context)
+        try:
+            payload = Payload.FromString(base64.b64decode(a.ref, validate=True))
+        except (binascii.Error, DecodeError, ValueError):
+            raise PayloadUnavailable(
+                f"attachment {a.name!r}: its reference is no payload's"
+            ) from None
+        [data] = await converter.decode([payload], [bytes])
+        if not isinstance(data, bytes) or hashlib.sha256(data).hexdigest() != a.sha256:
+            raise PayloadUnavailable(
+                f"attachment {a.name!r}: the stored bytes are not the ones attached: refused"
+            )
+        found[a.sha256] = data
+    return found
+
+
+_parents: dict[str, str | None] = {}
+"""Turns' parent workflows, as the server recorded them (a turn has one for good)."""
+MAX_PARENTS = 1024
+
+
+async def _parent_is(turn: str, owner: str) -> bool:
+    """Whether the workflow `owner` started the turn (its conversation): the server's
+    record, never the turn's input, says so."""
+    if turn not in _parents:
+        described = await activity.client().get_workflow_handle(turn).describe()
+        if len(_parents) >= MAX_PARENTS:
+            _parents.pop(next(iter(_parents)))
+        _parents[turn] = described.parent_id
+    return _parents[turn] == owner
