@@ -220,3 +220,22 @@ def own_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     state = tmp_path / "state"
     monkeypatch.setenv("AGENT_STATE_DIR", str(state))
     return state
+
+
+def memory_spans() -> Any:
+    """An in-memory span exporter on this process's tracer provider. OpenTelemetry sets
+    the global provider once per process: the first module to ask sets one (Temporal's
+    replay-safe provider), and every later one adds its exporter to that same provider,
+    so each module's spans reach its own exporter whatever ran before it."""
+    import opentelemetry.trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from temporalio.contrib.opentelemetry import create_tracer_provider
+
+    exporter = InMemorySpanExporter()
+    provider: Any = opentelemetry.trace.get_tracer_provider()
+    if not hasattr(provider, "add_span_processor"):  # none set yet in this process
+        provider = create_tracer_provider()
+        opentelemetry.trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter

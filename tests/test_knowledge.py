@@ -27,14 +27,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import opentelemetry.trace
 import psycopg
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
-from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
+from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
@@ -62,7 +59,7 @@ from durable_agent.shields import DATA_MARK
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Outcome, StepKind, ToolCall
 from durable_agent.workflows import AgentTurn, Conversation
-from tests.conftest import last_result
+from tests.conftest import last_result, memory_spans
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -471,24 +468,12 @@ class Library:
         )
 
 
-def _exporter() -> InMemorySpanExporter:
-    """Spans kept in memory, on this process's provider (another module may have set it:
-    a provider is set once per process)."""
-    exporter = InMemorySpanExporter()
-    provider = opentelemetry.trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = create_tracer_provider()
-        opentelemetry.trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
-
-
 @pytest.fixture(scope="module")
 async def library(
     env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Library]:
     folder = tmp_path_factory.mktemp("knowledge")
-    exporter = _exporter()
+    exporter = memory_spans()
     client = await Client.connect(
         env.client.service_client.config.target_host,
         namespace=env.client.namespace,

@@ -16,13 +16,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import opentelemetry.trace
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 from temporalio.client import Client
-from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
+from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import Agent, AgentClient, Secret, ToolContext, ToolError, tool
@@ -34,7 +32,7 @@ from durable_agent.runtime.secret_refs import SECRETS_KEY
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import state_dir
 from durable_agent.types import Outcome, ToolCall
-from tests.conftest import Harness
+from tests.conftest import Harness, memory_spans
 
 API_KEY = "wx-tenant-" + "7f3a9c2e1b4d" * 3
 """The secret: long and unlike anything else a turn holds."""
@@ -91,13 +89,7 @@ def both_tools_then_answer() -> ScriptedModel:
 @pytest.fixture(scope="module")
 def exporter() -> InMemorySpanExporter:
     """The spans of this process, as a collector would get them."""
-    exporter = InMemorySpanExporter()
-    provider: Any = opentelemetry.trace.get_tracer_provider()
-    if not hasattr(provider, "add_span_processor"):  # none set yet in this process
-        provider = create_tracer_provider()
-        opentelemetry.trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
+    return memory_spans()
 
 
 @pytest.fixture

@@ -21,14 +21,12 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import opentelemetry.trace
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel, Field
 from temporalio.client import Client
-from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
+from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import Agent, ModelSettings, ToolContext, tool
@@ -42,7 +40,7 @@ from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome, ToolCall, TurnInput
 from durable_agent.workflows import AgentTurn, search
-from tests.conftest import Harness
+from tests.conftest import Harness, memory_spans
 from tests.fakes.anthropic_messages import MessagesServer
 from tests.fakes.anthropic_messages import text as said
 from tests.fakes.otlp import OtlpReceiver, Span
@@ -54,11 +52,7 @@ ACTIVITIES = ["plan", "parse", "dispatch", "interpret"]  # dispatch screens its 
 
 @pytest.fixture(scope="module")
 def exporter() -> InMemorySpanExporter:
-    exporter = InMemorySpanExporter()
-    provider = create_tracer_provider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    opentelemetry.trace.set_tracer_provider(provider)
-    return exporter
+    return memory_spans()
 
 
 @pytest.fixture
