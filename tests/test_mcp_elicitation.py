@@ -543,3 +543,47 @@ async def test_chat_asks_the_person_for_a_servers_question_and_for_its_use_of_th
     assert "seats: 500 is greater than the maximum of 50" in chat.stderr
     assert "asks to use the agent's model" in chat.stdout and "[y/N]" in chat.stdout
     assert "agent> Signed up." in chat.stdout and "agent> Summarised." in chat.stdout
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="the browser tests need chromium")
+async def test_the_web_chat_answers_a_question_that_waited_through_a_worker_sigkill(
+    env: WorkflowEnvironment, page: Page, tmp_path: Path
+) -> None:
+    """A real MCP server's question, asked in the web chat, waits while the worker is
+    SIGKILLed; after a reload (the page holds nothing the turn does not) the form is
+    drawn again from the turn, answered, and the answer reaches the server through the
+    worker started since."""
+    log = tmp_path / "ran.log"
+    fake = ChatCompletionsServer()
+    fake.replies = [
+        tool_calls(("c1", "el__signup", json.dumps({"customer": "ann"}))),
+        text("Signed up."),
+    ]
+    config = tmp_path / "mcp.json"
+    entry = {"command": sys.executable, "args": [str(SERVER), str(log)]}
+    config.write_text(json.dumps({"mcpServers": {"el": entry}}))
+    environ = worker_environ(env, tmp_path, fake)
+    queue = environ["AGENT_TASK_QUEUE"]
+    try:
+        async with web_chat(env.client, queue, ConversationInput(customer_id="demo")) as url:
+            with worker_process(environ, "worker.py", "--mcp-config", str(config)) as first:
+                await page.goto(url)
+                await say(page, "Sign ann up")
+                form = page.get_by_test_id("question")
+                await expect(form.get_by_test_id("field-email")).to_be_visible(timeout=90_000)
+                first.process.send_signal(signal.SIGKILL)
+                assert await asyncio.to_thread(first.process.wait, 60) == -signal.SIGKILL
+            assert len(ran(log)) == 1  # asked, not answered
+            with worker_process(environ, "worker.py", "--mcp-config", str(config)):
+                await page.reload()
+                form = page.get_by_test_id("question")
+                await expect(form.get_by_test_id("field-email")).to_be_visible(timeout=90_000)
+                await form.get_by_test_id("field-email").fill(SIGNUP["email"])
+                await form.get_by_test_id("field-plan").select_option(SIGNUP["plan"])
+                await form.get_by_test_id("field-seats").fill(str(SIGNUP["seats"]))
+                await form.get_by_test_id("field-news").check()
+                await form.get_by_test_id("accept").click()
+                await expect(answer(page, 1)).to_contain_text("Signed up.", timeout=90_000)
+    finally:
+        fake.close()
+    assert ran(log)[-1] == f"accept {json.dumps(SIGNUP, sort_keys=True)}"
