@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CORE = ("durable_agent", "workflows", "activities", "frontends")
 SHOP = re.compile(r"(durable_agent\.)?shop\b")
 SHOP_WORDS = re.compile(
-    r"\b(?:orders?|return ids?|rtn\d*|shop|soap|handsoap|123456|customer-support)\b", re.I
+    # SQL's `ORDER BY` is no order of the shop's.
+    r"\b(?:orders?(?!\s+by\b)|return ids?|rtn\d*|shop|soap|handsoap|123456|customer-support)\b",
+    re.I,
 )
 
 
