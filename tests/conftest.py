@@ -35,7 +35,7 @@ from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from durable_agent.workflows import search
 
-# Each test process (each pytest-xdist worker, `-n auto`) has a state folder of its own,
+# Each test process (each pytest-xdist worker, `-n 2`) has a state folder of its own,
 # outside the checkout: what its in-process workers keep there (the payload store, MCP
 # tool lists) is never another run's, or another worker's running beside it.
 _STATE = tempfile.mkdtemp(prefix="durable-agent-tests-")
