@@ -37,10 +37,13 @@ from durable_agent.workflows import search
 
 # Each test process (each pytest-xdist worker, `-n 2`) has a state folder of its own,
 # outside the checkout: what its in-process workers keep there (the payload store, MCP
-# tool lists) is never another run's, or another worker's running beside it.
-_STATE = tempfile.mkdtemp(prefix="durable-agent-tests-")
-atexit.register(shutil.rmtree, _STATE, ignore_errors=True)
-os.environ["AGENT_STATE_DIR"] = _STATE
+# tool lists) is never another run's, or another worker's running beside it. A process a
+# test starts that imports this module (tests/waits_worker.py) keeps the test's folder:
+# it may be SIGKILLed, and would leave a folder of its own behind.
+if "PYTEST_CURRENT_TEST" not in os.environ:
+    _STATE = tempfile.mkdtemp(prefix="durable-agent-tests-")
+    atexit.register(shutil.rmtree, _STATE, ignore_errors=True)
+    os.environ["AGENT_STATE_DIR"] = _STATE
 # The payload store is on by default: the suite's own workers store in this process's
 # state folder (`<state dir>/payloads`). A process a test starts with a state folder of
 # its own (a CLI, say) reads that store too, as the processes of one machine that share
