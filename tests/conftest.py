@@ -3,8 +3,10 @@ and task queue per test, and a scripted model where a test needs exact replies."
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -33,10 +35,19 @@ from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from durable_agent.workflows import search
 
+# Each test process (each pytest-xdist worker, `-n 2`) has a state folder of its own,
+# outside the checkout: what its in-process workers keep there (the payload store, MCP
+# tool lists) is never another run's, or another worker's running beside it. A process a
+# test starts that imports this module (tests/waits_worker.py) keeps the test's folder:
+# it may be SIGKILLed, and would leave a folder of its own behind.
+if "PYTEST_CURRENT_TEST" not in os.environ:
+    _STATE = tempfile.mkdtemp(prefix="durable-agent-tests-")
+    atexit.register(shutil.rmtree, _STATE, ignore_errors=True)
+    os.environ["AGENT_STATE_DIR"] = _STATE
 # The payload store is on by default: the suite's own workers store in this process's
-# state folder (`.durable-agent/payloads` here). A process a test starts with a state
-# folder of its own (a CLI, say) reads that store too, as the processes of one machine
-# that share a store do; a test that means another store names it.
+# state folder (`<state dir>/payloads`). A process a test starts with a state folder of
+# its own (a CLI, say) reads that store too, as the processes of one machine that share
+# a store do; a test that means another store names it.
 os.environ.setdefault("AGENT_PAYLOAD_READ", f"local:{state_dir() / 'payloads'}")
 
 
