@@ -464,7 +464,9 @@ class AgentClient:
         sent, before reading or deciding."""
         if (customer is None) == (principal is None):
             raise AgentClientError("turn_for: name the customer or the principal, one of them")
-        whom = principal if principal is not None else of_customer(customer or "")
+        whom = _whom_or_none(customer, principal)
+        if whom is None:  # a name no person can have: no turn is theirs
+            raise UnknownTurn(workflow_id)
         with _plainly(workflow_id):
             opening = await turns.started_with(
                 self.temporal.get_workflow_handle(workflow_id), "AgentTurn", TurnInput
@@ -734,12 +736,25 @@ class AgentClient:
         not exist (`turn_for`). Its turns (`<id>-<n>`, from `start`) are theirs too."""
         if (customer is None) == (principal is None):
             raise AgentClientError("name the customer or the principal, one of them")
-        whom = principal if principal is not None else of_customer(customer or "")
+        whom = _whom_or_none(customer, principal)
+        if whom is None:  # a name no person can have: no conversation is theirs
+            raise UnknownTurn(workflow_id, "conversation")
         with _plainly(workflow_id, "conversation"):
             opening = await _conversation_input(self.temporal, workflow_id)
         if opening is None or not opening.asker.same_person(whom):
             raise UnknownTurn(workflow_id, "conversation")
         return self.conversation(workflow_id)
+
+
+def _whom_or_none(customer: str | None, principal: Principal | None) -> Principal | None:
+    """Who a lookup is for; None for a customer id no principal can have (a space at an
+    end, an invisible character): the same answer as for a turn that does not exist."""
+    if principal is not None:
+        return principal
+    try:
+        return of_customer(customer or "")
+    except ValueError:  # pydantic's ValidationError
+        return None
 
 
 async def _conversation_input(client: Client, workflow_id: str) -> ConversationInput | None:
