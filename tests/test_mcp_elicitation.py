@@ -426,12 +426,12 @@ def test_a_bad_elicitation_setting_says_what_to_fix(
         load_config(path)
 
 
-async def test_a_worker_killed_while_the_question_waits_loses_nothing(
+def signup_worker(
     env: WorkflowEnvironment, tmp_path: Path
-) -> None:
-    """The question is workflow state: a worker SIGKILLed while it waits, and another
-    started, takes the answer (given on the command line) and sends the call again;
-    the server gets the answer."""
+) -> tuple[Path, ChatCompletionsServer, Path, dict[str, str]]:
+    """For a worker process whose model (the strict fake) calls the eliciting server's
+    signup tool once, then says "Signed up.": the server's log, the fake, the MCP config
+    and the worker's environment."""
     log = tmp_path / "ran.log"
     fake = ChatCompletionsServer()
     fake.replies = [
@@ -441,7 +441,16 @@ async def test_a_worker_killed_while_the_question_waits_loses_nothing(
     config = tmp_path / "mcp.json"
     entry = {"command": sys.executable, "args": [str(SERVER), str(log)]}
     config.write_text(json.dumps({"mcpServers": {"el": entry}}))
-    environ = worker_environ(env, tmp_path, fake)
+    return log, fake, config, worker_environ(env, tmp_path, fake)
+
+
+async def test_a_worker_killed_while_the_question_waits_loses_nothing(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The question is workflow state: a worker SIGKILLed while it waits, and another
+    started, takes the answer (given on the command line) and sends the call again;
+    the server gets the answer."""
+    log, fake, config, environ = signup_worker(env, tmp_path)
     client = AgentClient(env.client, task_queue=environ["AGENT_TASK_QUEUE"])
 
     def cli(*args: str) -> Awaitable[subprocess.CompletedProcess[str]]:
@@ -553,16 +562,7 @@ async def test_the_web_chat_answers_a_question_that_waited_through_a_worker_sigk
     SIGKILLed; after a reload (the page holds nothing the turn does not) the form is
     drawn again from the turn, answered, and the answer reaches the server through the
     worker started since."""
-    log = tmp_path / "ran.log"
-    fake = ChatCompletionsServer()
-    fake.replies = [
-        tool_calls(("c1", "el__signup", json.dumps({"customer": "ann"}))),
-        text("Signed up."),
-    ]
-    config = tmp_path / "mcp.json"
-    entry = {"command": sys.executable, "args": [str(SERVER), str(log)]}
-    config.write_text(json.dumps({"mcpServers": {"el": entry}}))
-    environ = worker_environ(env, tmp_path, fake)
+    log, fake, config, environ = signup_worker(env, tmp_path)
     queue = environ["AGENT_TASK_QUEUE"]
     try:
         async with web_chat(env.client, queue, ConversationInput(customer_id="demo")) as url:
