@@ -46,6 +46,7 @@ from typing import Any, Literal
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalPolicy
 from durable_agent.conversation import ToolResult, UserMessage
+from durable_agent.evals import chaos
 from durable_agent.model import ModelCatalog, ModelRequest, Reply
 from durable_agent.tools import Tool, ToolContext, schema_tool
 from durable_agent.types import ToolCall, TurnInput, TurnLimits, TurnOutput
@@ -447,7 +448,7 @@ def suite_agent(
                 function.name,
                 function.description or function.name,
                 function.parameters.model_json_schema(),
-                _tool(envs, function.name),
+                _tool(envs, function.name, write),
                 side_effects=write,
                 quick=not write,
             )
@@ -464,9 +465,12 @@ def suite_agent(
     )
 
 
-def _tool(envs: Environments, name: str) -> Callable[..., Any]:
+def _tool(envs: Environments, name: str, write: bool) -> Callable[..., Any]:
     def call(arguments: dict[str, Any], ctx: ToolContext[Any]) -> str:
-        return envs.call(ctx.customer_id, ctx.idempotency_key, name, arguments)
+        result = envs.call(ctx.customer_id, ctx.idempotency_key, name, arguments)
+        if write:
+            chaos.wrote()
+        return result
 
     return call
 

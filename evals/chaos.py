@@ -5,7 +5,9 @@
 Two worker processes (`python -m durable_agent.evals worker ...`) serve the run's task queue with
 transient faults injected into their model and tool calls (`AGENT_FAULTS`), and one
 of them is SIGKILLed every 8 to 20 s, at whatever it was doing (a write applied
-and not yet recorded, a model call half-way), then started again. Only a worker that
+and not yet recorded, a model call half-way), then started again; the worker that
+keeps the run's first write kills itself right after it (`wrote`), so even a short
+run crashes once. Only a worker that
 has served for the shorter of those times is killed: however slowly a loaded machine
 starts one (the benchmark's imports), the run moves on. The episodes must
 still end as the benchmark expects, every write applied once: what a crash leaves
@@ -43,6 +45,27 @@ READY = "AGENT_EVALS_READY"
 only workers that have served for a while."""
 
 
+FIRST_WRITE = "AGENT_EVALS_FIRST_WRITE_DIES"
+"""Where a run marks its first applied write (a file): the worker process that kept it
+SIGKILLs itself right after, before Temporal hears of the result. Every chaos run so
+crashes once at the worst moment, however short the run (a monkey on a clock could
+miss a run that ends before its first kill)."""
+
+
+def wrote() -> None:
+    """Said by a chaos worker process right after a write is kept (a no-op in any other,
+    and in all but the first write of the run): the call runs again on another worker,
+    which finds it by its idempotency key."""
+    path = os.environ.get(FIRST_WRITE)
+    if not path:
+        return
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def serving() -> None:
     """Said by a chaos worker process once its worker polls (a no-op in any other)."""
     path = os.environ.get(READY)
@@ -78,6 +101,9 @@ class WorkerPool:
     τ²'s (AgentDojo's `dojo-worker ...`); by default τ²'s `worker` for `domain`."""
     kills: int = 0
     _workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _numbers: list[int] = field(default_factory=list)
+    """The number each worker was started as (its ready file's)."""
+    _started: int = 0
     _monkey: asyncio.Task[None] | None = None
     _log: Path | None = None
 
@@ -106,7 +132,12 @@ class WorkerPool:
     def _start(self, n: int) -> subprocess.Popen[bytes]:
         ready = self._ready(n)
         ready.unlink(missing_ok=True)
-        env = {**os.environ, "AGENT_FAULTS": f"{FAULTS},seed={n}", READY: str(ready)}
+        env = {
+            **os.environ,
+            "AGENT_FAULTS": f"{FAULTS},seed={n}",
+            READY: str(ready),
+            FIRST_WRITE: str(self.store.with_suffix(".first-write")),
+        }
         assert self._log is not None
         with self._log.open("ab") as log:
             return subprocess.Popen(
@@ -121,7 +152,10 @@ class WorkerPool:
 
     async def __aenter__(self) -> WorkerPool:
         self._log = self.store.with_suffix(".workers.log")
+        self.store.with_suffix(".first-write").unlink(missing_ok=True)
         self._workers = [self._start(n) for n in range(self.size)]
+        self._numbers = list(range(self.size))
+        self._started = self.size
         self._monkey = asyncio.create_task(self._kill_at_random())
         return self
 
@@ -150,16 +184,13 @@ class WorkerPool:
 
     async def _kill_at_random(self) -> None:
         rng = random.Random(self.seed)
-        started = self.size
-        numbers = list(range(self.size))  # the number each worker was started as
         every = kill_every()
         while True:
-            await asyncio.sleep(rng.uniform(*every))
+            await self._pause(rng.uniform(*every))
             # A victim has served at least the shortest interval: one killed before it
             # served would be killed forever on a machine slow to start one.
-            while not (victims := self._served(numbers, every[0])):
-                self._if_failed()
-                await asyncio.sleep(0.2)
+            while not (victims := self._served(every[0])):
+                await self._pause(0.2)
             victim = rng.choice(victims)
             worker = self._workers[victim]
             if worker.poll() is None:
@@ -167,15 +198,33 @@ class WorkerPool:
                 await asyncio.to_thread(worker.wait)
                 self.kills += 1
             self._if_failed()
-            self._workers[victim] = self._start(started)
-            numbers[victim] = started
-            started += 1
+            self._restart(victim)
 
-    def _served(self, numbers: list[int], seconds: float) -> list[int]:
+    async def _pause(self, seconds: float) -> None:
+        """`seconds` of the monkey's time, starting again a worker that killed itself
+        after the run's first write (`wrote`) as soon as it is gone."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self._if_failed()
+            for i, worker in enumerate(self._workers):
+                if worker.poll() == -signal.SIGKILL:
+                    self.kills += 1
+                    self._restart(i)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(left, 0.2))
+
+    def _restart(self, i: int) -> None:
+        self._workers[i] = self._start(self._started)
+        self._numbers[i] = self._started
+        self._started += 1
+
+    def _served(self, seconds: float) -> list[int]:
         """The workers that have served for `seconds` at least."""
         now = time.time()
         found = []
-        for i, n in enumerate(numbers):
+        for i, n in enumerate(self._numbers):
             try:
                 since = self._ready(n).stat().st_mtime
             except FileNotFoundError:

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from durable_agent.agents import Agent
 from durable_agent.errors import NotAllowed
+from durable_agent.evals import chaos
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.shields import ShieldSettings
 from durable_agent.tools import Tool, ToolContext, schema_tool
@@ -350,7 +351,10 @@ def domain_agent(
 def _tool(store: EpisodeStore, name: str, write: bool) -> Callable[..., Any]:
     def call(arguments: dict[str, Any], ctx: ToolContext[Any]) -> str:
         key = ctx.idempotency_key or f"{ctx.customer_id}/{name}/{json.dumps(arguments)}"
-        return store.call(ctx.customer_id, key, name, arguments, write, ctx.followed)
+        result = store.call(ctx.customer_id, key, name, arguments, write, ctx.followed)
+        if write:
+            chaos.wrote()
+        return result
 
     return call
 

@@ -92,7 +92,8 @@ def test_a_chaos_run_keeps_its_scores_and_applies_each_call_once(
     env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     """The obedient model's slice on two worker processes with injected faults, one
-    SIGKILLed every 2 to 4 s: the scores are the calm run's, and each call of each
+    SIGKILLed every 2 to 4 s and the one that keeps the first write right after it
+    (however fast the run, it crashes once): the scores are the calm run's, and each call of each
     episode is in its environment once (the rebuilt environments agree with the calls)."""
     done = subprocess.run(
         [
@@ -126,6 +127,7 @@ def test_a_chaos_run_keeps_its_scores_and_applies_each_call_once(
     assert "banking: utility 2/2, under attack 4/4, attacks succeeded 0/4, " in done.stdout
     assert "injected writes run without consent 0," in done.stdout
     [store] = (tmp_path / "state" / "evals").glob("agentdojo-*.db")
+    assert store.with_suffix(".first-write").exists()  # one kill came right after a write
     with sqlite3.connect(store) as db:
         keys = [k for (k,) in db.execute("SELECT key FROM episodes")]
         twice = db.execute(

@@ -534,11 +534,11 @@ async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
         "--task-queue",
         queue,
     ]
-    environ = worker_env(env, tmp_path)
+    # The chaos pool's hook: the worker that keeps the first write SIGKILLs itself right
+    # after; one started again with the marker there runs as a plain one.
+    environ = worker_env(env, tmp_path, AGENT_EVALS_FIRST_WRITE_DIES=str(marker))
     crashing = subprocess.Popen(
-        [sys.executable, "tests/evals_crashing_worker.py", str(marker), *serve],
-        cwd=ROOT,
-        env=environ,
+        [sys.executable, "-m", "durable_agent.evals", "worker", *serve], cwd=ROOT, env=environ
     )
     run = asyncio.ensure_future(
         run_tasks(
@@ -574,8 +574,9 @@ async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
 
 
 def test_a_chaos_run_passes_with_every_write_once(env: WorkflowEnvironment, tmp_path: Path) -> None:
-    """Two worker processes with injected faults, one SIGKILLed every 2 to 4 s: the
-    episodes pass by the benchmark's evaluator, each write applied once."""
+    """Two worker processes with injected faults, one SIGKILLed every 2 to 4 s and the
+    one that keeps the first write right after it: the episodes pass by the benchmark's
+    evaluator, each write applied once."""
     ids = ["0", "4"]
     done = subprocess.run(
         [
@@ -601,7 +602,9 @@ def test_a_chaos_run_passes_with_every_write_once(env: WorkflowEnvironment, tmp_
     assert "2/2 passed" in done.stdout
     kills = int(re.search(r"chaos: (\d+) worker\(s\) SIGKILLed", done.stdout)[1])  # type: ignore[index]
     assert kills >= 1
-    store = tau2.EpisodeStore(next((tmp_path / "state" / "evals").glob("*.db")), "retail")
+    [path] = (tmp_path / "state" / "evals").glob("*.db")
+    assert path.with_suffix(".first-write").exists()  # one kill came right after a write
+    store = tau2.EpisodeStore(path, "retail")
     for task in tau2.tasks("retail", ids):
         episode = next(e for e in _episodes(store) if e.endswith(f"-{task.id}"))
         expected = [a for a in tau2.expected_actions(task) if _writes(store, a[0])]
