@@ -33,10 +33,20 @@ class Memory(BaseModel):
     max_chars: int = Field(default=8000, ge=0, le=100_000)
     """Questions and answers together; the oldest exchanges go first."""
 
+    max_files: int = Field(default=MAX_ATTACHMENTS, ge=0, le=100)
+    """Files of earlier questions a turn is given, the newest first: an older exchange
+    past them is kept as its words only."""
+
     def keep(self, exchanges: list[Exchange]) -> list[Exchange]:
         kept = exchanges[-self.max_exchanges :] if self.max_exchanges else []
         while kept and sum(len(e.question) + len(e.answer) for e in kept) > self.max_chars:
             kept = kept[1:]
+        left = self.max_files
+        for i in reversed(range(len(kept))):
+            files = kept[i].attachments
+            if len(files) > left:
+                kept[i] = kept[i].model_copy(update={"attachments": []})
+            left -= len(kept[i].attachments)
         return kept
 
 

@@ -96,7 +96,8 @@ def prior(exchanges: Sequence[Exchange]) -> list[Message]:
     """Earlier exchanges of a conversation, as the messages that open a turn's."""
     messages: list[Message] = []
     for e in exchanges:
-        messages += [UserMessage(text=e.question), AssistantMessage(text=e.answer)]
+        asked = UserMessage(text=e.question, attachments=list(e.attachments))
+        messages += [asked, AssistantMessage(text=e.answer)]
     return messages
 
 

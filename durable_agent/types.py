@@ -400,6 +400,9 @@ class Exchange(BaseModel):
 
     question: str
     answer: str
+    attachments: list[Attachment] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
+    """The question's files, by reference (the conversation's payloads): a later turn's
+    model sees them where they were sent."""
 
 
 class TurnInput(BaseModel):

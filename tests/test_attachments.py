@@ -338,6 +338,43 @@ async def test_a_conversation_message_with_files(served: Served) -> None:
     await other.end()
 
 
+async def test_a_later_message_of_a_conversation_still_shows_the_model_earlier_files(
+    served: Served,
+) -> None:
+    """A file sent with the first message is still the model's, where it was sent, when
+    the second message asks about it."""
+    served.chat.replies = [chat_completions.text("A chart."), chat_completions.text("Blue.")]
+    chat = served.agents.chat(agent="reader", model="chat", stream=False)
+    await chat.send("What is this?", attachments=[("chart.png", PNG)])
+    second = await chat.send("What colour are its bars?")
+    await chat.end()
+    assert second.answer == "Blue."
+    body = served.chat.accepted[-1]
+    first_question = next(m for m in body["messages"] if m["role"] == "user")
+    assert first_question["content"][1]["image_url"]["url"] == "data:image/png;base64," + b64(PNG)
+    assert body["messages"][-1]["content"] == "What colour are its bars?"
+
+
+async def test_a_fork_and_a_fork_of_it_read_the_files_of_the_turn_they_fork(
+    served: Served,
+) -> None:
+    """A fork's question carries the original's files, stored as the original's: the
+    fork reads them (its recorded origin says whose they may be), as does a fork of the
+    fork; and, above, a turn that merely names another's files does not."""
+    turn = await served.agents.start(
+        "How many days do I have to return an item?",
+        model="offline",
+        attachments=[("terms.pdf", TERMS)],
+    )
+    first = await turn.result()
+    forked = await served.agents.rerun(turn.id, from_step=1)
+    again = await forked.result()
+    assert again.outcome is Outcome.ANSWERED, again.answer
+    assert again.answer == first.answer and "within 30 days" in again.answer
+    deeper = await (await served.agents.rerun(forked.id, from_step=1)).result()
+    assert deeper.outcome is Outcome.ANSWERED and deeper.answer == first.answer
+
+
 def secret() -> File:
     return File(name="secret.txt", content_type="text/plain", data=b"The secret is 42.")
 

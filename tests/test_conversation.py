@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from temporalio.client import WorkflowHandle
 
+from durable_agent.attachments import Attachment
 from durable_agent.chat import ConversationInput, ConversationState, Memory
 from durable_agent.conversation import AssistantMessage, UserMessage
 from durable_agent.model import ModelRequest, Reply
@@ -158,6 +159,14 @@ def test_memory_is_bounded_by_count_and_size() -> None:
     assert [e.question for e in Memory(max_exchanges=3).keep(exchanges)] == ["q17", "q18", "q19"]
     assert len(Memory(max_exchanges=20, max_chars=450).keep(exchanges)) == 4
     assert Memory(max_exchanges=0).keep(exchanges) == []
+
+    # Earlier files by reference, the newest first: an older exchange past the bound
+    # keeps its words only.
+    file = Attachment(name="a.png", content_type="image/png", size=1, sha256="0" * 64, ref="r")
+    with_files = [Exchange(question=f"q{i}", answer="a", attachments=[file] * 3) for i in range(3)]
+    kept = Memory(max_files=5).keep(with_files)
+    assert [len(e.attachments) for e in kept] == [0, 0, 3]
+    assert [e.question for e in kept] == ["q0", "q1", "q2"]
 
 
 async def test_an_idle_conversation_ends(harness: Harness) -> None:

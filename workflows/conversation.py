@@ -139,6 +139,7 @@ class Conversation:
         )
 
     async def _answer(self, question: str, turn_id: str) -> None:
+        files = self._files.pop(turn_id, [])
         turn = TurnInput(
             question=question,
             customer_id=self._input.customer_id,
@@ -151,7 +152,7 @@ class Conversation:
             stream=self._input.stream,
             context=self._input.context,
             settings=self._input.settings,
-            attachments=self._files.pop(turn_id, []),
+            attachments=files,
             cost_left=None
             if self._input.max_cost is None
             else max(0.0, self._input.max_cost - self._spent),
@@ -195,7 +196,7 @@ class Conversation:
         answered = TurnAnswered(turn_id=turn_id, outcome=outcome, answer=answer)
         self._events.publish(answered.model_dump(mode="json"))
         self._exchanges = self._input.memory.keep(
-            [*self._exchanges, Exchange(question=question, answer=answer)]
+            [*self._exchanges, Exchange(question=question, answer=answer, attachments=files)]
         )
         self._current = None
 

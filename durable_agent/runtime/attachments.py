@@ -20,9 +20,11 @@ from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import WorkflowSerializationContext
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.attachments import Attachment, File
 from durable_agent.errors import AttachmentRefused, PayloadUnavailable
+from durable_agent.rewind import FORK_MEMO, Origin
 from durable_agent.runtime.storage import STORE_ENV, _reference
 
 MAX_INLINE = 4096
@@ -69,10 +71,11 @@ async def load(attachments: Iterable[Attachment]) -> dict[str, bytes]:
         if a.sha256 in found:
             continue
         owner = a.owner or turn
-        if owner != turn and not await _parent_is(turn, owner):
+        if owner != turn and not await _descends_from(turn, owner):
             raise PayloadUnavailable(
                 f"attachment {a.name!r} is workflow {owner}'s, which is not turn {turn}'s "
-                "conversation: refused (a turn reads its own files and its conversation's)"
+                "conversation: refused (a turn reads its own files, its conversation's, and "
+                "those of the turn it was forked from)"
             )
         context = WorkflowSerializationContext(namespace=info.namespace, workflow_id=owner)
         converter = activity.client().data_converter.with_context(context)
@@ -91,17 +94,47 @@ async def load(attachments: Iterable[Attachment]) -> dict[str, bytes]:
     return found
 
 
-_parents: dict[str, str | None] = {}
-"""Turns' parent workflows, as the server recorded them (a turn has one for good)."""
-MAX_PARENTS = 1024
+_ups: dict[str, str | None] = {}
+"""Each workflow's one step up, as the server recorded it (a fact for good): a
+conversation's turn its conversation, a fork the turn it was forked from."""
+MAX_UPS = 1024
+MAX_HOPS = 16
+"""How far up a turn's lineage is looked: forks of forks of a conversation's turn."""
 
 
-async def _parent_is(turn: str, owner: str) -> bool:
-    """Whether the workflow `owner` started the turn (its conversation): the server's
-    record, never the turn's input, says so."""
-    if turn not in _parents:
-        described = await activity.client().get_workflow_handle(turn).describe()
-        if len(_parents) >= MAX_PARENTS:
-            _parents.pop(next(iter(_parents)))
-        _parents[turn] = described.parent_id
-    return _parents[turn] == owner
+async def _descends_from(turn: str, owner: str) -> bool:
+    """Whether the workflow `owner` is up the turn's lineage: its conversation (the
+    workflow that started it), or a turn it was forked from, theirs in turn. The server's
+    records (the parent it started under, the fork's memo, set when the fork started)
+    say so, never the turn's input: a message naming another conversation's files is
+    not read."""
+    at = turn
+    for _ in range(MAX_HOPS):
+        up = await _up(at)
+        if up is None:
+            return False
+        if up == owner:
+            return True
+        at = up
+    return False
+
+
+async def _up(workflow_id: str) -> str | None:
+    if workflow_id not in _ups:
+        try:
+            described = await activity.client().get_workflow_handle(workflow_id).describe()
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return None  # gone (retention): its files are not had through it
+        up = described.parent_id
+        if not up:
+            try:
+                origin = await described.memo_value(FORK_MEMO, None)
+                up = Origin.model_validate(origin).parent if origin is not None else None
+            except (KeyError, ValueError, TypeError):
+                up = None
+        if len(_ups) >= MAX_UPS:
+            _ups.pop(next(iter(_ups)))
+        _ups[workflow_id] = up
+    return _ups[workflow_id]
