@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import logging
 import os
 import unicodedata
 from collections.abc import Sequence
@@ -282,21 +283,41 @@ def text_of(attachment: Attachment, data: bytes) -> str:
     if attachment.content_type != PDF:
         return ""
     try:
-        import pypdf
+        pages = pdf_pages(data, MAX_TEXT_CHARS)
     except ImportError:
         raise AttachmentUnreadable(
             f"reading {attachment.name!r} (a PDF) needs pypdf: pip install -e '.[documents]'"
         ) from None
-    try:
-        pages = pypdf.PdfReader(io.BytesIO(data)).pages
-        text = ""
-        for page in pages:
-            text += (page.extract_text() or "") + "\n"
-            if len(text) >= MAX_TEXT_CHARS:
-                break
-    except Exception as e:  # pypdf raises many kinds for a damaged file
+    except ValueError as e:
         raise AttachmentUnreadable(f"{attachment.name!r} cannot be read as a PDF: {e}") from None
+    text = "".join(page + "\n" for page in pages)
     return text[:MAX_TEXT_CHARS]
+
+
+def pdf_pages(data: bytes, max_chars: int | None = None) -> list[str]:
+    """A PDF's text layer, page by page, the pages read until `max_chars` in all (the
+    one reader of PDFs: attachments' and knowledge's). ImportError without the
+    `documents` extra (pypdf); ValueError, one line, for a file it cannot read."""
+    import pypdf
+
+    # pypdf logs what it repairs in a damaged file: the caller says it in one line.
+    pypdf_log = logging.getLogger("pypdf")
+    level = pypdf_log.level
+    pypdf_log.setLevel(logging.CRITICAL)
+    pages: list[str] = []
+    try:
+        read = 0
+        for page in pypdf.PdfReader(io.BytesIO(data)).pages:
+            pages.append(page.extract_text() or "")
+            read += len(pages[-1])
+            if max_chars is not None and read >= max_chars:
+                break
+    except Exception as e:  # pypdf raises many kinds on a broken file: each is one line here
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(first[:120]) from None
+    finally:
+        pypdf_log.setLevel(level)
+    return pages
 
 
 Part = Literal["text", "image", "document"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import AgentClient
+from durable_agent import attachments as attached
 from durable_agent.agents import Agent
 from durable_agent.attachments import Attachment, AttachmentLimits, File
 from durable_agent.backends.bedrock import BedrockConverseModel
@@ -30,7 +32,12 @@ from durable_agent.chat import ChatMessage
 from durable_agent.client import request_workflow_id
 from durable_agent.commands.worker import build_worker
 from durable_agent.conversation import UserMessage
-from durable_agent.errors import AttachmentRefused, ModelCannotAnswer, RequestConflict
+from durable_agent.errors import (
+    AttachmentRefused,
+    AttachmentUnreadable,
+    ModelCannotAnswer,
+    RequestConflict,
+)
 from durable_agent.model import ModelCatalog, ModelRequest
 from durable_agent.offline import OfflineModel
 from durable_agent.runtime import attachments as stored_attachments
@@ -200,6 +207,23 @@ def test_the_fakes_refuse_what_the_apis_refuse() -> None:
     as_pdf = {"type": "base64", "media_type": "application/pdf", "data": b64(PNG)}
     body = {"role": "user", "content": [{"type": "document", "source": as_pdf}]}
     assert anthropic_messages.violation({"model": "m", "max_tokens": 9, "messages": [body]})
+
+
+def test_a_damaged_pdf_is_one_line() -> None:
+    broken = b"%PDF-1.4\n" + b"\x00garbage" * 50
+    attachment = Attachment(
+        name="broken.pdf",
+        content_type="application/pdf",
+        size=len(broken),
+        sha256=hashlib.sha256(broken).hexdigest(),
+        ref="r",
+    )
+    with pytest.raises(AttachmentUnreadable) as e:
+        attached.text_of(attachment, broken)
+    assert str(e.value).startswith("'broken.pdf' cannot be read as a PDF: ")
+    assert "\n" not in str(e.value)
+    [page] = attached.pdf_pages(TERMS)  # the one reader knowledge uses too
+    assert "within 30 days" in page and "50 euros" in page
 
 
 async def test_a_text_only_backend_refuses_files_rather_than_dropping_them() -> None:

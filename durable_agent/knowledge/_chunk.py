@@ -10,13 +10,12 @@ and the worker call them, and the tests call them directly.
 from __future__ import annotations
 
 import hashlib
-import io
-import logging
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from durable_agent.attachments import pdf_pages
 from durable_agent.errors import KnowledgeError
 
 CHUNK_CHARS = 1_200
@@ -235,21 +234,11 @@ def _html_sections(text: str) -> list[_Section]:
 
 def _pdf_sections(data: bytes, source: str) -> list[_Section]:
     try:
-        from pypdf import PdfReader
+        pages = pdf_pages(data)
     except ImportError:
         raise KnowledgeError(
             f"{source}: reading PDF needs pypdf: pip install 'durable-agent[documents]'"
         ) from None
-    # pypdf logs what it repairs in a damaged file: this module says it in one line.
-    pypdf_log = logging.getLogger("pypdf")
-    level = pypdf_log.level
-    pypdf_log.setLevel(logging.CRITICAL)
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except Exception as e:  # pypdf raises many kinds on a broken file: each is one line here
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise KnowledgeError(f"{source}: not a readable PDF ({first[:120]})") from None
-    finally:
-        pypdf_log.setLevel(level)
+    except ValueError as e:
+        raise KnowledgeError(f"{source}: not a readable PDF ({e})") from None
     return [_Section(f"page {n}", text) for n, text in enumerate(pages, 1) if text.strip()]
