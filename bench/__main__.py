@@ -448,6 +448,18 @@ def main(argv: list[str] | None = None) -> None:
     long.add_argument("--steps", type=int, default=1000, help="steps of the long turn")
     long.add_argument("--doc-kb", type=float, default=20, help="size of each document (kB)")
     long.add_argument(
+        "--window",
+        type=int,
+        default=128_000,
+        help="the model's context window in tokens (128,000: gpt-4o's; 32,000: a local model's)",
+    )
+    long.add_argument(
+        "--realistic",
+        action="store_true",
+        help="the turn people run: 300 steps over 35 kB documents in a 32,000-token window "
+        "(sets --steps, --doc-kb and --window)",
+    )
+    long.add_argument(
         "--write-every", type=int, default=100, help="a checkpoint every N steps (0: none)"
     )
     long.add_argument(
@@ -494,15 +506,19 @@ def main(argv: list[str] | None = None) -> None:
 def main_long(args: argparse.Namespace) -> None:
     from durable_agent.bench import long
 
+    if args.realistic:
+        args.steps, args.doc_kb, args.window = 300, 35, 32_000
+
     # A turn allows at most 10,000 rounds, and the answer comes after the last read.
     if (
         not 1 <= args.steps < 10_000
         or not 0 < args.doc_kb <= 1_024  # a document is a tool result: 1 MB at most
         or min(args.write_every, args.kill_every) < 0
+        or not 10_000 <= args.window <= 2_000_000
     ):
         print(
             "python -m durable_agent.bench --long: --steps from 1 to 9,999, --doc-kb above 0 "
-            "and at most 1,024, "
+            "and at most 1,024, --window from 10,000 to 2,000,000 tokens, "
             "--write-every and --kill-every 0 or more",
             file=sys.stderr,
         )
@@ -511,6 +527,7 @@ def main_long(args: argparse.Namespace) -> None:
         steps=args.steps,
         doc_kb=args.doc_kb,
         write_every=args.write_every,
+        window=args.window,
         kill_every=args.kill_every,
         kill_at_writes=args.kill_at_writes,
         # Peers say nothing about surviving kills: the variant runs the agent alone.

@@ -88,6 +88,8 @@ class LongOptions:
     steps: int = 1000
     doc_kb: float = 20
     write_every: int = 100
+    window: int = 128_000
+    """The model's context window (tokens)."""
     kill_every: float = 0
     """Seconds between SIGKILLs of the worker (0: none)."""
     kill_at_writes: bool = False
@@ -100,7 +102,10 @@ class LongOptions:
     @property
     def scenario(self) -> Scenario:
         return Scenario(
-            steps=self.steps, doc_chars=int(self.doc_kb * 1000), write_every=self.write_every
+            steps=self.steps,
+            doc_chars=int(self.doc_kb * 1000),
+            write_every=self.write_every,
+            window=self.window,
         )
 
 
@@ -173,6 +178,7 @@ async def run(opts: LongOptions) -> dict[str, Any]:
             "steps": scenario.steps,
             "doc_chars": scenario.doc_chars,
             "write_every": scenario.write_every,
+            "window": scenario.window,
             "kill_every_s": opts.kill_every,
             "kill_at_writes": opts.kill_at_writes,
             "early_steps": list(scenario.early),

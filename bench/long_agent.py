@@ -101,12 +101,13 @@ class LongReader:
     result's last word. It decides from the request alone and keeps nothing."""
 
     provider = "scripted"
-    context_window = 128_000
-    """As a hosted chat model's (gpt-4o's): the turn keeps its conversation within it,
-    older results shortened and older exchanges summarised (`durable_agent.compaction`)."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
+        self.context_window = scenario.window
+        """The scenario's (gpt-4o's 128,000 by default): the turn keeps its conversation
+        within it, older results shortened and older exchanges summarised
+        (`durable_agent.compaction`)."""
         self.name = f"{MODEL_KIND}-{scenario.spec()}"
 
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:

@@ -23,6 +23,9 @@ class Scenario:
     doc_chars: int = 20_000
     write_every: int = 100
     """A checkpoint every this many documents (0: none)."""
+    window: int = 128_000
+    """The model's context window in tokens: gpt-4o's by default; a smaller one (a
+    local model's 32,000) makes the turn shorten and summarise far more often."""
 
     def next_doc(self, last_read: int | None) -> int | None:
         """The document to read after `last_read` (None: none read yet); None when
@@ -54,13 +57,19 @@ class Scenario:
         return max(1, self.steps - self.steps // 10), self.steps
 
     def spec(self) -> str:
-        """The scenario as a model spec's argument (`steps:write_every`)."""
-        return f"{self.steps}:{self.write_every}"
+        """The scenario as a model spec's argument (`steps:write_every:window`)."""
+        return f"{self.steps}:{self.write_every}:{self.window}"
 
     @classmethod
     def from_spec(cls, spec: str, doc_chars: int = 20_000) -> Scenario:
-        steps, _, every = spec.partition(":")
-        return cls(steps=int(steps), doc_chars=doc_chars, write_every=int(every or 0))
+        steps, _, rest = spec.partition(":")
+        every, _, window = rest.partition(":")
+        return cls(
+            steps=int(steps),
+            doc_chars=doc_chars,
+            write_every=int(every or 0),
+            window=int(window or 128_000),
+        )
 
 
 def doc(n: int, chars: int) -> str:

@@ -102,13 +102,17 @@ def _bench(tmp_path: Path, *args: str) -> tuple[dict[str, Any], str]:
 
 
 def test_a_small_long_turn_runs_through_the_command(tmp_path: Path) -> None:
+    # A window small enough that the turn shortens older documents and summarises.
     r, printed = _bench(
-        tmp_path, "--steps", "30", "--doc-kb", "2", "--write-every", "10", "--no-peers"
+        tmp_path,
+        *("--steps", "30", "--doc-kb", "2", "--write-every", "10", "--window", "12000"),
+        "--no-peers",
     )
     a = r["agent"]
     assert a["completed"] and a["outcome"] == "answered"
     assert a["answer_uses_last_result"] and "end-of-doc-30" in a["answer"]
-    assert a["model_calls"] == 31 and a["runs"] >= 1
+    assert a["compactions"] >= 1 and a["model_calls"] == 31 + a["compactions"]  # summaries
+    assert a["runs"] >= 1
     assert a["steps_lost"] == [] and a["steps_repeated"] == []
     assert a["writes"]["written"] == a["writes"]["expected"] == 3
     assert a["writes"]["missing"] == [] and a["writes"]["repeated"] == []
@@ -122,6 +126,7 @@ def test_a_small_long_turn_runs_through_the_command(tmp_path: Path) -> None:
         "steps": 30,
         "doc_chars": 2000,
         "write_every": 10,
+        "window": 12_000,
         "kill_every_s": 0,
         "kill_at_writes": False,
         "early_steps": [1, 3],
@@ -150,3 +155,18 @@ def test_a_worker_killed_right_after_each_write_loses_no_step_and_repeats_no_wri
         "repeated": [],
     }
     assert r["peers"] == {}  # the kill variants run the agent alone
+
+
+def test_a_bad_size_is_one_line(tmp_path: Path) -> None:
+    """A window compaction could not keep a turn within (under twice the reply's room)
+    is refused before anything starts, in one line."""
+    run = subprocess.run(
+        [sys.executable, "-m", "durable_agent.bench", "--long", "--window", "5000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 2 and run.stdout == ""
+    [line] = run.stderr.splitlines()
+    assert "--window from 10,000 to 2,000,000 tokens" in line
