@@ -8,8 +8,9 @@ A row is one decision a turn took on one call (`Consent`, recorded in its `decis
 step): the call's tool, arguments and sha256 (`approval.consent_hash`), the decider's
 name and principal, the front end, the time, and the call's result as the model read
 it (`ran`: whether it ran). Refused deciders (`NotAnApprover`) are counted on the row
-of the call they tried to decide. A write that ran without asking (its consent
-waived) has no decision, so no row: it is in its turn's steps.
+of the call they tried to decide. A write that ran without asking (its consent waived
+by the agent's approval policy) has a row too: approved by no one, `via` `waived`, at
+the time it was sent (turns recorded before this have no such record, and no row).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_agent.principal import Principal
-from durable_agent.types import Step, StepKind
+from durable_agent.types import WAIVED, Step, StepKind
 
 MAX_AUDIT_TURNS = 10_000
 """The most turns one audit reads (`limit`): each is read whole."""
@@ -53,13 +54,16 @@ class AuditRow(BaseModel):
     """Its result as the model read it, or why it did not run."""
 
     def line(self) -> str:
-        who = self.principal.key if self.principal is not None else "-"
-        decided = "approved" if self.approved else "rejected"
+        if self.via == WAIVED:
+            decided = "ran unasked (consent waived)"
+        else:
+            who = self.principal.key if self.principal is not None else "-"
+            verb = "approved" if self.approved else "rejected"
+            decided = f"{verb} by {self.by} ({who}{', via ' + self.via if self.via else ''})"
         refused = f"  ({self.refused} refused)" if self.refused else ""
         return (
             f"{self.at.astimezone().strftime('%Y-%m-%d %H:%M:%S')}  {self.workflow_id}  "
-            f"{self.tenant}:{self.user}  {self.tool}  {decided} by {self.by} ({who}"
-            f"{', via ' + self.via if self.via else ''})  sha256:{self.call_hash[:16]}  "
+            f"{self.tenant}:{self.user}  {self.tool}  {decided}  sha256:{self.call_hash[:16]}  "
             f"{'ran' if self.ran else 'not run'}: {self.result[:80]!r}{refused}"
         )
 
@@ -70,7 +74,7 @@ def rows_of(workflow_id: str, tenant: str, user: str, steps: list[Step]) -> list
     refused: dict[str, int] = {}
     for i, step in enumerate(steps):
         consent = step.consent
-        if step.kind is not StepKind.DECISION or consent is None:
+        if step.kind not in (StepKind.DECISION, StepKind.TOOL_CALL) or consent is None:
             continue
         if consent.refused:
             refused[consent.call_id] = refused.get(consent.call_id, 0) + 1

@@ -173,10 +173,16 @@ class StepKind(str, Enum):
     when (`durable_agent.waits`); the wait's end is the call's observation."""
 
 
+WAIVED = "waived"
+"""`Consent.via` of a write that ran unasked: nobody decided, its consent was waived."""
+
+
 class Consent(BaseModel):
     """The record of a decision on one call, as the turn took it: who decided, when,
     through which front end, and the hash of the exact call it covers. A turn's
-    `decision` steps carry it; an approval covers that call of that turn only."""
+    `decision` steps carry it; an approval covers that call of that turn only. The
+    `tool_call` step of a write that ran unasked carries one too: approved, by no one,
+    `via` `WAIVED`, so that the audit lists every write."""
 
     call_id: str
     tool: str
@@ -215,7 +221,8 @@ class Step(BaseModel):
     or not in this request): the worker's log says why."""
     consent: Consent | None = None
     """A `decision` step: the record of the decision (who, when, through what, on which
-    exact call); None on other steps, and on decisions recorded before it existed."""
+    exact call); a `tool_call` step of a write that ran unasked: its waiver (`WAIVED`);
+    None on other steps, and on steps recorded before it existed."""
     tool_schema: str = ""
     """A `tool_call` step: a hash of the schema of the call's tool as the turn was
     offered it (`rewind.schema_digest`), so that a fork on the agent as served now tells

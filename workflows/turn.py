@@ -159,6 +159,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.telemetry import agent_span, record_failure, record_fallback, record_turn
     from durable_agent.transcript import ConversationRef
     from durable_agent.types import (
+        WAIVED,
         AgentInfo,
         Consent,
         Fork,
@@ -291,6 +292,9 @@ class AgentTurn:
         self._unasked: list[str] = list(carry.unasked) if carry else []
         """The writes this turn ran without asking (`approval.digest`): parse makes a
         repeat of one ask, so that a waiver covers each write once."""
+        self._waived: dict[str, Consent] = {}
+        """The record of each write about to run unasked, by call id, until its
+        `tool_call` step carries it (the audit lists it: `durable_agent.audit`)."""
         self._progressed = False
         """This run has made a model call: it may continue as new (each run makes one)."""
         self._moving = False
@@ -1340,7 +1344,12 @@ class AgentTurn:
         if vc.agent is not None:
             return await self._ask_subagent(turn, iteration, index, vc, vc.agent)
         self._record(
-            iteration, StepKind.TOOL_CALL, call.render(), calls=[call], tool_schema=vc.tool_schema
+            iteration,
+            StepKind.TOOL_CALL,
+            call.render(),
+            calls=[call],
+            tool_schema=vc.tool_schema,
+            consent=self._waived.pop(call.id, None),
         )
         size = vc.result_chars
         await self._room_for(size)
@@ -1432,6 +1441,16 @@ class AgentTurn:
             return await self._consent(turn, iteration, call, why, approvers=vc.approvers)
         if vc.side_effects:
             self._ran_unasked(call)
+            self._waived[call.id] = Consent(
+                call_id=call.id,
+                tool=call.name,
+                call_hash=consent_hash(call),
+                approved=True,
+                by="",
+                via=WAIVED,
+                at=workflow.now(),
+                reason="no one was asked: the agent's approval policy waives consent for it",
+            )
         return None
 
     def _ran_unasked(self, call: ToolCall) -> None:
@@ -1739,7 +1758,14 @@ class AgentTurn:
         call = vc.call
         child_id = f"{workflow.info().workflow_id}-{call.name}-{iteration}-{index}"
         line = f"{call.render()} → {child_id}"
-        self._record(iteration, StepKind.TOOL_CALL, line, calls=[call], tool_schema=vc.tool_schema)
+        self._record(
+            iteration,
+            StepKind.TOOL_CALL,
+            line,
+            calls=[call],
+            tool_schema=vc.tool_schema,
+            consent=self._waived.pop(call.id, None),
+        )
         limits = self._limits.model_copy(
             update={
                 "max_steps": max(1, self._limits.max_steps - iteration + 1),
