@@ -250,3 +250,37 @@ def memory_spans() -> Any:
         opentelemetry.trace.set_tracer_provider(provider)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return exporter
+
+
+SERIAL = (
+    # Hundreds of turns (or sixty over three workers) within the workflow task's timeout:
+    # a second test process taking a core makes them time out.
+    "tests/test_load.py::",
+    "tests/test_scale.py::test_three_workers_share_sixty_turns_and_survive_a_sigkill",
+    # It loads the machine on purpose (two busy loops, 31 processes): beside it, the other
+    # process's tests would run on a machine busier than any of them was written for.
+    "tests/test_clean_exits.py::test_commands_and_a_script_exit_cleanly_on_a_busy_machine",
+    # Chaos: a worker SIGKILLed every few seconds, once it has served for its shortest
+    # interval; a starved worker never does, and the run waits on it.
+    "tests/test_evals.py::test_a_chaos_run_passes_with_every_write_once",
+    "tests/test_agentdojo.py::test_a_chaos_run_keeps_its_scores_and_applies_each_call_once",
+    # Fifty browsers at once.
+    "tests/test_web.py::test_reloads_and_tabs_never_hold_up_consent",
+)
+"""Tests that must have the machine to themselves: marked `serial`, they run in a pass of
+their own after the rest has run over two processes (README.md, Development)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k and -m deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    modules: dict[str, Any] = {}
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+        if isinstance(item, pytest.Function):
+            modules[item.nodeid.split("::", 1)[0]] = item.module
+    # A renamed test would silently lose its mark: each name must be its module's.
+    for entry in SERIAL:
+        path, _, name = entry.partition("::")
+        if name and path in modules and not hasattr(modules[path], name):
+            raise pytest.UsageError(f"tests/conftest.py SERIAL names no test: {entry}")

@@ -392,7 +392,10 @@ async def _once_known(call: Callable[[], Awaitable[T]]) -> T:
             attempt += 1
             if attempt > 40:
                 raise
-            await asyncio.sleep(min(0.25 * attempt, 2.0))
+            # Short at first: the version exists a moment after the first poll (0.1 to
+            # 0.3 s, measured), and each worker starting waits here. Doubling to 2 s
+            # keeps 40 attempts over about the same minute as before.
+            await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
 
 
 async def _serves_elsewhere(
