@@ -67,7 +67,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent import answers, fallback
 from durable_agent import attachments as attached
 from durable_agent.agents import Agent
-from durable_agent.approval import ApprovalResult
+from durable_agent.approval import ApprovalResult, may_decide
 from durable_agent.audit import MAX_AUDIT_TURNS, AuditRow, rows_of
 from durable_agent.chat import ChatMessage, ConversationInput, ConversationState, Memory
 from durable_agent.elicitation import Question
@@ -475,6 +475,52 @@ class AgentClient:
             raise UnknownTurn(workflow_id)
         return self.turn(workflow_id, output_type)
 
+    async def turn_to_decide(
+        self, workflow_id: str, *, principal: Principal, output_type: Any = None
+    ) -> TurnHandle:
+        """`turn_for`, for a decider too: the turn if `principal` asked it, or if a call
+        of it awaits a decision that the agent's approvers give them (`role:NAME` of the
+        turn's tenant; `ApprovalPolicy.approvers`), as the turn recorded who asked and
+        whom its waiting calls need. Anyone else, a lead of another tenant included,
+        gets `UnknownTurn`, as for a turn that does not exist. What a service calls
+        before a support lead decides on a customer's turn."""
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        with _plainly(workflow_id):
+            opening = await turns.started_with(handle, "AgentTurn", TurnInput)
+        if opening is None:
+            raise UnknownTurn(workflow_id)
+        if opening.asker.same_person(principal):
+            return self.turn(workflow_id, output_type)
+        if opening.asker.tenant == principal.tenant:  # a role counts only in its tenant
+            with _plainly(workflow_id):
+                waiting = await turns.waiting_of(handle)
+            if any(_decides(p, opening.asker, principal) for p in waiting):
+                return self.turn(workflow_id, output_type)
+        raise UnknownTurn(workflow_id)
+
+    async def pending_for(self, principal: Principal) -> list[PendingCall]:
+        """The calls awaiting consent that `principal` sees, oldest first: those of the
+        turns they asked, and those of their tenant's turns that the agent's approvers
+        give them to decide (`role:NAME`). Each is checked against what its turn
+        recorded (who asked, in its input; whom the call needs, in its pending list),
+        never against an id; `asker` says who asked. A support lead's queue."""
+        with _plainly():
+            waiting = await turns.pending(self.temporal, None, principal.tenant)
+        askers: dict[str, Principal | None] = {}
+        seen: list[PendingCall] = []
+        for w in waiting:
+            if w.workflow_id not in askers:
+                handle = self.temporal.get_workflow_handle(w.workflow_id)
+                with _plainly(w.workflow_id):
+                    opening = await turns.started_with(handle, "AgentTurn", TurnInput)
+                askers[w.workflow_id] = opening.asker if opening is not None else None
+            asker = askers[w.workflow_id]
+            if asker is not None and (
+                asker.same_person(principal) or _decides(w.approval, asker, principal)
+            ):
+                seen.append(dataclasses.replace(w, asker=asker))
+        return seen
+
     async def pending(
         self, customer: str | None = None, *, tenant: str | None = None
     ) -> list[PendingCall]:
@@ -755,6 +801,13 @@ def _whom_or_none(customer: str | None, principal: Principal | None) -> Principa
         return of_customer(customer or "")
     except ValueError:  # pydantic's ValidationError
         return None
+
+
+def _decides(waiting: PendingApproval, asker: Principal, decider: Principal) -> bool:
+    """Whether the approvers a waiting call names give `decider` its decision: a call
+    that names none is decided by whoever reaches the turn, so it gives a stranger
+    nothing."""
+    return bool(waiting.approvers) and not may_decide(waiting.approvers, asker, decider)
 
 
 async def _conversation_input(client: Client, workflow_id: str) -> ConversationInput | None:
