@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import jwt
@@ -96,6 +97,7 @@ SCRIPT: dict[str, list[Callable[[ModelRequest], Reply]]] = {
     "Who am I?": [lambda r: Reply(calls=[ToolCall(id="w1", name="whoami")])],
     "Refund 10 on o-1.": [lambda r: Reply(calls=[call(10)])],
     "Refund 5 on o-3.": [lambda r: Reply(calls=[call(5, "o-3")])],
+    "Refund 7 on o-9.": [lambda r: Reply(calls=[call(7, "o-9")])],
     # After its first refund ran, the model asks for the same call id with more money.
     "Refund 10 on o-2, then more.": [
         lambda r: Reply(calls=[call(10, "o-2")]),
@@ -399,3 +401,55 @@ async def test_the_web_chat_takes_its_user_from_a_verified_jwt_only(
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)
+
+
+async def test_a_lead_sees_and_decides_the_tenants_calls_in_the_web_chat(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A customer's refund waits for a support lead: acme's lead lists it and approves
+    it in the web chat; another customer of acme and globex's lead neither see it nor
+    reach it (404, as a turn that does not exist)."""
+    monkeypatch.setenv("AGENT_WEB_JWT_SECRET", SECRET)
+    monkeypatch.setenv("AGENT_WEB_JWT_AUDIENCE", "desk-web")
+    turn = await served.agents.start("Refund 7 on o-9.", principal=CUSTOMER)
+    await waiting(turn)
+    port = free_port()
+    conn = Connection(client=served.agents.temporal, ui_url=None)
+    serving = asyncio.create_task(
+        serve(conn, ConversationInput(agent="desk"), port=port, task_queue=served.agents.task_queue)
+    )
+    lead = {"sub": "lead-1", "roles": ["support-lead"]}
+    try:
+        await until(lambda: asyncio.to_thread(is_listening, "127.0.0.1", port), bool)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+
+            def bearer(**claims: Any) -> dict[str, str]:
+                return {"Authorization": f"Bearer {token(**claims)}"}
+
+            async def listed(**claims: Any) -> list[str]:
+                shown = await http.get("/api/approvals", headers=bearer(**claims))
+                assert shown.status_code == 200, shown.text
+                return [a["turn_id"] for a in shown.json()["approvals"]]
+
+            async def decide(**claims: Any) -> httpx.Response:
+                return await http.post(
+                    f"/api/turns/{quote(turn.id, safe='')}/decisions",  # an id may hold `%`
+                    json={"call_id": "c1", "approved": True},
+                    headers=bearer(**claims),
+                )
+
+            assert turn.id in await listed(**lead)
+            assert turn.id not in await listed(sub="c-8")
+            assert turn.id not in await listed(**lead, tenant="globex")
+            assert (await decide(sub="c-8")).status_code == 404
+            assert (await decide(**lead, tenant="globex")).status_code == 404
+            decided = await decide(**lead)
+            assert decided.status_code == 200, decided.text
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+    result = await turn.result()
+    assert ("o-9", 7, "acme:c-7") in served.ledger.refunds
+    (consent,) = [s.consent for s in result.steps if s.consent and not s.consent.refused]
+    assert consent.principal is not None and consent.principal.key == "acme:lead-1"
+    assert consent.via == "web"

@@ -9,8 +9,12 @@
     GET  /api/turns/{id}/events             one turn of this customer's as server-sent
                                             events (a fork of a turn, which no
                                             conversation shows; the page's `?turn=ID`)
+    GET  /api/approvals                     the calls awaiting consent this user sees: their
+                                            own turns', and a support lead's, their
+                                            tenant's that the agent's approvers give them
     POST /api/turns/{id}/decisions {call_id, approved, reason?}
-                                            approve or reject a call awaiting consent
+                                            approve or reject a call awaiting consent (the
+                                            asker's, or a lead's: `turn_to_decide`)
     GET  /api/turns/{id}/questions          an MCP server's questions awaiting an answer
     POST /api/turns/{id}/answers {question_id, action, content?}
                                             answer one: accept (a form's fields),
@@ -208,7 +212,9 @@ def create_app(
             ApprovalDecision(call_id=call_id, approved=approved, by=DECIDED_BY, reason=reason)
         except ValidationError as e:
             raise Problem(400, _invalid(e)) from None
-        turn = await agents.turn_for(turn_id, principal=whom)
+        # The asker's own turn, or one whose waiting call the agent's approvers give
+        # this principal (a support lead of its tenant); anyone else's: 404.
+        turn = await agents.turn_to_decide(turn_id, principal=whom)
         result = await turn.decide(
             call_id,
             approved=approved,
@@ -218,6 +224,23 @@ def create_app(
             via="web",
         )
         return JSONResponse(result.model_dump(mode="json"))
+
+    async def approvals(request: Request) -> Response:
+        """The calls awaiting consent this principal sees: their own turns', and a
+        lead's, their tenant's that the agent's approvers give them."""
+        shown = await agents.pending_for(who(request))
+        return JSONResponse(
+            {
+                "approvals": [
+                    {
+                        "turn_id": w.workflow_id,
+                        "asked_by": w.asker.user if w.asker else "",
+                        **w.approval.model_dump(mode="json"),
+                    }
+                    for w in shown
+                ]
+            }
+        )
 
     async def questions(request: Request) -> Response:
         whom = who(request)
@@ -287,6 +310,7 @@ def create_app(
             Route("/api/chats/{chat_id}/messages", _guarded(message), methods=["POST"]),
             Route("/api/chats/{chat_id}/events", _guarded(events)),
             Route("/api/turns/{turn_id}/events", _guarded(turn_events)),
+            Route("/api/approvals", _guarded(approvals)),
             Route("/api/turns/{turn_id}/decisions", _guarded(decision), methods=["POST"]),
             Route("/api/turns/{turn_id}/questions", _guarded(questions)),
             Route("/api/turns/{turn_id}/answers", _guarded(answer), methods=["POST"]),
