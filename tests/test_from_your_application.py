@@ -438,8 +438,8 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
             assert listed(ada) and not listed(bo) and not listed(their_lead)
             assert http.get("/approvals", headers=forged).status_code == 401
 
-            # An id holds `%` (a tenant's user: `turn-acme%3Aada-…`): a path carries it quoted.
-            path = f"/turns/{quote(turn_id, safe='')}/approvals/{call['call_id']}"
+            path = str(call["decide"])  # the id quoted: it holds `%` (`turn-acme%3Aada-…`)
+            assert path == f"/turns/{quote(turn_id, safe='')}/approvals/{call['call_id']}"
             nowhere = "turn-acme%3Ax-y"
             for who in (bo, their_lead):
                 theirs = http.post(path, json={"approved": True}, headers=who)

@@ -206,7 +206,7 @@ async def approvals(agents: Agents, who: User) -> list[dict[str, Any]]:
     """The calls that wait for consent which the user sees, oldest first: those of
     their own turns, and, for a support lead, those of their tenant's turns that the
     agent's approvers give them (`role:support-lead`). `asked_by`: who asked;
-    `approvers`: who may decide (empty: the asker)."""
+    `approvers`: who may decide (empty: the asker); `decide`: where to POST a decision."""
     return [
         {
             "workflow_id": waiting.workflow_id,
@@ -217,6 +217,9 @@ async def approvals(agents: Agents, who: User) -> list[dict[str, Any]]:
             "since": waiting.approval.since.isoformat(),
             "asked_by": waiting.asker.user if waiting.asker else "",
             "approvers": waiting.approval.approvers,
+            # An id may hold `%` (`turn-acme%3Aada-…`): a path carries it quoted.
+            "decide": f"/turns/{quote(waiting.workflow_id, safe='')}/approvals/"
+            f"{quote(waiting.approval.call.id, safe='')}",
         }
         for waiting in await agents.pending_for(who)
     ]
