@@ -315,10 +315,9 @@ class AgentClient:
         )
         taken = agent.attachments if isinstance(agent, Agent) else None
         turn, workflow_id = await self.attach(turn, attachments, taken, request_id=request_id)
-        if secrets:  # stored under the turn: its id is known before it starts
-            workflow_id = workflow_id or await self._new_turn_id(turn, request_id)
-            sealed = await self._sealed(turn.context, turn.customer_id, secrets, workflow_id)
-            turn = turn.model_copy(update={"context": sealed})
+        turn, workflow_id = await self.seal(
+            turn, secrets, workflow_id=workflow_id, request_id=request_id
+        )
         handle = await self.start_turn(turn, request_id=request_id, workflow_id=workflow_id)
         handle.output_type = output_type if output_type is not None else _agent_of(agent)[1]
         return handle
@@ -357,6 +356,26 @@ class AgentClient:
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
+
+    async def seal(
+        self,
+        turn: TurnInput,
+        secrets: Mapping[str, Any],
+        *,
+        workflow_id: str = "",
+        request_id: str = "",
+    ) -> tuple[TurnInput, str]:
+        """`turn` with `secrets` (name: value, `secret.split`'s) stored encrypted as
+        payloads of the turn and its context holding only their reference (`start`'s
+        `secret`), and the id it must start with (`start_turn(workflow_id=)`): the one
+        given, else its request's or a new one. No secrets: both as they are.
+        `InvalidSecret` without AGENT_ENCRYPTION_KEY, before anything is stored."""
+        if not secrets:
+            return turn, workflow_id
+        # Stored under the turn: its id is known before it starts.
+        workflow_id = workflow_id or await self._new_turn_id(turn, request_id)
+        sealed = await self._sealed(turn.context, turn.customer_id, secrets, workflow_id)
+        return turn.model_copy(update={"context": sealed}), workflow_id
 
     async def _sealed(
         self, context: dict[str, Any], customer: str, secrets: Mapping[str, Any], workflow_id: str

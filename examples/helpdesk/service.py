@@ -17,10 +17,11 @@ AGENT_WEB_JWT_SECRET (HS256) or AGENT_WEB_JWKS (a JWKS file) is set, with
 AGENT_WEB_JWT_ISSUER / _AUDIENCE checked when set: `sub` is the user, `tenant` the
 tenant, `roles` the roles; a request without a valid token gets 401. With neither set,
 it comes from the `X-User` header, for local use only; in your service it comes from
-your own authentication. Each user sees and decides only the turns they started (a turn is
-looked up as theirs, `turn_for`, never recognised by its id), and a support lead the
-calls of their tenant's turns that the agent's approvers give them (`turn_to_decide`). An Idempotency-Key is
-the user's own, and sent again with another question it is refused (409).
+your own authentication. Each user sees and decides only the turns they started (a turn
+is looked up as theirs, `turn_for`, never recognised by its id), and a support lead the
+calls of their tenant's turns that the agent's approvers give them (`turn_to_decide`).
+An Idempotency-Key is the user's own, and sent again with another question it is
+refused (409).
 """
 
 from __future__ import annotations
