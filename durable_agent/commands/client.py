@@ -3,6 +3,7 @@
 python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] [--follow]
 python client.py ask "..." --set temperature=0.2 --set stop=END   # the turn's model settings
 python client.py ask "What does it say about refunds?" --attach terms.pdf   # a file with it
+python client.py ask "Weather?" --secret api_key=...   # a secret context value (or NAME: from env)
 python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
                                                    # (a line `/attach PATH`: a file with the next)
 python client.py pending [--customer ID]                  # calls awaiting approval, questions
