@@ -453,3 +453,58 @@ async def test_a_lead_sees_and_decides_the_tenants_calls_in_the_web_chat(
     (consent,) = [s.consent for s in result.steps if s.consent and not s.consent.refused]
     assert consent.principal is not None and consent.principal.key == "acme:lead-1"
     assert consent.via == "web"
+
+
+async def test_an_event_source_opens_its_stream_with_a_ticket_not_the_jwt(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a login, a page's EventSource (no header) opens a turn's stream with a
+    ticket it got with its bearer token: for that stream only, and never with the JWT
+    itself in the URL; a forged or another stream's ticket is 401."""
+    monkeypatch.setenv("AGENT_WEB_JWT_SECRET", SECRET)
+    monkeypatch.setenv("AGENT_WEB_JWT_AUDIENCE", "desk-web")
+    mine = await served.agents.ask("Who am I?", principal=CUSTOMER)
+    theirs = await served.agents.ask("Who am I?", principal=LEAD)
+    port = free_port()
+    conn = Connection(client=served.agents.temporal, ui_url=None)
+    serving = asyncio.create_task(
+        serve(conn, ConversationInput(agent="desk"), port=port, task_queue=served.agents.task_queue)
+    )
+
+    def events(turn_id: str) -> str:
+        return f"/api/turns/{quote(turn_id, safe='')}/events"
+
+    try:
+        await until(lambda: asyncio.to_thread(is_listening, "127.0.0.1", port), bool)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            bearer = {"Authorization": f"Bearer {token()}"}
+            asked = await http.post(
+                "/api/stream-tickets", json={"path": events(mine.workflow_id)}, headers=bearer
+            )
+            assert asked.status_code == 200, asked.text
+            ticket = asked.json()["ticket"]
+            assert (await http.post("/api/stream-tickets", json={"path": "/"})).status_code == 401
+
+            async def opened(path: str, **params: str) -> tuple[int, str]:
+                async with http.stream("GET", path, params=params) as response:
+                    if response.status_code != 200:
+                        return response.status_code, (await response.aread()).decode()
+                    async for line in response.aiter_lines():
+                        if line.startswith("event: "):
+                            return 200, line
+                return 200, ""
+
+            status, first = await opened(events(mine.workflow_id), ticket=ticket)
+            assert status == 200 and first.startswith("event: "), first
+            refused = {
+                "none": await opened(events(mine.workflow_id)),
+                "another stream": await opened(events(theirs.workflow_id), ticket=ticket),
+                "forged": await opened(events(mine.workflow_id), ticket=token()),
+                "the jwt": await opened(events(mine.workflow_id), token=token()),
+            }
+            for why, (status, said) in refused.items():
+                assert status == 401, (why, said)
+            assert "another stream" in refused["another stream"][1]
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
