@@ -67,7 +67,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent import answers, fallback
 from durable_agent import attachments as attached
 from durable_agent.agents import Agent
-from durable_agent.approval import ApprovalResult
+from durable_agent.approval import ApprovalResult, may_decide
 from durable_agent.audit import MAX_AUDIT_TURNS, AuditRow, rows_of
 from durable_agent.chat import ChatMessage, ConversationInput, ConversationState, Memory
 from durable_agent.elicitation import Question
@@ -315,10 +315,9 @@ class AgentClient:
         )
         taken = agent.attachments if isinstance(agent, Agent) else None
         turn, workflow_id = await self.attach(turn, attachments, taken, request_id=request_id)
-        if secrets:  # stored under the turn: its id is known before it starts
-            workflow_id = workflow_id or await self._new_turn_id(turn, request_id)
-            sealed = await self._sealed(turn.context, turn.customer_id, secrets, workflow_id)
-            turn = turn.model_copy(update={"context": sealed})
+        turn, workflow_id = await self.seal(
+            turn, secrets, workflow_id=workflow_id, request_id=request_id
+        )
         handle = await self.start_turn(turn, request_id=request_id, workflow_id=workflow_id)
         handle.output_type = output_type if output_type is not None else _agent_of(agent)[1]
         return handle
@@ -357,6 +356,26 @@ class AgentClient:
             )
         except ValidationError as e:
             raise AgentClientError(_first_error(e)) from None
+
+    async def seal(
+        self,
+        turn: TurnInput,
+        secrets: Mapping[str, Any],
+        *,
+        workflow_id: str = "",
+        request_id: str = "",
+    ) -> tuple[TurnInput, str]:
+        """`turn` with `secrets` (name: value, `secret.split`'s) stored encrypted as
+        payloads of the turn and its context holding only their reference (`start`'s
+        `secret`), and the id it must start with (`start_turn(workflow_id=)`): the one
+        given, else its request's or a new one. No secrets: both as they are.
+        `InvalidSecret` without AGENT_ENCRYPTION_KEY, before anything is stored."""
+        if not secrets:
+            return turn, workflow_id
+        # Stored under the turn: its id is known before it starts.
+        workflow_id = workflow_id or await self._new_turn_id(turn, request_id)
+        sealed = await self._sealed(turn.context, turn.customer_id, secrets, workflow_id)
+        return turn.model_copy(update={"context": sealed}), workflow_id
 
     async def _sealed(
         self, context: dict[str, Any], customer: str, secrets: Mapping[str, Any], workflow_id: str
@@ -474,6 +493,52 @@ class AgentClient:
         if opening is None or not opening.asker.same_person(whom):
             raise UnknownTurn(workflow_id)
         return self.turn(workflow_id, output_type)
+
+    async def turn_to_decide(
+        self, workflow_id: str, *, principal: Principal, output_type: Any = None
+    ) -> TurnHandle:
+        """`turn_for`, for a decider too: the turn if `principal` asked it, or if a call
+        of it awaits a decision that the agent's approvers give them (`role:NAME` of the
+        turn's tenant; `ApprovalPolicy.approvers`), as the turn recorded who asked and
+        whom its waiting calls need. Anyone else, a lead of another tenant included,
+        gets `UnknownTurn`, as for a turn that does not exist. What a service calls
+        before a support lead decides on a customer's turn."""
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        with _plainly(workflow_id):
+            opening = await turns.started_with(handle, "AgentTurn", TurnInput)
+        if opening is None:
+            raise UnknownTurn(workflow_id)
+        if opening.asker.same_person(principal):
+            return self.turn(workflow_id, output_type)
+        if opening.asker.tenant == principal.tenant:  # a role counts only in its tenant
+            with _plainly(workflow_id):
+                waiting = await turns.waiting_of(handle)
+            if any(_decides(p, opening.asker, principal) for p in waiting):
+                return self.turn(workflow_id, output_type)
+        raise UnknownTurn(workflow_id)
+
+    async def pending_for(self, principal: Principal) -> list[PendingCall]:
+        """The calls awaiting consent that `principal` sees, oldest first: those of the
+        turns they asked, and those of their tenant's turns that the agent's approvers
+        give them to decide (`role:NAME`). Each is checked against what its turn
+        recorded (who asked, in its input; whom the call needs, in its pending list),
+        never against an id; `asker` says who asked. A support lead's queue."""
+        with _plainly():
+            waiting = await turns.pending(self.temporal, None, principal.tenant)
+        askers: dict[str, Principal | None] = {}
+        seen: list[PendingCall] = []
+        for w in waiting:
+            if w.workflow_id not in askers:
+                handle = self.temporal.get_workflow_handle(w.workflow_id)
+                with _plainly(w.workflow_id):
+                    opening = await turns.started_with(handle, "AgentTurn", TurnInput)
+                askers[w.workflow_id] = opening.asker if opening is not None else None
+            asker = askers[w.workflow_id]
+            if asker is not None and (
+                asker.same_person(principal) or _decides(w.approval, asker, principal)
+            ):
+                seen.append(dataclasses.replace(w, asker=asker))
+        return seen
 
     async def pending(
         self, customer: str | None = None, *, tenant: str | None = None
@@ -755,6 +820,13 @@ def _whom_or_none(customer: str | None, principal: Principal | None) -> Principa
         return of_customer(customer or "")
     except ValueError:  # pydantic's ValidationError
         return None
+
+
+def _decides(waiting: PendingApproval, asker: Principal, decider: Principal) -> bool:
+    """Whether the approvers a waiting call names give `decider` its decision: a call
+    that names none is decided by whoever reaches the turn, so it gives a stranger
+    nothing."""
+    return bool(waiting.approvers) and not may_decide(waiting.approvers, asker, decider)
 
 
 async def _conversation_input(client: Client, workflow_id: str) -> ConversationInput | None:

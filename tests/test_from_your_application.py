@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import jwt
@@ -63,10 +64,8 @@ def team(tmp_path: Path, env: WorkflowEnvironment) -> Iterator[tuple[Path, dict[
     yield folder, environ
 
 
-def worker(folder: Path, environ: dict[str, str]) -> Process:
-    started = Process(
-        [str(BIN / "durable-agent-worker"), "--agent", "helpdesk:agent"], folder, environ
-    )
+def worker(folder: Path, environ: dict[str, str], agent: str = "helpdesk:agent") -> Process:
+    started = Process([str(BIN / "durable-agent-worker"), "--agent", agent], folder, environ)
     line = started.line()
     assert line.startswith("worker ready"), line
     return started
@@ -390,3 +389,95 @@ def test_the_service_takes_its_user_from_a_verified_jwt_only(
             assert refused.headers["www-authenticate"] == "Bearer"
         ok = http.get("/approvals", headers=bearer())
         assert ok.status_code == 200 and ok.json() == [], ok.text
+
+
+def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
+    team: tuple[Path, dict[str, str]],
+) -> None:
+    """Two tenants, JWTs: a customer of acme asks for a ticket, which the desk gives to
+    acme's support leads to decide (`helpdesk:with_leads`). acme's lead sees it and
+    approves it; the customer, another customer of acme and globex's lead cannot (a
+    turn of another's: 404, as one that does not exist); a role in a token signed with
+    another key is 401. The audit shows the customer as asker and the lead as approver."""
+    folder, environ = team
+    secret = "the-service-shared-secret-32-bytes!!"
+    environ = {**environ, "AGENT_WEB_JWT_SECRET": secret}
+
+    def bearer(sub: str, tenant: str, *roles: str, key: str = secret) -> dict[str, str]:
+        claims = {"sub": sub, "tenant": tenant, "roles": list(roles), "exp": time.time() + 300}
+        return {"Authorization": f"Bearer {jwt.encode(claims, key, 'HS256')}"}
+
+    ada, bo = bearer("ada", "acme"), bearer("bo", "acme")
+    lead, their_lead = (
+        bearer("lee", "acme", "support-lead"),
+        bearer("lee", "globex", "support-lead"),
+    )
+    forged = bearer("lee", "acme", "support-lead", key="another-secret-of-thirty-two-bytes!")
+    served = worker(folder, environ, "helpdesk:with_leads")
+    try:
+        with service(folder, environ) as http:
+            started = http.post(
+                "/turns",
+                json={"question": "Please open a ticket: my laptop will not boot."},
+                headers=ada,
+            )
+            assert started.status_code == 202, started.text
+            turn_id = started.json()["workflow_id"]
+
+            def listed(who: dict[str, str]) -> list[dict[str, object]]:
+                shown = http.get("/approvals", headers=who)
+                assert shown.status_code == 200, shown.text
+                return [w for w in shown.json() if w["workflow_id"] == turn_id]
+
+            deadline = time.monotonic() + 60
+            while not (waiting := listed(lead)):
+                assert time.monotonic() < deadline, "the ticket never waited for consent"
+                time.sleep(0.2)
+            (call,) = waiting
+            assert call["asked_by"] == "ada" and call["approvers"] == ["role:support-lead"]
+            assert listed(ada) and not listed(bo) and not listed(their_lead)
+            assert http.get("/approvals", headers=forged).status_code == 401
+
+            path = str(call["decide"])  # the id quoted: it holds `%` (`turn-acme%3Aada-…`)
+            assert path == f"/turns/{quote(turn_id, safe='')}/approvals/{call['call_id']}"
+            nowhere = "turn-acme%3Ax-y"
+            for who in (bo, their_lead):
+                theirs = http.post(path, json={"approved": True}, headers=who)
+                none = http.post(
+                    path.replace(quote(turn_id, safe=""), quote(nowhere, safe="")),
+                    json={"approved": True},
+                    headers=who,
+                )
+                assert theirs.status_code == none.status_code == 404, theirs.text
+                said = theirs.json()["detail"].replace(turn_id, "ID")
+                assert said == none.json()["detail"].replace(nowhere, "ID"), said
+            assert http.post(path, json={"approved": True}, headers=forged).status_code == 401
+            own = http.post(path, json={"approved": True}, headers=ada)  # not an approver
+            assert own.status_code == 403 and "support-lead" in own.json()["detail"], own.text
+            assert tickets(environ) == 0
+
+            decided = http.post(path, json={"approved": True}, headers=lead)
+            assert decided.status_code == 200, decided.text
+            result = http.get(f"/turns/{quote(turn_id, safe='')}", headers=ada).json()
+            assert result["outcome"] == "answered" and "INC-" in result["answer"], result
+        audit = subprocess.run(
+            [str(BIN / "durable-agent"), "audit", "--tenant", "acme", "--json"],
+            cwd=folder,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        served.stop()
+    assert tickets(environ) == 1
+    assert audit.returncode == 0, audit.stderr
+    (row,) = [r for r in map(json.loads, audit.stdout.splitlines()) if r["workflow_id"] == turn_id]
+    assert (row["tenant"], row["user"], row["tool"], row["ran"]) == (
+        "acme",
+        "ada",
+        "open_ticket",
+        True,
+    )
+    assert (row["principal"]["user"], row["principal"]["tenant"]) == ("lee", "acme")
+    assert row["via"] == "helpdesk" and row["refused"] == 1 and row["approved"]

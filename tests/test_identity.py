@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import jwt
@@ -96,6 +97,7 @@ SCRIPT: dict[str, list[Callable[[ModelRequest], Reply]]] = {
     "Who am I?": [lambda r: Reply(calls=[ToolCall(id="w1", name="whoami")])],
     "Refund 10 on o-1.": [lambda r: Reply(calls=[call(10)])],
     "Refund 5 on o-3.": [lambda r: Reply(calls=[call(5, "o-3")])],
+    "Refund 7 on o-9.": [lambda r: Reply(calls=[call(7, "o-9")])],
     # After its first refund ran, the model asks for the same call id with more money.
     "Refund 10 on o-2, then more.": [
         lambda r: Reply(calls=[call(10, "o-2")]),
@@ -396,6 +398,113 @@ async def test_the_web_chat_takes_its_user_from_a_verified_jwt_only(
             ok = await session(token(name="Cy"))
             assert ok.status_code == 200, ok.text
             assert (ok.json()["customer_id"], ok.json()["tenant"]) == ("c-7", "acme")
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+
+
+async def test_a_lead_sees_and_decides_the_tenants_calls_in_the_web_chat(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A customer's refund waits for a support lead: acme's lead lists it and approves
+    it in the web chat; another customer of acme and globex's lead neither see it nor
+    reach it (404, as a turn that does not exist)."""
+    monkeypatch.setenv("AGENT_WEB_JWT_SECRET", SECRET)
+    monkeypatch.setenv("AGENT_WEB_JWT_AUDIENCE", "desk-web")
+    turn = await served.agents.start("Refund 7 on o-9.", principal=CUSTOMER)
+    await waiting(turn)
+    port = free_port()
+    conn = Connection(client=served.agents.temporal, ui_url=None)
+    serving = asyncio.create_task(
+        serve(conn, ConversationInput(agent="desk"), port=port, task_queue=served.agents.task_queue)
+    )
+    lead = {"sub": "lead-1", "roles": ["support-lead"]}
+    try:
+        await until(lambda: asyncio.to_thread(is_listening, "127.0.0.1", port), bool)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+
+            def bearer(**claims: Any) -> dict[str, str]:
+                return {"Authorization": f"Bearer {token(**claims)}"}
+
+            async def listed(**claims: Any) -> list[str]:
+                shown = await http.get("/api/approvals", headers=bearer(**claims))
+                assert shown.status_code == 200, shown.text
+                return [a["turn_id"] for a in shown.json()["approvals"]]
+
+            async def decide(**claims: Any) -> httpx.Response:
+                return await http.post(
+                    f"/api/turns/{quote(turn.id, safe='')}/decisions",  # an id may hold `%`
+                    json={"call_id": "c1", "approved": True},
+                    headers=bearer(**claims),
+                )
+
+            assert turn.id in await listed(**lead)
+            assert turn.id not in await listed(sub="c-8")
+            assert turn.id not in await listed(**lead, tenant="globex")
+            assert (await decide(sub="c-8")).status_code == 404
+            assert (await decide(**lead, tenant="globex")).status_code == 404
+            decided = await decide(**lead)
+            assert decided.status_code == 200, decided.text
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+    result = await turn.result()
+    assert ("o-9", 7, "acme:c-7") in served.ledger.refunds
+    (consent,) = [s.consent for s in result.steps if s.consent and not s.consent.refused]
+    assert consent.principal is not None and consent.principal.key == "acme:lead-1"
+    assert consent.via == "web"
+
+
+async def test_an_event_source_opens_its_stream_with_a_ticket_not_the_jwt(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a login, a page's EventSource (no header) opens a turn's stream with a
+    ticket it got with its bearer token: for that stream only, and never with the JWT
+    itself in the URL; a forged or another stream's ticket is 401."""
+    monkeypatch.setenv("AGENT_WEB_JWT_SECRET", SECRET)
+    monkeypatch.setenv("AGENT_WEB_JWT_AUDIENCE", "desk-web")
+    mine = await served.agents.ask("Who am I?", principal=CUSTOMER)
+    theirs = await served.agents.ask("Who am I?", principal=LEAD)
+    port = free_port()
+    conn = Connection(client=served.agents.temporal, ui_url=None)
+    serving = asyncio.create_task(
+        serve(conn, ConversationInput(agent="desk"), port=port, task_queue=served.agents.task_queue)
+    )
+
+    def events(turn_id: str) -> str:
+        return f"/api/turns/{quote(turn_id, safe='')}/events"
+
+    try:
+        await until(lambda: asyncio.to_thread(is_listening, "127.0.0.1", port), bool)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            bearer = {"Authorization": f"Bearer {token()}"}
+            asked = await http.post(
+                "/api/stream-tickets", json={"path": events(mine.workflow_id)}, headers=bearer
+            )
+            assert asked.status_code == 200, asked.text
+            ticket = asked.json()["ticket"]
+            assert (await http.post("/api/stream-tickets", json={"path": "/"})).status_code == 401
+
+            async def opened(path: str, **params: str) -> tuple[int, str]:
+                async with http.stream("GET", path, params=params) as response:
+                    if response.status_code != 200:
+                        return response.status_code, (await response.aread()).decode()
+                    async for line in response.aiter_lines():
+                        if line.startswith("event: "):
+                            return 200, line
+                return 200, ""
+
+            status, first = await opened(events(mine.workflow_id), ticket=ticket)
+            assert status == 200 and first.startswith("event: "), first
+            refused = {
+                "none": await opened(events(mine.workflow_id)),
+                "another stream": await opened(events(theirs.workflow_id), ticket=ticket),
+                "forged": await opened(events(mine.workflow_id), ticket=token()),
+                "the jwt": await opened(events(mine.workflow_id), token=token()),
+            }
+            for why, (status, said) in refused.items():
+                assert status == 401, (why, said)
+            assert "another stream" in refused["another stream"][1]
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)

@@ -8,9 +8,12 @@ the client refuses it in one line."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +30,7 @@ from durable_agent import Agent, AgentClient, Secret, ToolContext, ToolError, to
 from durable_agent.errors import InvalidSecret
 from durable_agent.model import Reply
 from durable_agent.runtime import storage
-from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER, data_converter
 from durable_agent.runtime.secret_refs import SECRETS_KEY
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import state_dir
@@ -260,3 +263,52 @@ async def test_a_crash_quoting_a_secret_is_recorded_masked(key: None, harness: H
     assert b"the client crashed holding [secret api_key]" in recorded
     assert b"RuntimeError" in recorded  # its type stands, for retry policies
     assert API_KEY.encode() not in recorded
+
+
+async def test_ask_takes_a_secret_on_the_command_line(key: None, harness: Harness) -> None:
+    """`client.py ask --secret NAME=VALUE`: the tool gets the value, the history never
+    has it; a name given twice, or one whose environment variable is unset, is one line
+    and no turn."""
+    model = both_tools_then_answer()
+    seen: list[str] = []
+    root = Path(__file__).resolve().parent.parent
+    # The command encrypts its payloads with the key (the codec): so must the worker.
+    encrypting = await Client.connect(
+        harness.client.service_client.config.target_host,
+        namespace=harness.client.namespace,
+        data_converter=data_converter(),
+    )
+    async with Harness(encrypting, harness.store).worker(agents=[agent(model, seen)]) as task_queue:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+        environ |= {
+            "TEMPORAL_ADDRESS": harness.client.service_client.config.target_host,
+            "TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml",
+            "AGENT_TASK_QUEUE": task_queue,
+        }
+
+        def ask(*flags: str) -> subprocess.CompletedProcess[str]:
+            command = [sys.executable, "client.py", "ask", "--agent", "weather", "--no-wait"]
+            return subprocess.run(
+                [*command, "--context", '{"plan": "pro"}', *flags, "Weather?"],
+                cwd=root,
+                env=environ,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+
+        started = await asyncio.to_thread(ask, "--secret", f"api_key={API_KEY}")
+        assert started.returncode == 0, started.stderr
+        client = AgentClient(encrypting, task_queue=task_queue)
+        turn_id = started.stdout.strip()
+        assert (await client.turn(turn_id).result()).outcome is Outcome.ANSWERED
+        assert API_KEY in seen
+        assert API_KEY.encode() not in await everything_recorded(client, turn_id)
+
+        for flags, said in [
+            (("--secret", "plan=x"), "--secret plan: that context key is given already"),
+            (("--secret", "no_such_variable"), "--secret no_such_variable: no environment"),
+        ]:
+            refused = await asyncio.to_thread(ask, *flags)
+            assert refused.returncode == 1 and said in refused.stderr, refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1

@@ -3,6 +3,7 @@
 python client.py ask "Has order 123456 shipped?" [--agent NAME] [--customer ID] [--follow]
 python client.py ask "..." --set temperature=0.2 --set stop=END   # the turn's model settings
 python client.py ask "What does it say about refunds?" --attach terms.pdf   # a file with it
+python client.py ask "Weather?" --secret api_key=...   # a secret context value (or NAME: from env)
 python client.py chat [--agent NAME] [--customer ID] [--model SPEC]   # Ctrl-D ends it
                                                    # (a line `/attach PATH`: a file with the next)
 python client.py pending [--customer ID]                  # calls awaiting approval, questions
@@ -111,6 +112,7 @@ from durable_agent.runtime.turns import (
 )
 from durable_agent.schedules import NAME_PATTERN
 from durable_agent.schedules import cli as schedules_cli
+from durable_agent.secret import SECRETS_KEY
 from durable_agent.serving import load
 from durable_agent.settings import Settings, state_dir
 from durable_agent.stream import DoneEvent, Drafts, StepEvent, TokensEvent
@@ -399,6 +401,30 @@ def context_of(args: argparse.Namespace) -> dict[str, object]:
         raise CliError(f"--context: {e}") from None
 
 
+def secrets_of(args: argparse.Namespace) -> dict[str, str]:
+    """`--secret NAME=VALUE` (or `NAME` alone: the environment variable NAME's value,
+    which stays out of the process list and the shell's history): context values the
+    turn gets as secrets (`AgentClient.start(secret=...)`). One line, before anything
+    starts, for a name given twice, one `--context` has too, or an unset variable."""
+    given = context_of(args)
+    secrets: dict[str, str] = {}
+    for pair in args.secret or []:
+        name, has_value, value = pair.partition("=")
+        name = name.strip()
+        if not name:
+            raise CliError("--secret: give NAME=VALUE, or NAME (an environment variable)")
+        if name in secrets or name in given or name == SECRETS_KEY:
+            raise CliError(f"--secret {name}: that context key is given already: name it once")
+        if not has_value:
+            if name not in os.environ:
+                raise CliError(
+                    f"--secret {name}: no environment variable {name}: set it, or give {name}=VALUE"
+                )
+            value = os.environ[name]
+        secrets[name] = value
+    return secrets
+
+
 def settings_of(args: argparse.Namespace) -> ModelSettings | None:
     """`--set KEY=VALUE ...`: the turn's model settings (`model_settings.from_pairs`)."""
     try:
@@ -525,6 +551,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
     question = sys.stdin.read() if args.question == "-" else args.question
     chosen = choose_agent(args.agent)
     principal = principal_of(args, args.customer)
+    secrets = secrets_of(args)
     try:
         turn = TurnInput(
             question=question,
@@ -544,6 +571,7 @@ async def cmd_ask(args: argparse.Namespace) -> int:
         agents = client_of(conn, args)
         taken = chosen.definition.attachments if chosen.definition else None
         turn, workflow_id = await agents.attach(turn, args.attach or [], taken)
+        turn, workflow_id = await agents.seal(turn, secrets, workflow_id=workflow_id)
         handle = await agents.start_turn(turn, workflow_id=workflow_id)
         if args.no_wait:
             print(handle.id)
@@ -1342,6 +1370,15 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         metavar="PATH",
         help="a file or image the question is about (PNG, JPEG, GIF, WebP, PDF or text); "
+        "repeat it for several",
+    )
+    ask.add_argument(
+        "--secret",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a context value the turn gets as a secret: stored encrypted in the payload "
+        "store, never in its history (needs AGENT_ENCRYPTION_KEY); NAME alone takes the "
+        "environment variable NAME, out of the process list and the shell's history; "
         "repeat it for several",
     )
     add_turn_options(ask)

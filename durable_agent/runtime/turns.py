@@ -709,6 +709,8 @@ class Waiting:
     stalled: bool = False
     """No worker of that version runs: the turn waits for one (a decision is kept
     until then)."""
+    asker: Principal | None = None
+    """Who asked the turn, as its input records it (`AgentClient.pending_for` fills it)."""
 
     def age(self, now: datetime) -> str:
         seconds = max(0, int((now - self.approval.since).total_seconds()))
@@ -764,6 +766,26 @@ async def pending(
                 continue
         found += [Waiting(wf.id, p, version, stalled) for p in waiting]
     return sorted(found, key=lambda w: w.approval.since)
+
+
+async def waiting_of(handle: WorkflowHandle) -> list[PendingApproval]:
+    """The calls a running turn awaits a decision on: from its memo (no worker needed),
+    else as its worker answers; none for a turn that does not run."""
+    try:
+        described = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return []
+        raise
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        return []
+    listed = await memo_pending(described.memo_value)
+    if listed:
+        return listed
+    try:
+        return (await progress_of(handle, QUERY_WAIT_S)).pending
+    except AgentClientError:  # no worker answers: nothing the memo does not list
+        return []
 
 
 QUERY_WAIT_S = 5.0

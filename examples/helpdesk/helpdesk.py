@@ -7,13 +7,14 @@ python ../../client.py --task-queue helpdesk ask --agent helpdesk "Is the VPN do
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Literal
 
 from desk import Desk, Service, Ticket
 from pydantic import BaseModel, Field, StringConstraints
 
-from durable_agent import Agent, Refusals, ToolContext, tool
+from durable_agent import Agent, ApprovalPolicy, Refusals, ToolContext, tool
 
 
 class TicketLookup(BaseModel):
@@ -76,4 +77,11 @@ agent = Agent(
     examples=["Is the VPN down?", "What is the status of ticket INC-1001?"],
     refusals=Refusals(decline="Sorry, the help desk can only help with IT tickets and services."),
     deps=Desk.open,
+)
+
+# The same desk in a service with many customers (`--agent helpdesk:with_leads`): a new
+# ticket waits for a support lead of the asker's tenant, never for the asker
+# (docs/identity-and-consent.md). Same name: the service asks `helpdesk` either way.
+with_leads = replace(
+    agent, approvals=ApprovalPolicy(approvers={"open_ticket": "role:support-lead"})
 )

@@ -17,9 +17,11 @@ AGENT_WEB_JWT_SECRET (HS256) or AGENT_WEB_JWKS (a JWKS file) is set, with
 AGENT_WEB_JWT_ISSUER / _AUDIENCE checked when set: `sub` is the user, `tenant` the
 tenant, `roles` the roles; a request without a valid token gets 401. With neither set,
 it comes from the `X-User` header, for local use only; in your service it comes from
-your own authentication. Each user sees and decides only the turns they started: a turn is
-looked up as theirs (`turn_for`), never recognised by its id. An Idempotency-Key is
-the user's own, and sent again with another question it is refused (409).
+your own authentication. Each user sees and decides only the turns they started (a turn
+is looked up as theirs, `turn_for`, never recognised by its id), and a support lead the
+calls of their tenant's turns that the agent's approvers give them (`turn_to_decide`).
+An Idempotency-Key is the user's own, and sent again with another question it is
+refused (409).
 """
 
 from __future__ import annotations
@@ -202,7 +204,10 @@ async def result(workflow_id: str, agents: Agents, who: User) -> TurnResult:
 
 @app.get("/approvals")
 async def approvals(agents: Agents, who: User) -> list[dict[str, Any]]:
-    """The user's calls that wait for consent, oldest first."""
+    """The calls that wait for consent which the user sees, oldest first: those of
+    their own turns, and, for a support lead, those of their tenant's turns that the
+    agent's approvers give them (`role:support-lead`). `asked_by`: who asked;
+    `approvers`: who may decide (empty: the asker); `decide`: where to POST a decision."""
     return [
         {
             "workflow_id": waiting.workflow_id,
@@ -211,8 +216,13 @@ async def approvals(agents: Agents, who: User) -> list[dict[str, Any]]:
             "arguments": waiting.approval.call.arguments,
             "why": waiting.approval.why,
             "since": waiting.approval.since.isoformat(),
+            "asked_by": waiting.asker.user if waiting.asker else "",
+            "approvers": waiting.approval.approvers,
+            # An id may hold `%` (`turn-acme%3Aada-…`): a path carries it quoted.
+            "decide": f"/turns/{quote(waiting.workflow_id, safe='')}/approvals/"
+            f"{quote(waiting.approval.call.id, safe='')}",
         }
-        for waiting in await agents.pending(who.user, tenant=who.tenant)
+        for waiting in await agents.pending_for(who)
     ]
 
 
@@ -220,8 +230,9 @@ async def approvals(agents: Agents, who: User) -> list[dict[str, Any]]:
 async def decide(
     workflow_id: str, call_id: str, body: Decision, agents: Agents, who: User
 ) -> dict[str, Any]:
-    """Approve or reject one waiting call; the turn goes on at once."""
-    turn = await agents.turn_for(workflow_id, principal=who)
+    """Approve or reject one waiting call; the turn goes on at once. The asker, or a
+    lead of their tenant where the agent's approvers say so; anyone else: 404."""
+    turn = await agents.turn_to_decide(workflow_id, principal=who)
     decided = await turn.decide(
         call_id,
         approved=body.approved,

@@ -9,8 +9,15 @@
     GET  /api/turns/{id}/events             one turn of this customer's as server-sent
                                             events (a fork of a turn, which no
                                             conversation shows; the page's `?turn=ID`)
+    GET  /api/approvals                     the calls awaiting consent this user sees: their
+                                            own turns', and a support lead's, their
+                                            tenant's that the agent's approvers give them
     POST /api/turns/{id}/decisions {call_id, approved, reason?}
-                                            approve or reject a call awaiting consent
+                                            approve or reject a call awaiting consent (the
+                                            asker's, or a lead's: `turn_to_decide`)
+    POST /api/stream-tickets {path}         with a login: a ticket (60 s) that opens the
+                                            stream at `path` as `PATH?ticket=...`, for
+                                            an EventSource, which sends no header
     GET  /api/turns/{id}/questions          an MCP server's questions awaiting an answer
     POST /api/turns/{id}/answers {question_id, action, content?}
                                             answer one: accept (a form's fields),
@@ -42,7 +49,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
@@ -60,7 +67,12 @@ from durable_agent.approval import ApprovalDecision
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, ConversationHandle
 from durable_agent.errors import AgentClientError, InvalidAnswer, NotAnApprover, UnknownTurn
-from durable_agent.frontends.web.auth import Authenticator, Unauthenticated
+from durable_agent.frontends.web.auth import (
+    STREAM_TICKET_S,
+    Authenticator,
+    StreamTickets,
+    Unauthenticated,
+)
 from durable_agent.frontends.web.events import (
     Event,
     Position,
@@ -133,6 +145,25 @@ def create_app(
         if auth is None:
             return template.asker
         return auth.principal(request.headers.get("authorization"))
+
+    tickets = StreamTickets()
+
+    def reader(request: Request) -> Principal:
+        """Whom a stream is for: as `who`, or, for a browser's `EventSource` (which
+        cannot send a header), the principal of the `ticket` it got for this path."""
+        ticket = request.query_params.get("ticket")
+        if auth is None or ticket is None or "authorization" in request.headers:
+            return who(request)
+        return tickets.principal(ticket, request.scope["path"])
+
+    async def stream_ticket(request: Request) -> Response:
+        whom = who(request)  # the bearer token, verified
+        path = unquote(_field(await _body(request), "path", str))
+        try:
+            ticket = tickets.issue(whom, path)
+        except ValueError as e:
+            raise Problem(400, str(e)) from None
+        return JSONResponse({"ticket": ticket, "expires_in": STREAM_TICKET_S})
 
     limits = rate_limits or RateLimits.from_env()
     new_chats, messages = Buckets(limits.chats), Buckets(limits.messages)
@@ -208,7 +239,9 @@ def create_app(
             ApprovalDecision(call_id=call_id, approved=approved, by=DECIDED_BY, reason=reason)
         except ValidationError as e:
             raise Problem(400, _invalid(e)) from None
-        turn = await agents.turn_for(turn_id, principal=whom)
+        # The asker's own turn, or one whose waiting call the agent's approvers give
+        # this principal (a support lead of its tenant); anyone else's: 404.
+        turn = await agents.turn_to_decide(turn_id, principal=whom)
         result = await turn.decide(
             call_id,
             approved=approved,
@@ -218,6 +251,23 @@ def create_app(
             via="web",
         )
         return JSONResponse(result.model_dump(mode="json"))
+
+    async def approvals(request: Request) -> Response:
+        """The calls awaiting consent this principal sees: their own turns', and a
+        lead's, their tenant's that the agent's approvers give them."""
+        shown = await agents.pending_for(who(request))
+        return JSONResponse(
+            {
+                "approvals": [
+                    {
+                        "turn_id": w.workflow_id,
+                        "asked_by": w.asker.user if w.asker else "",
+                        **w.approval.model_dump(mode="json"),
+                    }
+                    for w in shown
+                ]
+            }
+        )
 
     async def questions(request: Request) -> Response:
         whom = who(request)
@@ -242,7 +292,7 @@ def create_app(
         after = Position.parse(request.headers.get("last-event-id"))
         chat = str(request.path_params["chat_id"])
         missing = f"no conversation {chat} (it ended long ago, or never began)"
-        whom = who(request)
+        whom = reader(request)
 
         async def story() -> AsyncIterator[Event]:
             await agents.conversation_for(chat, principal=whom)
@@ -255,7 +305,7 @@ def create_app(
         """A turn of this customer's by itself, headed by what it is a fork of."""
         turn_id = str(request.path_params["turn_id"])
         after = Position.parse(request.headers.get("last-event-id"))
-        whom = who(request)
+        whom = reader(request)
         missing = f"no turn {turn_id} of customer {whom.user}"
 
         async def story() -> AsyncIterator[Event]:
@@ -287,6 +337,8 @@ def create_app(
             Route("/api/chats/{chat_id}/messages", _guarded(message), methods=["POST"]),
             Route("/api/chats/{chat_id}/events", _guarded(events)),
             Route("/api/turns/{turn_id}/events", _guarded(turn_events)),
+            Route("/api/approvals", _guarded(approvals)),
+            Route("/api/stream-tickets", _guarded(stream_ticket), methods=["POST"]),
             Route("/api/turns/{turn_id}/decisions", _guarded(decision), methods=["POST"]),
             Route("/api/turns/{turn_id}/questions", _guarded(questions)),
             Route("/api/turns/{turn_id}/answers", _guarded(answer), methods=["POST"]),

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +125,64 @@ class Authenticator:
         raise Unauthenticated("the token's key is not in the JWKS")
 
 
+STREAM_TICKET_S = 60
+"""How long a stream ticket opens its stream: long enough to open it, short enough that
+one read from a log or a history opens nothing."""
+STREAM_PATH = re.compile(r"/api/(chats|turns)/[^/]+/events")
+"""The only paths a ticket opens: a conversation's or a turn's events."""
+TICKET_AUDIENCE = "durable-agent-web-stream"
+
+
+@dataclass(frozen=True)
+class StreamTickets:
+    """Short-lived tickets that let a browser's `EventSource`, which cannot send an
+    `Authorization` header, open one stream as the principal of a verified token: the
+    page POSTs for a ticket with its bearer token, then opens `PATH?ticket=...`.
+
+    A ticket names one stream's path and the principal, expires after
+    `STREAM_TICKET_S`, and is signed with a key this process draws at start (a
+    restart voids them all). It opens that stream only: it decides nothing, and the
+    stream still answers only for the principal's own (or a lead's) turns. The
+    login's JWT itself is never taken from a URL."""
+
+    key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+
+    def issue(self, principal: Principal, path: str) -> str:
+        if not STREAM_PATH.fullmatch(path):
+            raise ValueError("a ticket opens /api/chats/ID/events or /api/turns/ID/events")
+        claims = {
+            "sub": principal.user,
+            "tenant": principal.tenant,
+            "roles": list(principal.roles),
+            "name": principal.display_name,
+            "path": path,
+            "aud": TICKET_AUDIENCE,
+            "exp": int(time.time()) + STREAM_TICKET_S,
+        }
+        return jwt.encode(claims, self.key, algorithm="HS256")
+
+    def principal(self, ticket: str, path: str) -> Principal:
+        """The principal a ticket was issued to, for the stream at `path`;
+        `Unauthenticated` for any other path, an expired ticket or a forged one."""
+        if len(ticket) > MAX_TOKEN_CHARS:
+            raise Unauthenticated(f"the ticket is over {MAX_TOKEN_CHARS:,} characters")
+        try:
+            claims = jwt.decode(
+                ticket,
+                self.key,
+                algorithms=["HS256"],
+                audience=TICKET_AUDIENCE,
+                options={"require": ["exp", "sub", "path"]},
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthenticated("the stream ticket has expired: ask for another") from None
+        except jwt.PyJWTError:
+            raise Unauthenticated("the stream ticket is not valid") from None
+        if claims["path"] != path:
+            raise Unauthenticated("the stream ticket is for another stream")
+        return _principal_of(claims)
+
+
 def _principal_of(claims: dict[str, Any]) -> Principal:
     roles = claims.get("roles", [])
     try:
@@ -138,4 +199,4 @@ def _principal_of(claims: dict[str, Any]) -> Principal:
         raise Unauthenticated(f"the token's claims cannot be used: {message}") from None
 
 
-__all__ = ["Authenticator", "Unauthenticated"]
+__all__ = ["Authenticator", "StreamTickets", "Unauthenticated"]
