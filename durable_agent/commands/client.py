@@ -74,6 +74,7 @@ from durable_agent.commands.questions import answer_question
 from durable_agent.context_sources import cited
 from durable_agent.elicitation import Action
 from durable_agent.errors import AgentDefinitionError, InvalidContext
+from durable_agent.memory import cli as memory_cli
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import usage_line
 from durable_agent.principal import DEFAULT_TENANT, Principal
@@ -1446,6 +1447,7 @@ def parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="one JSON object a line")
     audit.set_defaults(run=cmd_audit)
     schedules_cli.add_parser(sub).set_defaults(run=cmd_schedule)
+    memory_cli.add_parser(sub).set_defaults(run=memory_cli.run)
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")
     show.add_argument("workflow_id")
