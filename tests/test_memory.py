@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from durable_agent import Agent, AgentClient, Principal
+from durable_agent import Agent, AgentClient, Principal, ToolContext, tool
 from durable_agent.conversation import ToolResult
 from durable_agent.errors import ToolUnavailable, UnknownMemory
 from durable_agent.memory import Memory, MemorySettings, SQLiteMemoryStore
@@ -37,6 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REMEMBER = "Please remember: "
 FORGET = "Please forget "
 LOOK_UP = "Look up: "
+PARAPHRASE = "Please note that I "
+NOTE_IT = "Send me a note of what you recall"
 _RECALLED = re.compile(r"\[(mem_[0-9a-f]{16})\] \([^()]*\): (.*?)(?= \[mem_|$)")
 
 
@@ -56,6 +59,12 @@ def plan(request: ModelRequest) -> Reply:
     if q.startswith(FORGET):
         mid = q.removeprefix(FORGET)
         return Reply(calls=[ToolCall(id="m1", name="forget", arguments={"memory_id": mid})])
+    if q.startswith(PARAPHRASE):  # kept in the model's words, not the customer's
+        fact = "The customer " + q.removeprefix(PARAPHRASE)
+        return Reply(calls=[ToolCall(id="m1", name="remember", arguments={"fact": fact})])
+    if q == NOTE_IT:
+        (fact, *_) = recalled(request)
+        return Reply(calls=[ToolCall(id="n1", name="send_note", arguments={"text": fact})])
     if q.startswith(LOOK_UP):
         query = q.removeprefix(LOOK_UP)
         return Reply(calls=[ToolCall(id="m1", name="recall", arguments={"query": query})])
@@ -99,6 +108,16 @@ class LoseFirstRemember(Interceptor):
         return Lose(next)
 
 
+class Note(BaseModel):
+    text: str
+
+
+@tool(side_effects=True, approval=False)
+def send_note(args: Note, ctx: ToolContext[Any]) -> str:
+    """Send the customer a note (its consent waived: the provenance rules still ask)."""
+    return "sent"
+
+
 @dataclass
 class Desk:
     client: AgentClient
@@ -125,6 +144,7 @@ async def desk(env: WorkflowEnvironment) -> AsyncIterator[Desk]:
         model="scripted",
         models={"scripted": lambda _: model},
         memory=MemorySettings(recall=3, max_facts=4, max_fact_chars=200),
+        tools=[send_note],
     )
     lost = LoseFirstRemember()
     client = await Client.connect(
@@ -239,6 +259,35 @@ async def test_sizes_are_bounded_in_one_line_the_model_reads(desk: Desk) -> None
     full = await desk.ask(f"{REMEMBER}One more fact about me", "frank")
     assert "this customer has 4 memories, the most kept; forget one" in full.answer
     assert len(await desk.client.memory.list("frank")) == 4
+
+
+async def test_only_the_customers_own_words_are_remembered_unasked_and_recalled_ones_ask(
+    desk: Desk,
+) -> None:
+    """A fact in the model's words asks a person first; so does a write that uses a
+    recalled memory (what was said in an earlier conversation is not said now)."""
+    paraphrased = await desk.client.start(f"{PARAPHRASE}like green tea", customer="gina")
+    (asked,) = await waiting(paraphrased)
+    assert asked.call.name == "remember" and "not all the customer's own" in asked.why
+    await paraphrased.reject(by="ops", reason="not the customer's words")
+    await paraphrased.result()
+    assert await desk.client.memory.list("gina") == []
+
+    await desk.ask(f"{REMEMBER}My locker code is 4711", "gina")
+    noting = await desk.client.start(NOTE_IT, customer="gina")
+    (asked,) = await waiting(noting)
+    assert asked.call.name == "send_note" and "from a result of recall" in asked.why, asked.why
+    await noting.reject(by="ops")
+    await noting.result()
+
+
+async def waiting(turn: Any) -> list[Any]:
+    """The turn's calls awaiting a decision, once there are some."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while not (pending := await turn.pending()):
+        assert asyncio.get_running_loop().time() < deadline, "nothing awaits a decision"
+        await asyncio.sleep(0.1)
+    return list(pending)
 
 
 def test_memory_takes_true_or_settings_and_refuses_the_rest(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ python client.py audit [--tenant T] [--user U] [--since 7d] [--limit N] [--json]
 python client.py show WORKFLOW_ID
 python client.py schedule add NAME --agent A (--cron EXPR | --every 1h | --at TIME) "QUESTION"
 python client.py schedule list | show NAME | pause NAME | resume NAME | trigger NAME | delete NAME
+python client.py memory list | export --customer ID [--tenant T]   # a customer's memories
+python client.py memory forget MEMORY_ID --customer ID [--tenant T]
 python client.py rerun WORKFLOW_ID --from-step N [--model SPEC] [--instructions FILE]
 python client.py rerun WORKFLOW_ID --from-step N --current   # on the agent as served now
 python client.py replay WORKFLOW_ID --model SPEC   # the turn asked again, tools from the record
