@@ -566,7 +566,8 @@ class AgentClient:
     @functools.cached_property
     def memory(self) -> MemoryAccess:
         """The customers' memories (`durable_agent.memory`), in this folder's store (the
-        state folder's, which its workers share): list, export, forget."""
+        state folder's, which its workers share): list, export, forget. For another
+        store, `durable_agent.memory.MemoryAccess(name=..., store=...)`."""
         return MemoryAccess()
 
     def turn_url(self, workflow_id: str) -> str | None:

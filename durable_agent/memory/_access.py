@@ -10,15 +10,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from durable_agent.errors import UnknownMemory
-from durable_agent.memory._store import MemoryStore, Remembered, SQLiteMemoryStore
+from durable_agent.memory._store import MemoryStore, Remembered, in_state_folder
 from durable_agent.principal import DEFAULT_TENANT, Principal
-from durable_agent.settings import state_dir
 
 
 class MemoryAccess:
     """The memories of one store (by default `<state folder>/memory/<name>.sqlite3`, the
-    file the workers of this folder keep them in), by customer: the application's word
-    on who the customer is, as a turn's principal is.
+    file the workers of this folder keep them in; `store`: the one the agent's
+    `MemorySettings(store=...)` makes), by customer: the application's word on who the
+    customer is, as a turn's principal is.
 
         await agents.memory.list("c-42", tenant="acme")
         await agents.memory.forget("mem_0123456789abcdef", customer="c-42", tenant="acme")
@@ -33,7 +33,7 @@ class MemoryAccess:
     def _open(self) -> MemoryStore:
         if self._make_store is not None:
             return self._make_store()
-        return SQLiteMemoryStore(state_dir() / "memory" / f"{self.name}.sqlite3")
+        return in_state_folder(self.name)
 
     async def _with_store(self, fn: Callable[[MemoryStore], Any]) -> Any:
         def run() -> Any:

@@ -20,11 +20,10 @@ from durable_agent.memory._store import (
     MemoryFull,
     MemoryStore,
     Remembered,
-    SQLiteMemoryStore,
+    in_state_folder,
     memory_id,
 )
 from durable_agent.principal import Principal
-from durable_agent.settings import state_dir
 from durable_agent.tools import Tool, ToolContext, tool
 
 REMEMBER_TOOL = "remember"
@@ -71,11 +70,6 @@ class MemorySettings:
                 raise ValueError(f"memory: {field} must be from {low} to {high:,}, not {value!r}")
         if not self.name.replace("-", "").replace("_", "").isalnum():
             raise ValueError(f"memory name {self.name!r}: use letters, digits, '-' and '_'")
-
-
-def memory_path(name: str = "memory") -> str:
-    """The default store's file for `name`, under the state folder."""
-    return str(state_dir() / "memory" / f"{name}.sqlite3")
 
 
 class Fact(BaseModel):
@@ -140,7 +134,7 @@ class Memory:
             if self.settings.store is not None:
                 self._store = self.settings.store()
             else:
-                self._store = SQLiteMemoryStore(state_dir() / "memory" / f"{self.name}.sqlite3")
+                self._store = in_state_folder(self.name)
         return self._store
 
     def _bounded(self, found: list[Remembered]) -> list[Passage]:

@@ -21,6 +21,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from durable_agent.knowledge import fts_query
+from durable_agent.settings import state_dir
 
 BUSY_TIMEOUT_S = 30.0
 MEMORY_ID = r"mem_[0-9a-f]{16}"
@@ -199,3 +200,8 @@ def _remembered(row: tuple[str, str, str, str, float, str]) -> Remembered:
     return Remembered(
         id=mid, tenant=tenant, customer_id=customer, text=text, created=created, turn=turn
     )
+
+
+def in_state_folder(name: str = "memory") -> SQLiteMemoryStore:
+    """The default store: `<state folder>/memory/<name>.sqlite3`."""
+    return SQLiteMemoryStore(state_dir() / "memory" / f"{name}.sqlite3")
