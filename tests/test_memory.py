@@ -177,7 +177,11 @@ async def desk(env: WorkflowEnvironment) -> AsyncIterator[Desk]:
 async def test_remembered_in_one_conversation_recalled_in_the_next_and_never_for_another(
     desk: Desk,
 ) -> None:
-    told = await desk.ask(f"{REMEMBER}I prefer email over phone calls, after 6pm")
+    """The issue's Done-when: a preference told in conversation A is used in a new
+    conversation B of the same customer, and never for another."""
+    conversation_a = desk.client.chat(customer="alice", stream=False)
+    told = await conversation_a.send(f"{REMEMBER}I prefer email over phone calls, after 6pm")
+    await conversation_a.end()
     calls = [c.name for s in told.steps if s.kind is StepKind.TOOL_CALL for c in s.calls]
     assert calls == ["remember"]  # the customer's own words: it ran unasked
     (kept,) = await desk.client.memory.list("alice")
@@ -186,7 +190,9 @@ async def test_remembered_in_one_conversation_recalled_in_the_next_and_never_for
     # The first attempt stored it and its result was lost: the retry stored nothing more.
     assert desk.lost.lost == ["m1"]
 
-    later = await desk.ask("How should you contact me about my order?")
+    conversation_b = desk.client.chat(customer="alice", stream=False)
+    later = await conversation_b.send("How should you contact me about my order?")
+    await conversation_b.end()
     assert later.answer == "I recall: I prefer email over phone calls, after 6pm"
     (step,) = [s for s in later.steps if s.kind is StepKind.RETRIEVE]
     assert step.text == "retrieve: 1 passage(s) for the question, 1 of them from memory"
