@@ -19,11 +19,17 @@ from temporalio import activity
 
 from durable_agent.activities.parse_output import screened
 from durable_agent.context_sources import MAX_PASSAGES, Passage, render_passages
+from durable_agent.principal import Principal
 from durable_agent.serving import Agents
 from durable_agent.shields import Verdict
 from durable_agent.types import ToolCall
 
 RETRIEVED_HEADING = "Passages of the knowledge for this question"
+RECALLED_HEADING = (
+    "Passages for this question (memory passages are what this customer told in earlier "
+    "conversations)"
+)
+MEMORY_PREFIX = "mem_"
 MAX_QUERY_CHARS = 500
 CALL_ID = "retrieve-1"
 
@@ -34,6 +40,9 @@ class RetrieveInput(BaseModel):
     question: str
     customer_id: str = ""
     """Whom the turn serves (the shields' request names them)."""
+    asker: Principal | None = None
+    """Whom the turn serves, as recorded (`TurnInput.asker`): a source of someone's own
+    (memory) gives only theirs."""
 
 
 class RetrieveOutput(BaseModel):
@@ -45,6 +54,8 @@ class RetrieveOutput(BaseModel):
     tool-output shields."""
     passages: int = 0
     """How many passages it holds."""
+    recalled: int = 0
+    """How many of them are the customer's memories (`durable_agent.memory`)."""
     verdicts: list[Verdict] = []
     """The tool-output shields' verdicts on it (none: no shields)."""
 
@@ -59,17 +70,23 @@ class RetrieveActivity:
         found: list[Passage] = []
         asking = [source for source in served.sources if source.retrieve]
         for source in asking:
-            found += await source.passages(input.question, source.retrieve)
+            found += await source.passages(input.question, source.retrieve, input.asker)
         found = found[:MAX_PASSAGES]
-        tools = [t for source in asking for t in source.tools()]
+        # The call it stands for is a read's (a search, a recall), never a write's.
+        tools = [t for source in asking for t in source.tools() if not t.side_effects]
         tool = tools[0] if tools else None
         arguments: dict[str, Any] = {}
         if tool is not None and tool.args_model is not None:
             fields = list(tool.args_model.model_fields)
             arguments = {fields[0]: input.question[:MAX_QUERY_CHARS]} if fields else {}
         call = ToolCall(id=CALL_ID, name=tool.name if tool else "retrieve", arguments=arguments)
-        text = render_passages(found, RETRIEVED_HEADING)
+        recalled = sum(p.id.startswith(MEMORY_PREFIX) for p in found)
+        text = render_passages(found, RECALLED_HEADING if recalled else RETRIEVED_HEADING)
         out = await screened(served, served.tools, call, text, input.customer_id, rendered=True)
         return RetrieveOutput(
-            call=call, text=out.observation.text, passages=len(found), verdicts=out.verdicts
+            call=call,
+            text=out.observation.text,
+            passages=len(found),
+            recalled=recalled,
+            verdicts=out.verdicts,
         )

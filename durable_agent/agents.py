@@ -188,6 +188,12 @@ class Agent:
     """Documents it answers from (`durable_agent.knowledge.Knowledge`): it adds the
     `search_knowledge` tool, and with `retrieve=N` each turn starts with the question's
     top passages (`durable_agent.context_sources`). None: no knowledge."""
+    memory: Any = None
+    """What its customers told it, kept across conversations (`durable_agent.memory`):
+    True, or `MemorySettings(...)`, gives it the `remember(fact)` and `forget(memory_id)`
+    writes and the `recall(query)` read, each scoped to the customer (and tenant) the
+    turn serves, and each turn starts with that customer's memories most relevant to
+    the question. None or False: no memory."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_result_chars <= MAX_RESULT_CHARS_LIMIT:
@@ -239,6 +245,7 @@ class Agent:
                 f"agent {self.name!r}: knowledge must be a Knowledge([...]) (from "
                 f"durable_agent.knowledge import Knowledge), not {type(self.knowledge).__name__}"
             )
+        object.__setattr__(self, "memory", self._memory(self.memory))
         # Settings may be given as dicts of their fields, as Pydantic AI's are: kept typed.
         object.__setattr__(self, "settings", self._settings("settings", self.settings))
         models = {
@@ -246,6 +253,19 @@ class Agent:
             for key, given in self.models.items()
         }
         object.__setattr__(self, "models", models)
+
+    def _memory(self, given: Any) -> ContextSource | None:
+        if given is None or given is False or isinstance(given, ContextSource):
+            return given or None
+        # The room is imported only for an agent that asks for it (it imports the core).
+        from durable_agent.memory import Memory, MemorySettings
+
+        if given is True or isinstance(given, MemorySettings):
+            return Memory(None if given is True else given)
+        raise ValueError(
+            f"agent {self.name!r}: memory must be True or a MemorySettings(...) (from "
+            f"durable_agent.memory import MemorySettings), not {type(given).__name__}"
+        )
 
     def _settings(self, where: str, given: Any) -> ModelSettings | None:
         if given is None or isinstance(given, ModelSettings):
@@ -279,7 +299,7 @@ class Agent:
     @property
     def context_sources(self) -> list[ContextSource]:
         """What it knows besides its tools (`durable_agent.context_sources`)."""
-        return [self.knowledge] if self.knowledge is not None else []
+        return [s for s in (self.knowledge, self.memory) if s is not None]
 
     @property
     def retrieve(self) -> int:

@@ -85,6 +85,7 @@ from durable_agent.errors import (
     TurnTaskFailing,
     UnknownTurn,
 )
+from durable_agent.memory import MemoryAccess
 from durable_agent.model_settings import ModelSettings
 from durable_agent.outputs import loaded_type, output_spec
 from durable_agent.principal import DEFAULT_TENANT, Principal, of_customer
@@ -626,6 +627,13 @@ class AgentClient:
     def schedules(self) -> Schedules:
         """The schedules that start this client's turns (`durable_agent.schedules`)."""
         return Schedules(self)
+
+    @functools.cached_property
+    def memory(self) -> MemoryAccess:
+        """The customers' memories (`durable_agent.memory`), in this folder's store (the
+        state folder's, which its workers share): list, export, forget. For another
+        store, `durable_agent.memory.MemoryAccess(name=..., store=...)`."""
+        return MemoryAccess()
 
     def turn_url(self, workflow_id: str) -> str | None:
         """The turn's page in the Web UI of the server this client uses, when its address

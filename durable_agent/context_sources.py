@@ -2,10 +2,11 @@
 
     agent = Agent(name="support", knowledge=Knowledge(["docs/**/*.md"], retrieve=3))
 
-A context source (`durable_agent.knowledge.Knowledge` now; memory next) gives its agent
+A context source (`durable_agent.knowledge.Knowledge`, `durable_agent.memory.Memory`)
+gives its agent
 
 - tools (`tools()`): `search_knowledge(query)`, say, which the model calls;
-- passages for a question (`passages(question, limit)`): the retrieval step before a
+- passages for a question (`passages(question, limit, asker)`): the retrieval step before a
   turn's loop (seed 004's) asks every source of the agent whose `retrieve` is above 0,
   and the turn gives the model what they found as a tool result, with the passages' ids
   and sources;
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from durable_agent.principal import Principal
     from durable_agent.tools import Tool
     from durable_agent.types import Step
 
@@ -116,8 +118,13 @@ class ContextSource(Protocol):
         """For as long as a worker that serves its agent runs (indexing, connections)."""
         ...
 
-    async def passages(self, question: str, limit: int) -> list[Passage]:
-        """The passages most relevant to `question`, best first, at most `limit`."""
+    async def passages(
+        self, question: str, limit: int, asker: Principal | None = None
+    ) -> list[Passage]:
+        """The passages most relevant to `question`, best first, at most `limit`.
+        `asker`: whom the turn serves, as its principal recorded (never the model's
+        words): a source of someone's own (memory) gives only theirs, and nothing
+        for None."""
         ...
 
 

@@ -50,6 +50,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── UnknownSchedule            no schedule of turns has that name
     ├── InvalidSchedule            a schedule's name, cron, interval, time or zone cannot be used
     ├── ScheduleNameTaken          a schedule of that name exists already
+    ├── UnknownMemory              no memory of that id for that customer, or a malformed
+    │                              customer or tenant id (`AgentClient.memory`)
     ├── NotWaiting                 the turn waits for no event of that name (or not at all)
     ├── InvalidEvent               an event's name or data is refused (too large, not JSON)
     ├── InvalidAnswer              an answer to a server's question breaks its form
@@ -338,6 +340,12 @@ class AttachmentRefused(AgentClientError):
     its bytes are not what its name says (a `.pdf` that is an image, a `.png` that is a
     program), it is of no type attachments take, or over its agent's size, count or type
     limits. The message names the file and the limit."""
+
+
+class UnknownMemory(AgentClientError):
+    """A customer's memory asked for from outside (`AgentClient.memory`, `durable-agent
+    memory`) is not there: no memory of that id belongs to that customer of that tenant
+    (another's is never named), or the customer or tenant id is malformed."""
 
 
 class RequestConflict(AgentClientError):

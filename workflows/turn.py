@@ -780,7 +780,10 @@ class AgentTurn:
             out = await workflow.execute_local_activity_method(
                 RetrieveActivity.retrieve,
                 RetrieveInput(
-                    agent=self._agent.name, question=turn.question, customer_id=turn.customer_id
+                    agent=self._agent.name,
+                    question=turn.question,
+                    customer_id=turn.customer_id,
+                    asker=turn.asker,
                 ),
                 start_to_close_timeout=RETRIEVE_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
@@ -795,6 +798,7 @@ class AgentTurn:
         observation = Observation(call_id=call.id, tool=call.name, ok=True, text=out.text)
         shown = observation.model_copy(update={"text": preview(out.text)})
         line = f"retrieve: {out.passages} passage(s) for the question"
+        line += f", {out.recalled} of them from memory" if out.recalled else ""
         self._record(1, StepKind.RETRIEVE, line, calls=[call], observation=shown)
         stop = self._judged(1, "tool_output", call, out.verdicts)
         self._tainted = self._tainted or stop is not None  # data, never instructions

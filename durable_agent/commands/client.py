@@ -18,6 +18,8 @@ python client.py audit [--tenant T] [--user U] [--since 7d] [--limit N] [--json]
 python client.py show WORKFLOW_ID
 python client.py schedule add NAME --agent A (--cron EXPR | --every 1h | --at TIME) "QUESTION"
 python client.py schedule list | show NAME | pause NAME | resume NAME | trigger NAME | delete NAME
+python client.py memory list | export --customer ID [--tenant T]   # a customer's memories
+python client.py memory forget MEMORY_ID --customer ID [--tenant T]
 python client.py rerun WORKFLOW_ID --from-step N [--model SPEC] [--instructions FILE]
 python client.py rerun WORKFLOW_ID --from-step N --current   # on the agent as served now
 python client.py replay WORKFLOW_ID --model SPEC   # the turn asked again, tools from the record
@@ -75,6 +77,7 @@ from durable_agent.commands.questions import answer_question
 from durable_agent.context_sources import cited
 from durable_agent.elicitation import Action
 from durable_agent.errors import AgentDefinitionError, InvalidContext
+from durable_agent.memory import cli as memory_cli
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import usage_line
 from durable_agent.principal import DEFAULT_TENANT, Principal
@@ -1483,6 +1486,7 @@ def parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="one JSON object a line")
     audit.set_defaults(run=cmd_audit)
     schedules_cli.add_parser(sub).set_defaults(run=cmd_schedule)
+    memory_cli.add_parser(sub).set_defaults(run=memory_cli.run)
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")
     show.add_argument("workflow_id")

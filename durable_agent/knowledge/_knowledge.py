@@ -29,6 +29,7 @@ from durable_agent.knowledge._chunk import (
     sections,
 )
 from durable_agent.knowledge._store import KnowledgeStore, SQLiteStore
+from durable_agent.principal import Principal
 from durable_agent.settings import state_dir
 from durable_agent.tools import Tool, ToolContext, tool
 
@@ -120,7 +121,10 @@ class Knowledge:
             if store is not None:
                 store.close()
 
-    async def passages(self, question: str, limit: int) -> list[Passage]:
+    async def passages(
+        self, question: str, limit: int, asker: Principal | None = None
+    ) -> list[Passage]:
+        # The same documents for everyone: `asker` is not needed.
         return await asyncio.to_thread(self.search, question, limit)
 
     # -- plain Python: indexing and searching ----------------------------------------

@@ -1,0 +1,80 @@
+"""A customer's memories from outside the turns: listed, exported and deleted
+(`AgentClient.memory`, `durable-agent memory`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from durable_agent.errors import UnknownMemory
+from durable_agent.memory._store import MemoryStore, Remembered, in_state_folder
+from durable_agent.principal import DEFAULT_TENANT, Principal
+
+
+class MemoryAccess:
+    """The memories of one store (by default `<state folder>/memory/<name>.sqlite3`, the
+    file the workers of this folder keep them in; `store`: the one the agent's
+    `MemorySettings(store=...)` makes), by customer: the application's word on who the
+    customer is, as a turn's principal is.
+
+        await agents.memory.list("c-42", tenant="acme")
+        await agents.memory.forget("mem_0123456789abcdef", customer="c-42", tenant="acme")
+    """
+
+    def __init__(
+        self, name: str = "memory", store: Callable[[], MemoryStore] | None = None
+    ) -> None:
+        self.name = name
+        self._make_store = store
+
+    def _open(self) -> MemoryStore:
+        if self._make_store is not None:
+            return self._make_store()
+        return in_state_folder(self.name)
+
+    async def _with_store(self, fn: Callable[[MemoryStore], Any]) -> Any:
+        def run() -> Any:
+            store = self._open()
+            try:
+                return fn(store)
+            finally:
+                store.close()
+
+        return await asyncio.to_thread(run)
+
+    async def list(self, customer: str, *, tenant: str = DEFAULT_TENANT) -> list[Remembered]:
+        """The customer's memories, oldest first."""
+        who = _owner(customer, tenant)
+        found: list[Remembered] = await self._with_store(lambda s: s.list(who.tenant, who.user))
+        return found
+
+    async def export(self, customer: str, *, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+        """The customer's memories as one JSON-ready object (a copy for them to have)."""
+        memories = await self.list(customer, tenant=tenant)
+        return {
+            "tenant": tenant,
+            "customer": customer,
+            "memories": [m.model_dump(mode="json") for m in memories],
+        }
+
+    async def forget(self, memory_id: str, *, customer: str, tenant: str = DEFAULT_TENANT) -> None:
+        """Deletes the customer's memory `memory_id` from the store: no later turn recalls
+        it. `UnknownMemory` when that customer has none of that id."""
+        who = _owner(customer, tenant)
+        gone = await self._with_store(lambda s: s.forget(who.tenant, who.user, memory_id))
+        if not gone:
+            raise UnknownMemory(
+                f"no memory {memory_id[:40]!r} of customer {customer[:80]!r} (tenant "
+                f"{tenant[:64]!r}): `durable-agent memory list --customer ID` shows theirs"
+            )
+
+
+def _owner(customer: str, tenant: str) -> Principal:
+    try:
+        return Principal(user=customer, tenant=tenant)
+    except ValidationError as e:
+        said = e.errors()[0]["msg"].removeprefix("Value error, ")
+        raise UnknownMemory(f"no such customer: {said}") from None

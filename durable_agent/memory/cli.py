@@ -1,0 +1,52 @@
+"""`durable-agent memory list | export | forget`: a customer's memories, from this
+folder's store (the workers' of this state folder); no server is needed.
+
+    durable-agent memory list --customer ID [--tenant T] [--name memory]
+    durable-agent memory export --customer ID [--tenant T]      (JSON)
+    durable-agent memory forget MEMORY_ID --customer ID [--tenant T]
+
+A mistake is one line and exit code 1, as with every other command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timezone
+
+from durable_agent.memory._access import MemoryAccess
+from durable_agent.principal import DEFAULT_TENANT
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    """The `memory` command and its own commands, under `sub`."""
+    memory = sub.add_parser("memory", help="a customer's memories: list, export, forget")
+    actions = memory.add_subparsers(dest="action", required=True)
+    lst = actions.add_parser("list", help="the customer's memories, one line each")
+    export = actions.add_parser("export", help="the customer's memories as JSON")
+    forget = actions.add_parser("forget", help="delete one of the customer's memories")
+    forget.add_argument("memory_id", metavar="MEMORY_ID", help="its id, mem_... (from list)")
+    for action in (lst, export, forget):
+        action.add_argument("--customer", required=True, help="whose memories (their user id)")
+        action.add_argument("--tenant", default=DEFAULT_TENANT, help="default: %(default)s")
+        action.add_argument(
+            "--name", default="memory", help="the store (MemorySettings(name=)); default: memory"
+        )
+    return memory
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Do what `args.action` says; print it."""
+    access = MemoryAccess(args.name)
+    if args.action == "list":
+        found = await access.list(args.customer, tenant=args.tenant)
+        for m in found:
+            day = datetime.fromtimestamp(m.created, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+            print(f"{m.id}  {day}  {m.text!r}" + (f"  turn: {m.turn}" if m.turn else ""))
+        if not found:
+            print(f"no memories of customer {args.customer!r} (tenant {args.tenant!r})")
+    elif args.action == "export":
+        print(json.dumps(await access.export(args.customer, tenant=args.tenant), indent=2))
+    else:
+        await access.forget(args.memory_id, customer=args.customer, tenant=args.tenant)
+        print(f"forgot {args.memory_id}")
+    return 0
