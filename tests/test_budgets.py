@@ -1,0 +1,149 @@
+"""Budgets through real turns on a worker and the dev server: a tenant's daily budget
+stops its turns with `budget_limit` and leaves another tenant's alone; 20 concurrent
+turns of one tenant stay within the cap plus one call each, and the ledger agrees with
+the turns; a sub-agent's model calls count."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+from durable_agent import Agent, AgentClient, Principal
+from durable_agent.budgets import BudgetLedger, Budgets, LedgerState
+from durable_agent.model import ModelRequest, Reply
+from durable_agent.model_settings import ModelSettings
+from durable_agent.pricing import SETTING
+from durable_agent.scripted import ScriptedModel
+from durable_agent.subagents import agent_tool
+from durable_agent.types import Outcome, ToolCall, TurnLimits, Usage
+from tests.conftest import Harness
+from tests.test_fallback import status
+
+PRICE = "scripted=1/100"
+"""US dollars per million input / output tokens: a call of 100 in and 100 out costs
+$0.0101, and a reservation (the prompt's estimate in, the agent's 100 tokens out) a
+little more."""
+CALL = Usage(input_tokens=100, output_tokens=100)
+CALL_COST = 0.0101
+CHECK = ToolCall(id="c1", name="status")
+
+
+def agent(model: ScriptedModel, *tools: object) -> Agent:
+    return Agent(
+        name="support",
+        tools=[status, *tools],
+        model="scripted",
+        models={"scripted": lambda _: model},
+        settings=ModelSettings(max_tokens=100),
+    )
+
+
+def forever() -> ScriptedModel:
+    """Asks for the status, round after round: only a limit stops it."""
+    return ScriptedModel(
+        plans=[Reply(calls=[CHECK], usage=CALL)], decisions=[Reply(calls=[CHECK], usage=CALL)]
+    )
+
+
+def tenant() -> Principal:
+    # A tenant of its own: the dev server outlives the test, and so do its ledgers.
+    return Principal(tenant=f"t-{uuid.uuid4().hex[:8]}", user="ada")
+
+
+async def ledger(harness: Harness, budgets: Budgets, who: Principal) -> LedgerState:
+    (held,) = budgets.held(who, datetime.now(timezone.utc))
+    handle = harness.client.get_workflow_handle_for(BudgetLedger.run, held.ledger)
+    state: LedgerState = await handle.query(BudgetLedger.state)
+    return state
+
+
+async def test_a_tenants_daily_budget_stops_its_turns_and_no_other_tenants(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SETTING, PRICE)
+    budgets = Budgets.parse("tenant=0.035/day")
+    acme, other = tenant(), tenant()
+    async with harness.worker(agents=[agent(forever())], budgets=budgets) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        first = await client.ask("Status?", principal=acme)
+        second = await client.ask("Status?", principal=acme)
+        theirs = await client.ask("Status?", principal=other, limits=TurnLimits(max_steps=1))
+        spent = await ledger(harness, budgets, acme)
+        spent_other = await ledger(harness, budgets, other)
+
+    tomorrow = f"{datetime.now(timezone.utc):%Y-%m-%d}"
+    assert first.outcome is Outcome.BUDGET_LIMIT
+    assert first.answer.startswith(
+        f"Sorry, I had to stop: the daily budget of tenant {acme.tenant} ($0.035) cannot pay "
+        "for another model call"
+    )
+    assert "resets at " in first.answer and first.answer.endswith(
+        "Here is what I found so far: all systems go all systems go all systems go"
+    )
+    assert tomorrow < first.answer.split("resets at ")[1][:10]
+    # Three calls fit ($0.0303 and the fourth's reservation would not).
+    assert first.usage.model_calls == 3
+    assert first.usage.cost_usd == pytest.approx(3 * CALL_COST)
+    assert first.steps[-1].text.startswith("budget_limit: ")
+    # The budget is spent for the day: the next turn stops before its first call.
+    assert second.outcome is Outcome.BUDGET_LIMIT
+    assert second.usage.model_calls == 0
+    assert spent.spent == pytest.approx(first.usage.cost_usd) and spent.holds == 0
+    # Another tenant's budget is its own.
+    assert theirs.outcome is Outcome.STEP_LIMIT
+    assert spent_other.spent == pytest.approx(theirs.usage.cost_usd) == 2 * CALL_COST
+
+
+async def test_twenty_concurrent_turns_of_a_tenant_stay_within_its_budget(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SETTING, PRICE)
+    cap = 0.1  # about 10 calls; unchecked, the 20 turns would make 80
+    budgets = Budgets.parse(f"tenant={cap}/day")
+    acme = tenant()
+    async with harness.worker(agents=[agent(forever())], budgets=budgets) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        limits = TurnLimits(max_steps=3)
+        results = await asyncio.gather(
+            *(client.ask("Status?", principal=acme, limits=limits) for _ in range(20))
+        )
+        state = await ledger(harness, budgets, acme)
+
+    spent = sum(r.usage.cost_usd or 0.0 for r in results)
+    assert spent <= cap + 20 * CALL_COST
+    assert state.spent == pytest.approx(spent) and state.holds == 0
+    assert spent > cap - 2 * CALL_COST  # the budget was used, not refused at once
+    outcomes = {r.outcome for r in results}
+    assert Outcome.BUDGET_LIMIT in outcomes and outcomes <= {
+        Outcome.BUDGET_LIMIT,
+        Outcome.STEP_LIMIT,
+    }
+
+
+async def test_a_sub_agents_model_calls_count(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SETTING, PRICE)
+    budgets = Budgets.parse("tenant=1/day")
+    helper = agent_tool("helper", "Checks the status.", tools=["status"], instructions="Check.")
+
+    def plan(request: ModelRequest) -> Reply:
+        if [t.name for t in request.tools] == ["status"]:  # the sub-agent
+            return Reply(calls=[CHECK], usage=CALL)
+        ask = ToolCall(id="h1", name="helper", arguments={"question": "?"})
+        return Reply(calls=[ask], usage=CALL)
+
+    model = ScriptedModel(plans=[plan], decisions=[Reply(text="All good.", usage=CALL)])
+    acme = tenant()
+    async with harness.worker(agents=[agent(model, helper)], budgets=budgets) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        result = await client.ask("Status?", principal=acme)
+        state = await ledger(harness, budgets, acme)
+
+    assert result.outcome is Outcome.ANSWERED
+    # The parent's plan and answer, the sub-agent's plan and answer: four calls held.
+    assert result.usage.model_calls == 4
+    assert state.spent == pytest.approx(4 * CALL_COST) == result.usage.cost_usd
