@@ -133,7 +133,7 @@ async def test_a_sub_agents_model_calls_count(
     def plan(request: ModelRequest) -> Reply:
         if [t.name for t in request.tools] == ["status"]:  # the sub-agent
             return Reply(calls=[CHECK], usage=CALL)
-        ask = ToolCall(id="h1", name="helper", arguments={"question": "?"})
+        ask = ToolCall(id="h1", name="helper", arguments={"question": "Status?"})
         return Reply(calls=[ask], usage=CALL)
 
     model = ScriptedModel(plans=[plan], decisions=[Reply(text="All good.", usage=CALL)])
@@ -144,6 +144,7 @@ async def test_a_sub_agents_model_calls_count(
         state = await ledger(harness, budgets, acme)
 
     assert result.outcome is Outcome.ANSWERED
+    assert [s.observation.text for s in result.steps if s.observation] == ["All good."]
     # The parent's plan and answer, the sub-agent's plan and answer: four calls held.
     assert result.usage.model_calls == 4
     assert state.spent == pytest.approx(4 * CALL_COST) == result.usage.cost_usd
