@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from durable_agent import Agent, AgentClient, Principal
-from durable_agent.budgets import BudgetLedger, Budgets, LedgerState
+from durable_agent.budgets import (
+    BudgetLedger,
+    Budgets,
+    BudgetSettingError,
+    LedgerInput,
+    LedgerState,
+    Reserve,
+    Settle,
+    ledger_id,
+    user_key,
+)
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import SETTING
@@ -148,3 +158,47 @@ async def test_a_sub_agents_model_calls_count(
     # The parent's plan and answer, the sub-agent's plan and answer: four calls held.
     assert result.usage.model_calls == 4
     assert state.spent == pytest.approx(4 * CALL_COST) == result.usage.cost_usd
+
+
+async def test_a_ledger_continues_as_new_with_its_sums_and_holds(harness: Harness) -> None:
+    ends = datetime.now(timezone.utc) + timedelta(days=1)
+    start = LedgerInput(ledger=f"budget:t:t-{uuid.uuid4().hex[:8]}:x", ends=ends, max_updates=3)
+    async with harness.worker() as task_queue:
+        handle = await harness.client.start_workflow(
+            BudgetLedger.run, start, id=start.ledger, task_queue=task_queue
+        )
+        first_run = handle.result_run_id
+        for i in range(4):
+            await handle.execute_update(BudgetLedger.reserve, Reserve(id=f"c{i}", amount=1, cap=3))
+        await handle.execute_update(BudgetLedger.settle, Settle(id="c0", cost=0.5))
+        state = await handle.query(BudgetLedger.state)
+        run = (await handle.describe()).run_id
+
+    assert run != first_run  # it moved on after three updates
+    # c3 did not fit (3 held); c0 settled at its cost, c1 and c2 still held.
+    assert (state.spent, state.held, state.holds) == (0.5, 2.0, 2)
+
+
+def test_budgets_read_from_settings_and_refuse_bad_ones_in_one_line() -> None:
+    budgets = Budgets.parse("tenant=20/day, tenant:acme=500/month, user:acme=2/day")
+    now = datetime(2026, 12, 31, 23, 30, tzinfo=timezone.utc)
+    held = budgets.held(Principal(tenant="acme", user="u:1"), now)
+    assert [(h.ledger, f"{h.ends:%Y-%m-%d}") for h in held] == [
+        ("budget:t:acme:2026-12-31", "2027-01-01"),
+        ("budget:t:acme:2026-12", "2027-01-01"),
+        ("budget:u:acme:u%3A1:2026-12-31", "2027-01-01"),
+    ]
+    assert [h.ledger for h in budgets.held(Principal(tenant="zeta", user="u"), now)] == [
+        "budget:t:zeta:2026-12-31"
+    ]
+    for bad in ("tenant=20", "tenant=-1/day", "team=3/day", "tenant:ACME=1/day", "user=x/month"):
+        with pytest.raises(BudgetSettingError, match=r"^AGENT_BUDGETS: .* use SCOPE"):
+            Budgets.parse(bad)
+
+
+def test_no_two_users_share_a_ledger() -> None:
+    users = ["a:b", "a%3Ab", "a", "a:", "ä", "x" * 300, "x" * 301, "!" + "0" * 64]
+    keys = {ledger_id("acme", user_key(u), "2026-12-07") for u in users}
+    assert len(keys) == len(users)
+    assert ledger_id("acme", None, "2026-12-07") not in keys
+    assert all(len(k) < 300 for k in keys)

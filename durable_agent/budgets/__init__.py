@@ -11,7 +11,7 @@ from durable_agent.budgets._caps import (
     period_of,
     user_key,
 )
-from durable_agent.budgets._ledger import BudgetLedger, LedgerInput, LedgerState
+from durable_agent.budgets._ledger import BudgetLedger, LedgerInput, LedgerState, Reserve, Settle
 from durable_agent.budgets._ledgers import Ledgers
 
 __all__ = [
@@ -23,6 +23,8 @@ __all__ = [
     "LedgerInput",
     "LedgerState",
     "Ledgers",
+    "Reserve",
+    "Settle",
     "ledger_id",
     "period_of",
     "user_key",
