@@ -51,7 +51,7 @@ from durable_agent.activities import turn_activities
 from durable_agent.activities._common import PermanentErrors
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.backends import default_models
-from durable_agent.budgets import BudgetLedger, Budgets, Ledgers
+from durable_agent.budgets import BudgetLedger, Budgets, Ledgers, UnversionedBudgetLedger
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.model import ModelCatalog
 from durable_agent.runtime import metrics, peers
@@ -131,7 +131,7 @@ class AgentPlugin(SimplePlugin):
             # Every worker hosts the budgets' ledgers, budgets set or not: a ledger lives on
             # the queue of the turns that count against it.
             workflows=[
-                BudgetLedger,
+                BudgetLedger if self.settings.versioning else UnversionedBudgetLedger,
                 AgentTurn,
                 Conversation if self.settings.versioning else UnversionedConversation,
             ],

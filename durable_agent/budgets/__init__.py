@@ -11,7 +11,14 @@ from durable_agent.budgets._caps import (
     period_of,
     user_key,
 )
-from durable_agent.budgets._ledger import BudgetLedger, LedgerInput, LedgerState, Reserve, Settle
+from durable_agent.budgets._ledger import (
+    BudgetLedger,
+    LedgerInput,
+    LedgerState,
+    Reserve,
+    Settle,
+    UnversionedBudgetLedger,
+)
 from durable_agent.budgets._ledgers import Ledgers
 
 __all__ = [
@@ -25,6 +32,7 @@ __all__ = [
     "Ledgers",
     "Reserve",
     "Settle",
+    "UnversionedBudgetLedger",
     "ledger_id",
     "period_of",
     "user_key",

@@ -22,6 +22,7 @@ import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, Field
@@ -71,10 +72,12 @@ class LedgerState(BaseModel):
     """For a reservation: whether it was granted."""
 
 
-@workflow.defn(name="BudgetLedger")
+@workflow.defn(name="BudgetLedger", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class BudgetLedger:
-    """A workflow of the worker's default behavior: on a versioned worker, pinned to the
-    version that started it, as a turn is (`durable_agent/runtime/deployments.py`)."""
+    """Auto-upgrading on versioned workers: a ledger outlives a release (a month), and
+    its next workflow task runs on the deployment's current version, so a retired
+    version's workers never hold a tenant's budget. Its code stays replay-compatible
+    across versions, as the turn's does (`durable_agent/runtime/deployments.py`)."""
 
     @workflow.init
     def __init__(self, ledger: LedgerInput) -> None:
@@ -130,3 +133,13 @@ class BudgetLedger:
             held=sum(self._held.values()),
             holds=len(self._held),
         )
+
+
+@workflow.defn(name="BudgetLedger")
+class UnversionedBudgetLedger(BudgetLedger):
+    """The same ledger for a worker that is no version of a deployment
+    (`AGENT_VERSIONING=off`): Temporal refuses a versioning behavior from one."""
+
+    @workflow.run
+    async def run(self, ledger: LedgerInput) -> LedgerState:
+        return await super().run(ledger)
