@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from temporalio.common import VersioningBehavior
 
 from durable_agent import Agent, AgentClient, Principal
 from durable_agent.budgets import (
@@ -27,6 +29,7 @@ from durable_agent.model import ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import SETTING
 from durable_agent.scripted import ScriptedModel
+from durable_agent.settings import Settings
 from durable_agent.subagents import agent_tool
 from durable_agent.types import Outcome, ToolCall, TurnLimits, Usage
 from tests.conftest import Harness
@@ -202,3 +205,22 @@ def test_no_two_users_share_a_ledger() -> None:
     assert len(keys) == len(users)
     assert ledger_id("acme", None, "2026-12-07") not in keys
     assert all(len(k) < 300 for k in keys)
+
+
+async def test_on_a_versioned_worker_the_ledger_auto_upgrades(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SETTING, PRICE)
+    budgets = Budgets.parse("tenant=1/day")
+    settings = replace(Settings.from_env(), versioning=True, build_id="b1", promote="always")
+    model = ScriptedModel(plans=[Reply(text="Fine.", usage=CALL)])
+    acme = tenant()
+    async with harness.worker(agents=[agent(model)], budgets=budgets, settings=settings) as queue:
+        result = await AgentClient(harness.client, task_queue=queue).ask("Hi", principal=acme)
+        (held,) = budgets.held(acme, datetime.now(timezone.utc))
+        described = await harness.client.get_workflow_handle(held.ledger).describe()
+        state = await ledger(harness, budgets, acme)
+
+    assert result.outcome is Outcome.ANSWERED and state.spent == pytest.approx(CALL_COST)
+    versioning = described.raw_description.workflow_execution_info.versioning_info
+    assert versioning.behavior == VersioningBehavior.AUTO_UPGRADE.value
