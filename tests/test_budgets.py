@@ -224,3 +224,23 @@ async def test_on_a_versioned_worker_the_ledger_auto_upgrades(
     assert result.outcome is Outcome.ANSWERED and state.spent == pytest.approx(CALL_COST)
     versioning = described.raw_description.workflow_execution_info.versioning_info
     assert versioning.behavior == VersioningBehavior.AUTO_UPGRADE.value
+
+
+async def test_a_model_with_no_price_cannot_be_budgeted(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SETTING, "someother=1/1")
+    model = forever()
+    budgets = Budgets.parse("user=1/month")
+    ada = tenant()
+    async with harness.worker(agents=[agent(model)], budgets=budgets) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        result = await client.ask("Status?", principal=ada)
+
+    assert result.outcome is Outcome.BUDGET_LIMIT and not model.requests
+    assert result.answer == (
+        f"Sorry, I had to stop: the monthly budget of user ada of tenant {ada.tenant} "
+        "cannot be kept: the price of "
+        "model scripted is unknown (whoever runs this agent can give it with "
+        "AGENT_MODEL_PRICES)."
+    )
