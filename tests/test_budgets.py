@@ -1,7 +1,8 @@
 """Budgets through real turns on a worker and the dev server: a tenant's daily budget
 stops its turns with `budget_limit` and leaves another tenant's alone; 20 concurrent
 turns of one tenant stay within the cap plus one call each, and the ledger agrees with
-the turns; a sub-agent's model calls count."""
+the turns; a sub-agent's model calls count, and an MCP server's sampling; a ledger
+continues as new with its sums; a model with no price cannot be budgeted."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from temporalio.common import VersioningBehavior
@@ -25,6 +27,7 @@ from durable_agent.budgets import (
     ledger_id,
     user_key,
 )
+from durable_agent.mcp import connected
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import SETTING
@@ -32,8 +35,10 @@ from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
 from durable_agent.subagents import agent_tool
 from durable_agent.types import Outcome, ToolCall, TurnLimits, Usage
+from tests import test_mcp_sampling as sampling
 from tests.conftest import Harness
 from tests.test_fallback import status
+from tests.test_mcp import agent_with
 
 PRICE = "scripted=1/100"
 """US dollars per million input / output tokens: a call of 100 in and 100 out costs
@@ -244,3 +249,24 @@ async def test_a_model_with_no_price_cannot_be_budgeted(
         "model scripted is unknown (whoever runs this agent can give it with "
         "AGENT_MODEL_PRICES)."
     )
+
+
+@pytest.mark.usefixtures("own_state_dir")
+async def test_an_mcp_servers_sampling_counts(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(SETTING, PRICE)
+    budgets = Budgets.parse("tenant=1/day")
+    scripted = sampling.model()  # only the sample has tokens: it alone costs
+    server = sampling.sampling_server(tmp_path / "ran.log", sampling="allow")
+    acme = tenant()
+    async with (
+        connected([agent_with(server)]) as agents,
+        harness.worker(scripted, agents=agents, budgets=budgets) as task_queue,
+    ):
+        client = AgentClient(harness.client, task_queue=task_queue)
+        result = await client.ask("Summarise the report", model="scripted", principal=acme)
+        state = await ledger(harness, budgets, acme)
+
+    assert result.outcome is Outcome.ANSWERED and len(sampling.sampled(scripted)) == 1
+    assert state.spent == pytest.approx(result.usage.cost_usd) == 0.00073  # 30 in, 7 out
