@@ -11,6 +11,7 @@ import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from temporalio.common import VersioningBehavior
@@ -47,10 +48,12 @@ little more."""
 CALL = Usage(input_tokens=100, output_tokens=100)
 CALL_COST = 0.0101
 CHECK = ToolCall(id="c1", name="status")
+Calls = Literal["activity", "local"]
 
 
-def agent(model: ScriptedModel, *tools: object) -> Agent:
+def agent(model: ScriptedModel, *tools: object, calls: Calls = "activity") -> Agent:
     return Agent(
+        model_calls=calls,
         name="support",
         tools=[status, *tools],
         model="scripted",
@@ -78,13 +81,15 @@ async def ledger(harness: Harness, budgets: Budgets, who: Principal) -> LedgerSt
     return state
 
 
+@pytest.mark.parametrize("calls", ["activity", "local"])
 async def test_a_tenants_daily_budget_stops_its_turns_and_no_other_tenants(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, calls: Calls
 ) -> None:
     monkeypatch.setenv(SETTING, PRICE)
     budgets = Budgets.parse("tenant=0.035/day")
     acme, other = tenant(), tenant()
-    async with harness.worker(agents=[agent(forever())], budgets=budgets) as task_queue:
+    served = agent(forever(), calls=calls)  # model calls as activities, or local ones
+    async with harness.worker(agents=[served], budgets=budgets) as task_queue:
         client = AgentClient(harness.client, task_queue=task_queue)
         first = await client.ask("Status?", principal=acme)
         second = await client.ask("Status?", principal=acme)
