@@ -35,6 +35,7 @@ from durable_agent.pricing import SETTING
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
 from durable_agent.subagents import agent_tool
+from durable_agent.tools import Tool
 from durable_agent.types import Outcome, ToolCall, TurnLimits, Usage
 from tests import test_mcp_sampling as sampling
 from tests.conftest import Harness
@@ -51,7 +52,7 @@ CHECK = ToolCall(id="c1", name="status")
 Calls = Literal["activity", "local"]
 
 
-def agent(model: ScriptedModel, *tools: object, calls: Calls = "activity") -> Agent:
+def agent(model: ScriptedModel, *tools: Tool, calls: Calls = "activity") -> Agent:
     return Agent(
         model_calls=calls,
         name="support",
