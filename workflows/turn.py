@@ -45,7 +45,8 @@ A turn may name several models in order (`durable_agent/fallback.py`): a model c
 goes to the first, with its retries; when that model fails for good in a way another
 may not, the next one gets the request, in an activity of its own, and the rest of
 the turn's calls.
-Before every model call the turn checks its token and cost budgets.
+Before every model call the turn checks its token and cost budgets, and the call's
+activity reserves from the budgets of the person it serves (`durable_agent.budgets`).
 
 Durability notes. This code is replayed from history after a crash, so it must
 be deterministic: no I/O, no clocks, no randomness, only `workflow.*` APIs.
