@@ -29,10 +29,17 @@ from durable_agent.principal import Principal
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 20
-"""Tries of an update a busy ledger turns away (the server takes a few updates of one
-workflow at a time): with a short random pause between, a burst of turns all get in."""
+"""Tries of an update the server turns away: it takes ten updates of one workflow at a
+time, aborts those in flight while the ledger continues as new, and may be busy. With a
+short random pause between, a burst of turns all get in."""
 
-_BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.ABORTED)
+_FINAL = (
+    RPCStatusCode.INVALID_ARGUMENT,
+    RPCStatusCode.PERMISSION_DENIED,
+    RPCStatusCode.UNAUTHENTICATED,
+    RPCStatusCode.UNIMPLEMENTED,
+)
+"""Answers no second try changes."""
 
 
 @dataclass(frozen=True)
@@ -107,22 +114,23 @@ async def _reserve(client: Client, budget: Held, hold: Hold, worst: float) -> Le
             )
             return state
         except RPCError as e:
-            if e.status not in _BUSY or attempt + 1 == ATTEMPTS:
+            if e.status in _FINAL or attempt + 1 == ATTEMPTS:
                 raise
             await asyncio.sleep(random.uniform(0.02, 0.2))
     raise AssertionError("unreachable")
 
 
 async def _update(client: Client, ledger: str, bill: Settle) -> None:
-    """A settle that cannot be made (the ledger ended with its period) is logged: the
-    call is made, and its budget is over anyway."""
+    """A settle that cannot be made (the ledger ended with its period, or the server
+    kept refusing) is logged: the call is made, and its hold stays counted (on the safe
+    side) until the period ends."""
     handle = client.get_workflow_handle_for(BudgetLedger.run, ledger)
     for attempt in range(ATTEMPTS):
         try:
             await handle.execute_update(BudgetLedger.settle, bill)
             return
         except RPCError as e:
-            if e.status in _BUSY and attempt + 1 < ATTEMPTS:
+            if e.status not in _FINAL and attempt + 1 < ATTEMPTS:
                 await asyncio.sleep(random.uniform(0.02, 0.2))
                 continue
             log.warning("budget: cannot settle %s in %s: %s", bill.id, ledger, e)
