@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from durable_agent.activities._conversation import Conversations
-from durable_agent.activities._model_call import ModelCallInput
+from durable_agent.activities._model_call import ModelCallInput, Spending
 from durable_agent.activities.compact import CompactActivity, CompactInput, CompactOutput
 from durable_agent.activities.dispatch import DispatchActivity, DispatchInput, DispatchOutput
 from durable_agent.activities.instructions import (
@@ -37,26 +37,29 @@ from durable_agent.serving import Agents
 from durable_agent.transcript import Transcripts
 
 
-def turn_activities(agents: Agents) -> list[Callable[..., Any]]:
+def turn_activities(agents: Agents, spending: Spending | None = None) -> list[Callable[..., Any]]:
     """All activities of a turn, bound to the agents one worker serves: each resolves
     the turn's agent by name (its tools, instructions, models, shields, approvals, deps).
     The two model calls share the conversations they put together (`Transcripts`) with
-    the activities that read them (parse, shield)."""
+    the activities that read them (parse, shield). Every model call (plan, interpret,
+    compact, sample) reserves from the budgets when some are set (`spending`)."""
     transcripts = Transcripts()
     conversations = Conversations(transcripts)
     return [
         ShieldActivity(agents, conversations).shield,
-        PlanActivity(agents, transcripts=transcripts).plan,
+        PlanActivity(agents, transcripts=transcripts, spending=spending).plan,
         ParseActivity(agents, conversations).parse,
         *_both(DispatchActivity(agents)),
         ParseOutputActivity(agents).parse_output,
-        InterpretActivity(agents, transcripts=transcripts).interpret,
-        CompactActivity(agents, transcripts=transcripts, conversations=conversations).compact,
+        InterpretActivity(agents, transcripts=transcripts, spending=spending).interpret,
+        CompactActivity(
+            agents, transcripts=transcripts, conversations=conversations, spending=spending
+        ).compact,
         InstructionsActivity(agents).instructions,
         PricesActivity(agents).prices,
         RecheckActivity(agents).recheck,
         RetrieveActivity(agents).retrieve,
-        SampleActivity(agents, transcripts=transcripts).sample,
+        SampleActivity(agents, transcripts=transcripts, spending=spending).sample,
     ]
 
 

@@ -8,8 +8,10 @@ conversation together (`durable_agent/transcript.py`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Literal
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -30,12 +32,40 @@ from durable_agent.errors import ModelRequestRejected
 from durable_agent.model import Model, ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import Pricing, format_cost
+from durable_agent.principal import Principal
 from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.runtime import metrics, streams
 from durable_agent.serving import Agents
 from durable_agent.telemetry import model_span, record_cost, record_reply, record_settings
 from durable_agent.transcript import Delta, Transcripts
-from durable_agent.types import OutputSpec
+from durable_agent.types import OutputSpec, Usage
+
+OUTPUT_RESERVE = 4_096
+"""The output tokens a call's reservation counts when its settings set no `max_tokens`
+(the most the Anthropic backend asks for by default)."""
+
+
+class Spending(Protocol):
+    """Budgets kept outside the turn (`durable_agent.budgets.Ledgers`): before a model
+    call, `reserve` holds its worst case against every budget of the person it serves
+    (or raises `BudgetExceeded`); after it, `settle` replaces the hold with its cost."""
+
+    def applies(self, who: Principal) -> bool: ...
+
+    async def reserve(self, who: Principal, worst: float | None, model: str) -> object: ...
+
+    async def settle(self, hold: object, cost: float | None) -> None: ...
+
+
+class Bill:
+    """What a budgeted call cost, set by the caller once the reply is priced."""
+
+    def __init__(self) -> None:
+        self.cost: float | None = None
+        self.answered = False
+
+    def paid(self, cost: float | None) -> None:
+        self.cost, self.answered = cost, True
 
 
 class ModelCallInput(BaseModel):
@@ -69,6 +99,9 @@ class ModelCallInput(BaseModel):
     """The turn's own output type; None: its agent's, if it has one (`outputs`)."""
     settings: ModelSettings | None = None
     """The turn's own model settings, over its agent's and its model's (`TurnInput.settings`)."""
+    principal: Principal | None = None
+    """Whom the turn serves: whose budgets the call is counted against (None: recorded
+    before budgets; counted against none)."""
 
     @property
     def delta(self) -> Delta:
@@ -91,11 +124,39 @@ class ModelCaller:
         agents: Agents,
         pricing: Pricing | None = None,
         transcripts: Transcripts | None = None,
+        spending: Spending | None = None,
     ) -> None:
         self._agents = agents
+        self._spending = spending
         # Read at worker start, so a malformed AGENT_MODEL_PRICES stops the worker there.
         self._pricing = pricing if pricing is not None else Pricing.from_env()
         self._transcripts = transcripts if transcripts is not None else Transcripts()
+
+    @contextlib.asynccontextmanager
+    async def budgeted(
+        self, who: Principal | None, model: Model, spec: str, request: ModelRequest
+    ) -> AsyncIterator[Bill]:
+        """Every model call of a turn (plan, interpret, a summary, a server's sample) goes
+        through here: with budgets set, its worst case (the prompt's estimated input and
+        the reply's whole output limit, at the model's price) is reserved first, and the
+        reservation settled with its cost after (released when the call failed)."""
+        bill = Bill()
+        if self._spending is None or who is None or not self._spending.applies(who):
+            yield bill
+            return
+        out = (request.settings.max_tokens if request.settings else None) or OUTPUT_RESERVE
+        prompt = sum(compaction.message_tokens(m) for m in request.messages)
+        prompt += compaction.overhead(request.instructions, request.tools)
+        worst = self._pricing.price(
+            Usage(input_tokens=prompt, output_tokens=out), model.provider, model.name, spec
+        )
+        hold = await self._spending.reserve(who, worst, spec)
+        try:
+            yield bill
+        finally:
+            # A call that failed is settled at nothing; one whose cost nobody knows keeps
+            # its worst case (`Ledgers.settle`).
+            await self._spending.settle(hold, bill.cost if bill.answered else 0.0)
 
     def spec(self, input: ModelCallInput) -> str:
         """The model spec this call uses: the turn's, else its agent's default."""
@@ -134,7 +195,10 @@ class ModelCaller:
             request.final_tool = outputs.OUTPUT_TOOL
         full = _fit(request, model, served.agent.compaction)
         ignored = settings_ignored(model, request)
-        async with streams.model_text(input.stream) as sink:
+        async with (
+            streams.model_text(input.stream) as sink,
+            self.budgeted(input.principal, model, spec, request) as bill,
+        ):
             with (
                 model_span(step, model.provider, model.name) as span,
                 metrics.model_call(model.provider, model.name, served.name) as measured,
@@ -151,6 +215,7 @@ class ModelCaller:
                 reply.usage = reply.usage.model_copy(update={"model_calls": 1, "cost_usd": cost})
                 record_cost(span, cost)
                 measured.usage, measured.cost = reply.usage, cost
+                bill.paid(cost)
         activity.logger.info(
             "%s %s: %d in / %d out tokens, cost %s",
             model.provider,

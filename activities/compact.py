@@ -22,6 +22,7 @@ from durable_agent.errors import InvalidModelOutput, ModelCannotAnswer
 from durable_agent.model import Model, ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import format_cost
+from durable_agent.principal import Principal
 from durable_agent.runtime import metrics
 from durable_agent.telemetry import model_span, record_cost, record_reply, record_settings
 from durable_agent.transcript import ConversationRef
@@ -43,6 +44,8 @@ class CompactInput(BaseModel):
     settings: ModelSettings | None = None
     """The turn's own model settings (`TurnInput.settings`): the summary is a call of
     the turn's model like the others, asked as they are."""
+    principal: Principal | None = None
+    """Whom the turn serves: the summary counts against their budgets."""
 
 
 class CompactOutput(BaseModel):
@@ -93,7 +96,9 @@ class CompactActivity(ModelCaller):
             instructions=instructions,
             settings=model_settings.merged(served.agent.settings_for(spec), input.settings),
         )
-        summary, usage, by = await self._summary(model, spec, served.name, request)
+        async with self.budgeted(input.principal, model, spec, request) as bill:
+            summary, usage, by = await self._summary(model, spec, served.name, request)
+            bill.paid(usage.cost_usd if by == "model" else 0.0)  # a digest asked no one
         if not summary.strip():
             summary, by = compaction.digest(rendered, chars), "digest"
         text = compaction.opening(

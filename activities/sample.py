@@ -16,9 +16,10 @@ from durable_agent import model_settings
 from durable_agent.activities._common import heartbeating, server_suggested_delay
 from durable_agent.activities._model_call import ModelCaller, settings_ignored
 from durable_agent.conversation import AssistantMessage, Message, UserMessage
-from durable_agent.model import ModelRequest
+from durable_agent.model import Model, ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import format_cost
+from durable_agent.principal import Principal
 from durable_agent.runtime import metrics
 from durable_agent.sampling import MAX_REPLY_CHARS, Request
 from durable_agent.telemetry import model_span, record_cost, record_reply, record_settings
@@ -34,6 +35,8 @@ class SampleInput(BaseModel):
     """The reply's limit: the server's, within `sampling.MAX_TOKENS` and the turn's cap."""
     settings: ModelSettings | None = None
     """The turn's own model settings: the request is asked as the turn's calls are."""
+    principal: Principal | None = None
+    """Whom the turn serves: the sample counts against their budgets, as the turn's calls."""
 
 
 class SampleOutput(BaseModel):
@@ -69,18 +72,9 @@ class SampleActivity(ModelCaller):
             messages=messages, instructions=asked.system_prompt, settings=settings
         )
         ignored = settings_ignored(model, request)
-        with (
-            model_span("sample", model.provider, model.name) as span,
-            metrics.model_call(model.provider, model.name, served.name) as measured,
-            server_suggested_delay(),
-        ):
-            record_settings(span, request.settings, ignored)
-            reply = await model.interpret(request)
-            record_reply(span, reply)
-            cost = self._pricing.price(reply.usage, model.provider, model.name, spec)
-            usage = reply.usage.model_copy(update={"model_calls": 1, "cost_usd": cost})
-            record_cost(span, cost)
-            measured.usage, measured.cost = usage, cost
+        async with self.budgeted(input.principal, model, spec, request) as bill:
+            reply, usage, cost = await self._asked(model, spec, served.name, request, ignored)
+            bill.paid(cost)
         activity.logger.info(
             "sample for %s: %s, %d out tokens, cost %s",
             asked.server,
@@ -91,3 +85,20 @@ class SampleActivity(ModelCaller):
         # A reply that calls tools is none a server can take: its text only (no tools
         # were offered, so a model seldom does).
         return SampleOutput(text=reply.text[:MAX_REPLY_CHARS], model=spec, usage=usage)
+
+    async def _asked(
+        self, model: Model, spec: str, agent: str, request: ModelRequest, ignored: dict[str, str]
+    ) -> tuple[Reply, Usage, float | None]:
+        with (
+            model_span("sample", model.provider, model.name) as span,
+            metrics.model_call(model.provider, model.name, agent) as measured,
+            server_suggested_delay(),
+        ):
+            record_settings(span, request.settings, ignored)
+            reply = await model.interpret(request)
+            record_reply(span, reply)
+            cost = self._pricing.price(reply.usage, model.provider, model.name, spec)
+            usage = reply.usage.model_copy(update={"model_calls": 1, "cost_usd": cost})
+            record_cost(span, cost)
+            measured.usage, measured.cost = usage, cost
+        return reply, usage, cost

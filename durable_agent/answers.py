@@ -73,6 +73,11 @@ def cost_limit(max_cost: float, spent: float | None, steps: list[Step]) -> str:
     )
 
 
+def budget_limit(why: str, steps: list[Step]) -> str:
+    """`why`: the budget, what it holds and when it resets (`BudgetExceeded`'s line)."""
+    return f"Sorry, I had to stop: {why}." + _found_so_far(steps)
+
+
 def unpriced(max_cost: float, models: list[str]) -> str:
     named = ", ".join(models)
     return (

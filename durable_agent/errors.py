@@ -23,6 +23,8 @@ retried with backoff.
     │   └── ModelUnavailable       transient: retried (throttling, 5xx, timeouts)
     ├── InvalidCall                a tool call fails validation; the model sees the message
     ├── ConsentMismatch            a write's arguments are not those approved: it does not run
+    ├── BudgetExceeded             a model call would pass a budget of the person the turn
+    │                              serves (`durable_agent.budgets`): the turn ends, budget_limit
     └── ToolError                  a tool could not answer; the model sees the message
         ├── NotFound               no such record (for this customer)
         ├── NotAllowed             the request breaks a rule (e.g. returning an unshipped order)
@@ -101,6 +103,12 @@ class KnowledgeError(AgentError):
     """A source of an agent's knowledge cannot be read or indexed (too large, not a
     readable PDF, a kind it cannot read); the worker skips it, logging this one line
     (`durable_agent.knowledge`)."""
+
+
+class BudgetExceeded(AgentError):
+    """A model call would pass a spending budget of the tenant or user the turn serves, or
+    one that cannot be kept (the model has no price); the message names the budget and
+    when it resets. The turn ends with the outcome `budget_limit`, saying so."""
 
 
 class ModelError(AgentError):

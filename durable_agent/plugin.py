@@ -51,6 +51,7 @@ from durable_agent.activities import turn_activities
 from durable_agent.activities._common import PermanentErrors
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.backends import default_models
+from durable_agent.budgets import BudgetLedger, Budgets, Ledgers, UnversionedBudgetLedger
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.model import ModelCatalog
 from durable_agent.runtime import metrics, peers
@@ -80,7 +81,9 @@ class AgentPlugin(SimplePlugin):
 
     `settings` (default: from the environment) fill in what an agent leaves to the
     worker; `models`: the catalog of model backends (default: offline, OpenAI-compatible,
-    Bedrock, SageMaker); `faults`: fault injection for chaos runs (default: AGENT_FAULTS).
+    Bedrock, SageMaker); `faults`: fault injection for chaos runs (default: AGENT_FAULTS);
+    `budgets`: spend caps per tenant and user, per day or month (default: AGENT_BUDGETS;
+    `durable_agent.budgets`).
     Every problem with a definition is an `AgentDefinitionError` here, not at a turn."""
 
     def __init__(
@@ -89,8 +92,10 @@ class AgentPlugin(SimplePlugin):
         settings: Settings | None = None,
         models: ModelCatalog | None = None,
         faults: Faults | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
+        self.budgets = budgets if budgets is not None else Budgets.from_env()
         self.given = list(agents)
         self.version: WorkerDeploymentVersion | None = None
         """This worker's version, once `configure_worker` knows its task queue."""
@@ -120,8 +125,13 @@ class AgentPlugin(SimplePlugin):
             "durable_agent.AgentPlugin",
             data_converter=_converter,
             interceptors=interceptors,
-            activities=turn_activities(self.agents),
+            activities=turn_activities(
+                self.agents, Ledgers(self.budgets) if self.budgets else None
+            ),
+            # Every worker hosts the budgets' ledgers, budgets set or not: a ledger lives on
+            # the queue of the turns that count against it.
             workflows=[
+                BudgetLedger if self.settings.versioning else UnversionedBudgetLedger,
                 AgentTurn,
                 Conversation if self.settings.versioning else UnversionedConversation,
             ],
@@ -346,6 +356,7 @@ def build_worker(
     settings: Settings | None = None,
     models: ModelCatalog | None = None,
     faults: Faults | None = None,
+    budgets: Budgets | None = None,
     **options: Any,
 ) -> AgentWorker:
     """A worker for `agents` on `task_queue` (default: the settings', AGENT_TASK_QUEUE),
@@ -354,13 +365,16 @@ def build_worker(
     On a client that already carries an `AgentPlugin`, the worker serves that plugin
     (every worker of a client applies the client's plugins, and a second one would
     register every activity twice): give it no agents, or the plugin's own; settings,
-    models and faults are the plugin's to hold."""
+    models, faults and budgets are the plugin's to hold."""
     plugin = _carried_by(client)
     if plugin is None:
-        plugin = AgentPlugin(*agents, settings=settings, models=models, faults=faults)
+        plugin = AgentPlugin(
+            *agents, settings=settings, models=models, faults=faults, budgets=budgets
+        )
         added: list[AgentPlugin] = [plugin]
     else:
-        _check_compatible(plugin, agents, settings, models, faults)
+        own = faults if faults is not None else budgets
+        _check_compatible(plugin, agents, settings, models, own)
         added = []
     tuned: dict[str, Any] = {
         # A dead worker's cached workflows move to a live one after 2 s, not 10 s.
@@ -393,16 +407,16 @@ def _check_compatible(
     agents: Sequence[Agent],
     settings: Settings | None,
     models: ModelCatalog | None,
-    faults: Faults | None,
+    own: object | None,
 ) -> None:
-    """Refuses what the client's plugin cannot serve: other agents, or settings, models
-    or faults of the worker's own (the plugin's agents were built with its own)."""
+    """Refuses what the client's plugin cannot serve: other agents, or settings, models,
+    faults or budgets of the worker's own (the plugin's agents were built with its own)."""
     other_agents = bool(agents) and list(agents) != plugin.given
     other_settings = settings is not None and settings != plugin.settings
-    if other_agents or other_settings or models is not None or faults is not None:
+    if other_agents or other_settings or models is not None or own is not None:
         names = ", ".join(a.name for a in plugin.given)
         raise AgentDefinitionError(
             f"the client already carries AgentPlugin({names}), which serves every worker of "
-            "that client: call build_worker(client) with no agents, settings, models or "
-            "faults (give those to the AgentPlugin), or connect a client without the plugin"
+            "that client: call build_worker(client) with no agents, settings, models, faults "
+            "or budgets (give those to the AgentPlugin), or connect a client without the plugin"
         )

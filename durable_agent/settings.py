@@ -18,6 +18,9 @@
                             (`durable_agent.runtime.deployments`)
     AGENT_WORKFLOW_SANDBOX  off (default) | on: run the turn and conversation workflows
                             inside the SDK's sandbox (`durable_agent.plugin`)
+    AGENT_BUDGETS           spend caps per tenant or user, per UTC day or month, e.g.
+                            tenant=20/day,user=2/day (read by `AgentPlugin`:
+                            `durable_agent.budgets`)
     AGENT_STATE_DIR         what the commands keep on disk (`state_dir()`; default
                             .durable-agent/ in the current folder)
 

@@ -296,6 +296,9 @@ class Outcome(str, Enum):
     COST_LIMIT = "cost_limit"
     """The turn's spending cap (`TurnLimits.max_cost`) was reached, or it could not be
     kept: a model of the turn has no known price."""
+    BUDGET_LIMIT = "budget_limit"
+    """A model call would pass a spending budget of the turn's tenant or user, per day or
+    month (`durable_agent.budgets`); the answer names the budget and when it resets."""
     PAYLOAD_UNAVAILABLE = "payload_unavailable"
     """A payload of the turn's record could not be read or written: missing from the
     payload store, altered there, or refused by it (`durable_agent.errors.PayloadUnavailable`;

@@ -45,7 +45,8 @@ A turn may name several models in order (`durable_agent/fallback.py`): a model c
 goes to the first, with its retries; when that model fails for good in a way another
 may not, the next one gets the request, in an activity of its own, and the rest of
 the turn's calls.
-Before every model call the turn checks its token and cost budgets.
+Before every model call the turn checks its token and cost budgets, and the call's
+activity reserves from the budgets of the person it serves (`durable_agent.budgets`).
 
 Durability notes. This code is replayed from history after a crash, so it must
 be deterministic: no I/O, no clocks, no randomness, only `workflow.*` APIs.
@@ -133,6 +134,7 @@ with workflow.unsafe.imports_passed_through():
         check_answer,
     )
     from durable_agent.errors import (
+        BudgetExceeded,
         CannotFork,
         InvalidAnswer,
         InvalidEvent,
@@ -237,6 +239,10 @@ class _ModelFailed(Exception):
         super().__init__(said)
         self.said = said
 
+
+BUDGET_PATCH = "budget-limit"
+"""Since budgets (`durable_agent.budgets`), a model call a budget refuses ends the turn
+with `budget_limit`: only turns recorded since can hold such a refusal."""
 
 SAMPLE_FAILURE_REFUSES = "sample-failure-refuses"
 """Since this change, a model that fails on a server's request to sample refuses the
@@ -974,6 +980,7 @@ class AgentTurn:
             kept=len(kept),
             consented=self._consented,
             settings=turn.settings,
+            principal=turn.asker,
         )
         try:
             out = await workflow.execute_activity_method(
@@ -987,6 +994,7 @@ class AgentTurn:
             )
         except ActivityError as e:
             self._if_out_of_time()
+            self._if_over_budget(e)
             why = fallback.reason(_cause(e))
             line = f"context: no summary ({why}); older results stay shortened"
             self._record(iteration, StepKind.COMPACT, self._failed(line, e))
@@ -1045,6 +1053,7 @@ class AgentTurn:
             tool_lists=self._agent.tool_lists,
             output=turn.output,
             settings=turn.settings,
+            principal=turn.asker,
         )
 
     async def _model_call(  # type: ignore[no-untyped-def]
@@ -1088,6 +1097,7 @@ class AgentTurn:
             except (ActivityError, ApplicationError) as e:
                 # A local activity's failure may arrive unwrapped (ApplicationError).
                 self._if_out_of_time()
+                self._if_over_budget(e)
                 if i + 1 == len(models) or not fallback.next_may_answer(_cause(e)):
                     if not ends_turn and workflow.patched(SAMPLE_FAILURE_REFUSES):
                         self._if_tools_lost(iteration, e)
@@ -1115,6 +1125,17 @@ class AgentTurn:
         if cap is not None and (spent is None or spent >= cap):
             # A cost nobody knows is no cost within the cap.
             raise _TurnEnded(Outcome.COST_LIMIT, answers.cost_limit(cap, spent, self._found()))
+
+    def _if_over_budget(self, err: Exception) -> None:
+        """A budget of the person served refused the call (`durable_agent.budgets`): the
+        turn ends, whichever model or kind of call it was. No other model is asked: a
+        budget holds for every model."""
+        cause = _cause(err)
+        if not isinstance(cause, ApplicationError) or cause.type != BudgetExceeded.__name__:
+            return
+        if workflow.patched(BUDGET_PATCH):
+            answer = answers.budget_limit(cause.message, self._found())
+            raise _TurnEnded(Outcome.BUDGET_LIMIT, answer)
 
     def _fell_back(self, iteration: int, failed: str, then: str, err: Exception) -> None:
         """The story, the trace and the metrics say that the next model gets the request:
@@ -1525,6 +1546,7 @@ class AgentTurn:
             request=request,
             max_tokens=max(1, min(request.max_tokens, left)),
             settings=turn.settings,
+            principal=turn.asker,
         )
         try:
             out = await self._model_call(

@@ -176,6 +176,7 @@ UNANSWERED = (
     Outcome.TOKEN_LIMIT,
     Outcome.INVALID_OUTPUT,
     Outcome.COST_LIMIT,
+    Outcome.BUDGET_LIMIT,
     Outcome.PAYLOAD_UNAVAILABLE,
 )
 

@@ -28,6 +28,7 @@ from temporalio.client import Client
 
 from durable_agent import mcp, telemetry
 from durable_agent.agents import Agent
+from durable_agent.budgets import Budgets
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.mcp import MCPServer
 from durable_agent.model import ModelCatalog
@@ -62,6 +63,7 @@ def build_worker(
     settings: Settings | None = None,
     models: ModelCatalog | None = None,
     faults: Faults | None = None,
+    budgets: Budgets | None = None,
     **options: object,
 ) -> AgentWorker:
     """A worker for `agents` (default: those the settings name, else the demo shop's)
@@ -75,6 +77,7 @@ def build_worker(
         settings=settings,
         models=models,
         faults=faults,
+        budgets=budgets,
         **options,
     )
 
