@@ -49,46 +49,54 @@ class KnowledgeStore(Protocol):
     def close(self) -> None: ...
 
 
+def open_database(path: Path) -> sqlite3.Connection:
+    """An index's SQLite file (made if new), shared by the workers of one folder: one
+    connection, used by one thread at a time (its owner's lock), in WAL mode, waiting
+    up to `BUSY_TIMEOUT_S` for another process's write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(
+        path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
+    db.execute("PRAGMA journal_mode=WAL")
+    return db
+
+
+@contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction: the write lock now, not at the first write."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
 class SQLiteStore:
     """`KnowledgeStore` in one SQLite file (FTS5, BM25)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        # One connection, used by one thread at a time (the worker's threads take turns).
-        self._db = sqlite3.connect(
-            path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            with self._transaction():
-                self._db.execute(
-                    "CREATE TABLE IF NOT EXISTS sources "
-                    "(source TEXT PRIMARY KEY, digest TEXT NOT NULL, chunks INTEGER NOT NULL)"
-                )
-                self._db.execute(
-                    "CREATE VIRTUAL TABLE IF NOT EXISTS chunks USING fts5("
-                    "id UNINDEXED, source UNINDEXED, position UNINDEXED, location, text, "
-                    "tokenize = 'porter unicode61')"
-                )
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")  # the write lock now, not at the first write
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        self._db = open_database(path)
+        with self._lock, transaction(self._db):
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS sources "
+                "(source TEXT PRIMARY KEY, digest TEXT NOT NULL, chunks INTEGER NOT NULL)"
+            )
+            self._db.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS chunks USING fts5("
+                "id UNINDEXED, source UNINDEXED, position UNINDEXED, location, text, "
+                "tokenize = 'porter unicode61')"
+            )
 
     def digests(self) -> dict[str, str]:
         with self._lock:
             return dict(self._db.execute("SELECT source, digest FROM sources").fetchall())
 
     def replace(self, source: str, digest: str, chunks: Sequence[Chunk]) -> bool:
-        with self._lock, self._transaction():
+        with self._lock, transaction(self._db):
             row = self._db.execute(
                 "SELECT digest FROM sources WHERE source = ?", (source,)
             ).fetchone()
@@ -108,7 +116,7 @@ class SQLiteStore:
             return True
 
     def remove(self, source: str) -> None:
-        with self._lock, self._transaction():
+        with self._lock, transaction(self._db):
             self._db.execute("DELETE FROM chunks WHERE source = ?", (source,))
             self._db.execute("DELETE FROM sources WHERE source = ?", (source,))
 

@@ -10,20 +10,16 @@ file (WAL; each write one `BEGIN IMMEDIATE` transaction, as knowledge's index).
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel
 
-from durable_agent.knowledge import fts_query
+from durable_agent.knowledge._store import fts_query, open_database, transaction
 from durable_agent.settings import state_dir
 
-BUSY_TIMEOUT_S = 30.0
 MEMORY_ID = r"mem_[0-9a-f]{16}"
 """A memory's id: `mem_` and 16 hex digits of a hash of its owner and the call that
 stored it (a passage id, `context_sources.PASSAGE_ID`)."""
@@ -82,41 +78,25 @@ class SQLiteMemoryStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            with self._transaction():
-                self._db.execute(
-                    "CREATE TABLE IF NOT EXISTS memories (id TEXT PRIMARY KEY, "
-                    "tenant TEXT NOT NULL, customer TEXT NOT NULL, text TEXT NOT NULL, "
-                    "created REAL NOT NULL, turn TEXT NOT NULL)"
-                )
-                self._db.execute(
-                    "CREATE INDEX IF NOT EXISTS memories_owner "
-                    "ON memories (tenant, customer, created)"
-                )
-                self._db.execute(
-                    "CREATE VIRTUAL TABLE IF NOT EXISTS memories_text USING fts5("
-                    "id UNINDEXED, tenant UNINDEXED, customer UNINDEXED, text, "
-                    "tokenize = 'porter unicode61')"
-                )
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        self._db = open_database(path)
+        with self._lock, transaction(self._db):
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS memories (id TEXT PRIMARY KEY, "
+                "tenant TEXT NOT NULL, customer TEXT NOT NULL, text TEXT NOT NULL, "
+                "created REAL NOT NULL, turn TEXT NOT NULL)"
+            )
+            self._db.execute(
+                "CREATE INDEX IF NOT EXISTS memories_owner ON memories (tenant, customer, created)"
+            )
+            self._db.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS memories_text USING fts5("
+                "id UNINDEXED, tenant UNINDEXED, customer UNINDEXED, text, "
+                "tokenize = 'porter unicode61')"
+            )
 
     def add(self, memory: Remembered, limit: int) -> tuple[Remembered, bool]:
-        with self._lock, self._transaction():
+        with self._lock, transaction(self._db):
             row = self._db.execute(
                 f"SELECT {_COLUMNS} FROM memories WHERE id = ? AND tenant = ? AND customer = ?",
                 (memory.id, memory.tenant, memory.customer_id),
@@ -176,7 +156,7 @@ class SQLiteMemoryStore:
         return [_remembered(r) for r in rows]
 
     def forget(self, tenant: str, customer_id: str, memory_id: str) -> bool:
-        with self._lock, self._transaction():
+        with self._lock, transaction(self._db):
             owner = (memory_id, tenant, customer_id)
             gone = self._db.execute(
                 "DELETE FROM memories WHERE id = ? AND tenant = ? AND customer = ?", owner
