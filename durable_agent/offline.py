@@ -1206,6 +1206,15 @@ class OfflineModel:
             text = from_attachments(last, request)
             await write_out(text, stream)
             return Reply(text=text, usage=_usage(last.text, text))
+        if fact := _to_remember(request):
+            made = [
+                ToolCall(
+                    id=f"call_{calls_so_far(request.messages) + 1}",
+                    name=REMEMBER_TOOL,
+                    arguments={"fact": fact},
+                )
+            ]
+            return Reply(calls=made, usage=_usage(request.question, made[0].render()))
         profiles = self._profiles_of(_tools_to_pick(request))
         talk = self._dialogue(request, profiles)
         refused = [r for r in latest_results(request.messages) if _refused(r)]
@@ -1271,7 +1280,7 @@ class OfflineModel:
             _sorry(result, by_name)
             if _refused(result)
             else _from_knowledge(talk.question, [result])
-            if result.tool == SEARCH_TOOL
+            if result.tool in PASSAGE_TOOLS
             else self._phrasebook.answer(r) or r.text
             for result, r in zip(results, readings, strict=True)
         ]
@@ -1433,13 +1442,52 @@ def _without_instructions(text: str) -> str:
     return " ".join(kept)
 
 
+REMEMBER_TOOL = "remember"
+"""Memory's write (`durable_agent.memory`): the fact, in the customer's own words."""
+PASSAGE_TOOLS = (SEARCH_TOOL, "recall")
+"""The tools whose results are passages (`context_sources.render_passages`): knowledge's
+search, and memory's recall (the retrieval step's, for an agent with memory only)."""
+_REMEMBER = re.compile(
+    r"^\s*(?:please\s+)?(?:remember|keep in mind|note down)(?:\s+that)?\s*[:,]?\s+(.+?)[.!]?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def _to_remember(request: ModelRequest) -> str:
+    """The fact to keep when the customer asks for it to be remembered ("Please
+    remember that I prefer email") and the agent has memory: their own words, so that
+    the provenance rules let it run unasked; empty otherwise, or once it is kept."""
+    offered = any(
+        t.name == REMEMBER_TOOL and "fact" in t.parameters.get("properties", {})
+        for t in request.tools
+    )
+    asked = _REMEMBER.match(request.question) if offered else None
+    if asked is None:
+        return ""
+    since = next(
+        (
+            i
+            for i in range(len(request.messages) - 1, -1, -1)
+            if isinstance(request.messages[i], UserMessage)
+        ),
+        0,
+    )
+    kept = any(
+        c.name == REMEMBER_TOOL
+        for m in request.messages[since:]
+        if isinstance(m, AssistantMessage)
+        for c in m.calls
+    )
+    return "" if kept else asked.group(1).strip()
+
+
 def _from_knowledge(question: str, results: Sequence[ToolResult]) -> str:
     """The best passage of the agent's knowledge among these results that shares a word
     of substance with the question, cited by its id; empty if none does. A passage
     marked as data is read without its instruction-like sentences."""
     asked = set(content_words(question))
     for result in results:
-        if result.tool != SEARCH_TOOL or not result.ok:
+        if result.tool not in PASSAGE_TOOLS or not result.ok:
             continue
         text = result.text
         if text.startswith(DATA_MARK):
@@ -1447,5 +1495,7 @@ def _from_knowledge(question: str, results: Sequence[ToolResult]) -> str:
         for passage in passages_in(text):
             if asked & set(content_words(passage.text)):
                 said = _without_instructions(passage.text)
+                if said and passage.id.startswith("mem_"):  # memory's: the customer's words
+                    said = f"You told me earlier: {said}"
                 return f"{said} [{passage.id}]" if said else ""
     return ""

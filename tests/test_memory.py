@@ -356,3 +356,30 @@ def memory_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
     assert done.returncode == 0, done.stderr
     return done
+
+
+async def test_the_offline_model_remembers_when_asked_and_answers_from_it_later(
+    env: WorkflowEnvironment,
+) -> None:
+    """The default model keeps a fact the customer asks it to remember, in their own
+    words (so it runs unasked), and answers from it in their next conversation only."""
+    agent = Agent(name="offline-concierge", model="offline", memory=MemorySettings(recall=3))
+    task_queue = f"memory-{uuid.uuid4().hex[:8]}"
+    settings = replace(Settings.from_env(), versioning=False, workflow_sandbox=True)
+    async with build_worker(env.client, agent, task_queue=task_queue, settings=settings):
+        agents = AgentClient(env.client, task_queue=task_queue)
+        first = agents.chat(customer="dora", stream=False)
+        told = await first.send("Please remember that I prefer email for contact.")
+        await first.end()
+        assert [s.kind for s in told.steps if s.kind is StepKind.APPROVAL] == []
+        calls = [c.name for s in told.steps if s.kind is StepKind.TOOL_CALL for c in s.calls]
+        assert calls == ["remember"] and told.outcome is Outcome.ANSWERED
+        (kept,) = await agents.memory.list("dora")
+        assert kept.text == "I prefer email for contact"
+
+        second = agents.chat(customer="dora", stream=False)
+        later = await second.send("Which contact do I prefer?")
+        await second.end()
+        assert later.answer == f"You told me earlier: I prefer email for contact [{kept.id}]"
+        theirs = await agents.ask("Which contact do I prefer?", customer="erin")
+        assert "email" not in theirs.answer
