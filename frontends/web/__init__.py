@@ -10,8 +10,9 @@ needs consent gets Approve and Reject buttons, and each turn links to its histor
 in the Temporal Web UI. A page reads its conversation from the stream's start, so
 a reload (or a second tab) shows the same conversation and goes on live. The page
 is plain HTML, CSS and JavaScript served from `static/`: no build step, nothing
-fetched from elsewhere. No authentication: bound to loopback unless told otherwise;
-behind a gateway, AGENT_WEB_HOSTS names the host names it serves (`app.py`). Each
+fetched from elsewhere. Without a JWT login (`auth.py`), it is bound to loopback
+unless told otherwise; behind a gateway, AGENT_WEB_HOSTS names the host names it
+serves (`app.py`). Each
 client's new conversations and messages are rate-limited (`limits.py`).
 
 Starlette and uvicorn come with the `web` extra; they are imported only when the

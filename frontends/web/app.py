@@ -29,10 +29,13 @@ New conversations and messages are limited per client (`limits.py`: 429 with
 Everything goes through `runtime.turns`, as `client.py chat` does. Errors are JSON
 `{"error": "..."}` in one line, which the page shows as a line of the chat.
 
-There is no authentication: the chat runs for one local user, whoever reaches the
-server chats and approves as its customer (its principal: `ConversationInput.asker`,
-which an agent's approvers are checked against; decisions record `via` `web`). It is
-meant for loopback, or behind the operator's own gateway. Two
+Who chats is the user of a verified JWT (`auth.py`: `AGENT_WEB_JWT_SECRET` or
+`AGENT_WEB_JWKS`; a request without a valid token gets 401, and an EventSource opens
+its stream with a short-lived ticket, never the JWT in a URL). With neither set, the
+chat runs for one local user: whoever reaches the server chats and approves as its
+customer (its principal: `ConversationInput.asker`, which an agent's approvers are
+checked against; decisions record `via` `web`), meant for loopback or behind the
+operator's own gateway. Two
 guards keep other web sites out of it: writes must be JSON (a cross-site form or
 `fetch` cannot send that without a preflight this server never answers) and come
 from the page's own origin (the `Origin` a browser sends names the `Host` it
