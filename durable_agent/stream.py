@@ -98,6 +98,8 @@ class TurnStarted(Tagged):
     type: Literal["turn"] = "turn"
     turn_id: str
     question: str
+    files: list[str] = []
+    """The names of the message's files (their bytes are the conversation's payloads)."""
 
 
 class TurnAnswered(Tagged):

@@ -283,6 +283,62 @@ async def test_reject_writes_nothing_and_the_reply_says_so(harness: Harness, pag
     assert new_returns(harness.store) == before
 
 
+async def test_files_chosen_dropped_or_pasted_go_with_the_message_and_show_after_a_reload(
+    harness: Harness, page: Page
+) -> None:
+    """Files chosen with the button, an image dropped on the page and one pasted show
+    as chips (an image as a thumbnail; each can be removed), go with the message, and the
+    turn answers from the text file; a reload shows the message with its files' names."""
+    hours = b"Our returns desk is open until 6pm on weekdays."
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+    async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
+        await page.goto(url)
+        await page.get_by_test_id("files").set_input_files(
+            [
+                {"name": "hours.txt", "mimeType": "text/plain", "buffer": hours},
+                {"name": "extra.txt", "mimeType": "text/plain", "buffer": b"left out"},
+            ]
+        )
+        chips = page.get_by_test_id("chosen").get_by_test_id("file")
+        await expect(chips).to_have_count(2)
+        await chips.filter(has_text="extra.txt").get_by_role("button").click()  # removed
+        await expect(chips).to_have_count(1)
+        # An image dropped on the page, as a browser hands one over.
+        dropped = await page.evaluate_handle(
+            """bytes => { const t = new DataTransfer();
+                t.items.add(new File([new Uint8Array(bytes)], "shelf.png", {type: "image/png"}));
+                return t; }""",
+            list(png),
+        )
+        await page.dispatch_event("body", "drop", {"dataTransfer": dropped})
+        await expect(chips).to_have_count(2)
+        await expect(chips.filter(has_text="shelf.png").locator("img")).to_have_count(1)
+        # A screenshot pasted into the message box, then removed again.
+        await page.get_by_test_id("message").evaluate(
+            """(box, bytes) => { const t = new DataTransfer();
+                t.items.add(new File([new Uint8Array(bytes)], "pasted.png", {type: "image/png"}));
+                box.dispatchEvent(new ClipboardEvent("paste", {clipboardData: t})); }""",
+            list(png),
+        )
+        await expect(chips).to_have_count(3)
+        await chips.filter(has_text="pasted.png").get_by_role("button").click()
+        await expect(chips).to_have_count(2)
+
+        await say(page, "Until when is the returns desk open?")
+        await expect(chips).to_have_count(0)  # they went with the message
+        await expect(answer(page, 1)).to_have_text(
+            f"From hours.txt: {hours.decode()} I cannot see images, so I have not read "
+            "shelf.png; I read text and PDF files.",
+            timeout=30_000,
+        )
+        sent = page.locator("section.turn .bubble.you").get_by_test_id("file")
+        await expect(sent).to_have_text(["hours.txt", "shelf.png"])
+
+        await page.reload()
+        await expect(answer(page, 1)).to_be_visible()
+        await expect(sent).to_have_text(["hours.txt", "shelf.png"])
+
+
 async def test_problems_show_as_a_line_in_the_chat(harness: Harness, page: Page) -> None:
     async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
         await page.goto(f"{url}#chat-demo-00000000")  # no such conversation

@@ -7,6 +7,7 @@ that answers on its task queue, never another's."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import re
@@ -28,8 +29,13 @@ from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, TurnHandle
 from durable_agent.commands.worker import build_worker
 from durable_agent.errors import AgentClientError
-from durable_agent.frontends.web.app import MAX_BODY_BYTES, create_app
-from durable_agent.frontends.web.server import serve
+from durable_agent.frontends.web.app import (
+    MAX_BODY_BYTES,
+    MAX_FILES_BYTES,
+    MAX_MESSAGE_BYTES,
+    create_app,
+)
+from durable_agent.frontends.web.server import MIN_BODY_BYTES_PER_S, serve
 from durable_agent.runtime.server import Connection, free_port, is_listening
 from durable_agent.settings import Settings
 from durable_agent.stream import StepEvent
@@ -100,13 +106,19 @@ async def test_bodies_too_large_or_too_deep_are_refused_before_they_are_used(
 ) -> None:
     async with chat_server(env, "127.0.0.1") as url, httpx.AsyncClient() as http:
         headers = {"Content-Type": "application/json"}
-        big = json.dumps({"text": "x" * (MAX_BODY_BYTES + 1)})
+        # A message may carry files: its body may be larger than a decision's.
+        big = json.dumps({"text": "x" * (MAX_MESSAGE_BYTES + 1)})
         response = await http.post(f"{url}/api/chats", content=big, headers=headers)
+        assert response.status_code == 413
+        decision = json.dumps({"call_id": "x" * (MAX_BODY_BYTES + 1), "approved": True})
+        response = await http.post(
+            f"{url}/api/turns/t-1/decisions", content=decision, headers=headers
+        )
         assert response.status_code == 413
 
         async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: read, and stopped
-            for _ in range(MAX_BODY_BYTES // 1024 + 2):
-                yield b" " * 1024
+            for _ in range(MAX_MESSAGE_BYTES // 65536 + 2):
+                yield b" " * 65536
 
         response = await http.post(f"{url}/api/chats", content=chunks(), headers=headers)
         assert response.status_code == 413
@@ -198,6 +210,39 @@ async def test_a_request_has_a_deadline_whatever_its_pace(
         assert b"did not arrive whole within 1 s" in answer
         async with httpx.AsyncClient() as http:
             assert (await http.get(f"{url}/api/session")).status_code == 200  # still well
+
+
+async def test_a_declared_body_gets_time_for_its_length_and_no_more(
+    env: WorkflowEnvironment,
+) -> None:
+    """A body that says its length (a message with files) gets that length's time at
+    MIN_BODY_BYTES_PER_S on top of the deadline: 256 KiB over about 2 s arrives (past
+    the 1 s deadline), and the same length sent far slower is still cut off."""
+    size = 4 * MIN_BODY_BYTES_PER_S  # 4 s more than the 1 s deadline
+    head = (
+        b"POST /api/chats HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {size}\r\n\r\n".encode()
+    )
+    async with chat_server(env, "127.0.0.1", request_timeout=1.0) as url:
+        for pieces, pause, arrives in ((8, 0.25, True), (400, 0.05, False)):
+            with connect(url) as sock:
+                started = time.monotonic()
+                sock.sendall(head)
+                reading = asyncio.ensure_future(until_closed(sock, 15))
+                for _ in range(pieces):
+                    if reading.done():
+                        break
+                    await asyncio.sleep(pause)
+                    with contextlib.suppress(OSError):  # closed by the server meanwhile
+                        sock.sendall(b" " * (size // pieces))
+                answer = await reading
+            took = time.monotonic() - started
+            if arrives:  # whole: the app read it (not JSON: 400), past the bare deadline
+                assert answer.startswith(b"HTTP/1.1 400 "), answer[:80]
+                assert took > 1.5, took
+            else:
+                assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+                assert 4.5 < took < 9, took
 
 
 async def test_a_body_length_told_twice_is_refused(env: WorkflowEnvironment) -> None:
@@ -524,3 +569,52 @@ async def test_a_customers_chat_reaches_nothing_of_another_customer(
         own = await http.post("/api/chats", json={"text": "Has order 123456 shipped?"})
         assert own.status_code == 201, own.text
         await theirs.end()
+
+
+async def test_a_message_carries_its_files_and_bad_ones_are_refused_in_one_line(
+    env: WorkflowEnvironment, harness: Harness
+) -> None:
+    """A message's files reach its turn (the offline model answers from a text file)
+    and its conversation's stream names them; a file that is not what its name says,
+    data that is not base64, a malformed list or too many bytes are refused, one line
+    each, and start nothing."""
+    hours = b"Our returns desk is open until 6pm on weekdays."
+    note = {"name": "hours.txt", "data": base64.b64encode(hours).decode()}
+    async with (
+        harness.worker() as task_queue,
+        chat_server(env, "127.0.0.1", task_queue) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+        question = "Until when is the returns desk open?"
+        started = await http.post("/api/chats", json={"text": question, "files": [note]})
+        assert started.status_code == 201, started.text
+        chat_id, turn_id = started.json()["chat_id"], started.json()["turn_id"]
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        result = await agents.turn(turn_id).result()
+        assert result.answer == f"From hours.txt: {hours.decode()}"
+
+        script = {"name": "photo.png", "data": base64.b64encode(b"#!/bin/sh\nexit 0\n").decode()}
+        for files, status, said in (
+            ([script], 422, "photo.png"),
+            ([{"name": "a.txt", "data": "not base64!"}], 400, "file 1: its data is not base64"),
+            ([{"name": "a.txt"}], 400, "file 1: give its name and data"),
+            ("hours.txt", 400, "files: a list of at most"),
+            ([{"name": "big.txt", "data": _b64(MAX_FILES_BYTES + 1)}], 413, "are at most"),
+        ):
+            sent = await http.post(
+                f"/api/chats/{chat_id}/messages", json={"text": "And this?", "files": files}
+            )
+            assert sent.status_code == status, sent.text
+            error = sent.json()["error"]
+            assert said in error and "\n" not in error, error
+        await agents.conversation(chat_id).end()  # its stream ends: read it whole
+        named = [
+            data
+            for name, data in await _sse(http, f"/api/chats/{chat_id}/events")
+            if name == "turn"
+        ]
+        assert [t["files"] for t in named] == [["hours.txt"]]  # the refused ones started nothing
+
+
+def _b64(size: int) -> str:
+    return base64.b64encode(b"x" * size).decode()

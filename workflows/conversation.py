@@ -180,7 +180,8 @@ class Conversation:
         )
         self._current = turn_id
         self._started.add(turn_id)
-        self._events.publish(TurnStarted(turn_id=turn_id, question=question).model_dump())
+        started = TurnStarted(turn_id=turn_id, question=question, files=[f.name for f in files])
+        self._events.publish(started.model_dump())
         try:
             result: TurnOutput = await handle
             answer, outcome = result.answer, result.outcome

@@ -46,6 +46,7 @@ name rebound to 127.0.0.1 reaches nothing (DNS rebinding).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -67,9 +68,16 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.approval import ApprovalDecision
+from durable_agent.attachments import MAX_COUNT
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, ConversationHandle
-from durable_agent.errors import AgentClientError, InvalidAnswer, NotAnApprover, UnknownTurn
+from durable_agent.errors import (
+    AgentClientError,
+    AttachmentRefused,
+    InvalidAnswer,
+    NotAnApprover,
+    UnknownTurn,
+)
 from durable_agent.frontends.web.auth import (
     STREAM_TICKET_S,
     Authenticator,
@@ -104,6 +112,11 @@ PROBLEM_RETRY_MS = 5000
 LOOPBACK_HOSTS = LOOPBACK_NAMES
 MAX_BODY_BYTES = 64 * 1024
 """A message or a decision; a longer body is refused (413) before it is read whole."""
+MAX_FILES_BYTES = 8 * 1024 * 1024
+"""A message's files together, as bytes (the agent's own limits, `Agent(attachments=...)`,
+are checked too); their base64 in the body may take a third more."""
+MAX_MESSAGE_BYTES = MAX_BODY_BYTES + MAX_FILES_BYTES * 4 // 3 + 4096
+"""A message's body with its files, at most."""
 
 
 class Problem(Exception):
@@ -139,6 +152,8 @@ def create_app(
     template = (chat or ConversationInput()).model_copy(update={"stream": True})
     client = conn.client
     agents = AgentClient(client, task_queue=task_queue, ui_url=conn.ui_url)
+    # What a message's files are checked against here (the worker checks its agent's).
+    taken = agent.attachments if agent is not None else None
     # The only conversations and turns a request reads or decides are its principal's
     # (the one local user's, without a login), as each records whom it was started for
     # (`AgentClient.turn_for`): another's is answered as one that does not exist.
@@ -208,7 +223,8 @@ def create_app(
 
     async def new_chat(request: Request) -> Response:
         whom = who(request)
-        text = _text(await _body(request))
+        body = await _body(request, MAX_MESSAGE_BYTES)
+        text, files = _text(body), _files(body)
         within(request, new_chats, "new conversations")
         within(request, messages, "messages")
         started = agents.chat_from(
@@ -216,16 +232,19 @@ def create_app(
             if auth is not None
             else template
         )
-        turn = await started.start(text)
+        turn = await started.start(text, attachments=files, limits=taken)
         return JSONResponse({"chat_id": started.id, "turn_id": turn.id}, status_code=201)
 
     async def message(request: Request) -> Response:
         whom = who(request)
-        text = _text(await _body(request))
+        body = await _body(request, MAX_MESSAGE_BYTES)
+        text, files = _text(body), _files(body)
         ongoing = await own_chat(str(request.path_params["chat_id"]), whom)
         within(request, messages, "messages")
         try:
-            turn = await ongoing.start(text)
+            turn = await ongoing.start(text, attachments=files, limits=taken)
+        except AttachmentRefused:
+            raise
         except AgentClientError as e:
             # An ended conversation is gone for good: the page starts a new one.
             running = await _running(client.get_workflow_handle(ongoing.id))
@@ -393,6 +412,8 @@ def _guarded(handler: Handler) -> Handler:
             return _error(404, str(e))
         except NotAnApprover as e:  # the agent's approvers leave this user out
             return _error(403, str(e))
+        except AttachmentRefused as e:  # a file of another type than it says, or too large
+            return _error(422, str(e))
         except AgentClientError as e:  # the validator's or the client's own words
             return _error(409, str(e))
         except RPCError as e:
@@ -415,16 +436,16 @@ def _same_origin_json(request: Request) -> None:
         raise Problem(403, f"requests from {origin} are not accepted")
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    """The request's JSON object, read no further than `MAX_BODY_BYTES`."""
+async def _body(request: Request, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """The request's JSON object, read no further than `limit` bytes."""
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
-        raise Problem(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise Problem(413, f"the request body is over {limit} bytes")
     raw = bytearray()
     async for chunk in request.stream():
         raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            raise Problem(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+        if len(raw) > limit:
+            raise Problem(413, f"the request body is over {limit} bytes")
     try:
         body = json.loads(raw)
     except RecursionError:
@@ -479,6 +500,31 @@ def _field(body: dict[str, Any], name: str, kind: type) -> Any:
     if not isinstance(value, kind):
         raise Problem(400, f"{name}: expected a {kind.__name__}")
     return value
+
+
+def _files(body: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """A message's files (`files`: a list of `{"name", "data"}`, the data in base64), as
+    `AgentClient` takes them; refused (400, 413) when not that shape, not base64, too
+    many or too large together. What each is, and whether the agent takes it, the
+    client checks (`AttachmentRefused`: 422)."""
+    given = body.get("files", [])
+    if not isinstance(given, list) or len(given) > MAX_COUNT:
+        raise Problem(400, f"files: a list of at most {MAX_COUNT} {{name, data}} objects")
+    files: list[tuple[str, bytes]] = []
+    total = 0
+    for n, f in enumerate(given, 1):
+        if not isinstance(f, dict) or set(f) != {"name", "data"}:
+            raise Problem(400, f"file {n}: give its name and data (base64), nothing else")
+        name, data = _field(f, "name", str), _field(f, "data", str)
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except ValueError:
+            raise Problem(400, f"file {n}: its data is not base64") from None
+        total += len(raw)
+        if total > MAX_FILES_BYTES:
+            raise Problem(413, f"a message's files are at most {MAX_FILES_BYTES:,} bytes together")
+        files.append((name, raw))
+    return files
 
 
 def _text(body: dict[str, Any]) -> str:

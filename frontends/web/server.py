@@ -4,11 +4,13 @@ uvicorn closes a connection idle between requests (`timeout_keep_alive`), limits
 a request's headers while they arrive in pieces (h11's incomplete-event size) and
 refuses requests beyond `limit_concurrency`; it gives no deadline to a request that
 is still arriving, keeps every connection it accepts, and h11 lets a head that
-arrives in one read grow to 256 KiB. `ChatProtocol` adds these: a request must arrive whole, headers
-and body, within REQUEST_TIMEOUT_S of the connection being ready for it (else 408,
-closed), a connection beyond MAX_CONNECTIONS gets a 503 at once, and a head over
-MAX_HEAD_BYTES a 431 however it arrives. (Content-Length beside Transfer-Encoding
-is refused by the app: `app.RequestFraming`.)
+arrives in one read grow to 256 KiB. `ChatProtocol` adds these: a request must
+arrive whole, headers and body, within REQUEST_TIMEOUT_S of the connection being
+ready for it, and a body of declared length its length's time at
+MIN_BODY_BYTES_PER_S more (else 408, closed); a connection beyond MAX_CONNECTIONS
+gets a 503 at once; and a head over MAX_HEAD_BYTES a 431 however it arrives.
+(Content-Length beside Transfer-Encoding is refused by the app:
+`app.RequestFraming`.)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from durable_agent.agents import Agent
 from durable_agent.chat import ConversationInput
 from durable_agent.errors import AgentClientError
-from durable_agent.frontends.web.app import create_app
+from durable_agent.frontends.web.app import MAX_MESSAGE_BYTES, create_app
 from durable_agent.frontends.web.auth import Authenticator
 from durable_agent.frontends.web.limits import RateLimits
 from durable_agent.runtime.server import Connection, answered_hosts, is_loopback
@@ -36,6 +38,10 @@ SHUTDOWN_S = 2
 REQUEST_TIMEOUT_S = 15.0
 """From the moment a connection is ready for a request until the request has arrived
 whole (headers and body): whatever the pace of the bytes, then it is closed."""
+MIN_BODY_BYTES_PER_S = 64 * 1024
+"""A body that says its length (Content-Length) gets that long at this pace on top of
+REQUEST_TIMEOUT_S: a message with 8 MB of files may take two minutes more on a slow
+line, and a client that sends slower than this is still cut off."""
 KEEP_ALIVE_S = 5
 """A connection idle between requests is closed after this long."""
 MAX_CONNECTIONS = 256
@@ -57,6 +63,9 @@ class ChatProtocol(H11Protocol):
     request_timeout: float = REQUEST_TIMEOUT_S
     max_connections: int = MAX_CONNECTIONS
     _deadline: asyncio.TimerHandle | None = None
+    _armed_at: float = 0.0
+    _sized: bool = False
+    """This request's deadline already counts its declared body."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if len(self.connections) >= self.max_connections:
@@ -80,6 +89,9 @@ class ChatProtocol(H11Protocol):
         super().data_received(data)
         if self._arrived():
             self._disarm()
+        elif not self._sized and self.conn.their_state is h11.SEND_BODY:
+            self._sized = True
+            self._allow_for_body()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -104,7 +116,21 @@ class ChatProtocol(H11Protocol):
 
     def _arm(self) -> None:
         self._disarm()
+        self._sized = False
+        self._armed_at = self.loop.time()
         self._deadline = self.loop.call_later(self.request_timeout, self._expired)
+
+    def _allow_for_body(self) -> None:
+        """The head has arrived: a body of a declared length gets time for it
+        (`MIN_BODY_BYTES_PER_S`); the app refuses one longer than it takes at once."""
+        headers = dict(getattr(self, "scope", {}).get("headers", []))
+        declared = headers.get(b"content-length", b"")
+        if self._deadline is None or not declared.isdigit():
+            return
+        extra = min(int(declared), MAX_MESSAGE_BYTES) / MIN_BODY_BYTES_PER_S
+        self._deadline.cancel()
+        at = self._armed_at + self.request_timeout + extra
+        self._deadline = self.loop.call_at(at, self._expired)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -118,7 +144,8 @@ class ChatProtocol(H11Protocol):
         if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
             # Nobody has answered this request: say why it ends (the app, if it was
             # waiting for the body, hears that the client is gone).
-            message = f"the request did not arrive whole within {self.request_timeout:g} s"
+            allowed = round(self.loop.time() - self._armed_at)
+            message = f"the request did not arrive whole within {allowed:g} s"
             _answer_and_close(self.transport, 408, message)
         else:
             self.transport.close()

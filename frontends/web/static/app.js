@@ -121,7 +121,7 @@ class Turn {
     this.node = el(
       "section",
       { class: "turn", "data-turn": this.id },
-      el("div", { class: "bubble you" }, event.question),
+      el("div", { class: "bubble you" }, event.question, filesNode(event.files ?? [])),
       this.steps,
       this.meta,
     );
@@ -477,26 +477,92 @@ function turnOf(event) {
 
 // --- sending ---------------------------------------------------------------------
 
+// A message's files: chosen with the button, dropped on the page or pasted into the
+// message; sent with it as base64 in its JSON (app.py: _files), where the server and
+// the worker check what each really is and whether the agent takes it.
+const MAX_FILES = 20;
+const chosenBox = document.getElementById("chosen");
+const chosen = [];
+
+function choose(files) {
+  for (const file of files) {
+    if (chosen.length >= MAX_FILES) {
+      notice(`At most ${MAX_FILES} files a message: ${file.name} was left out.`, "error");
+      continue;
+    }
+    chosen.push(file);
+  }
+  showChosen();
+}
+
+function showChosen() {
+  chosenBox.replaceChildren(
+    ...chosen.map((file, i) => {
+      const remove = el("button", { type: "button", title: `remove ${file.name}` }, "×");
+      remove.addEventListener("click", () => {
+        chosen.splice(i, 1);
+        showChosen();
+      });
+      return fileChip(file.name, file, remove);
+    }),
+  );
+}
+
+/** A file's name, with a thumbnail of the sender's own copy when it is an image. */
+function fileChip(name, file = null, ...rest) {
+  const chip = el("span", { class: "file", "data-testid": "file", title: name });
+  if (file?.type.startsWith("image/")) {
+    chip.append(el("img", { src: URL.createObjectURL(file), alt: "" }));
+  }
+  chip.append(name, ...rest);
+  return chip;
+}
+
+function filesNode(names, files = []) {
+  if (!names.length) return "";
+  return el("div", { class: "files" }, ...names.map((name, i) => fileChip(name, files[i])));
+}
+
+/** The file's bytes as base64 (a data: URL's payload). */
+function base64Of(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(String(reader.result).split(",", 2)[1] ?? "");
+    reader.onerror = () => reject(new Error(`${file.name} could not be read`));
+    reader.readAsDataURL(file);
+  });
+}
+
 function submit(event) {
   event.preventDefault();
   const text = input.value.trim();
   if (!text) return;
   input.value = "";
   grow();
+  const files = chosen.splice(0);
+  showChosen();
   document.querySelector(".hello")?.remove();
-  const bubble = el("div", { class: "bubble you waiting", "data-text": text }, text);
+  const names = files.map((f) => f.name);
+  const attributes = { class: "bubble you waiting", "data-text": text };
+  const bubble = el("div", attributes, text, filesNode(names, files));
   pendingBox.append(bubble);
   window.scrollTo(0, document.body.scrollHeight);
   // One at a time, first come first served: the first message creates the conversation the
   // next ones go to.
-  sending = sending.then(() => deliver(text, bubble));
+  sending = sending.then(() => deliver(text, bubble, files));
 }
 
-async function deliver(text, bubble) {
+async function deliver(text, bubble, files = []) {
   try {
+    const message = { text };
+    if (files.length) {
+      message.files = await Promise.all(
+        files.map(async (file) => ({ name: file.name, data: await base64Of(file) })),
+      );
+    }
     if (chat.id) {
       try {
-        await post(`/api/chats/${encodeURIComponent(chat.id)}/messages`, { text });
+        await post(`/api/chats/${encodeURIComponent(chat.id)}/messages`, message);
         return;
       } catch (error) {
         if (error.status !== 410) throw error;
@@ -504,7 +570,7 @@ async function deliver(text, bubble) {
         notice("That conversation had ended; this message starts a new one.");
       }
     }
-    const started = await post("/api/chats", { text });
+    const started = await post("/api/chats", message);
     chat.id = started.chat_id;
     history.replaceState(null, "", `${location.pathname}#${chat.id}`);
     listen();
@@ -614,6 +680,28 @@ async function whoAmI() {
 }
 
 document.getElementById("composer").addEventListener("submit", submit);
+document.getElementById("files").addEventListener("change", (event) => {
+  choose(event.target.files);
+  event.target.value = ""; // the same file may be chosen again
+});
+input.addEventListener("paste", (event) => {
+  if (event.clipboardData?.files.length) {
+    event.preventDefault();
+    choose(event.clipboardData.files);
+  }
+});
+window.addEventListener("dragover", (event) => {
+  if (![...(event.dataTransfer?.types ?? [])].includes("Files")) return;
+  event.preventDefault();
+  document.body.classList.add("dropping");
+});
+window.addEventListener("dragleave", () => document.body.classList.remove("dropping"));
+window.addEventListener("drop", (event) => {
+  document.body.classList.remove("dropping");
+  if (!event.dataTransfer?.files.length) return;
+  event.preventDefault();
+  choose(event.dataTransfer.files);
+});
 input.addEventListener("input", grow);
 input.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
