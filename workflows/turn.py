@@ -1115,7 +1115,7 @@ class AgentTurn:
         raise ApplicationError("a turn asks at least one model", non_retryable=True)
 
     async def _execute_model_call(  # type: ignore[no-untyped-def]
-        self, turn: TurnInput, method, sent, within: timedelta, shown: str
+        self, turn: TurnInput, method, sent, within: timedelta | None, shown: str
     ):
         if self._agent.model_calls == "local" and not turn.stream:
             # Inside this workflow task: its marker records what was sent too.
@@ -1149,8 +1149,9 @@ class AgentTurn:
         if not isinstance(cause, ApplicationError) or cause.type != BudgetSoftLimit.__name__:
             return False
         past = cause.details[0] if cause.details else None
-        ledger = past.get("ledger") if isinstance(past, dict) else None
-        if not isinstance(ledger, str) or ledger in self._budget_ok:
+        if not isinstance(past, dict) or not isinstance(ledger := past.get("ledger"), str):
+            return False
+        if ledger in self._budget_ok:
             return False
         if not workflow.patched(BUDGET_SOFT_PATCH):
             return False
