@@ -335,13 +335,15 @@ async def test_past_a_soft_line_each_turn_asks_once_and_goes_on_to_the_cap(
     assert spent <= cap + 3 * CALL_COST and state.holds == 0
 
 
+@pytest.mark.parametrize("calls", ["activity", "local"])
 async def test_a_soft_line_rejected_ends_the_turn(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, calls: Calls
 ) -> None:
     monkeypatch.setenv(SETTING, PRICE)
     budgets = Budgets.parse("tenant=0.1/day@30%")
     acme = tenant()
-    async with harness.worker(agents=[agent(forever())], budgets=budgets) as task_queue:
+    served = agent(forever(), calls=calls)  # the refusal's details come either way
+    async with harness.worker(agents=[served], budgets=budgets) as task_queue:
         client = AgentClient(harness.client, task_queue=task_queue)
         turn = await client.start("Status?", principal=acme)
         deadline = asyncio.get_running_loop().time() + 60
