@@ -304,11 +304,11 @@ class AgentTurn:
         self._consented: list[str] = list(carry.consented) if carry else []
         """Calls a person granted consent to: a summary keeps them word for word."""
         self._unasked: list[str] = list(carry.unasked) if carry else []
+        """The writes this turn ran without asking (`approval.digest`): parse makes a
+        repeat of one ask, so that a waiver covers each write once."""
         self._budget_ok: list[str] = list(carry.budget_ok) if carry else []
         """Budgets (ledger ids, one per period) a person let this turn pass the soft line
         of: its model calls carry them (`ModelCallInput.budget_ok`), and it asks no more."""
-        """The writes this turn ran without asking (`approval.digest`): parse makes a
-        repeat of one ask, so that a waiver covers each write once."""
         self._waived: dict[str, Consent] = {}
         """The record of each write about to run unasked, by call id, until its
         `tool_call` step carries it (the audit lists it: `durable_agent.audit`)."""
@@ -1164,7 +1164,10 @@ class AgentTurn:
         )
         why = f"{cause.message}; approve to go on up to the cap"
         refused = await self._consent(turn, iteration, call, why)
-        self._approved.pop(call.id, None)  # nothing is dispatched under it
+        # Nothing is dispatched under it, and no summary is to quote it as a write.
+        self._approved.pop(call.id, None)
+        if call.id in self._consented:
+            self._consented.remove(call.id)
         if refused is None:
             self._budget_ok.append(ledger)
             return True
