@@ -44,7 +44,10 @@ class _Permanent(ActivityInboundInterceptor):
             if _holds_a_credential(e):
                 raise _masked(e).with_traceback(e.__traceback__) from None
             if isinstance(e, AgentError) and not e.retryable:
-                raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from e
+                details = getattr(e, "details", ())  # what the workflow reads (`BudgetSoftLimit`)
+                raise ApplicationError(
+                    str(e), *details, type=type(e).__name__, non_retryable=True
+                ) from e
             raise
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import Literal, Protocol
 
 from pydantic import BaseModel
@@ -52,7 +52,9 @@ class Spending(Protocol):
 
     def applies(self, who: Principal) -> bool: ...
 
-    async def reserve(self, who: Principal, worst: float | None, model: str) -> object: ...
+    async def reserve(
+        self, who: Principal, worst: float | None, model: str, ok: Collection[str] = ()
+    ) -> object: ...
 
     async def settle(self, hold: object, cost: float | None) -> None: ...
 
@@ -102,6 +104,8 @@ class ModelCallInput(BaseModel):
     principal: Principal | None = None
     """Whom the turn serves: whose budgets the call is counted against (None: recorded
     before budgets; counted against none)."""
+    budget_ok: list[str] = []
+    """The budgets (ledger ids) a person approved this turn to pass the soft line of."""
 
     @property
     def delta(self) -> Delta:
@@ -134,12 +138,18 @@ class ModelCaller:
 
     @contextlib.asynccontextmanager
     async def budgeted(
-        self, who: Principal | None, model: Model, spec: str, request: ModelRequest
+        self,
+        who: Principal | None,
+        model: Model,
+        spec: str,
+        request: ModelRequest,
+        ok: Collection[str] = (),
     ) -> AsyncIterator[Bill]:
         """Every model call of a turn (plan, interpret, a summary, a server's sample) goes
         through here: with budgets set, its worst case (the prompt's estimated input and
         the reply's whole output limit, at the model's price) is reserved first, and the
-        reservation settled with its cost after (released when the call failed)."""
+        reservation settled with its cost after (released when the call failed). `ok`:
+        the budgets whose soft line a person let the turn pass."""
         bill = Bill()
         if self._spending is None or who is None or not self._spending.applies(who):
             yield bill
@@ -150,7 +160,7 @@ class ModelCaller:
         worst = self._pricing.price(
             Usage(input_tokens=prompt, output_tokens=out), model.provider, model.name, spec
         )
-        hold = await self._spending.reserve(who, worst, spec)
+        hold = await self._spending.reserve(who, worst, spec, ok)
         try:
             yield bill
         finally:
@@ -197,7 +207,7 @@ class ModelCaller:
         ignored = settings_ignored(model, request)
         async with (
             streams.model_text(input.stream) as sink,
-            self.budgeted(input.principal, model, spec, request) as bill,
+            self.budgeted(input.principal, model, spec, request, input.budget_ok) as bill,
         ):
             with (
                 model_span(step, model.provider, model.name) as span,

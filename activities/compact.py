@@ -46,6 +46,8 @@ class CompactInput(BaseModel):
     the turn's model like the others, asked as they are."""
     principal: Principal | None = None
     """Whom the turn serves: the summary counts against their budgets."""
+    budget_ok: list[str] = []
+    """The budgets a person approved the turn to pass the soft line of (`ModelCallInput`)."""
 
 
 class CompactOutput(BaseModel):
@@ -96,7 +98,7 @@ class CompactActivity(ModelCaller):
             instructions=instructions,
             settings=model_settings.merged(served.agent.settings_for(spec), input.settings),
         )
-        async with self.budgeted(input.principal, model, spec, request) as bill:
+        async with self.budgeted(input.principal, model, spec, request, input.budget_ok) as bill:
             summary, usage, by = await self._summary(model, spec, served.name, request)
             bill.paid(usage.cost_usd if by == "model" else 0.0)  # a digest asked no one
         if not summary.strip():

@@ -37,6 +37,8 @@ class SampleInput(BaseModel):
     """The turn's own model settings: the request is asked as the turn's calls are."""
     principal: Principal | None = None
     """Whom the turn serves: the sample counts against their budgets, as the turn's calls."""
+    budget_ok: list[str] = []
+    """The budgets a person approved the turn to pass the soft line of (`ModelCallInput`)."""
 
 
 class SampleOutput(BaseModel):
@@ -72,7 +74,7 @@ class SampleActivity(ModelCaller):
             messages=messages, instructions=asked.system_prompt, settings=settings
         )
         ignored = settings_ignored(model, request)
-        async with self.budgeted(input.principal, model, spec, request) as bill:
+        async with self.budgeted(input.principal, model, spec, request, input.budget_ok) as bill:
             reply, usage, cost = await self._asked(model, spec, served.name, request, ignored)
             bill.paid(cost)
         activity.logger.info(

@@ -25,6 +25,8 @@ retried with backoff.
     ├── ConsentMismatch            a write's arguments are not those approved: it does not run
     ├── BudgetExceeded             a model call would pass a budget of the person the turn
     │                              serves (`durable_agent.budgets`): the turn ends, budget_limit
+    ├── BudgetSoftLimit            a model call would pass a budget's soft line: the turn asks
+    │                              a person first (approved: the call is made again)
     └── ToolError                  a tool could not answer; the model sees the message
         ├── NotFound               no such record (for this customer)
         ├── NotAllowed             the request breaks a rule (e.g. returning an unshipped order)
@@ -109,6 +111,17 @@ class BudgetExceeded(AgentError):
     """A model call would pass a spending budget of the tenant or user the turn serves, or
     one that cannot be kept (the model has no price); the message names the budget and
     when it resets. The turn ends with the outcome `budget_limit`, saying so."""
+
+
+class BudgetSoftLimit(AgentError):
+    """A model call would take a budget's spend past its soft line (`tenant=5/day@80%`)
+    and the turn has no approval to pass it this period; its reservation is released.
+    `details`: the budget's ledger, what it holds, and the line in words. The turn asks
+    a person, as for a write, and makes the call again once approved."""
+
+    def __init__(self, line: str, ledger: str, spent: float, cap: float) -> None:
+        super().__init__(line)
+        self.details = ({"ledger": ledger, "spent": spent, "cap": cap},)
 
 
 class ModelError(AgentError):

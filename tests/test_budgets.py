@@ -2,7 +2,9 @@
 stops its turns with `budget_limit` and leaves another tenant's alone; 20 concurrent
 turns of one tenant stay within the cap plus one call each, and the ledger agrees with
 the turns; a sub-agent's model calls count, and an MCP server's sampling; a ledger
-continues as new with its sums; a model with no price cannot be budgeted."""
+continues as new with its sums; a model with no price cannot be budgeted; a soft line
+asks a person once per turn, and approved the turn goes on to the cap, rejected it
+stops."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from durable_agent.budgets import (
     ledger_id,
     user_key,
 )
+from durable_agent.client import TurnResult
 from durable_agent.mcp import connected
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
@@ -36,7 +39,7 @@ from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
 from durable_agent.subagents import agent_tool
 from durable_agent.tools import Tool
-from durable_agent.types import Outcome, ToolCall, TurnLimits, Usage
+from durable_agent.types import Outcome, StepKind, ToolCall, TurnLimits, Usage
 from tests import test_mcp_sampling as sampling
 from tests.conftest import Harness
 from tests.test_fallback import status
@@ -205,7 +208,18 @@ def test_budgets_read_from_settings_and_refuse_bad_ones_in_one_line() -> None:
     assert [h.ledger for h in budgets.held(Principal(tenant="zeta", user="u"), now)] == [
         "budget:t:zeta:2026-12-31"
     ]
-    for bad in ("tenant=20", "tenant=-1/day", "team=3/day", "tenant:ACME=1/day", "user=x/month"):
+    soft = Budgets.parse("tenant:acme=5/day@80%").caps
+    assert [(c.usd, c.per, c.tenant, c.soft) for c in soft] == [(5, "day", "acme", 0.8)]
+    for bad in (
+        "tenant=20",
+        "tenant=-1/day",
+        "team=3/day",
+        "tenant:ACME=1/day",
+        "user=x/month",
+        "tenant=1/day@100%",
+        "tenant=1/day@0%",
+        "tenant=1/day@80",
+    ):
         with pytest.raises(BudgetSettingError, match=r"^AGENT_BUDGETS: .* use SCOPE"):
             Budgets.parse(bad)
 
@@ -276,3 +290,78 @@ async def test_an_mcp_servers_sampling_counts(
 
     assert result.outcome is Outcome.ANSWERED and len(sampling.sampled(scripted)) == 1
     assert state.spent == pytest.approx(result.usage.cost_usd) == 0.00073  # 30 in, 7 out
+
+
+def asked(result: TurnResult) -> list[str]:
+    """What the turn asked a person before passing a budget's soft line."""
+    return [s.text for s in result.steps if s.kind is StepKind.APPROVAL]
+
+
+async def test_past_a_soft_line_each_turn_asks_once_and_goes_on_to_the_cap(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SETTING, PRICE)
+    cap = 0.1  # about ten calls; the soft line after about three
+    budgets = Budgets.parse(f"tenant={cap}/day@30%")
+    acme = tenant()
+    async with harness.worker(agents=[agent(forever())], budgets=budgets) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        turns = [await client.start("Status?", principal=acme) for _ in range(3)]
+        results = asyncio.gather(*(t.result() for t in turns))
+        approved = 0
+        deadline = asyncio.get_running_loop().time() + 60
+        while not results.done():  # a person approves whatever waits, as it comes
+            assert asyncio.get_running_loop().time() < deadline, "the turns never ended"
+            for waiting in await client.pending(tenant=acme.tenant):
+                assert waiting.approval.call.name == "budget", waiting
+                await client.turn(waiting.workflow_id).approve(waiting.approval.call.id, by="lee")
+                approved += 1
+            await asyncio.sleep(0.1)
+        ended = await results
+        state = await ledger(harness, budgets, acme)
+
+    # Each turn was asked at most once (the first past the line surely), and went on to
+    # the cap: every one ends with the cap's own budget_limit.
+    assert all(len(asked(r)) <= 1 for r in ended) and approved == sum(map(len, map(asked, ended)))
+    assert (
+        approved >= 1
+        and f"tenant {acme.tenant} ($0.1) would pass its soft line of 30%"
+        in (asked(ended[0]) or asked(ended[1]) or asked(ended[2]))[0]
+    )
+    for r in ended:
+        assert r.outcome is Outcome.BUDGET_LIMIT and "cannot pay for another" in r.answer
+    spent = sum(r.usage.cost_usd or 0.0 for r in ended)
+    assert state.spent == pytest.approx(spent) and spent > 0.3 * cap + CALL_COST
+    assert spent <= cap + 3 * CALL_COST and state.holds == 0
+
+
+@pytest.mark.parametrize("calls", ["activity", "local"])
+async def test_a_soft_line_rejected_ends_the_turn(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, calls: Calls
+) -> None:
+    monkeypatch.setenv(SETTING, PRICE)
+    budgets = Budgets.parse("tenant=0.1/day@30%")
+    acme = tenant()
+    served = agent(forever(), calls=calls)  # the refusal's details come either way
+    async with harness.worker(agents=[served], budgets=budgets) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        turn = await client.start("Status?", principal=acme)
+        deadline = asyncio.get_running_loop().time() + 60
+        while not (waiting := (await turn.progress()).pending):
+            assert asyncio.get_running_loop().time() < deadline, "the turn never asked"
+            await asyncio.sleep(0.1)
+        await turn.reject(waiting[0].call.id, by="lee", reason="enough for today")
+        result = await turn.result()
+        state = await ledger(harness, budgets, acme)
+
+    assert result.outcome is Outcome.BUDGET_LIMIT
+    # Two calls fit under 30% ($0.0202); the third's reservation ($0.0102) would pass it.
+    assert result.usage.model_calls == 2 and state.spent == pytest.approx(2 * CALL_COST)
+    assert result.answer.startswith(
+        f"Sorry, I had to stop: the daily budget of tenant {acme.tenant} ($0.1) would pass "
+        "its soft line of 30% with another model call ($0.0202 spent"
+    )
+    assert "; going on was declined by lee: enough for today." in result.answer
+    assert waiting[0].call.arguments["ledger"] == f"budget:t:{acme.tenant}:" + (
+        f"{datetime.now(timezone.utc):%Y-%m-%d}"
+    )

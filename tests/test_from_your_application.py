@@ -29,6 +29,10 @@ from durable_agent.runtime.server import free_port, is_listening
 from tests.test_examples import HELPDESK, Process, code_blocks
 
 BIN = Path(sys.executable).parent
+BUDGET = "tenant:acme=0.09/day"
+PRICES = "offline=100/1"
+"""As docs/from-your-application.md sets them: the offline model at $100 / $1 per million
+tokens in / out, and acme's day at 9 cents: a few of its turns."""
 TEAM_MODULES = [
     "workflows",
     "activities",
@@ -398,10 +402,14 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
     acme's support leads to decide (`helpdesk:with_leads`). acme's lead sees it and
     approves it; the customer, another customer of acme and globex's lead cannot (a
     turn of another's: 404, as one that does not exist); a role in a token signed with
-    another key is 401. The audit shows the customer as asker and the lead as approver."""
+    another key is 401. The audit shows the customer as asker and the lead as approver.
+    Then acme's daily budget (the worker's, as the page sets it) stops acme's turns with
+    `budget_limit`, and globex's go on."""
     folder, environ = team
     secret = "the-service-shared-secret-32-bytes!!"
     environ = {**environ, "AGENT_WEB_JWT_SECRET": secret}
+    # The page's budget: a fresh dev server per session, so acme's ledger starts at $0.
+    budgeted = {**environ, "AGENT_BUDGETS": BUDGET, "AGENT_MODEL_PRICES": PRICES}
 
     def bearer(sub: str, tenant: str, *roles: str, key: str = secret) -> dict[str, str]:
         claims = {"sub": sub, "tenant": tenant, "roles": list(roles), "exp": time.time() + 300}
@@ -413,7 +421,7 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
         bearer("lee", "globex", "support-lead"),
     )
     forged = bearer("lee", "acme", "support-lead", key="another-secret-of-thirty-two-bytes!")
-    served = worker(folder, environ, "helpdesk:with_leads")
+    served = worker(folder, budgeted, "helpdesk:with_leads")
     try:
         with service(folder, environ) as http:
             started = http.post(
@@ -460,6 +468,22 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
             assert decided.status_code == 200, decided.text
             result = http.get(f"/turns/{quote(turn_id, safe='')}", headers=ada).json()
             assert result["outcome"] == "answered" and "INC-" in result["answer"], result
+
+            # Ada asks on until acme's daily budget cannot pay for another model call.
+            asked = []
+            while not asked or asked[-1]["outcome"] != "budget_limit":
+                assert len(asked) < 8, [a["outcome"] for a in asked]
+                answered = http.post("/ask", json={"question": "Is the VPN down?"}, headers=ada)
+                assert answered.status_code == 200, answered.text
+                asked.append(answered.json())
+            assert {a["outcome"] for a in asked[:-1]} <= {"answered"}, asked
+            assert asked[-1]["answer"].startswith(
+                "Sorry, I had to stop: the daily budget of tenant acme ($0.09)"
+            ), asked[-1]
+            again = http.post("/ask", json={"question": "Is email working?"}, headers=bo).json()
+            assert again["outcome"] == "budget_limit" and again["usage"]["model_calls"] == 0
+            theirs = http.post("/ask", json={"question": "Is the VPN down?"}, headers=their_lead)
+            assert theirs.json()["outcome"] == "answered", theirs.text
         audit = subprocess.run(
             [str(BIN / "durable-agent"), "audit", "--tenant", "acme", "--json"],
             cwd=folder,
@@ -481,3 +505,5 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
     )
     assert (row["principal"]["user"], row["principal"]["tenant"]) == ("lee", "acme")
     assert row["via"] == "helpdesk" and row["refused"] == 1 and row["approved"]
+    # What ran is what the page shows.
+    assert f"AGENT_BUDGETS={BUDGET} AGENT_MODEL_PRICES={PRICES}" in PAGE.read_text()

@@ -80,6 +80,8 @@ class TurnCarry(BaseModel):
     """Messages of the conversation the model calls so far have carried."""
     consented: list[str] = Field(default_factory=list)
     """Calls a person granted consent to (a summary of the conversation keeps them)."""
+    budget_ok: list[str] = Field(default_factory=list)
+    """Budgets (ledger ids) a person let the turn pass the soft line of (`budget_ok`)."""
     unasked: list[str] = Field(default_factory=list)
     """The writes the turn ran without asking, as hashes (`approval.digest`, at most
     `approval.MAX_UNASKED_WRITES`): a copy of one asks, in every run."""

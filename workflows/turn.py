@@ -135,6 +135,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.errors import (
         BudgetExceeded,
+        BudgetSoftLimit,
         CannotFork,
         InvalidAnswer,
         InvalidEvent,
@@ -244,6 +245,13 @@ BUDGET_PATCH = "budget-limit"
 """Since budgets (`durable_agent.budgets`), a model call a budget refuses ends the turn
 with `budget_limit`: only turns recorded since can hold such a refusal."""
 
+SOFT_LINE_TOOL = "budget"
+"""The name of the call a person approves to let a turn pass a budget's soft line."""
+
+BUDGET_SOFT_PATCH = "budget-soft-line"
+"""Since soft lines (`tenant=5/day@80%`), a model call past one waits for a person's
+approval, as a write does, and is made again once approved."""
+
 SAMPLE_FAILURE_REFUSES = "sample-failure-refuses"
 """Since this change, a model that fails on a server's request to sample refuses the
 request (the call goes on) rather than ending the turn: histories from before it replay
@@ -298,6 +306,9 @@ class AgentTurn:
         self._unasked: list[str] = list(carry.unasked) if carry else []
         """The writes this turn ran without asking (`approval.digest`): parse makes a
         repeat of one ask, so that a waiver covers each write once."""
+        self._budget_ok: list[str] = list(carry.budget_ok) if carry else []
+        """Budgets (ledger ids, one per period) a person let this turn pass the soft line
+        of: its model calls carry them (`ModelCallInput.budget_ok`), and it asks no more."""
         self._waived: dict[str, Consent] = {}
         """The record of each write about to run unasked, by call id, until its
         `tool_call` step carries it (the audit lists it: `durable_agent.audit`)."""
@@ -981,6 +992,7 @@ class AgentTurn:
             consented=self._consented,
             settings=turn.settings,
             principal=turn.asker,
+            budget_ok=self._budget_ok,
         )
         try:
             out = await workflow.execute_activity_method(
@@ -1054,6 +1066,7 @@ class AgentTurn:
             output=turn.output,
             settings=turn.settings,
             principal=turn.asker,
+            budget_ok=self._budget_ok,
         )
 
     async def _model_call(  # type: ignore[no-untyped-def]
@@ -1072,28 +1085,15 @@ class AgentTurn:
             shown = answers.markdown_safe(f"{summary} ({spec})" if several else summary)
             sent = arg.model_copy(update={"model": spec})
             try:
-                if self._agent.model_calls == "local" and not turn.stream:
-                    # Inside this workflow task: its marker records what was sent too.
-                    # (A streamed turn's calls are activities: the workflow takes the
-                    # text they publish as it comes, not once its task completes.)
-                    out = await workflow.execute_local_activity_method(
-                        method,
-                        sent,
-                        start_to_close_timeout=MODEL_TIMEOUT,
-                        schedule_to_close_timeout=within,
-                        retry_policy=MODEL_RETRY,
-                        summary=shown,
-                    )
-                else:
-                    out = await workflow.execute_activity_method(
-                        method,
-                        sent,
-                        start_to_close_timeout=MODEL_TIMEOUT,
-                        schedule_to_close_timeout=within,
-                        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                        retry_policy=MODEL_RETRY,
-                        summary=shown,
-                    )
+                while True:
+                    try:
+                        out = await self._execute_model_call(turn, method, sent, within, shown)
+                        break
+                    except (ActivityError, ApplicationError) as e:
+                        if not await self._may_pass_soft_line(turn, iteration, e):
+                            raise
+                        # Approved: the same call again, now carrying the approval.
+                        sent = sent.model_copy(update={"budget_ok": list(self._budget_ok)})
             except (ActivityError, ApplicationError) as e:
                 # A local activity's failure may arrive unwrapped (ApplicationError).
                 self._if_out_of_time()
@@ -1113,6 +1113,68 @@ class AgentTurn:
             self._progressed = True
             return out
         raise ApplicationError("a turn asks at least one model", non_retryable=True)
+
+    async def _execute_model_call(  # type: ignore[no-untyped-def]
+        self, turn: TurnInput, method, sent, within: timedelta | None, shown: str
+    ):
+        if self._agent.model_calls == "local" and not turn.stream:
+            # Inside this workflow task: its marker records what was sent too.
+            # (A streamed turn's calls are activities: the workflow takes the
+            # text they publish as it comes, not once its task completes.)
+            return await workflow.execute_local_activity_method(
+                method,
+                sent,
+                start_to_close_timeout=MODEL_TIMEOUT,
+                schedule_to_close_timeout=within,
+                retry_policy=MODEL_RETRY,
+                summary=shown,
+            )
+        return await workflow.execute_activity_method(
+            method,
+            sent,
+            start_to_close_timeout=MODEL_TIMEOUT,
+            schedule_to_close_timeout=within,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=MODEL_RETRY,
+            summary=shown,
+        )
+
+    async def _may_pass_soft_line(self, turn: TurnInput, iteration: int, err: Exception) -> bool:
+        """A model call would pass a budget's soft line (`BudgetSoftLimit`): a person is
+        asked, as for a write (the turn's pending list, `approve`/`reject`, the approval
+        timeout), whether the turn may go on up to the cap. True: approved, for this
+        budget's period. Declined or unanswered: the turn ends with `budget_limit`.
+        False: not such a failure (or one already approved: never asked twice)."""
+        cause = _cause(err)
+        if not isinstance(cause, ApplicationError) or cause.type != BudgetSoftLimit.__name__:
+            return False
+        past = cause.details[0] if cause.details else None
+        if not isinstance(past, dict) or not isinstance(ledger := past.get("ledger"), str):
+            return False
+        if ledger in self._budget_ok:
+            return False
+        if not workflow.patched(BUDGET_SOFT_PATCH):
+            return False
+        # A call of no tool, named `budget`: its arguments say which budget, and the
+        # decision's record (approver, time, hash) is kept as a write's is.
+        call = ToolCall(
+            id=f"budget-{len(self._budget_ok) + 1}",
+            name=SOFT_LINE_TOOL,
+            arguments={"ledger": ledger, "spent": past.get("spent"), "cap": past.get("cap")},
+        )
+        why = f"{cause.message}; approve to go on up to the cap"
+        refused = await self._consent(turn, iteration, call, why)
+        # Nothing is dispatched under it, and no summary is to quote it as a write.
+        self._approved.pop(call.id, None)
+        if call.id in self._consented:
+            self._consented.remove(call.id)
+        if refused is None:
+            self._budget_ok.append(ledger)
+            return True
+        decided = next(s.text for s in reversed(self._steps) if s.kind is StepKind.DECISION)
+        said = decided.removeprefix(f"{call.name}: ")
+        answer = answers.budget_limit(f"{cause.message}; going on was {said}", self._found())
+        raise _TurnEnded(Outcome.BUDGET_LIMIT, answer)
 
     def _within_budget(self) -> None:
         """Before a model call, never after: an answer already paid for is kept."""
@@ -1319,6 +1381,7 @@ class AgentTurn:
             model_calls=self._model_calls,
             sent=self._sent,
             consented=self._consented,
+            budget_ok=self._budget_ok,
             unasked=self._unasked,
             may_sample={k: v for k, v in self._may_sample.items() if v is not None},
             started=self._started,
@@ -1547,6 +1610,7 @@ class AgentTurn:
             max_tokens=max(1, min(request.max_tokens, left)),
             settings=turn.settings,
             principal=turn.asker,
+            budget_ok=self._budget_ok,
         )
         try:
             out = await self._model_call(

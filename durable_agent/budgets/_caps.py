@@ -1,12 +1,14 @@
 """Which budgets hold for whom: caps in US dollars per tenant or per user, per UTC day or
 month, and the ledger (one workflow) that keeps each budget of each period.
 
-    Budgets.parse("tenant=20/day, tenant:acme=500/month, user=2/day")
+    Budgets.parse("tenant=20/day, tenant:acme=500/month@80%, user=2/day")
     Budgets(caps=(Cap(usd=20, per="day"), Cap(usd=2, per="day", user=True)))
     Budgets.from_env()                         AGENT_BUDGETS (the same text)
 
 `tenant=` caps every tenant, `tenant:NAME=` one tenant (over `tenant=` for the same
 period); `user=` caps every user of any tenant, `user:NAME=` every user of tenant NAME.
+`@80%` after a cap sets its soft line: a call that would take the period's spend past
+80% of the cap waits for a person's approval first, once per turn and period.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ EVERY = "*"
 MAX_USER_KEY = 200
 """The longest escaped user a ledger id spells out; a longer one is named by its hash."""
 
-_ITEM = re.compile(r"(tenant|user)(?::([a-z0-9][a-z0-9._-]*))?=([0-9.]+)/(day|month)")
+_ITEM = re.compile(
+    r"(tenant|user)(?::([a-z0-9][a-z0-9._-]*))?=([0-9.]+)/(day|month)(?:@([0-9.]+)%)?"
+)
 
 
 class BudgetSettingError(ValueError):
@@ -50,10 +54,15 @@ class Cap:
     per: Period = "day"
     user: bool = False
     tenant: str = EVERY
+    soft: float | None = None
+    """The soft line, a share of the cap (0.8: 80%): a call that would take the period's
+    spend past it waits for a person's approval (None: none)."""
 
     def __post_init__(self) -> None:
         if not self.usd >= 0 or self.per not in PERIODS:
             raise BudgetSettingError(f"a cap of {self.usd!r} per {self.per!r}: {_SHAPE}")
+        if self.soft is not None and not 0 < self.soft < 1:
+            raise BudgetSettingError(f"a soft line of {self.soft!r} is no share: {_SHAPE}")
 
     @property
     def scope(self) -> str:
@@ -61,8 +70,9 @@ class Cap:
 
 
 _SHAPE = (
-    "use SCOPE[:TENANT]=DOLLARS/PERIOD, comma-separated, SCOPE tenant or user, PERIOD "
-    "day or month (UTC), e.g. AGENT_BUDGETS=tenant=20/day,tenant:acme=500/month,user=2/day"
+    "use SCOPE[:TENANT]=DOLLARS/PERIOD[@SOFT%], comma-separated, SCOPE tenant or user, "
+    "PERIOD day or month (UTC), SOFT a share of the cap that needs a person's approval "
+    "to pass, e.g. AGENT_BUDGETS=tenant=20/day,tenant:acme=500/month@80%,user=2/day"
 )
 
 
@@ -87,6 +97,20 @@ class Held:
             f"it resets at {self.ends:%Y-%m-%d %H:%M} UTC"
         )
 
+    def past_soft_line(self, spent: float, held: float) -> bool:
+        """Whether spent and held (this call's hold among them) pass the soft line."""
+        soft = self.cap.soft
+        return soft is not None and spent + held > soft * self.cap.usd
+
+    def soft_line(self, spent: float, held: float, worst: float) -> str:
+        """What a person is asked before a call passes the soft line."""
+        share = f"{self.cap.soft * 100:g}%" if self.cap.soft is not None else ""
+        return (
+            f"{self.who} ({format_cost(self.cap.usd)}) would pass its soft line of {share} "
+            f"with another model call ({format_cost(spent)} spent, {format_cost(held)} held "
+            f"by calls under way, this one may cost up to {format_cost(worst)})"
+        )
+
 
 @dataclass(frozen=True)
 class Budgets:
@@ -99,14 +123,16 @@ class Budgets:
         caps = []
         for item in filter(None, (part.strip() for part in text.split(","))):
             m = _ITEM.fullmatch(item.replace(" ", ""))
+            soft = None
             try:
                 usd = float(m.group(3)) if m else -1.0
+                soft = float(m.group(5)) / 100 if m and m.group(5) else None
             except ValueError:
                 usd = -1.0
-            if m is None or usd < 0:
+            if m is None or usd < 0 or (soft is not None and not 0 < soft < 1):
                 raise BudgetSettingError(f"{SETTING}: {item!r} is no budget; {_SHAPE}")
-            scope, tenant, _, per = m.groups()
-            caps.append(Cap(usd, per, user=scope == "user", tenant=tenant or EVERY))  # type: ignore[arg-type]
+            scope, tenant, _, per, _ = m.groups()
+            caps.append(Cap(usd, per, user=scope == "user", tenant=tenant or EVERY, soft=soft))  # type: ignore[arg-type]
         return cls(tuple(caps))
 
     @classmethod

@@ -3,8 +3,9 @@
 Before the call, `reserve` holds its worst case in the ledger of every budget of the
 person the turn serves, starting a ledger with its period's first call
 (update-with-start); a budget that cannot hold it refuses the call with
-`BudgetExceeded` (the holds already taken are released). After the call, `settle`
-replaces each hold with the call's cost.
+`BudgetExceeded` (the holds already taken are released); one whose soft line the hold
+passes, unless the turn was approved to pass it (`ok`), with `BudgetSoftLimit` (all
+holds released). After the call, `settle` replaces each hold with the call's cost.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -22,7 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.budgets._caps import Budgets, Held
 from durable_agent.budgets._ledger import BudgetLedger, LedgerInput, LedgerState, Reserve, Settle
-from durable_agent.errors import BudgetExceeded
+from durable_agent.errors import BudgetExceeded, BudgetSoftLimit
 from durable_agent.pricing import format_cost
 from durable_agent.principal import Principal
 
@@ -60,7 +62,9 @@ class Ledgers:
     def applies(self, who: Principal) -> bool:
         return self.budgets.applies(who)
 
-    async def reserve(self, who: Principal, worst: float | None, model: str) -> Hold:
+    async def reserve(
+        self, who: Principal, worst: float | None, model: str, ok: Collection[str] = ()
+    ) -> Hold:
         info = activity.info()
         held = self.budgets.held(who, datetime.now(timezone.utc))
         if worst is None:
@@ -77,12 +81,20 @@ class Ledgers:
         )
         client = activity.client()
         taken: list[str] = []
+        past: BudgetSoftLimit | None = None
         for budget in held:
             state = await _reserve(client, budget, hold, worst)
             if not state.granted:
                 await self._release(client, hold, taken)
                 raise BudgetExceeded(budget.line(state.spent, state.held, worst))
             taken.append(budget.ledger)
+            unasked = past is None and budget.ledger not in ok
+            if unasked and budget.past_soft_line(state.spent, state.held):
+                line = budget.soft_line(state.spent, state.held - worst, worst)
+                past = BudgetSoftLimit(line, budget.ledger, state.spent, budget.cap.usd)
+        if past is not None:  # the hard caps hold it, but a person must say so first
+            await self._release(client, hold, taken)
+            raise past
         activity.logger.info("budget: %s held in %s", format_cost(worst), ", ".join(taken))
         return hold
 
