@@ -54,7 +54,7 @@ from durable_agent.backends import default_models
 from durable_agent.budgets import BudgetLedger, Budgets, Ledgers, UnversionedBudgetLedger
 from durable_agent.errors import AgentDefinitionError
 from durable_agent.model import ModelCatalog
-from durable_agent.runtime import metrics, peers
+from durable_agent.runtime import logs, metrics, peers
 from durable_agent.runtime import storage as storage_
 from durable_agent.runtime.chaos import ChaosInterceptor, Faults
 from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
@@ -207,6 +207,7 @@ class AgentPlugin(SimplePlugin):
         return {c.name: c.fingerprint for c in self.cards}
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        logs.guard_sdk_messages()  # a tenant user's turn id holds a `%`
         self._client = config["client"]
         self._task_queue = config["task_queue"]
         # Its identity names its agents, so a worker starting on the same queue with

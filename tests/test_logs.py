@@ -3,6 +3,7 @@ trace id, in JSON for machines and in readable text by default."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -12,10 +13,17 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from temporalio.testing import WorkflowEnvironment
+from temporalio import activity
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from durable_agent.runtime.logs import JsonFormatter, TextFormatter, TurnFields
+from durable_agent.runtime.logs import (
+    JsonFormatter,
+    TextFormatter,
+    TurnFields,
+    guard_sdk_messages,
+)
 from durable_agent.runtime.turns import start_turn
 from durable_agent.types import Outcome, TurnInput
 from tests.fakes.otlp import OtlpReceiver
@@ -131,3 +139,23 @@ async def test_a_turns_lines_from_the_worker_carry_its_ids_and_trace(
     assert all(line["attempt"] == 1 for line in mine[:3])
     for words in ("order_id=", "Herbal Handsoap", "shipped?"):  # no customer words in logs
         assert words not in err
+
+
+async def test_a_tenant_users_turn_id_with_its_percent_never_breaks_a_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The SDK appends the turn's ids to a message before formatting it with its
+    arguments: `turn-acme%3Aada-…` then broke the line (pytest's handler raises on
+    that, so the activity failed). The guard the plugin installs formats it first."""
+
+    @activity.defn
+    async def noisy() -> None:
+        activity.logger.warning("call %s failed: %s", "c1", "boom")
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_id="turn-acme%3Aada-1f2e3d4c")
+    guard_sdk_messages()
+    with caplog.at_level(logging.WARNING, logger="temporalio.activity"):
+        await env.run(noisy)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "temporalio.activity"]
+    assert line.startswith("call c1 failed: boom ({") and "turn-acme%3Aada-1f2e3d4c" in line
