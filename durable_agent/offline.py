@@ -63,6 +63,7 @@ Token usage is estimated from word counts.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1200,11 +1201,19 @@ class OfflineModel:
         """The summary compaction asks for: a digest of the calls and their results."""
         return Reply(text=digest(request.question, 4_000))
 
+    # The offline model computes, it waits on nothing: its work runs in a thread, so that
+    # a worker with a hundred calls at once still gets each call's heartbeat out (on the
+    # event loop, their work in turn starved the heartbeats past their timeout).
     async def plan(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        return await _written(await asyncio.to_thread(self._plan, request), stream)
+
+    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+        return await _written(await asyncio.to_thread(self._interpret, request), stream)
+
+    def _plan(self, request: ModelRequest) -> Reply:
         last = request.messages[-1] if request.messages else None
         if isinstance(last, UserMessage) and last.attachments:
             text = from_attachments(last, request)
-            await write_out(text, stream)
             return Reply(text=text, usage=_usage(last.text, text))
         if fact := _to_remember(request):
             made = [
@@ -1232,7 +1241,6 @@ class OfflineModel:
             # No tool of its own covers it: the agent's knowledge may (`Knowledge`).
             known = _from_knowledge(talk.question, latest_results(request.messages))
             if known:
-                await write_out(known, stream)
                 return Reply(text=known, usage=_usage(prompt, known))
             if any(t.name == SEARCH_TOOL for t in request.tools) and not any(
                 c.name == SEARCH_TOOL
@@ -1253,7 +1261,6 @@ class OfflineModel:
             # Declined in the words the instructions give ("reply exactly: ..."), as a
             # chat model reads them there.
             text = decline_text(request.instructions) if decided.declined else decided.text
-            await write_out(text, stream)
             return Reply(text=text, usage=_usage(prompt, text))
         first_id = calls_so_far(request.messages) + 1
         made = [
@@ -1262,7 +1269,7 @@ class OfflineModel:
         ]
         return Reply(calls=made, usage=_usage(prompt, " ".join(c.render() for c in made)))
 
-    async def interpret(self, request: ModelRequest, stream: TextSink | None = None) -> Reply:
+    def _interpret(self, request: ModelRequest) -> Reply:
         if request.final_tool:
             return self._typed(request)
         profiles = self._profiles_of(request.tools)
@@ -1294,7 +1301,6 @@ class OfflineModel:
         if offer := self._offer(readings, profiles, talk):
             answer += " " + offer
         prompt = talk.question + " " + " ".join(r.text for r in results)
-        await write_out(answer, stream)
         return Reply(text=answer, usage=_usage(prompt, answer))
 
     def _typed(self, request: ModelRequest) -> Reply:
@@ -1451,6 +1457,13 @@ _REMEMBER = re.compile(
     r"^\s*(?:please\s+)?(?:remember|keep in mind|note down)(?:\s+that)?\s*[:,]?\s+(.+?)[.!]?\s*$",
     re.IGNORECASE | re.DOTALL,
 )
+
+
+async def _written(reply: Reply, stream: TextSink | None) -> Reply:
+    """A reply of text is written out to the stream as a model writes it; calls are not."""
+    if reply.text and not reply.calls:
+        await write_out(reply.text, stream)
+    return reply
 
 
 def _to_remember(request: ModelRequest) -> str:
