@@ -384,14 +384,17 @@ async def test_a_support_lead_approves_a_customers_call_from_the_queue(
         web_chat(harness.client, task_queue) as url,
     ):
         agents = AgentClient(harness.client, task_queue=task_queue)
-        turn = await agents.start(RETURN, principal=Principal(user="demo"))
+        # The reason the model passes on is the customer's text: markup in it stays text.
+        marked = RETURN.replace("damaged", "damaged <img src=x onerror=\"document.title='x'\">")
+        turn = await agents.start(marked, principal=Principal(user="demo"))
         context = await browser.new_context(extra_http_headers=lead)
         page = await context.new_page()
         await page.goto(url)
         queued = page.get_by_test_id("queued")
         await expect(queued).to_have_count(1, timeout=30_000)
         await expect(queued.locator(".tool")).to_have_text("start_return")
-        await expect(queued.locator(".args")).to_contain_text("the soap arrived damaged")
+        await expect(queued.locator(".args")).to_contain_text("damaged <img src=x onerror=")
+        await expect(queued.locator("img")).to_have_count(0)
         await expect(queued.locator("strong")).to_have_text("demo")
         await queued.get_by_test_id("queue-approve").click()
         await expect(page.get_by_test_id("queue")).to_be_hidden()
