@@ -151,8 +151,7 @@ class StreamTickets:
     def issue(self, principal: Principal, path: str) -> str:
         if not STREAM_PATH.fullmatch(path):
             raise ValueError(
-                "a ticket opens /api/chats/ID/events, /api/turns/ID/events "
-                "or /api/turns/ID/files/N"
+                "a ticket opens /api/chats/ID/events, /api/turns/ID/events or /api/turns/ID/files/N"
             )
         claims = {
             "sub": principal.user,
