@@ -71,7 +71,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.approval import ApprovalDecision
-from durable_agent.attachments import IMAGES, MAX_BYTES, MAX_COUNT, TEXT, Attachment
+from durable_agent.attachments import IMAGES, MAX_COUNT, TEXT, Attachment
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, ConversationHandle
 from durable_agent.errors import (
@@ -122,9 +122,6 @@ MAX_FILES_BYTES = 8 * 1024 * 1024
 are checked too); their base64 in the body may take a third more."""
 MAX_MESSAGE_BYTES = MAX_BODY_BYTES + MAX_FILES_BYTES * 4 // 3 + 4096
 """A message's body with its files, at most."""
-MAX_SERVED_BYTES = MAX_BYTES
-"""The largest file served back to the page (what one attachment may be at most): one
-recorded larger is refused before it is read."""
 FILE_POLICY = "default-src 'none'; sandbox"
 """A served file runs nothing and loads nothing, opened by itself or not: an HTML or SVG
 file someone attached (stored as text) cannot script the chat's origin."""
@@ -365,15 +362,15 @@ def create_app(
         """The n-th file of a turn of this principal's (an `<img>` or a link: a ticket
         in its URL, behind a login), read from the payload store by the reference the
         turn recorded (its conversation's or fork's files only as its lineage allows:
-        `runtime.attachments.read`), as the type sniffed when it was attached."""
+        `runtime.attachments.read`), as the type sniffed when it was attached. Its size
+        is bounded as the turn recorded it (`attachments.MAX_BYTES`), and the bytes read
+        must be those of its recorded sha256."""
         turn_id, n = str(request.path_params["turn_id"]), int(request.path_params["n"])
         turn = await agents.turn_for(turn_id, principal=reader(request))
         files = (await turns.opening(turn.temporal)).attachments
         if n >= len(files):
             raise Problem(404, f"turn {turn_id} has no file {n}")
         shown = files[n]
-        if shown.size > MAX_SERVED_BYTES:
-            raise Problem(413, f"{shown.name!r} is over {MAX_SERVED_BYTES:,} bytes")
         try:
             data = await stored_files.read(client, turn_id, shown)
         except PayloadUnavailable as e:

@@ -165,16 +165,7 @@ class Turn {
   approvalNode(step) {
     const call = step.calls[0];
     const why = step.text.split(" awaits approval: ")[1] ?? step.text;
-    const args = el("dl", { class: "args" });
-    for (const [name, value] of Object.entries(call.arguments)) {
-      const shown = typeof value === "string" ? value : JSON.stringify(value);
-      // Each name and value isolated, left to right, and every hidden character in
-      // them (keys of nested objects too) written out.
-      args.append(
-        el("dt", { dir: "ltr" }, ...visible(name)),
-        el("dd", { dir: "ltr" }, ...visible(shown)),
-      );
-    }
+    const args = argsNode(call.arguments);
     const button = (name, label) =>
       el("button", { type: "button", class: name, "data-testid": name }, label);
     const approve = button("approve", "Approve");
@@ -353,6 +344,18 @@ class Turn {
   }
 }
 
+/** A call's arguments as a person deciding reads them: each name and value whole,
+ *  isolated, left to right, and every hidden character in them (keys of nested objects
+ *  too) written out. */
+function argsNode(args) {
+  const node = el("dl", { class: "args" });
+  for (const [name, value] of Object.entries(args)) {
+    const shown = typeof value === "string" ? value : JSON.stringify(value);
+    node.append(el("dt", { dir: "ltr" }, ...visible(name)), el("dd", { dir: "ltr" }, ...visible(shown)));
+  }
+  return node;
+}
+
 /** A form's fields as the answer's content: numbers as numbers, yes/no as booleans,
  *  an empty optional field left out (the server's schema says what it needs). */
 function contentOf(fields) {
@@ -484,7 +487,7 @@ function turnOf(event) {
 const QUEUE_EVERY_MS = 5000;
 const queue = document.getElementById("queue");
 const queueCalls = document.getElementById("queue-calls");
-const MAX_SHOWN_ARGS = 300;
+let queueShown = ""; // what the queue shows, to redraw it only when it changes
 
 async function refreshQueue(me) {
   let approvals;
@@ -495,14 +498,15 @@ async function refreshQueue(me) {
     return;
   }
   const others = approvals.filter((a) => a.asked_by !== me);
+  const now = JSON.stringify(others);
+  if (now === queueShown) return;
+  queueShown = now;
   queueCalls.replaceChildren(...others.map((a) => queuedNode(a, me)));
   queue.hidden = others.length === 0;
 }
 
 function queuedNode(waiting, me) {
   const call = waiting.call;
-  let args = JSON.stringify(call.arguments);
-  if (args.length > MAX_SHOWN_ARGS) args = `${args.slice(0, MAX_SHOWN_ARGS)}…`;
   const button = (name, label) =>
     el("button", { type: "button", class: name, "data-testid": `queue-${name}` }, label);
   const approve = button("approve", "Approve");
@@ -515,6 +519,7 @@ function queuedNode(waiting, me) {
       await post(path, { call_id: call.id, approved });
     } catch (error) {
       notice(`Could not ${approved ? "approve" : "reject"} ${call.name}: ${error.message}`, "error");
+      for (const b of actions.querySelectorAll("button")) b.disabled = false;
     }
     await refreshQueue(me);
   };
@@ -525,7 +530,7 @@ function queuedNode(waiting, me) {
     "li",
     { class: "consent queued", "data-testid": "queued", "data-turn": waiting.turn_id },
     el("div", { class: "tool", dir: "ltr" }, ...visible(call.name)),
-    el("code", { class: "args", dir: "ltr" }, ...visible(args)),
+    argsNode(call.arguments), // whole: what is approved is all of it
     el(
       "p",
       { class: "meta" },
