@@ -39,10 +39,12 @@ from durable_agent.frontends.web.app import (
     create_app,
 )
 from durable_agent.frontends.web.server import MIN_BODY_BYTES_PER_S, serve
+from durable_agent.principal import Principal
+from durable_agent.runtime import turns
 from durable_agent.runtime.server import Connection, free_port, is_listening
 from durable_agent.settings import Settings
 from durable_agent.stream import StepEvent
-from durable_agent.types import StepKind
+from durable_agent.types import StepKind, TurnInput
 from tests.conftest import Harness
 
 
@@ -713,3 +715,18 @@ async def test_a_turns_files_are_served_to_its_asker_only_and_run_nothing(
         monkeypatch.setattr(auth, "STREAM_TICKET_S", 60)
         bobs = await http.get(path(0), params={"ticket": await ticket(path(0), _bearer("bob"))})
         assert bobs.status_code == 404, bobs.text  # a ticket is no way around the owner check
+
+        # A turn of ada's own, started by hand with the conversation's file in its input:
+        # the conversation is not its parent, so its input naming the file reads nothing.
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        stored = (await turns.opening(harness.client.get_workflow_handle(turn_id))).attachments
+        forged = await agents.start_turn(
+            TurnInput(
+                question="And this?",
+                principal=Principal(tenant="acme", user="ada"),
+                attachments=stored,
+            )
+        )
+        taken = await http.get(path(0, forged.id), headers=ada)
+        assert taken.status_code == 410, taken.text
+        assert "not turn" in taken.json()["error"] and taken.content != PNG
