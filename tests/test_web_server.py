@@ -645,7 +645,8 @@ async def test_a_turns_files_are_served_to_its_asker_only_and_run_nothing(
     sniffed again, under a policy that runs nothing (an SVG with a script is served as
     text, in a sandbox). Another user of the tenant, the same user name of another
     tenant and a turn that does not exist get the same 404; an `<img>`'s ticket opens
-    that one file, for its time, and only for its owner."""
+    that one file, for its time, and only for its owner; a turn's input naming a file of
+    a conversation it is not of reads nothing."""
     monkeypatch.setenv("AGENT_WEB_JWT_SECRET", SECRET)
     ada = _bearer("ada")
     files = [
