@@ -14,22 +14,27 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
+import time
 import unicodedata
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
 from playwright.async_api import Browser, Locator, Page, Route, async_playwright, expect
 from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent import ApprovalPolicy, Principal
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient
 from durable_agent.frontends.web import serve
@@ -288,9 +293,10 @@ async def test_files_chosen_dropped_or_pasted_go_with_the_message_and_show_after
 ) -> None:
     """Files chosen with the button, an image dropped on the page and one pasted show
     as chips (an image as a thumbnail; each can be removed), go with the message, and the
-    turn answers from the text file; a reload shows the message with its files' names."""
+    turn answers from the text file; a reload shows the message with its files as the
+    server keeps them: the image as a thumbnail the browser draws, the text file as a link."""
     hours = b"Our returns desk is open until 6pm on weekdays."
-    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+    png = one_pixel_png()
     async with harness.worker() as task_queue, web_chat(harness.client, task_queue) as url:
         await page.goto(url)
         await page.get_by_test_id("files").set_input_files(
@@ -337,6 +343,67 @@ async def test_files_chosen_dropped_or_pasted_go_with_the_message_and_show_after
         await page.reload()
         await expect(answer(page, 1)).to_be_visible()
         await expect(sent).to_have_text(["hours.txt", "shelf.png"])
+        # Drawn from the server's copy (the sender's own is gone with the reload).
+        thumbnail = sent.filter(has_text="shelf.png").locator("img")
+        await expect(thumbnail).to_have_js_property("naturalWidth", 1)
+        link = sent.filter(has_text="hours.txt").get_by_role("link")
+        href = await link.evaluate("a => a.href")
+        assert href.endswith("/files/0"), href
+        saved = await page.request.get(href)
+        assert await saved.body() == hours
+
+
+def one_pixel_png() -> bytes:
+    """A PNG a browser draws: one white pixel."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1x1, 8-bit RGB
+    pixels = zlib.compress(b"\x00\xff\xff\xff")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+
+
+async def test_a_support_lead_approves_a_customers_call_from_the_queue(
+    harness: Harness, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a login (a gateway adds each request's bearer token), a support lead's page
+    lists the customer's call that waits for a lead, its arguments as text; one click
+    approves it, the queue empties, and the customer's turn goes on and writes once."""
+    secret = "a-shared-secret-of-at-least-32-bytes"
+    monkeypatch.setenv("AGENT_WEB_JWT_SECRET", secret)
+    claims = {"sub": "lee", "roles": ["support-lead"], "exp": time.time() + 300}
+    lead = {"Authorization": f"Bearer {jwt.encode(claims, secret, algorithm='HS256')}"}
+    before = new_returns(harness.store)
+    approvals = ApprovalPolicy(approvers={"start_return": "role:support-lead"})
+    async with (
+        harness.worker(approvals=approvals) as task_queue,
+        web_chat(harness.client, task_queue) as url,
+    ):
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        # The reason the model passes on is the customer's text: markup in it stays text.
+        marked = RETURN.replace("damaged", "damaged <img src=x onerror=\"document.title='x'\">")
+        turn = await agents.start(marked, principal=Principal(user="demo"))
+        context = await browser.new_context(extra_http_headers=lead)
+        page = await context.new_page()
+        await page.goto(url)
+        queued = page.get_by_test_id("queued")
+        await expect(queued).to_have_count(1, timeout=30_000)
+        await expect(queued.locator(".tool")).to_have_text("start_return")
+        await expect(queued.locator(".args")).to_contain_text("damaged <img src=x onerror=")
+        await expect(queued.locator("img")).to_have_count(0)
+        await expect(queued.locator("strong")).to_have_text("demo")
+        await queued.get_by_test_id("queue-approve").click()
+        await expect(page.get_by_test_id("queue")).to_be_hidden()
+        await expect(page.locator("[data-testid=notice].error")).to_have_count(0)
+        result = await turn.result()
+        await context.close()
+    assert "decision start_return: approved by lee" in shown_steps(result)
+    (created,) = [r for r in new_returns(harness.store) if r not in before]
+    assert created in result.answer
 
 
 async def test_problems_show_as_a_line_in_the_chat(harness: Harness, page: Page) -> None:

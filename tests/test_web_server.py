@@ -19,8 +19,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
+from urllib.parse import quote
 
 import httpx
+import jwt
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
@@ -29,6 +31,7 @@ from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, TurnHandle
 from durable_agent.commands.worker import build_worker
 from durable_agent.errors import AgentClientError
+from durable_agent.frontends.web import auth
 from durable_agent.frontends.web.app import (
     MAX_BODY_BYTES,
     MAX_FILES_BYTES,
@@ -36,10 +39,12 @@ from durable_agent.frontends.web.app import (
     create_app,
 )
 from durable_agent.frontends.web.server import MIN_BODY_BYTES_PER_S, serve
+from durable_agent.principal import Principal
+from durable_agent.runtime import turns
 from durable_agent.runtime.server import Connection, free_port, is_listening
 from durable_agent.settings import Settings
 from durable_agent.stream import StepEvent
-from durable_agent.types import StepKind
+from durable_agent.types import StepKind, TurnInput
 from tests.conftest import Harness
 
 
@@ -618,3 +623,111 @@ async def test_a_message_carries_its_files_and_bad_ones_are_refused_in_one_line(
 
 def _b64(size: int) -> str:
     return base64.b64encode(b"x" * size).decode()
+
+
+SECRET = "a-shared-secret-of-at-least-32-bytes"
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+SVG = (
+    b'<svg xmlns="http://www.w3.org/2000/svg"><script>parent.document.title="owned"</script></svg>'
+)
+
+
+def _bearer(user: str, tenant: str = "acme") -> dict[str, str]:
+    claims = {"sub": user, "tenant": tenant, "exp": time.time() + 300}
+    return {"Authorization": f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"}
+
+
+async def test_a_turns_files_are_served_to_its_asker_only_and_run_nothing(
+    env: WorkflowEnvironment, harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message's files come back to its asker by the turn's id and their place, as
+    the type sniffed when attached: an image shown in place, anything else saved, never
+    sniffed again, under a policy that runs nothing (an SVG with a script is served as
+    text, in a sandbox). Another user of the tenant, the same user name of another
+    tenant and a turn that does not exist get the same 404; an `<img>`'s ticket opens
+    that one file, for its time, and only for its owner; a turn's input naming a file of
+    a conversation it is not of reads nothing."""
+    monkeypatch.setenv("AGENT_WEB_JWT_SECRET", SECRET)
+    ada = _bearer("ada")
+    files = [
+        {"name": "shelf.png", "data": base64.b64encode(PNG).decode()},
+        {"name": "logo.xml", "data": base64.b64encode(SVG).decode()},
+    ]
+    async with (
+        harness.worker() as task_queue,
+        chat_server(env, "127.0.0.1", task_queue) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+        body = {"text": "What is on this shelf?", "files": files}
+        started = await http.post("/api/chats", json=body, headers=ada)
+        assert started.status_code == 201, started.text
+        turn_id = started.json()["turn_id"]
+
+        def path(n: int, turn: str = turn_id) -> str:
+            return f"/api/turns/{quote(turn, safe='')}/files/{n}"
+
+        image = await http.get(path(0), headers=ada)
+        assert image.status_code == 200, image.text
+        assert image.content == PNG
+        assert image.headers["content-type"] == "image/png"
+        assert image.headers["content-disposition"].startswith('inline; filename="shelf.png"')
+        svg = await http.get(path(1), headers=ada)
+        assert svg.status_code == 200, svg.text
+        assert svg.content == SVG
+        assert svg.headers["content-type"] == "text/plain; charset=utf-8"
+        assert svg.headers["content-disposition"].startswith('attachment; filename="logo.xml"')
+        for served in (image, svg):
+            assert served.headers["x-content-type-options"] == "nosniff"
+            assert served.headers["content-security-policy"] == "default-src 'none'; sandbox"
+            assert served.headers["cross-origin-resource-policy"] == "same-origin"
+
+        nowhere = f"turn-acme%3Aada-{uuid.uuid4().hex[:8]}"
+        missing = await http.get(path(0, nowhere), headers=ada)
+        assert missing.status_code == 404, missing.text
+        said = missing.json()["error"].replace(nowhere, "ID")
+        for other in (_bearer("bob"), _bearer("ada", tenant="globex")):
+            refused = await http.get(path(0), headers=other)
+            assert refused.status_code == 404, refused.text
+            assert refused.json()["error"].replace(turn_id, "ID") == said
+        assert (await http.get(path(2), headers=ada)).status_code == 404  # no third file
+
+        async def ticket(for_path: str, headers: dict[str, str] = ada) -> str:
+            asked = await http.post("/api/stream-tickets", json={"path": for_path}, headers=headers)
+            assert asked.status_code == 200, asked.text
+            return str(asked.json()["ticket"])
+
+        opened = await http.get(path(0), params={"ticket": await ticket(path(0))})
+        assert opened.status_code == 200 and opened.content == PNG, opened.text
+        refused_tickets = {
+            "none": await http.get(path(0)),
+            "another file": await http.get(path(1), params={"ticket": await ticket(path(0))}),
+            "another turn": await http.get(
+                path(0), params={"ticket": await ticket(path(0, nowhere))}
+            ),
+        }
+        monkeypatch.setattr(auth, "STREAM_TICKET_S", -1)  # issued already expired
+        refused_tickets["expired"] = await http.get(
+            path(0), params={"ticket": await ticket(path(0))}
+        )
+        for why, response in refused_tickets.items():
+            assert response.status_code == 401, (why, response.text)
+        assert "expired" in refused_tickets["expired"].json()["error"]
+        assert "another stream" in refused_tickets["another turn"].json()["error"]
+        monkeypatch.setattr(auth, "STREAM_TICKET_S", 60)
+        bobs = await http.get(path(0), params={"ticket": await ticket(path(0), _bearer("bob"))})
+        assert bobs.status_code == 404, bobs.text  # a ticket is no way around the owner check
+
+        # A turn of ada's own, started by hand with the conversation's file in its input:
+        # the conversation is not its parent, so its input naming the file reads nothing.
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        stored = (await turns.opening(harness.client.get_workflow_handle(turn_id))).attachments
+        forged = await agents.start_turn(
+            TurnInput(
+                question="And this?",
+                principal=Principal(tenant="acme", user="ada"),
+                attachments=stored,
+            )
+        )
+        taken = await http.get(path(0, forged.id), headers=ada)
+        assert taken.status_code == 410, taken.text
+        assert "not turn" in taken.json()["error"] and taken.content != PNG

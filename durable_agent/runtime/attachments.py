@@ -64,34 +64,38 @@ async def load(attachments: Iterable[Attachment]) -> dict[str, bytes]:
     """In an activity of a turn: the bytes of its attachments, by their sha256, read from
     the payload store as that turn's payloads. `PayloadUnavailable` for one that cannot
     be had, or whose bytes are not the ones attached."""
-    info = activity.info()
-    turn = info.workflow_id or ""
+    turn = activity.info().workflow_id or ""
     found: dict[str, bytes] = {}
     for a in attachments:
-        if a.sha256 in found:
-            continue
-        owner = a.owner or turn
-        if owner != turn and not await _descends_from(turn, owner):
-            raise PayloadUnavailable(
-                f"attachment {a.name!r} is workflow {owner}'s, which is not turn {turn}'s "
-                "conversation: refused (a turn reads its own files, its conversation's, and "
-                "those of the turn it was forked from)"
-            )
-        context = WorkflowSerializationContext(namespace=info.namespace, workflow_id=owner)
-        converter = activity.client().data_converter.with_context(context)
-        try:
-            payload = Payload.FromString(base64.b64decode(a.ref, validate=True))
-        except (binascii.Error, DecodeError, ValueError):
-            raise PayloadUnavailable(
-                f"attachment {a.name!r}: its reference is no payload's"
-            ) from None
-        [data] = await converter.decode([payload], [bytes])
-        if not isinstance(data, bytes) or hashlib.sha256(data).hexdigest() != a.sha256:
-            raise PayloadUnavailable(
-                f"attachment {a.name!r}: the stored bytes are not the ones attached: refused"
-            )
-        found[a.sha256] = data
+        if a.sha256 not in found:
+            found[a.sha256] = await read(activity.client(), turn, a)
     return found
+
+
+async def read(client: Client, turn: str, a: Attachment) -> bytes:
+    """The bytes of the attachment `a` of the turn `turn`, read from the payload store by
+    its reference, through `client`'s converter (the model activity's, or a front end's
+    that serves the file to the turn's owner). `PayloadUnavailable` for one that is
+    another lineage's, cannot be had, or whose bytes are not the ones attached."""
+    owner = a.owner or turn
+    if owner != turn and not await _descends_from(client, turn, owner):
+        raise PayloadUnavailable(
+            f"attachment {a.name!r} is workflow {owner}'s, which is not turn {turn}'s "
+            "conversation: refused (a turn reads its own files, its conversation's, and "
+            "those of the turn it was forked from)"
+        )
+    context = WorkflowSerializationContext(namespace=client.namespace, workflow_id=owner)
+    converter = client.data_converter.with_context(context)
+    try:
+        payload = Payload.FromString(base64.b64decode(a.ref, validate=True))
+    except (binascii.Error, DecodeError, ValueError):
+        raise PayloadUnavailable(f"attachment {a.name!r}: its reference is no payload's") from None
+    [data] = await converter.decode([payload], [bytes])
+    if not isinstance(data, bytes) or hashlib.sha256(data).hexdigest() != a.sha256:
+        raise PayloadUnavailable(
+            f"attachment {a.name!r}: the stored bytes are not the ones attached: refused"
+        )
+    return data
 
 
 _ups: dict[str, str | None] = {}
@@ -102,7 +106,7 @@ MAX_HOPS = 16
 """How far up a turn's lineage is looked: forks of forks of a conversation's turn."""
 
 
-async def _descends_from(turn: str, owner: str) -> bool:
+async def _descends_from(client: Client, turn: str, owner: str) -> bool:
     """Whether the workflow `owner` is up the turn's lineage: its conversation (the
     workflow that started it), or a turn it was forked from, theirs in turn. The server's
     records (the parent it started under, the fork's memo, set when the fork started)
@@ -110,7 +114,7 @@ async def _descends_from(turn: str, owner: str) -> bool:
     not read."""
     at = turn
     for _ in range(MAX_HOPS):
-        up = await _up(at)
+        up = await _up(client, at)
         if up is None:
             return False
         if up == owner:
@@ -119,10 +123,10 @@ async def _descends_from(turn: str, owner: str) -> bool:
     return False
 
 
-async def _up(workflow_id: str) -> str | None:
+async def _up(client: Client, workflow_id: str) -> str | None:
     if workflow_id not in _ups:
         try:
-            described = await activity.client().get_workflow_handle(workflow_id).describe()
+            described = await client.get_workflow_handle(workflow_id).describe()
         except RPCError as e:
             if e.status != RPCStatusCode.NOT_FOUND:
                 raise

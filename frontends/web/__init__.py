@@ -6,8 +6,10 @@
     frontends.web.app.create_app(conn, chat, ...)  the ASGI app alone, for any ASGI server
 
 Steps show as the turn records them, the answer types itself out, a call that
-needs consent gets Approve and Reject buttons, and each turn links to its history
-in the Temporal Web UI. A page reads its conversation from the stream's start, so
+needs consent gets Approve and Reject buttons, a message's files show under it (read
+back for its customer only: `app.attachment`), a support lead gets a queue of the
+tenant's calls waiting for them, and each turn links to its history in the Temporal
+Web UI. A page reads its conversation from the stream's start, so
 a reload (or a second tab) shows the same conversation and goes on live. The page
 is plain HTML, CSS and JavaScript served from `static/`: no build step, nothing
 fetched from elsewhere. Without a JWT login (`auth.py`), it is bound to loopback

@@ -15,9 +15,12 @@
     POST /api/turns/{id}/decisions {call_id, approved, reason?}
                                             approve or reject a call awaiting consent (the
                                             asker's, or a lead's: `turn_to_decide`)
+    GET  /api/turns/{id}/files/{n}          the n-th file (from 0) of this user's turn's
+                                            message, as it was stored (`attachment`)
     POST /api/stream-tickets {path}         with a login: a ticket (60 s) that opens the
-                                            stream at `path` as `PATH?ticket=...`, for
-                                            an EventSource, which sends no header
+                                            stream or file at `path` as `PATH?ticket=...`,
+                                            for an EventSource or an <img>, which send
+                                            no header
     GET  /api/turns/{id}/questions          an MCP server's questions awaiting an answer
     POST /api/turns/{id}/answers {question_id, action, content?}
                                             answer one: accept (a form's fields),
@@ -53,7 +56,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
@@ -68,7 +71,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.agents import Agent, AgentCard
 from durable_agent.approval import ApprovalDecision
-from durable_agent.attachments import MAX_COUNT
+from durable_agent.attachments import IMAGES, MAX_COUNT, TEXT, Attachment
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient, ConversationHandle
 from durable_agent.errors import (
@@ -76,6 +79,7 @@ from durable_agent.errors import (
     AttachmentRefused,
     InvalidAnswer,
     NotAnApprover,
+    PayloadUnavailable,
     UnknownTurn,
 )
 from durable_agent.frontends.web.auth import (
@@ -94,6 +98,7 @@ from durable_agent.frontends.web.events import (
 from durable_agent.frontends.web.limits import Buckets, RateLimits, client_key, retry_after
 from durable_agent.principal import Principal
 from durable_agent.rewind import Origin
+from durable_agent.runtime import attachments as stored_files
 from durable_agent.runtime import deployments, turns
 from durable_agent.runtime.server import LOOPBACK_NAMES, Connection, host_allowed
 from durable_agent.runtime.settings import TASK_QUEUE
@@ -117,6 +122,9 @@ MAX_FILES_BYTES = 8 * 1024 * 1024
 are checked too); their base64 in the body may take a third more."""
 MAX_MESSAGE_BYTES = MAX_BODY_BYTES + MAX_FILES_BYTES * 4 // 3 + 4096
 """A message's body with its files, at most."""
+FILE_POLICY = "default-src 'none'; sandbox"
+"""A served file runs nothing and loads nothing, opened by itself or not: an HTML or SVG
+file someone attached (stored as text) cannot script the chat's origin."""
 
 
 class Problem(Exception):
@@ -215,6 +223,8 @@ def create_app(
             {
                 "customer_id": whom.user,
                 "tenant": whom.tenant,
+                # A principal with a role gets the page's queue of the calls it decides.
+                "roles": list(whom.roles),
                 # No login: the chat says it runs for one local user.
                 "login": "jwt" if auth is not None else "none: one local user",
                 "agent": card.model_dump(exclude={"fingerprint"}),
@@ -337,6 +347,7 @@ def create_app(
             head = {
                 "turn_id": turn_id,
                 "question": opening.question,
+                "files": [a.name for a in opening.attachments],
                 "url": conn.workflow_url(turn_id),
                 "origin": {**origin.model_dump(mode="json"), "line": origin.line()}
                 if origin
@@ -346,6 +357,25 @@ def create_app(
                 yield event
 
         return _streaming(_sse(story(), closing, what="the turn", missing=missing, ending=True))
+
+    async def attachment(request: Request) -> Response:
+        """The n-th file of a turn of this principal's (an `<img>` or a link: a ticket
+        in its URL, behind a login), read from the payload store by the reference the
+        turn recorded (its conversation's or fork's files only as its lineage allows:
+        `runtime.attachments.read`), as the type sniffed when it was attached. Its size
+        is bounded as the turn recorded it (`attachments.MAX_BYTES`), and the bytes read
+        must be those of its recorded sha256."""
+        turn_id, n = str(request.path_params["turn_id"]), int(request.path_params["n"])
+        turn = await agents.turn_for(turn_id, principal=reader(request))
+        files = (await turns.opening(turn.temporal)).attachments
+        if n >= len(files):
+            raise Problem(404, f"turn {turn_id} has no file {n}")
+        shown = files[n]
+        try:
+            data = await stored_files.read(client, turn_id, shown)
+        except PayloadUnavailable as e:
+            raise Problem(410, _one_line(e)) from None
+        return Response(data, headers=_file_headers(shown))
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
@@ -359,6 +389,7 @@ def create_app(
             Route("/api/chats/{chat_id}/messages", _guarded(message), methods=["POST"]),
             Route("/api/chats/{chat_id}/events", _guarded(events)),
             Route("/api/turns/{turn_id}/events", _guarded(turn_events)),
+            Route("/api/turns/{turn_id}/files/{n:int}", _guarded(attachment)),
             Route("/api/approvals", _guarded(approvals)),
             Route("/api/stream-tickets", _guarded(stream_ticket), methods=["POST"]),
             Route("/api/turns/{turn_id}/decisions", _guarded(decision), methods=["POST"]),
@@ -500,6 +531,28 @@ def _field(body: dict[str, Any], name: str, kind: type) -> Any:
     if not isinstance(value, kind):
         raise Problem(400, f"{name}: expected a {kind.__name__}")
     return value
+
+
+def _file_headers(a: Attachment) -> dict[str, str]:
+    """How a served file goes to the browser: as its sniffed type and nothing else
+    (`nosniff`), shown in place when an image and saved otherwise, under a policy that
+    runs nothing (`FILE_POLICY`), never embedded by another site, and its URL (which may
+    carry a ticket) sent nowhere."""
+    ascii_name = "".join(
+        c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in a.name
+    )
+    disposition = "inline" if a.content_type in IMAGES else "attachment"
+    return {
+        "Content-Type": f"{TEXT}; charset=utf-8" if a.content_type == TEXT else a.content_type,
+        "Content-Disposition": (
+            f"{disposition}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(a.name, safe='')}"
+        ),
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": FILE_POLICY,
+        "Cross-Origin-Resource-Policy": "same-origin",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "private, no-store",
+    }
 
 
 def _files(body: dict[str, Any]) -> list[tuple[str, bytes]]:

@@ -128,28 +128,31 @@ class Authenticator:
 STREAM_TICKET_S = 60
 """How long a stream ticket opens its stream: long enough to open it, short enough that
 one read from a log or a history opens nothing."""
-STREAM_PATH = re.compile(r"/api/(chats|turns)/[^/]+/events")
-"""The only paths a ticket opens: a conversation's or a turn's events."""
+STREAM_PATH = re.compile(r"/api/(chats|turns)/[^/]+/events|/api/turns/[^/]+/files/\d{1,3}")
+"""The only paths a ticket opens: a conversation's or a turn's events, and one file of a
+turn (an `<img>` or a download link sends no header either)."""
 TICKET_AUDIENCE = "durable-agent-web-stream"
 
 
 @dataclass(frozen=True)
 class StreamTickets:
-    """Short-lived tickets that let a browser's `EventSource`, which cannot send an
-    `Authorization` header, open one stream as the principal of a verified token: the
-    page POSTs for a ticket with its bearer token, then opens `PATH?ticket=...`.
+    """Short-lived tickets that let a browser's `EventSource`, `<img>` or link, which
+    cannot send an `Authorization` header, open one stream or one file as the principal
+    of a verified token: the page POSTs for a ticket with its bearer token, then opens
+    `PATH?ticket=...`.
 
-    A ticket names one stream's path and the principal, expires after
-    `STREAM_TICKET_S`, and is signed with a key this process draws at start (a
-    restart voids them all). It opens that stream only: it decides nothing, and the
-    stream still answers only for the principal's own (or a lead's) turns. The
-    login's JWT itself is never taken from a URL."""
+    A ticket names one path and the principal, expires after `STREAM_TICKET_S`, and is
+    signed with a key this process draws at start (a restart voids them all). It opens
+    that path only: it decides nothing, and the stream or file still answers only for
+    the principal's own turns. The login's JWT itself is never taken from a URL."""
 
     key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
     def issue(self, principal: Principal, path: str) -> str:
         if not STREAM_PATH.fullmatch(path):
-            raise ValueError("a ticket opens /api/chats/ID/events or /api/turns/ID/events")
+            raise ValueError(
+                "a ticket opens /api/chats/ID/events, /api/turns/ID/events or /api/turns/ID/files/N"
+            )
         claims = {
             "sub": principal.user,
             "tenant": principal.tenant,
@@ -179,7 +182,7 @@ class StreamTickets:
         except jwt.PyJWTError:
             raise Unauthenticated("the stream ticket is not valid") from None
         if claims["path"] != path:
-            raise Unauthenticated("the stream ticket is for another stream")
+            raise Unauthenticated("the stream ticket is for another stream or file")
         return _principal_of(claims)
 
 

@@ -121,7 +121,7 @@ class Turn {
     this.node = el(
       "section",
       { class: "turn", "data-turn": this.id },
-      el("div", { class: "bubble you" }, event.question, filesNode(event.files ?? [])),
+      el("div", { class: "bubble you" }, event.question, filesNode(event.files ?? [], [], this.id)),
       this.steps,
       this.meta,
     );
@@ -165,16 +165,7 @@ class Turn {
   approvalNode(step) {
     const call = step.calls[0];
     const why = step.text.split(" awaits approval: ")[1] ?? step.text;
-    const args = el("dl", { class: "args" });
-    for (const [name, value] of Object.entries(call.arguments)) {
-      const shown = typeof value === "string" ? value : JSON.stringify(value);
-      // Each name and value isolated, left to right, and every hidden character in
-      // them (keys of nested objects too) written out.
-      args.append(
-        el("dt", { dir: "ltr" }, ...visible(name)),
-        el("dd", { dir: "ltr" }, ...visible(shown)),
-      );
-    }
+    const args = argsNode(call.arguments);
     const button = (name, label) =>
       el("button", { type: "button", class: name, "data-testid": name }, label);
     const approve = button("approve", "Approve");
@@ -353,6 +344,18 @@ class Turn {
   }
 }
 
+/** A call's arguments as a person deciding reads them: each name and value whole,
+ *  isolated, left to right, and every hidden character in them (keys of nested objects
+ *  too) written out. */
+function argsNode(args) {
+  const node = el("dl", { class: "args" });
+  for (const [name, value] of Object.entries(args)) {
+    const shown = typeof value === "string" ? value : JSON.stringify(value);
+    node.append(el("dt", { dir: "ltr" }, ...visible(name)), el("dd", { dir: "ltr" }, ...visible(shown)));
+  }
+  return node;
+}
+
 /** A form's fields as the answer's content: numbers as numbers, yes/no as booleans,
  *  an empty optional field left out (the server's schema says what it needs). */
 function contentOf(fields) {
@@ -475,6 +478,79 @@ function turnOf(event) {
   return chat.turns.get(event.turn_id);
 }
 
+// --- a lead's queue ------------------------------------------------------------------
+
+// The calls of other people's turns that wait for this principal's decision (a support
+// lead's: app.py /api/approvals), above the chat; their own turns' calls wait in the
+// chat itself. Everything shown is text the model or the customer chose: each goes in
+// as text nodes, hidden characters written out (`visible`).
+const QUEUE_EVERY_MS = 5000;
+const queue = document.getElementById("queue");
+const queueCalls = document.getElementById("queue-calls");
+let queueShown = ""; // what the queue shows, to redraw it only when it changes
+
+async function refreshQueue(me) {
+  let approvals;
+  try {
+    ({ approvals } = await get("/api/approvals"));
+  } catch (error) {
+    if (!leaving) status(`the queue cannot be read: ${error.message}`);
+    return;
+  }
+  const others = approvals.filter((a) => a.asked_by !== me);
+  const now = JSON.stringify(others);
+  if (now === queueShown) return;
+  queueShown = now;
+  queueCalls.replaceChildren(...others.map((a) => queuedNode(a, me)));
+  queue.hidden = others.length === 0;
+}
+
+function queuedNode(waiting, me) {
+  const call = waiting.call;
+  const button = (name, label) =>
+    el("button", { type: "button", class: name, "data-testid": `queue-${name}` }, label);
+  const approve = button("approve", "Approve");
+  const reject = button("reject", "Reject");
+  const actions = el("div", { class: "actions" }, approve, reject);
+  const decide = async (approved) => {
+    for (const b of actions.querySelectorAll("button")) b.disabled = true;
+    try {
+      const path = `/api/turns/${encodeURIComponent(waiting.turn_id)}/decisions`;
+      await post(path, { call_id: call.id, approved });
+    } catch (error) {
+      notice(`Could not ${approved ? "approve" : "reject"} ${call.name}: ${error.message}`, "error");
+      for (const b of actions.querySelectorAll("button")) b.disabled = false;
+    }
+    await refreshQueue(me);
+  };
+  approve.addEventListener("click", () => decide(true));
+  reject.addEventListener("click", () => decide(false));
+  const since = new Date(waiting.since);
+  return el(
+    "li",
+    { class: "consent queued", "data-testid": "queued", "data-turn": waiting.turn_id },
+    el("div", { class: "tool", dir: "ltr" }, ...visible(call.name)),
+    argsNode(call.arguments), // whole: what is approved is all of it
+    el(
+      "p",
+      { class: "meta" },
+      "asked by ",
+      el("strong", { dir: "ltr" }, ...visible(waiting.asked_by)),
+      " in ",
+      el("span", { dir: "ltr" }, ...visible(waiting.turn_id)),
+      ", waiting since ",
+      el("time", { datetime: waiting.since }, since.toLocaleString()),
+    ),
+    el("p", { class: "why" }, ...visible(waiting.why)),
+    actions,
+  );
+}
+
+function watchQueue(me) {
+  refreshQueue(me);
+  setInterval(() => document.hidden || refreshQueue(me), QUEUE_EVERY_MS);
+}
+
 // --- sending ---------------------------------------------------------------------
 
 // A message's files: chosen with the button, dropped on the page or pasted into the
@@ -518,9 +594,29 @@ function fileChip(name, file = null, ...rest) {
   return chip;
 }
 
-function filesNode(names, files = []) {
+// A name says what its file is: the server refused any whose bytes say otherwise.
+const IMAGE_NAME = /\.(png|jpe?g|gif|webp)$/i;
+
+/** A file of a turn's message as the server keeps it (app.py: attachment): an image as
+ *  a thumbnail, any other file as a link that saves it. Served with no header to send:
+ *  the page has no token of its own (one local user, or a gateway that adds it). */
+function storedChip(name, turnId, n) {
+  const src = `/api/turns/${encodeURIComponent(turnId)}/files/${n}`;
+  const chip = el("span", { class: "file", "data-testid": "file", title: name });
+  if (IMAGE_NAME.test(name)) {
+    chip.append(el("img", { src, alt: "" }), name);
+  } else {
+    chip.append(el("a", { href: src, download: name, rel: "noopener" }, name));
+  }
+  return chip;
+}
+
+/** A message's files: the sender's own copies while it waits (`files`), the server's
+ *  once its turn has started (`turnId`). */
+function filesNode(names, files = [], turnId = null) {
   if (!names.length) return "";
-  return el("div", { class: "files" }, ...names.map((name, i) => fileChip(name, files[i])));
+  const chip = (name, i) => (turnId ? storedChip(name, turnId, i) : fileChip(name, files[i]));
+  return el("div", { class: "files" }, ...names.map(chip));
 }
 
 /** The file's bytes as base64 (a data: URL's payload). */
@@ -677,6 +773,8 @@ async function whoAmI() {
   }
   document.getElementById("who").textContent = `as customer ${session.customer_id}`;
   introduce(session.agent);
+  // Only a role's holder decides other people's calls (the agent's approvers name roles).
+  if (session.roles?.length) watchQueue(session.customer_id);
 }
 
 document.getElementById("composer").addEventListener("submit", submit);
