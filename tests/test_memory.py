@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,17 @@ from temporalio.worker import (
 
 from durable_agent import Agent, AgentClient, Principal, ToolContext, tool
 from durable_agent.conversation import ToolResult
-from durable_agent.errors import ToolUnavailable, UnknownMemory
-from durable_agent.memory import Memory, MemorySettings, SQLiteMemoryStore
+from durable_agent.errors import MemoryUnavailable, ToolUnavailable, UnknownMemory
+from durable_agent.memory import (
+    Memory,
+    MemorySettings,
+    MemoryStore,
+    PostgresMemoryStore,
+    Remembered,
+    SQLiteMemoryStore,
+    memory_id,
+)
+from durable_agent.memory._store import MemoryFull
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.plugin import build_worker
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
@@ -40,6 +51,7 @@ from durable_agent.settings import Settings, state_dir
 from durable_agent.shields import DATA_MARK
 from durable_agent.types import Outcome, StepKind, ToolCall
 from durable_agent.workflows import AgentTurn, Conversation
+from tests.test_knowledge import postgres  # noqa: F401  (a fixture: one server for the module)
 
 ROOT = Path(__file__).resolve().parent.parent
 REMEMBER = "Please remember: "
@@ -337,12 +349,14 @@ def test_memory_takes_true_or_settings_and_refuses_the_rest(tmp_path: Path) -> N
     assert store.search("default", "x", 'NEAR(" * col:text', 3) == []  # never query syntax
 
 
-def memory_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def memory_cli(
+    tmp_path: Path, *args: str, state: Path | None = None, code: int = 0
+) -> subprocess.CompletedProcess[str]:
     """`durable-agent memory ...` in a process of its own, on this process's state folder
-    (the workers' store): it needs no server."""
+    (the workers' store) or `state`: it needs no server."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
     environ = base | {
-        "AGENT_STATE_DIR": str(state_dir()),
+        "AGENT_STATE_DIR": str(state or state_dir()),
         "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
     }
     done = subprocess.run(
@@ -354,7 +368,7 @@ def memory_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == code, done.stderr
     return done
 
 
@@ -383,3 +397,129 @@ async def test_the_offline_model_remembers_when_asked_and_answers_from_it_later(
         assert later.answer == f"You told me earlier: I prefer email for contact [{kept.id}]"
         theirs = await agents.ask("Which contact do I prefer?", customer="erin")
         assert "email" not in theirs.answer
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], MemoryStore]:
+    """New connections to one store of each kind (as each worker process has its own)."""
+    if request.param == "sqlite":
+        return lambda: SQLiteMemoryStore(tmp_path / "m.sqlite3")
+    url = request.getfixturevalue("postgres")
+    name = f"t{uuid.uuid4().hex[:8]}"
+    return lambda: PostgresMemoryStore(url, name=name)
+
+
+def fact(tenant: str, customer: str, key: str, text: str, created: float) -> Remembered:
+    mid = memory_id(tenant, customer, key)
+    return Remembered(id=mid, tenant=tenant, customer_id=customer, text=text, created=created)
+
+
+def test_a_store_is_idempotent_bounded_and_keeps_each_owner_apart(
+    stores: Callable[[], MemoryStore],
+) -> None:
+    """What `Memory` needs of a store, the same of SQLite and PostgreSQL."""
+    store = stores()
+    email = fact("acme", "ada", "t1/c1", "I prefer email over phone calls", 1.0)
+    dog = fact("acme", "ada", "t2/c1", "My dog is named Biscuit", 2.0)
+    town = fact("acme", "ada", "t3/c1", "I live in Leeds", 3.0)
+    assert store.add(email, 3) == (email, True)
+    assert store.add(email, 3) == (email, False)  # a retried call stores nothing more
+    store.add(dog, 3)
+    store.add(town, 3)
+    with pytest.raises(MemoryFull):
+        store.add(fact("acme", "ada", "t4/c1", "one too many", 4.0), 3)
+    # Another tenant's ada, and bob of ada's tenant: their own, never ada's.
+    theirs = fact("other", "ada", "t5/c1", "I prefer phone calls", 5.0)
+    store.add(theirs, 3)
+    store.add(fact("acme", "bob", "t6/c1", "bob prefers calls", 6.0), 3)
+
+    assert [m.text for m in store.list("acme", "ada")] == [email.text, dog.text, town.text]
+    # The words first (stemmed: "calling" finds "calls"), then the newest others.
+    found = store.search("acme", "ada", "when calling me, which do I prefer?", 3)
+    assert [m.id for m in found] == [email.id, town.id, dog.id]
+    assert [m.id for m in store.search("other", "ada", "email dog Leeds", 5)] == [theirs.id]
+    assert store.search("acme", "ada", "NEAR(\" * col:text ' & | !", 1) == [town]  # no syntax
+    assert store.search("acme", "nobody", "email", 5) == []
+
+    assert not store.forget("other", "ada", email.id)  # ada of another tenant: not hers
+    assert not store.forget("acme", "bob", email.id)
+    assert store.forget("acme", "ada", email.id) and not store.forget("acme", "ada", email.id)
+    assert [m.id for m in stores().search("acme", "ada", "email phone calls", 5)] == [
+        town.id,
+        dog.id,
+    ]  # another connection sees it gone
+    store.close()
+
+
+def test_writers_at_once_never_pass_the_limit(stores: Callable[[], MemoryStore]) -> None:
+    """Four workers storing a customer's memories at once: at most `limit` are kept."""
+    stores().close()  # the schema, made once
+    kept: list[bool] = []
+
+    def write(n: int) -> None:
+        store = stores()
+        try:
+            for i in range(3):
+                with contextlib.suppress(MemoryFull):
+                    kept.append(store.add(fact("t", "ada", f"w{n}/{i}", f"fact {n}", 1.0), 5)[1])
+        finally:
+            store.close()
+
+    writers = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(timeout=60)
+    assert kept.count(True) == 5 and len(stores().list("t", "ada")) == 5
+
+
+def test_memory_from_outside_in_postgres_and_no_empty_file(
+    postgres: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`durable-agent memory --postgres` reaches the agents' PostgreSQL store; a look at a
+    folder's store that has none yet makes no file; a server that does not answer is
+    one line."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    store = PostgresMemoryStore(postgres, name=name)
+    kept = fact("acme", "ada", "t1/c1", "I prefer email", 1.0)
+    store.add(kept, 5)
+    listed = memory_cli(
+        tmp_path,
+        "list",
+        "--customer",
+        "ada",
+        "--tenant",
+        "acme",
+        "--postgres",
+        postgres,
+        "--name",
+        name,
+    )
+    assert kept.id in listed.stdout and "I prefer email" in listed.stdout, listed
+    memory_cli(
+        tmp_path,
+        "forget",
+        kept.id,
+        "--customer",
+        "ada",
+        "--tenant",
+        "acme",
+        "--postgres",
+        postgres,
+        "--name",
+        name,
+    )
+    assert store.list("acme", "ada") == []
+
+    empty = tmp_path / "state"
+    none = memory_cli(tmp_path, "list", "--customer", "ada", state=empty)
+    assert none.stdout.strip() == "no memories of customer 'ada' (tenant 'default')"
+    assert not (empty / "memory").exists()
+
+    nowhere = f"host={tmp_path} port=1 user=postgres dbname=postgres connect_timeout=5"
+    with pytest.raises(MemoryUnavailable, match=r"^memory 'm': cannot reach PostgreSQL \("):
+        PostgresMemoryStore(nowhere, name="m")
+    failed = memory_cli(tmp_path, "list", "--customer", "ada", "--postgres", nowhere, code=1)
+    assert failed.stderr.startswith("error: memory 'memory': cannot reach PostgreSQL (")
+    assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
