@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -35,6 +36,7 @@ from durable_agent.conversation import ToolResult
 from durable_agent.errors import MemoryUnavailable, ToolUnavailable, UnknownMemory
 from durable_agent.memory import (
     Memory,
+    MemoryAccess,
     MemorySettings,
     MemoryStore,
     PostgresMemoryStore,
@@ -45,7 +47,7 @@ from durable_agent.memory import (
 from durable_agent.memory._store import MemoryFull
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.plugin import build_worker
-from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER, data_converter
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings, state_dir
 from durable_agent.shields import DATA_MARK
@@ -59,6 +61,7 @@ FORGET = "Please forget "
 LOOK_UP = "Look up: "
 PARAPHRASE = "Please note that I "
 NOTE_IT = "Send me a note of what you recall"
+QUIETLY = "Just say ok: "
 _RECALLED = re.compile(r"\[(mem_[0-9a-f]{16})\] \([^()]*\): (.*?)(?= \[mem_|$)")
 
 
@@ -301,7 +304,9 @@ async def test_only_the_customers_own_words_are_remembered_unasked_and_recalled_
     await desk.ask(f"{REMEMBER}My locker code is 4711", "gina")
     noting = await desk.client.start(NOTE_IT, customer="gina")
     (asked,) = await waiting(noting)
-    assert asked.call.name == "send_note" and "from a result of recall" in asked.why, asked.why
+    # The turn's record holds the memory by reference: to the provenance rules its
+    # words are in nothing the customer wrote, so the write asks.
+    assert asked.call.name == "send_note" and "not the customer's words" in asked.why, asked.why
     await noting.reject(by="ops")
     await noting.result()
 
@@ -523,3 +528,108 @@ def test_memory_from_outside_in_postgres_and_no_empty_file(
     failed = memory_cli(tmp_path, "list", "--customer", "ada", "--postgres", nowhere, code=1)
     assert failed.stderr.startswith("error: memory 'memory': cannot reach PostgreSQL (")
     assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+
+
+class Nothing(BaseModel):
+    pass
+
+
+@tool(quick=True)
+def clock(args: Nothing, ctx: ToolContext[Any]) -> str:
+    """The time of day (a read)."""
+    return "noon"
+
+
+def quiet_plan(request: ModelRequest) -> Reply:
+    """Asked quietly: reads the clock twice (two steps), then answers with what it
+    recalled from the clock's result: nothing (so the answer repeats no memory)."""
+    if request.question.startswith(QUIETLY):
+        return Reply(calls=[ToolCall(id="c1", name="clock", arguments={})])
+    return plan(request)
+
+
+def quiet_decide(request: ModelRequest) -> Reply:
+    read = [m for m in request.messages if isinstance(m, ToolResult) and m.tool == "clock"]
+    if len(read) == 1:
+        return Reply(calls=[ToolCall(id="c2", name="clock", arguments={})])
+    return decide(request)
+
+
+def payload_bytes(history: Any) -> bytes:
+    """Every payload of a history export, decoded (its JSON holds them in base64)."""
+    found: list[bytes] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "data" and isinstance(value, str):
+                    found.append(base64.b64decode(value))
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(history.to_json()))
+    return b"\n".join(found)
+
+
+async def test_forgetting_reaches_every_turn_that_recalled_it(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """After `forget`, a memory's words are in no history nor payload-store file of the
+    turns that recalled it (each payload stored, here), no later recall gives them, and a
+    fork of such a turn reads `[forgotten memory mem_…]`."""
+    payloads = tmp_path / "payloads"
+    environ = {"AGENT_PAYLOAD_STORE": f"local:{payloads}", "AGENT_PAYLOAD_THRESHOLD": "0"}
+    client = await Client.connect(
+        env.client.service_client.config.target_host,
+        namespace=env.client.namespace,
+        data_converter=data_converter(environ),
+    )
+    model = ScriptedModel(plans=[quiet_plan], decisions=[quiet_decide])
+    agent = Agent(
+        name="shredder",
+        model="scripted",
+        models={"scripted": lambda _: model},
+        memory=MemorySettings(recall=3, name=f"shred{uuid.uuid4().hex[:8]}"),
+        tools=[clock],
+    )
+    task_queue = f"memory-{uuid.uuid4().hex[:8]}"
+    settings = replace(Settings.from_env(), versioning=False, workflow_sandbox=True)
+    async with build_worker(client, agent, task_queue=task_queue, settings=settings):
+        agents = AgentClient(client, task_queue=task_queue)
+        access = MemoryAccess(agent.memory.name)  # type: ignore[union-attr]
+        told = await agents.ask(f"{REMEMBER}My cat is named Pickles", customer="ivy")
+        (kept,) = await access.list("ivy")
+        seen = len(model.requests)
+        later = await agents.ask(f"{QUIETLY}anything about my cat?", customer="ivy")
+        assert later.answer == "I recall nothing. noon", [
+            (x.step, x.kind, x.text) for x in later.steps
+        ]
+        assert recalled(model.requests[seen][1]) == ["My cat is named Pickles"]  # read back
+        (step,) = [s for s in later.steps if s.kind is StepKind.RETRIEVE]
+        assert f"[memory {kept.id}]" in step.observation.text  # the record: a reference
+
+        def holding(word: bytes) -> set[str]:
+            """The workflows whose stored payloads hold `word`."""
+            return {
+                json.loads((f.parent / ".workflow").read_text())["workflow_id"]
+                for f in payloads.rglob("*")
+                if f.is_file() and f.name != ".workflow" and word in f.read_bytes()
+            }
+
+        history = await client.get_workflow_handle(later.workflow_id).fetch_history()
+        assert b"Pickles" not in payload_bytes(history)
+        # Where the customer said it (their question, the model's remember call) stays,
+        # as the conversation it is; no turn that recalled it holds it.
+        assert holding(b"Pickles") == {told.workflow_id}
+
+        await access.forget(kept.id, customer="ivy")
+        seen = len(model.requests)
+        fork = await (await agents.rerun(later.workflow_id, from_step=2)).result()
+        again = await agents.ask("What is my cat called?", customer="ivy")
+        assert fork.answer == "I recall nothing. noon" and again.answer == "I recall nothing."
+        given = [json.dumps(r.model_dump()) for _, r in model.requests[seen:]]
+        assert "Pickles" not in "".join(given)
+        assert f"[forgotten memory {kept.id}]" in given[0]  # the fork, read anew
+        assert holding(b"Pickles") == {told.workflow_id}

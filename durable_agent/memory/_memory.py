@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -14,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from durable_agent.context_sources import MAX_PASSAGES, Passage, render_passages
+from durable_agent.conversation import Message, ToolResult
 from durable_agent.errors import NotAllowed, NotFound
 from durable_agent.memory._store import (
     MEMORY_ID,
@@ -126,6 +128,25 @@ class Memory:
         )
         return self._bounded(found)
 
+    async def resolved(self, messages: list[Message], asker: Principal | None) -> list[Message]:
+        """The conversation as the model reads it: each memory the recall step recorded
+        by reference (`[memory mem_…]`), in its words, read from the store now, of the
+        turn's own customer only; a memory forgotten since reads `[forgotten memory
+        mem_…]`. The turn's record keeps the references: forgetting a memory leaves its
+        words in no turn that recalled it."""
+        if not any(isinstance(m, ToolResult) and "[memory mem_" in m.text for m in messages):
+            return messages
+        theirs: dict[str, Remembered] = {}
+        if asker is not None:
+            found = await asyncio.to_thread(self.store.list, asker.tenant, asker.user)
+            theirs = {m.id: m for m in found}
+        return [
+            m.model_copy(update={"text": resolved(m.text, theirs)})
+            if isinstance(m, ToolResult)
+            else m
+            for m in messages
+        ]
+
     # -- plain Python ------------------------------------------------------------------
 
     @property
@@ -144,7 +165,7 @@ class Memory:
         for memory in found:
             if left <= 0:
                 break
-            text = memory.text if len(memory.text) <= left else memory.text[:left] + " [...]"
+            text = memory.text if len(memory.text) <= left else memory.text[:left] + CUT
             left -= len(memory.text)
             passages.append(_passage(memory, text))
         return passages
@@ -183,7 +204,29 @@ class Memory:
 
 def _passage(memory: Remembered, text: str) -> Passage:
     day = datetime.fromtimestamp(memory.created, tz=timezone.utc).date().isoformat()
-    return Passage(id=memory.id, source="memory", location=f"told {day}", text=text)
+    cut = f", first {len(text) - len(CUT)} characters" if len(text) < len(memory.text) else ""
+    ref = f"[memory {memory.id}{cut}]"
+    return Passage(id=memory.id, source="memory", location=f"told {day}", text=text, ref=ref)
+
+
+def resolved(text: str, memories: dict[str, Remembered]) -> str:
+    """`text` with each reference to a memory (`[memory mem_…]`, as the recall step
+    records it) replaced by the memory's words, or by `[forgotten memory mem_…]` when
+    `memories` (its owner's) has none of that id: deleted since."""
+
+    def words(match: re.Match[str]) -> str:
+        memory = memories.get(match[1])
+        if memory is None:
+            return f"[forgotten memory {match[1]}]"
+        if match[2]:
+            return memory.text[: int(match[2])] + CUT
+        return memory.text
+
+    return _REFERENCE.sub(words, text)
+
+
+CUT = " [...]"
+_REFERENCE = re.compile(rf"\[memory ({MEMORY_ID})(?:, first (\d{{1,5}}) characters)?\]")
 
 
 def _remember_tool(memory: Memory) -> Tool:
@@ -191,7 +234,9 @@ def _remember_tool(memory: Memory) -> Tool:
         stored, _ = await asyncio.to_thread(
             memory.remember, ctx.principal, args.fact, ctx.idempotency_key
         )
-        return f"remembered [{stored.id}]: {stored.text}"
+        # By reference, as the recall step's: the model reads the words (`resolved`),
+        # the turn's record keeps only the id.
+        return f"remembered [{stored.id}]: [memory {stored.id}]"
 
     remember.__doc__ = (
         "Remember a fact the customer told you (a preference, a detail about them) for "
