@@ -541,17 +541,19 @@ def clock(args: Nothing, ctx: ToolContext[Any]) -> str:
 
 
 def quiet_plan(request: ModelRequest) -> Reply:
-    """Asked quietly: reads the clock twice (two steps), then answers with what it
-    recalled from the clock's result: nothing (so the answer repeats no memory)."""
+    """Asked quietly: looks its memories up (`recall`), then reads the clock (a second
+    step), then answers with what it recalled from the clock's result: nothing (so the
+    answer repeats no memory)."""
     if request.question.startswith(QUIETLY):
-        return Reply(calls=[ToolCall(id="c1", name="clock", arguments={})])
+        query = request.question.removeprefix(QUIETLY)
+        return Reply(calls=[ToolCall(id="r1", name="recall", arguments={"query": query})])
     return plan(request)
 
 
 def quiet_decide(request: ModelRequest) -> Reply:
     read = [m for m in request.messages if isinstance(m, ToolResult) and m.tool == "clock"]
-    if len(read) == 1:
-        return Reply(calls=[ToolCall(id="c2", name="clock", arguments={})])
+    if not read:
+        return Reply(calls=[ToolCall(id="c1", name="clock", arguments={})])
     return decide(request)
 
 
@@ -606,7 +608,8 @@ async def test_forgetting_reaches_every_turn_that_recalled_it(
         assert later.answer == "I recall nothing. noon", [
             (x.step, x.kind, x.text) for x in later.steps
         ]
-        assert recalled(model.requests[seen][1]) == ["My cat is named Pickles"]  # read back
+        # The recall step's and the recall tool's, read back for each model call.
+        assert recalled(model.requests[seen + 1][1]) == ["My cat is named Pickles"] * 2
         (step,) = [s for s in later.steps if s.kind is StepKind.RETRIEVE]
         assert f"[memory {kept.id}]" in step.observation.text  # the record: a reference
 

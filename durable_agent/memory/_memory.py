@@ -147,6 +147,19 @@ class Memory:
             for m in messages
         ]
 
+    def recorded(self, tool: str, text: str) -> str:
+        """A `recall` call's result as the turn's record keeps it (screened already): each
+        memory by reference, as the recall step's. Other tools' results as they are."""
+        if tool != RECALL_TOOL:
+            return text
+
+        def reference(match: re.Match[str]) -> str:
+            words = match[3]
+            cut = f", first {len(words) - len(CUT)} characters" if words.endswith(CUT) else ""
+            return f"{match[1]}[memory {match[2]}{cut}]"
+
+        return _RENDERED.sub(reference, text)
+
     # -- plain Python ------------------------------------------------------------------
 
     @property
@@ -226,6 +239,11 @@ def resolved(text: str, memories: dict[str, Remembered]) -> str:
 
 
 CUT = " [...]"
+_RENDERED = re.compile(
+    # A memory as `render_passages` gives it: its header, then its words up to the
+    # next memory's header or the end.
+    rf"(\[({MEMORY_ID})\] \(memory › told [0-9-]+\): )(.+?)(?= \[{MEMORY_ID}\] \(memory › |$)"
+)
 _REFERENCE = re.compile(rf"\[memory ({MEMORY_ID})(?:, first (\d{{1,5}}) characters)?\]")
 
 
