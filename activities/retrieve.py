@@ -88,7 +88,8 @@ class RetrieveActivity:
             # Screened as the model will read it; recorded by reference where the text
             # must be deletable (a memory), and read back for each model call.
             if passage.ref:
-                kept = kept.replace(passage.text, passage.ref)
+                by_reference = passage.model_copy(update={"text": passage.ref})
+                kept = kept.replace(passage.render(), by_reference.render())
         return RetrieveOutput(
             call=call,
             text=kept,

@@ -32,6 +32,7 @@ from temporalio.worker import (
 )
 
 from durable_agent import Agent, AgentClient, Principal, ToolContext, tool
+from durable_agent.context_sources import render_passages
 from durable_agent.conversation import ToolResult
 from durable_agent.errors import MemoryUnavailable, ToolUnavailable, UnknownMemory
 from durable_agent.memory import (
@@ -352,6 +353,34 @@ def test_memory_takes_true_or_settings_and_refuses_the_rest(tmp_path: Path) -> N
         MemorySettings(recall=11)
     store = SQLiteMemoryStore(tmp_path / "m.sqlite3")
     assert store.search("default", "x", 'NEAR(" * col:text', 3) == []  # never query syntax
+
+
+async def test_a_recall_is_recorded_by_reference_and_read_back_for_its_owner_only(
+    tmp_path: Path,
+) -> None:
+    """A recall's memories, cut to `recall_chars` or not, leave the record as references
+    and come back word for word for their customer; for anyone else, or once
+    forgotten, `[forgotten memory mem_…]`."""
+    memory = Memory(
+        MemorySettings(recall_chars=100, store=lambda: SQLiteMemoryStore(tmp_path / "m.sqlite3"))
+    )
+    ada, bob = Principal(user="ada"), Principal(user="bob")
+    old, _ = memory.remember(ada, "I drink green tea every morning before work", key="t/1")
+    new, _ = memory.remember(ada, "My favourite colour is a very deep blue " * 2, key="t/2")
+    text = render_passages(await memory.passages("tea", 5, ada), "Recalled")
+    assert text.endswith(" [...]")  # the second one, cut
+    kept = memory.recorded("recall", text)
+    assert "tea" not in kept and "blue" not in kept, kept
+    assert f"[memory {old.id}]" in kept and f"[memory {new.id}, first " in kept
+    given = [ToolResult(call_id="r1", tool="recall", ok=True, text=kept)]
+    (read,) = await memory.resolved(given, ada)
+    assert read.text == text
+    (theirs,) = await memory.resolved(given, bob)
+    assert "tea" not in theirs.text and f"[forgotten memory {old.id}]" in theirs.text
+    memory.store.forget("default", "ada", old.id)
+    (later,) = await memory.resolved(given, ada)
+    assert f"[forgotten memory {old.id}]" in later.text and "blue" in later.text
+    assert memory.recorded("send_note", text) == text  # other tools' results as they are
 
 
 def memory_cli(

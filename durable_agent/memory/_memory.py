@@ -178,9 +178,8 @@ class Memory:
         for memory in found:
             if left <= 0:
                 break
-            text = memory.text if len(memory.text) <= left else memory.text[:left] + CUT
+            passages.append(_passage(memory, left if len(memory.text) > left else None))
             left -= len(memory.text)
-            passages.append(_passage(memory, text))
         return passages
 
     def remember(self, asker: Principal, fact: str, key: str = "") -> tuple[Remembered, bool]:
@@ -215,10 +214,12 @@ class Memory:
         return f"Memory(name={self.name!r}, recall={self.retrieve})"
 
 
-def _passage(memory: Remembered, text: str) -> Passage:
+def _passage(memory: Remembered, keep: int | None = None) -> Passage:
+    """The memory as a passage, its first `keep` characters only if given; with the
+    reference the turn's record keeps instead of its words."""
     day = datetime.fromtimestamp(memory.created, tz=timezone.utc).date().isoformat()
-    cut = f", first {len(text) - len(CUT)} characters" if len(text) < len(memory.text) else ""
-    ref = f"[memory {memory.id}{cut}]"
+    text = memory.text if keep is None else memory.text[:keep] + CUT
+    ref = f"[memory {memory.id}" + ("" if keep is None else f", first {keep} characters") + "]"
     return Passage(id=memory.id, source="memory", location=f"told {day}", text=text, ref=ref)
 
 
