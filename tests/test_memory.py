@@ -32,6 +32,7 @@ from temporalio.worker import (
 )
 
 from durable_agent import Agent, AgentClient, Principal, ToolContext, tool
+from durable_agent.commands.client import main as cli_main
 from durable_agent.context_sources import render_passages
 from durable_agent.conversation import ToolResult
 from durable_agent.errors import MemoryUnavailable, ToolUnavailable, UnknownMemory
@@ -383,14 +384,12 @@ async def test_a_recall_is_recorded_by_reference_and_read_back_for_its_owner_onl
     assert memory.recorded("send_note", text) == text  # other tools' results as they are
 
 
-def memory_cli(
-    tmp_path: Path, *args: str, state: Path | None = None, code: int = 0
-) -> subprocess.CompletedProcess[str]:
+def memory_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`durable-agent memory ...` in a process of its own, on this process's state folder
-    (the workers' store) or `state`: it needs no server."""
+    (the workers' store): it needs no server."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
     environ = base | {
-        "AGENT_STATE_DIR": str(state or state_dir()),
+        "AGENT_STATE_DIR": str(state_dir()),
         "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
     }
     done = subprocess.run(
@@ -402,7 +401,7 @@ def memory_cli(
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
-    assert done.returncode == code, done.stderr
+    assert done.returncode == 0, done.stderr
     return done
 
 
@@ -510,53 +509,38 @@ def test_writers_at_once_never_pass_the_limit(stores: Callable[[], MemoryStore])
 def test_memory_from_outside_in_postgres_and_no_empty_file(
     postgres: str,  # noqa: F811
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`durable-agent memory --postgres` reaches the agents' PostgreSQL store; a look at a
     folder's store that has none yet makes no file; a server that does not answer is
-    one line."""
+    one line. (The command in this process: `memory_cli` shows it in its own.)"""
     name = f"t{uuid.uuid4().hex[:8]}"
     store = PostgresMemoryStore(postgres, name=name)
     kept = fact("acme", "ada", "t1/c1", "I prefer email", 1.0)
     store.add(kept, 5)
-    listed = memory_cli(
-        tmp_path,
-        "list",
-        "--customer",
-        "ada",
-        "--tenant",
-        "acme",
-        "--postgres",
-        postgres,
-        "--name",
-        name,
-    )
-    assert kept.id in listed.stdout and "I prefer email" in listed.stdout, listed
-    memory_cli(
-        tmp_path,
-        "forget",
-        kept.id,
-        "--customer",
-        "ada",
-        "--tenant",
-        "acme",
-        "--postgres",
-        postgres,
-        "--name",
-        name,
-    )
+    whose = ["--customer", "ada", "--tenant", "acme", "--postgres", postgres, "--name", name]
+    assert cli_main(["memory", "list", *whose]) == 0
+    assert kept.id in capsys.readouterr().out
+    assert cli_main(["memory", "forget", kept.id, *whose]) == 0
+    assert capsys.readouterr().out.strip() == f"forgot {kept.id}"
     assert store.list("acme", "ada") == []
 
     empty = tmp_path / "state"
-    none = memory_cli(tmp_path, "list", "--customer", "ada", state=empty)
-    assert none.stdout.strip() == "no memories of customer 'ada' (tenant 'default')"
+    monkeypatch.setenv("AGENT_STATE_DIR", str(empty))
+    assert cli_main(["memory", "list", "--customer", "ada"]) == 0
+    assert capsys.readouterr().out.strip() == "no memories of customer 'ada' (tenant 'default')"
+    assert cli_main(["memory", "forget", kept.id, "--customer", "ada"]) == 1
+    assert "error: no memory" in capsys.readouterr().err
     assert not (empty / "memory").exists()
 
     nowhere = f"host={tmp_path} port=1 user=postgres dbname=postgres connect_timeout=5"
     with pytest.raises(MemoryUnavailable, match=r"^memory 'm': cannot reach PostgreSQL \("):
         PostgresMemoryStore(nowhere, name="m")
-    failed = memory_cli(tmp_path, "list", "--customer", "ada", "--postgres", nowhere, code=1)
-    assert failed.stderr.startswith("error: memory 'memory': cannot reach PostgreSQL (")
-    assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+    assert cli_main(["memory", "list", "--customer", "ada", "--postgres", nowhere]) == 1
+    failed = capsys.readouterr().err
+    assert failed.startswith("error: memory 'memory': cannot reach PostgreSQL (")
+    assert len(failed.strip().splitlines()) == 1, failed
 
 
 class Nothing(BaseModel):
