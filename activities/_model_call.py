@@ -189,7 +189,7 @@ class ModelCaller:
         check(messages)
         tools = await turn_tools(served, input.tools_version, input.tool_lists)
         request = ModelRequest(
-            messages=messages,
+            messages=await _resolved(served.sources, messages, input.principal),
             tools=tools.specs_for(input.tools),
             instructions=input.instructions or served.instructions,
             settings=model_settings.merged(served.agent.settings_for(spec), input.settings),
@@ -254,6 +254,19 @@ class ModelCaller:
         else:
             rebuild = functools.partial(recorded_conversation, before=info.activity_id)
         return await self._transcripts.assemble(turn_key(input.turn), input.delta, rebuild)
+
+
+async def _resolved(
+    sources: Collection[object], messages: list[Message], asker: Principal | None
+) -> list[Message]:
+    """The conversation as the model reads it: what a context source recorded by
+    reference (a memory, so that forgetting it leaves its words in no turn's history),
+    read back here, on every call. Optional for a source: few keep anything deletable."""
+    for source in sources:
+        resolve = getattr(source, "resolved", None)
+        if resolve is not None:
+            messages = await resolve(messages, asker)
+    return messages
 
 
 async def _attached(messages: list[Message]) -> dict[str, bytes]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -226,9 +226,29 @@ class DispatchActivity:
                     input.call.id,
                     type(e).__name__,
                 )
+        data, parsed = _recorded(served.sources, input.call.name, data, parsed)
         if parsed is not None and data == parsed.observation.text:
             return DispatchOutput(parsed=parsed, as_read=True)
         return DispatchOutput(result=data, parsed=parsed)
+
+
+def _recorded(
+    sources: Sequence[object], tool: str, data: Any, parsed: ParseOutputOutput | None
+) -> tuple[Any, ParseOutputOutput | None]:
+    """The result as the turn's record keeps it, screened already: a context source may
+    keep words it must be able to delete from every turn by reference (a memory's, read
+    back for each model call). Optional for a source."""
+    for source in sources:
+        record = getattr(source, "recorded", None)
+        if record is None:
+            continue
+        if isinstance(data, str):
+            data = record(tool, data)
+        if parsed is not None:
+            text = record(tool, parsed.observation.text)
+            observation = parsed.observation.model_copy(update={"text": text})
+            parsed = parsed.model_copy(update={"observation": observation})
+    return data, parsed
 
 
 @contextlib.contextmanager

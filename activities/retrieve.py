@@ -83,9 +83,16 @@ class RetrieveActivity:
         recalled = sum(p.id.startswith(MEMORY_PREFIX) for p in found)
         text = render_passages(found, RECALLED_HEADING if recalled else RETRIEVED_HEADING)
         out = await screened(served, served.tools, call, text, input.customer_id, rendered=True)
+        kept = out.observation.text
+        for passage in found:
+            # Screened as the model will read it; recorded by reference where the text
+            # must be deletable (a memory), and read back for each model call.
+            if passage.ref:
+                by_reference = passage.model_copy(update={"text": passage.ref})
+                kept = kept.replace(passage.render(), by_reference.render())
         return RetrieveOutput(
             call=call,
-            text=out.observation.text,
+            text=kept,
             passages=len(found),
             recalled=recalled,
             verdicts=out.verdicts,

@@ -68,6 +68,10 @@ class Passage(BaseModel):
     location: str = ""
     """Where in it: a heading's path (`Install › Linux`), a page (`page 3`)."""
     text: str
+    ref: str = ""
+    """What the turn's record keeps instead of `text`, when the text must be deletable
+    from every turn that read it (a memory: `[memory mem_…]`, read back from its store
+    for each model call); empty: the text itself."""
 
     @property
     def where(self) -> str:

@@ -12,6 +12,7 @@ retried with backoff.
     ├── ToolListUnavailable        a turn's tool list (by its hash) cannot be had here
     ├── AgentDefinitionError       an agent cannot be served as defined (stops the worker)
     ├── KnowledgeError             a knowledge source cannot be read or indexed (skipped)
+    ├── MemoryUnavailable          an agent's memory store cannot be opened or reached
     ├── ModelError                 the model backend failed
     │   ├── UnknownModel           no backend for that model spec
     │   ├── InvalidModelOutput     the model's reply cannot be used
@@ -105,6 +106,12 @@ class KnowledgeError(AgentError):
     """A source of an agent's knowledge cannot be read or indexed (too large, not a
     readable PDF, a kind it cannot read); the worker skips it, logging this one line
     (`durable_agent.knowledge`)."""
+
+
+class MemoryUnavailable(AgentError):
+    """An agent's memory store cannot be opened or reached (a PostgreSQL server that
+    does not answer, psycopg not installed): the worker stops as it starts, with this
+    line; `AgentClient.memory` and `durable-agent memory` say it in one line."""
 
 
 class BudgetExceeded(AgentError):

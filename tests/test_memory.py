@@ -5,13 +5,16 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,17 +32,30 @@ from temporalio.worker import (
 )
 
 from durable_agent import Agent, AgentClient, Principal, ToolContext, tool
+from durable_agent.commands.client import main as cli_main
+from durable_agent.context_sources import render_passages
 from durable_agent.conversation import ToolResult
-from durable_agent.errors import ToolUnavailable, UnknownMemory
-from durable_agent.memory import Memory, MemorySettings, SQLiteMemoryStore
+from durable_agent.errors import MemoryUnavailable, ToolUnavailable, UnknownMemory
+from durable_agent.memory import (
+    Memory,
+    MemoryAccess,
+    MemorySettings,
+    MemoryStore,
+    PostgresMemoryStore,
+    Remembered,
+    SQLiteMemoryStore,
+    memory_id,
+)
+from durable_agent.memory._store import MemoryFull
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.plugin import build_worker
-from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
+from durable_agent.runtime.codec import LEAN_DATA_CONVERTER, data_converter
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings, state_dir
 from durable_agent.shields import DATA_MARK
 from durable_agent.types import Outcome, StepKind, ToolCall
 from durable_agent.workflows import AgentTurn, Conversation
+from tests.test_knowledge import postgres  # noqa: F401  (a fixture: one server for the module)
 
 ROOT = Path(__file__).resolve().parent.parent
 REMEMBER = "Please remember: "
@@ -47,6 +63,7 @@ FORGET = "Please forget "
 LOOK_UP = "Look up: "
 PARAPHRASE = "Please note that I "
 NOTE_IT = "Send me a note of what you recall"
+QUIETLY = "Just say ok: "
 _RECALLED = re.compile(r"\[(mem_[0-9a-f]{16})\] \([^()]*\): (.*?)(?= \[mem_|$)")
 
 
@@ -289,7 +306,9 @@ async def test_only_the_customers_own_words_are_remembered_unasked_and_recalled_
     await desk.ask(f"{REMEMBER}My locker code is 4711", "gina")
     noting = await desk.client.start(NOTE_IT, customer="gina")
     (asked,) = await waiting(noting)
-    assert asked.call.name == "send_note" and "from a result of recall" in asked.why, asked.why
+    # The turn's record holds the memory by reference: to the provenance rules its
+    # words are in nothing the customer wrote, so the write asks.
+    assert asked.call.name == "send_note" and "not the customer's words" in asked.why, asked.why
     await noting.reject(by="ops")
     await noting.result()
 
@@ -335,6 +354,34 @@ def test_memory_takes_true_or_settings_and_refuses_the_rest(tmp_path: Path) -> N
         MemorySettings(recall=11)
     store = SQLiteMemoryStore(tmp_path / "m.sqlite3")
     assert store.search("default", "x", 'NEAR(" * col:text', 3) == []  # never query syntax
+
+
+async def test_a_recall_is_recorded_by_reference_and_read_back_for_its_owner_only(
+    tmp_path: Path,
+) -> None:
+    """A recall's memories, cut to `recall_chars` or not, leave the record as references
+    and come back word for word for their customer; for anyone else, or once
+    forgotten, `[forgotten memory mem_…]`."""
+    memory = Memory(
+        MemorySettings(recall_chars=100, store=lambda: SQLiteMemoryStore(tmp_path / "m.sqlite3"))
+    )
+    ada, bob = Principal(user="ada"), Principal(user="bob")
+    old, _ = memory.remember(ada, "I drink green tea every morning before work", key="t/1")
+    new, _ = memory.remember(ada, "My favourite colour is a very deep blue " * 2, key="t/2")
+    text = render_passages(await memory.passages("tea", 5, ada), "Recalled")
+    assert text.endswith(" [...]")  # the second one, cut
+    kept = memory.recorded("recall", text)
+    assert "tea" not in kept and "blue" not in kept, kept
+    assert f"[memory {old.id}]" in kept and f"[memory {new.id}, first " in kept
+    given = [ToolResult(call_id="r1", tool="recall", ok=True, text=kept)]
+    (read,) = await memory.resolved(given, ada)
+    assert read.text == text
+    (theirs,) = await memory.resolved(given, bob)
+    assert "tea" not in theirs.text and f"[forgotten memory {old.id}]" in theirs.text
+    memory.store.forget("default", "ada", old.id)
+    (later,) = await memory.resolved(given, ada)
+    assert f"[forgotten memory {old.id}]" in later.text and "blue" in later.text
+    assert memory.recorded("send_note", text) == text  # other tools' results as they are
 
 
 def memory_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -383,3 +430,222 @@ async def test_the_offline_model_remembers_when_asked_and_answers_from_it_later(
         assert later.answer == f"You told me earlier: I prefer email for contact [{kept.id}]"
         theirs = await agents.ask("Which contact do I prefer?", customer="erin")
         assert "email" not in theirs.answer
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], MemoryStore]:
+    """New connections to one store of each kind (as each worker process has its own)."""
+    if request.param == "sqlite":
+        return lambda: SQLiteMemoryStore(tmp_path / "m.sqlite3")
+    url = request.getfixturevalue("postgres")
+    name = f"t{uuid.uuid4().hex[:8]}"
+    return lambda: PostgresMemoryStore(url, name=name)
+
+
+def fact(tenant: str, customer: str, key: str, text: str, created: float) -> Remembered:
+    mid = memory_id(tenant, customer, key)
+    return Remembered(id=mid, tenant=tenant, customer_id=customer, text=text, created=created)
+
+
+def test_a_store_is_idempotent_bounded_and_keeps_each_owner_apart(
+    stores: Callable[[], MemoryStore],
+) -> None:
+    """What `Memory` needs of a store, the same of SQLite and PostgreSQL."""
+    store = stores()
+    email = fact("acme", "ada", "t1/c1", "I prefer email over phone calls", 1.0)
+    dog = fact("acme", "ada", "t2/c1", "My dog is named Biscuit", 2.0)
+    town = fact("acme", "ada", "t3/c1", "I live in Leeds", 3.0)
+    assert store.add(email, 3) == (email, True)
+    assert store.add(email, 3) == (email, False)  # a retried call stores nothing more
+    store.add(dog, 3)
+    store.add(town, 3)
+    with pytest.raises(MemoryFull):
+        store.add(fact("acme", "ada", "t4/c1", "one too many", 4.0), 3)
+    # Another tenant's ada, and bob of ada's tenant: their own, never ada's.
+    theirs = fact("other", "ada", "t5/c1", "I prefer phone calls", 5.0)
+    store.add(theirs, 3)
+    store.add(fact("acme", "bob", "t6/c1", "bob prefers calls", 6.0), 3)
+
+    assert [m.text for m in store.list("acme", "ada")] == [email.text, dog.text, town.text]
+    # The words first (stemmed: "calling" finds "calls"), then the newest others.
+    found = store.search("acme", "ada", "when calling me, which do I prefer?", 3)
+    assert [m.id for m in found] == [email.id, town.id, dog.id]
+    assert [m.id for m in store.search("other", "ada", "email dog Leeds", 5)] == [theirs.id]
+    assert store.search("acme", "ada", "NEAR(\" * col:text ' & | !", 1) == [town]  # no syntax
+    assert store.search("acme", "nobody", "email", 5) == []
+
+    assert not store.forget("other", "ada", email.id)  # ada of another tenant: not hers
+    assert not store.forget("acme", "bob", email.id)
+    assert store.forget("acme", "ada", email.id) and not store.forget("acme", "ada", email.id)
+    assert [m.id for m in stores().search("acme", "ada", "email phone calls", 5)] == [
+        town.id,
+        dog.id,
+    ]  # another connection sees it gone
+    store.close()
+
+
+def test_writers_at_once_never_pass_the_limit(stores: Callable[[], MemoryStore]) -> None:
+    """Four workers storing a customer's memories at once: at most `limit` are kept."""
+    stores().close()  # the schema, made once
+    kept: list[bool] = []
+
+    def write(n: int) -> None:
+        store = stores()
+        try:
+            for i in range(3):
+                with contextlib.suppress(MemoryFull):
+                    kept.append(store.add(fact("t", "ada", f"w{n}/{i}", f"fact {n}", 1.0), 5)[1])
+        finally:
+            store.close()
+
+    writers = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(timeout=60)
+    assert kept.count(True) == 5 and len(stores().list("t", "ada")) == 5
+
+
+def test_memory_from_outside_in_postgres_and_no_empty_file(
+    postgres: str,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`durable-agent memory --postgres` reaches the agents' PostgreSQL store; a look at a
+    folder's store that has none yet makes no file; a server that does not answer is
+    one line. (The command in this process: `memory_cli` shows it in its own.)"""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    store = PostgresMemoryStore(postgres, name=name)
+    kept = fact("acme", "ada", "t1/c1", "I prefer email", 1.0)
+    store.add(kept, 5)
+    whose = ["--customer", "ada", "--tenant", "acme", "--postgres", postgres, "--name", name]
+    assert cli_main(["memory", "list", *whose]) == 0
+    assert kept.id in capsys.readouterr().out
+    assert cli_main(["memory", "forget", kept.id, *whose]) == 0
+    assert capsys.readouterr().out.strip() == f"forgot {kept.id}"
+    assert store.list("acme", "ada") == []
+
+    empty = tmp_path / "state"
+    monkeypatch.setenv("AGENT_STATE_DIR", str(empty))
+    assert cli_main(["memory", "list", "--customer", "ada"]) == 0
+    assert capsys.readouterr().out.strip() == "no memories of customer 'ada' (tenant 'default')"
+    assert cli_main(["memory", "forget", kept.id, "--customer", "ada"]) == 1
+    assert "error: no memory" in capsys.readouterr().err
+    assert not (empty / "memory").exists()
+
+    nowhere = f"host={tmp_path} port=1 user=postgres dbname=postgres connect_timeout=5"
+    with pytest.raises(MemoryUnavailable, match=r"^memory 'm': cannot reach PostgreSQL \("):
+        PostgresMemoryStore(nowhere, name="m")
+    assert cli_main(["memory", "list", "--customer", "ada", "--postgres", nowhere]) == 1
+    failed = capsys.readouterr().err
+    assert failed.startswith("error: memory 'memory': cannot reach PostgreSQL (")
+    assert len(failed.strip().splitlines()) == 1, failed
+
+
+class Nothing(BaseModel):
+    pass
+
+
+@tool(quick=True)
+def clock(args: Nothing, ctx: ToolContext[Any]) -> str:
+    """The time of day (a read)."""
+    return "noon"
+
+
+def quiet_plan(request: ModelRequest) -> Reply:
+    """Asked quietly: looks its memories up (`recall`), then reads the clock (a second
+    step), then answers with what it recalled from the clock's result: nothing (so the
+    answer repeats no memory)."""
+    if request.question.startswith(QUIETLY):
+        query = request.question.removeprefix(QUIETLY)
+        return Reply(calls=[ToolCall(id="r1", name="recall", arguments={"query": query})])
+    return plan(request)
+
+
+def quiet_decide(request: ModelRequest) -> Reply:
+    read = [m for m in request.messages if isinstance(m, ToolResult) and m.tool == "clock"]
+    if not read:
+        return Reply(calls=[ToolCall(id="c1", name="clock", arguments={})])
+    return decide(request)
+
+
+def payload_bytes(history: Any) -> bytes:
+    """Every payload of a history export, decoded (its JSON holds them in base64)."""
+    found: list[bytes] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "data" and isinstance(value, str):
+                    found.append(base64.b64decode(value))
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(history.to_json()))
+    return b"\n".join(found)
+
+
+async def test_forgetting_reaches_every_turn_that_recalled_it(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """After `forget`, a memory's words are in no history nor payload-store file of the
+    turns that recalled it (each payload stored, here), no later recall gives them, and a
+    fork of such a turn reads `[forgotten memory mem_…]`."""
+    payloads = tmp_path / "payloads"
+    environ = {"AGENT_PAYLOAD_STORE": f"local:{payloads}", "AGENT_PAYLOAD_THRESHOLD": "0"}
+    client = await Client.connect(
+        env.client.service_client.config.target_host,
+        namespace=env.client.namespace,
+        data_converter=data_converter(environ),
+    )
+    model = ScriptedModel(plans=[quiet_plan], decisions=[quiet_decide])
+    agent = Agent(
+        name="shredder",
+        model="scripted",
+        models={"scripted": lambda _: model},
+        memory=MemorySettings(recall=3, name=f"shred{uuid.uuid4().hex[:8]}"),
+        tools=[clock],
+    )
+    task_queue = f"memory-{uuid.uuid4().hex[:8]}"
+    settings = replace(Settings.from_env(), versioning=False, workflow_sandbox=True)
+    async with build_worker(client, agent, task_queue=task_queue, settings=settings):
+        agents = AgentClient(client, task_queue=task_queue)
+        access = MemoryAccess(agent.memory.name)  # type: ignore[union-attr]
+        told = await agents.ask(f"{REMEMBER}My cat is named Pickles", customer="ivy")
+        (kept,) = await access.list("ivy")
+        seen = len(model.requests)
+        later = await agents.ask(f"{QUIETLY}anything about my cat?", customer="ivy")
+        assert later.answer == "I recall nothing. noon", [
+            (x.step, x.kind, x.text) for x in later.steps
+        ]
+        # The recall step's and the recall tool's, read back for each model call.
+        assert recalled(model.requests[seen + 1][1]) == ["My cat is named Pickles"] * 2
+        (step,) = [s for s in later.steps if s.kind is StepKind.RETRIEVE]
+        assert f"[memory {kept.id}]" in step.observation.text  # the record: a reference
+
+        def holding(word: bytes) -> set[str]:
+            """The workflows whose stored payloads hold `word`."""
+            return {
+                json.loads((f.parent / ".workflow").read_text())["workflow_id"]
+                for f in payloads.rglob("*")
+                if f.is_file() and f.name != ".workflow" and word in f.read_bytes()
+            }
+
+        history = await client.get_workflow_handle(later.workflow_id).fetch_history()
+        assert b"Pickles" not in payload_bytes(history)
+        # Where the customer said it (their question, the model's remember call) stays,
+        # as the conversation it is; no turn that recalled it holds it.
+        assert holding(b"Pickles") == {told.workflow_id}
+
+        await access.forget(kept.id, customer="ivy")
+        seen = len(model.requests)
+        fork = await (await agents.rerun(later.workflow_id, from_step=2)).result()
+        again = await agents.ask("What is my cat called?", customer="ivy")
+        assert fork.answer == "I recall nothing. noon" and again.answer == "I recall nothing."
+        given = [json.dumps(r.model_dump()) for _, r in model.requests[seen:]]
+        assert "Pickles" not in "".join(given)
+        assert f"[forgotten memory {kept.id}]" in given[0]  # the fork, read anew
+        assert holding(b"Pickles") == {told.workflow_id}

@@ -29,7 +29,7 @@ from temporalio.client import Client
 from durable_agent import mcp, telemetry
 from durable_agent.agents import Agent
 from durable_agent.budgets import Budgets
-from durable_agent.errors import AgentDefinitionError
+from durable_agent.errors import AgentDefinitionError, MemoryUnavailable
 from durable_agent.mcp import MCPServer
 from durable_agent.model import ModelCatalog
 from durable_agent.plugin import AgentPlugin, AgentWorker
@@ -229,6 +229,7 @@ def main() -> None:
         ServerUnavailable,
         ShieldConfigError,
         AgentDefinitionError,
+        MemoryUnavailable,
         VersionConflict,
         ValueError,
     ) as e:

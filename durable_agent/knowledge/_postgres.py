@@ -38,24 +38,36 @@ CREATE INDEX IF NOT EXISTS knowledge_chunks_source ON knowledge_chunks (store, s
 """
 
 
+def connect(conninfo: str, what: str, error: type[Exception]) -> Any:
+    """An autocommit psycopg connection for `what` (a store); `error` in one line when
+    psycopg is not installed or the server cannot be reached."""
+    try:
+        import psycopg
+    except ImportError:
+        raise error(
+            f"{what} in PostgreSQL needs psycopg: pip install 'durable-agent[postgres]'"
+        ) from None
+    try:
+        return psycopg.connect(conninfo, autocommit=True)
+    except psycopg.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise error(f"{what}: cannot reach PostgreSQL ({first})") from None
+
+
+def ts_query(text: str) -> str:
+    """A question's words as a `to_tsquery` text that matches any of them; each word its
+    own quoted lexeme, so nothing a person types is tsquery syntax."""
+    words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", text)))
+    return " | ".join(f"'{w}'" for w in words[:MAX_QUERY_WORDS])
+
+
 class PostgresStore:
     """`KnowledgeStore` in PostgreSQL (`conninfo`: a libpq connection string or URL)."""
 
     def __init__(self, conninfo: str, name: str = "knowledge") -> None:
-        try:
-            import psycopg
-        except ImportError:
-            raise KnowledgeError(
-                "the PostgreSQL knowledge store needs psycopg: "
-                "pip install 'durable-agent[postgres]'"
-            ) from None
         self.name = name
         self._lock = threading.Lock()
-        try:
-            self._db: Any = psycopg.connect(conninfo, autocommit=True)
-        except psycopg.Error as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise KnowledgeError(f"knowledge {name!r}: cannot reach PostgreSQL ({first})") from None
+        self._db: Any = connect(conninfo, f"knowledge {name!r}", KnowledgeError)
         with self._lock, self._db.transaction():
             # One schema change at a time, whichever worker starts first.
             self._db.execute("SELECT pg_advisory_xact_lock(hashtext('durable_agent.knowledge'))")
@@ -105,11 +117,9 @@ class PostgresStore:
                 )
 
     def search(self, query: str, limit: int) -> list[Passage]:
-        words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", query)))
-        if not words:
+        terms = ts_query(query)
+        if not terms:
             return []
-        # Each word its own lexeme, any of them: nothing typed is tsquery syntax.
-        terms = " | ".join(f"'{w}'" for w in words[:MAX_QUERY_WORDS])
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, source, location, text FROM knowledge_chunks, "

@@ -8,9 +8,9 @@
 The agent gets `remember(fact)` and `forget(memory_id)` (writes) and `recall(query)`
 (a read), and each turn starts with the customer's memories most relevant to the
 question; all of them are scoped to the tenant and customer the turn serves, never to
-what the model writes. Kept in SQLite under the state folder (`SQLiteMemoryStore`), or
-any `MemoryStore`; seen and deleted from outside with `AgentClient.memory` and
-`durable-agent memory`. See docs/knowledge-and-memory.md.
+what the model writes. Kept in SQLite under the state folder (`SQLiteMemoryStore`), in
+PostgreSQL (`PostgresMemoryStore`), or any `MemoryStore`; seen and deleted from outside
+with `AgentClient.memory` and `durable-agent memory`. See docs/knowledge-and-memory.md.
 """
 
 from durable_agent.memory._access import MemoryAccess
@@ -21,6 +21,7 @@ from durable_agent.memory._memory import (
     Memory,
     MemorySettings,
 )
+from durable_agent.memory._postgres import PostgresMemoryStore
 from durable_agent.memory._store import (
     MEMORY_ID,
     MemoryStore,
@@ -38,6 +39,7 @@ __all__ = [
     "MemoryAccess",
     "MemorySettings",
     "MemoryStore",
+    "PostgresMemoryStore",
     "Remembered",
     "SQLiteMemoryStore",
     "memory_id",

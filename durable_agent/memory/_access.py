@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from durable_agent.errors import UnknownMemory
-from durable_agent.memory._store import MemoryStore, Remembered, in_state_folder
+from durable_agent.memory._store import MemoryStore, Remembered, in_state_folder, state_file
 from durable_agent.principal import DEFAULT_TENANT, Principal
 
 
@@ -30,14 +30,20 @@ class MemoryAccess:
         self.name = name
         self._make_store = store
 
-    def _open(self) -> MemoryStore:
+    def _open(self) -> MemoryStore | None:
+        """The store; None when it is the state folder's file and there is none yet (a
+        look from outside never makes an empty one)."""
         if self._make_store is not None:
             return self._make_store()
+        if not state_file(self.name).exists():
+            return None
         return in_state_folder(self.name)
 
-    async def _with_store(self, fn: Callable[[MemoryStore], Any]) -> Any:
+    async def _with_store(self, fn: Callable[[MemoryStore], Any], none: Any) -> Any:
         def run() -> Any:
             store = self._open()
+            if store is None:
+                return none
             try:
                 return fn(store)
             finally:
@@ -48,7 +54,9 @@ class MemoryAccess:
     async def list(self, customer: str, *, tenant: str = DEFAULT_TENANT) -> list[Remembered]:
         """The customer's memories, oldest first."""
         who = _owner(customer, tenant)
-        found: list[Remembered] = await self._with_store(lambda s: s.list(who.tenant, who.user))
+        found: list[Remembered] = await self._with_store(
+            lambda s: s.list(who.tenant, who.user), none=[]
+        )
         return found
 
     async def export(self, customer: str, *, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
@@ -64,7 +72,9 @@ class MemoryAccess:
         """Deletes the customer's memory `memory_id` from the store: no later turn recalls
         it. `UnknownMemory` when that customer has none of that id."""
         who = _owner(customer, tenant)
-        gone = await self._with_store(lambda s: s.forget(who.tenant, who.user, memory_id))
+        gone = await self._with_store(
+            lambda s: s.forget(who.tenant, who.user, memory_id), none=False
+        )
         if not gone:
             raise UnknownMemory(
                 f"no memory {memory_id[:40]!r} of customer {customer[:80]!r} (tenant "

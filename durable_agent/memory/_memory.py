@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -14,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from durable_agent.context_sources import MAX_PASSAGES, Passage, render_passages
+from durable_agent.conversation import Message, ToolResult
 from durable_agent.errors import NotAllowed, NotFound
 from durable_agent.memory._store import (
     MEMORY_ID,
@@ -126,6 +128,38 @@ class Memory:
         )
         return self._bounded(found)
 
+    async def resolved(self, messages: list[Message], asker: Principal | None) -> list[Message]:
+        """The conversation as the model reads it: each memory the recall step recorded
+        by reference (`[memory mem_…]`), in its words, read from the store now, of the
+        turn's own customer only; a memory forgotten since reads `[forgotten memory
+        mem_…]`. The turn's record keeps the references: forgetting a memory leaves its
+        words in no turn that recalled it."""
+        if not any(isinstance(m, ToolResult) and "[memory mem_" in m.text for m in messages):
+            return messages
+        theirs: dict[str, Remembered] = {}
+        if asker is not None:
+            found = await asyncio.to_thread(self.store.list, asker.tenant, asker.user)
+            theirs = {m.id: m for m in found}
+        return [
+            m.model_copy(update={"text": resolved(m.text, theirs)})
+            if isinstance(m, ToolResult)
+            else m
+            for m in messages
+        ]
+
+    def recorded(self, tool: str, text: str) -> str:
+        """A `recall` call's result as the turn's record keeps it (screened already): each
+        memory by reference, as the recall step's. Other tools' results as they are."""
+        if tool != RECALL_TOOL:
+            return text
+
+        def reference(match: re.Match[str]) -> str:
+            words = match[3]
+            cut = f", first {len(words) - len(CUT)} characters" if words.endswith(CUT) else ""
+            return f"{match[1]}[memory {match[2]}{cut}]"
+
+        return _RENDERED.sub(reference, text)
+
     # -- plain Python ------------------------------------------------------------------
 
     @property
@@ -144,9 +178,8 @@ class Memory:
         for memory in found:
             if left <= 0:
                 break
-            text = memory.text if len(memory.text) <= left else memory.text[:left] + " [...]"
+            passages.append(_passage(memory, left if len(memory.text) > left else None))
             left -= len(memory.text)
-            passages.append(_passage(memory, text))
         return passages
 
     def remember(self, asker: Principal, fact: str, key: str = "") -> tuple[Remembered, bool]:
@@ -181,9 +214,38 @@ class Memory:
         return f"Memory(name={self.name!r}, recall={self.retrieve})"
 
 
-def _passage(memory: Remembered, text: str) -> Passage:
+def _passage(memory: Remembered, keep: int | None = None) -> Passage:
+    """The memory as a passage, its first `keep` characters only if given; with the
+    reference the turn's record keeps instead of its words."""
     day = datetime.fromtimestamp(memory.created, tz=timezone.utc).date().isoformat()
-    return Passage(id=memory.id, source="memory", location=f"told {day}", text=text)
+    text = memory.text if keep is None else memory.text[:keep] + CUT
+    ref = f"[memory {memory.id}" + ("" if keep is None else f", first {keep} characters") + "]"
+    return Passage(id=memory.id, source="memory", location=f"told {day}", text=text, ref=ref)
+
+
+def resolved(text: str, memories: dict[str, Remembered]) -> str:
+    """`text` with each reference to a memory (`[memory mem_…]`, as the recall step
+    records it) replaced by the memory's words, or by `[forgotten memory mem_…]` when
+    `memories` (its owner's) has none of that id: deleted since."""
+
+    def words(match: re.Match[str]) -> str:
+        memory = memories.get(match[1])
+        if memory is None:
+            return f"[forgotten memory {match[1]}]"
+        if match[2]:
+            return memory.text[: int(match[2])] + CUT
+        return memory.text
+
+    return _REFERENCE.sub(words, text)
+
+
+CUT = " [...]"
+_RENDERED = re.compile(
+    # A memory as `render_passages` gives it: its header, then its words up to the
+    # next memory's header or the end.
+    rf"(\[({MEMORY_ID})\] \(memory › told [0-9-]+\): )(.+?)(?= \[{MEMORY_ID}\] \(memory › |$)"
+)
+_REFERENCE = re.compile(rf"\[memory ({MEMORY_ID})(?:, first (\d{{1,5}}) characters)?\]")
 
 
 def _remember_tool(memory: Memory) -> Tool:
@@ -191,7 +253,9 @@ def _remember_tool(memory: Memory) -> Tool:
         stored, _ = await asyncio.to_thread(
             memory.remember, ctx.principal, args.fact, ctx.idempotency_key
         )
-        return f"remembered [{stored.id}]: {stored.text}"
+        # By reference, as the recall step's: the model reads the words (`resolved`),
+        # the turn's record keeps only the id.
+        return f"remembered [{stored.id}]: [memory {stored.id}]"
 
     remember.__doc__ = (
         "Remember a fact the customer told you (a preference, a detail about them) for "

@@ -182,6 +182,11 @@ def _remembered(row: tuple[str, str, str, str, float, str]) -> Remembered:
     )
 
 
+def state_file(name: str = "memory") -> Path:
+    """The default store's file: `<state folder>/memory/<name>.sqlite3`."""
+    return state_dir() / "memory" / f"{name}.sqlite3"
+
+
 def in_state_folder(name: str = "memory") -> SQLiteMemoryStore:
-    """The default store: `<state folder>/memory/<name>.sqlite3`."""
-    return SQLiteMemoryStore(state_dir() / "memory" / f"{name}.sqlite3")
+    """The default store, its file made if new."""
+    return SQLiteMemoryStore(state_file(name))

@@ -4,6 +4,7 @@ folder's store (the workers' of this state folder); no server is needed.
     durable-agent memory list --customer ID [--tenant T] [--name memory]
     durable-agent memory export --customer ID [--tenant T]      (JSON)
     durable-agent memory forget MEMORY_ID --customer ID [--tenant T]
+    durable-agent memory list --customer ID --postgres CONNINFO     (a PostgreSQL store)
 
 A mistake is one line and exit code 1, as with every other command."""
 
@@ -11,9 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import datetime, timezone
+from functools import partial
 
+from durable_agent.errors import MemoryUnavailable
 from durable_agent.memory._access import MemoryAccess
+from durable_agent.memory._postgres import PostgresMemoryStore
 from durable_agent.principal import DEFAULT_TENANT
 
 
@@ -31,12 +36,29 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
         action.add_argument(
             "--name", default="memory", help="the store (MemorySettings(name=)); default: memory"
         )
+        action.add_argument(
+            "--postgres",
+            metavar="CONNINFO",
+            help="the agents' PostgresMemoryStore (a libpq URL), not this folder's file",
+        )
     return memory
 
 
 async def run(args: argparse.Namespace) -> int:
     """Do what `args.action` says; print it."""
-    access = MemoryAccess(args.name)
+    store = None
+    if args.postgres:
+        store = partial(PostgresMemoryStore, args.postgres, name=args.name)
+    access = MemoryAccess(args.name, store=store)
+    try:
+        await _act(access, args)
+    except MemoryUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _act(access: MemoryAccess, args: argparse.Namespace) -> None:
     if args.action == "list":
         found = await access.list(args.customer, tenant=args.tenant)
         for m in found:
@@ -49,4 +71,3 @@ async def run(args: argparse.Namespace) -> int:
     else:
         await access.forget(args.memory_id, customer=args.customer, tenant=args.tenant)
         print(f"forgot {args.memory_id}")
-    return 0
