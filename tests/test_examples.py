@@ -255,7 +255,8 @@ def test_the_help_desk_example_waits_for_consent_and_writes_once_across_a_sigkil
     try:
         assert worker.line().startswith("worker ready")
         assert worker.line() == (
-            "agent helpdesk: ticket_status, service_status, open_ticket (writes, needs approval)"
+            "agent helpdesk: ticket_status, service_status, open_ticket (writes, needs approval), "
+            "refund (writes, needs approval)"
         )
         vpn = run([*client, "ask", "--agent", "helpdesk", "Is the VPN down?"], HELPDESK, env)
         assert "Status: degraded" in vpn
