@@ -520,4 +520,7 @@ def test_a_support_lead_approves_a_customers_refund_and_the_audit_shows_it(
     # What ran is what the page shows.
     page = PAGE.read_text()
     assert f"AGENT_BUDGETS={BUDGET} AGENT_MODEL_PRICES={PRICES}" in page
-    assert json.dumps({"question": REFUND}) in page and json.dumps(ASKED, separators=(",", ":")) in page
+    assert (
+        json.dumps({"question": REFUND}) in page
+        and json.dumps(ASKED, separators=(",", ":")) in page
+    )

@@ -92,7 +92,9 @@ class Ledgers:
             if unasked and budget.past_soft_line(state.spent, state.held):
                 line = budget.soft_line(state.spent, state.held - worst, worst)
                 cap = budget.cap
-                past = BudgetSoftLimit(line, budget.ledger, state.spent, cap.usd, cap.approver_rules)
+                past = BudgetSoftLimit(
+                    line, budget.ledger, state.spent, cap.usd, cap.approver_rules
+                )
         if past is not None:  # the hard caps hold it, but a person must say so first
             await self._release(client, hold, taken)
             raise past

@@ -101,8 +101,9 @@ agent = Agent(
     instructions=(
         "You are the IT help desk. Look tickets and services up with the tools; never "
         "guess a status. Open a ticket or refund a charge only when the person asks for "
-        "it. Answer in one or two sentences. If a question is not about IT tickets or services, reply "
-        "exactly: Sorry, the help desk can only help with IT tickets and services."
+        "it. Answer in one or two sentences. If a question is not about IT tickets or "
+        "services, reply exactly: Sorry, the help desk can only help with IT tickets and "
+        "services."
     ),
     tools=[ticket_status, service_status, open_ticket, refund],
     examples=["Is the VPN down?", "What is the status of ticket INC-1001?"],
