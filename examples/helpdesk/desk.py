@@ -179,7 +179,7 @@ class Desk:
                 (charge_id.upper(),),
             ).fetchone()
             if done is None:
-                if cents > min(REFUND_LIMIT, charged - given):
+                if not 0 < cents <= min(REFUND_LIMIT, charged - given):
                     raise NotAllowed(
                         f"Cannot refund {_dollars(cents)} of {charge_id.upper()}: "
                         f"{_dollars(charged - given)} of its {_dollars(charged)} is left to "
