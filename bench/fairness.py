@@ -1,6 +1,6 @@
 """Fairness: does one customer's burst starve another's turns on a shared task queue?
 
-    python -m durable_agent.bench.fairness [--a 200] [--b 5] [--slots 2]
+    python -m durable_agent.bench.fairness [--a 200] [--b 5] [--slots 2] [--no-eager]
 
 Starts a dev server twice, without and with Temporal's task fairness
 (`--dynamic-config-value matching.enableFairness=true`; the `temporal` CLI 1.9.1 =
@@ -11,6 +11,11 @@ queues A's burst and B's turns right after it, and times B's turns again. Every 
 carries its customer as its fairness key (`runtime.turns.fairness_key`), which its
 activities inherit. Without fairness B waits behind A's whole backlog; with it, B's
 tasks take their turn beside A's. Figures from one run compare with each other only.
+
+`--no-eager`: the worker takes no activity eagerly. By default a worker that completes
+a workflow task with a free activity slot runs the activities it schedules at once,
+handed back in the completion's reply: they never wait in the server's queue, where
+fairness is decided, so a burst's own activities can take the slots B's wait for.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ async def _keyed(client: Client, workflow_id: str) -> str:
 
 
 async def run_once(
-    fair: bool, a: int, b: int, slots: int, flags: Sequence[str] = ()
+    fair: bool, a: int, b: int, slots: int, flags: Sequence[str] = (), eager: bool = True
 ) -> dict[str, float]:
     extra = [x for f in flags for x in ("--dynamic-config-value", f)]
     env = await WorkflowEnvironment.start_local(
@@ -79,6 +84,7 @@ async def run_once(
             models=ModelCatalog({"offline": lambda _: OfflineModel()}),
             max_concurrent_activities=slots,
             max_concurrent_workflow_tasks=slots,
+            disable_eager_activity_execution=not eager,
         ):
             alone = await _done(await _turns(client, task_queue, "customer-b", b))
             burst = await _turns(client, task_queue, "customer-a", a)
@@ -98,11 +104,15 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--a", type=int, default=200, help="A's burst, in turns")
     parser.add_argument("--b", type=int, default=5, help="B's turns")
     parser.add_argument("--slots", type=int, default=2, help="the worker's slots of each kind")
+    parser.add_argument(
+        "--no-eager", action="store_true", help="no eager activities: every task queues"
+    )
     args = parser.parse_args(argv)
-    print(f"{args.a} turns of A queued, then {args.b} of B; worker slots: {args.slots}")
+    eager = "" if not args.no_eager else "; no eager activities"
+    print(f"{args.a} turns of A queued, then {args.b} of B; worker slots: {args.slots}{eager}")
     print("server                       B alone   B beside A's burst   ratio   A's burst")
     for fair in (False, True):
-        got = await run_once(fair, args.a, args.b, args.slots)
+        got = await run_once(fair, args.a, args.b, args.slots, eager=not args.no_eager)
         ratio = got["b_beside_burst_s"] / got["b_alone_s"]
         name = "matching.enableFairness=true" if fair else "default (fairness off)"
         print(

@@ -123,12 +123,16 @@ class BudgetExceeded(AgentError):
 class BudgetSoftLimit(AgentError):
     """A model call would take a budget's spend past its soft line (`tenant=5/day@80%`)
     and the turn has no approval to pass it this period; its reservation is released.
-    `details`: the budget's ledger, what it holds, and the line in words. The turn asks
-    a person, as for a write, and makes the call again once approved."""
+    `details`: the budget's ledger, what it holds, who may approve going past it (the
+    cap's approver rules; empty: the asker), and the line in words. The turn asks a
+    person, as for a write, and makes the call again once approved."""
 
-    def __init__(self, line: str, ledger: str, spent: float, cap: float) -> None:
+    def __init__(
+        self, line: str, ledger: str, spent: float, cap: float, approvers: list[str] | None = None
+    ) -> None:
         super().__init__(line)
-        self.details = ({"ledger": ledger, "spent": spent, "cap": cap},)
+        details = {"ledger": ledger, "spent": spent, "cap": cap, "approvers": approvers or []}
+        self.details = (details,)
 
 
 class ModelError(AgentError):

@@ -4,7 +4,8 @@ turns of one tenant stay within the cap plus one call each, and the ledger agree
 the turns; a sub-agent's model calls count, and an MCP server's sampling; a ledger
 continues as new with its sums; a model with no price cannot be budgeted; a soft line
 asks a person once per turn, and approved the turn goes on to the cap, rejected it
-stops."""
+stops; a soft line whose cap names its approvers is decided by them alone, listed in
+their queue, and the audit shows who let the turn go past it."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from durable_agent.budgets import (
     user_key,
 )
 from durable_agent.client import TurnResult
+from durable_agent.errors import NotAnApprover
 from durable_agent.mcp import connected
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.model_settings import ModelSettings
@@ -208,8 +210,11 @@ def test_budgets_read_from_settings_and_refuse_bad_ones_in_one_line() -> None:
     assert [h.ledger for h in budgets.held(Principal(tenant="zeta", user="u"), now)] == [
         "budget:t:zeta:2026-12-31"
     ]
-    soft = Budgets.parse("tenant:acme=5/day@80%").caps
-    assert [(c.usd, c.per, c.tenant, c.soft) for c in soft] == [(5, "day", "acme", 0.8)]
+    soft = Budgets.parse("tenant:acme=5/day@80%, user=1/day@50%:asker|role:support-lead").caps
+    assert [(c.usd, c.per, c.tenant, c.soft, c.approver_rules) for c in soft] == [
+        (5, "day", "acme", 0.8, []),
+        (1, "day", "*", 0.5, ["asker", "role:support-lead"]),
+    ]
     for bad in (
         "tenant=20",
         "tenant=-1/day",
@@ -219,6 +224,10 @@ def test_budgets_read_from_settings_and_refuse_bad_ones_in_one_line() -> None:
         "tenant=1/day@100%",
         "tenant=1/day@0%",
         "tenant=1/day@80",
+        "tenant=1/day:role:lead",  # approvers, and no soft line for them to decide
+        "tenant=1/day@80%:lead",
+        "tenant=1/day@80%:role:Lead",
+        "tenant=1/day@80%:",
     ):
         with pytest.raises(BudgetSettingError, match=r"^AGENT_BUDGETS: .* use SCOPE"):
             Budgets.parse(bad)
@@ -365,3 +374,44 @@ async def test_a_soft_line_rejected_ends_the_turn(
     assert waiting[0].call.arguments["ledger"] == f"budget:t:{acme.tenant}:" + (
         f"{datetime.now(timezone.utc):%Y-%m-%d}"
     )
+
+
+async def test_a_soft_line_whose_cap_names_approvers_is_theirs_to_decide(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`@30%:role:support-lead`: the asker's decision is refused in one line (and
+    recorded), a lead of the tenant finds the call in their queue and approves it, and
+    the audit shows the lead as who let the turn go past the line."""
+    monkeypatch.setenv(SETTING, PRICE)
+    budgets = Budgets.parse("tenant=0.1/day@30%:role:support-lead")
+    ada = tenant()
+    lead = Principal(tenant=ada.tenant, user="lee", roles=("support-lead",))
+    stranger = Principal(tenant="elsewhere", user="lee", roles=("support-lead",))
+    async with harness.worker(agents=[agent(forever())], budgets=budgets) as task_queue:
+        client = AgentClient(harness.client, task_queue=task_queue)
+        turn = await client.start("Status?", principal=ada)
+        deadline = asyncio.get_running_loop().time() + 60
+        while not (queue := await client.pending_for(lead)):
+            assert asyncio.get_running_loop().time() < deadline, "the lead was never asked"
+            await asyncio.sleep(0.1)
+        (waiting,) = queue
+        assert waiting.approval.call.name == "budget" and waiting.asker == ada
+        assert waiting.approval.approvers == ["role:support-lead"]
+        assert await client.pending_for(stranger) == []
+        with pytest.raises(NotAnApprover, match="role 'support-lead' may$"):
+            await turn.approve(waiting.approval.call.id, by="ada", principal=ada)
+        decider = await client.turn_to_decide(turn.id, principal=lead)
+        await decider.approve(waiting.approval.call.id, by="lee", principal=lead, via="desk")
+        result = await turn.result()
+        rows = await client.audit(tenant=ada.tenant)
+
+    assert result.outcome is Outcome.BUDGET_LIMIT and "cannot pay for another" in result.answer
+    (row,) = [r for r in rows if r.workflow_id == turn.id]
+    assert (row.tool, row.user, row.approved, row.ran, row.via) == (
+        "budget",
+        "ada",
+        True,
+        False,
+        "desk",
+    )
+    assert row.principal == lead and row.refused == 1

@@ -255,7 +255,8 @@ def test_the_help_desk_example_waits_for_consent_and_writes_once_across_a_sigkil
     try:
         assert worker.line().startswith("worker ready")
         assert worker.line() == (
-            "agent helpdesk: ticket_status, service_status, open_ticket (writes, needs approval)"
+            "agent helpdesk: ticket_status, service_status, open_ticket (writes, needs approval), "
+            "refund (writes, needs approval)"
         )
         vpn = run([*client, "ask", "--agent", "helpdesk", "Is the VPN down?"], HELPDESK, env)
         assert "Status: degraded" in vpn
@@ -419,7 +420,8 @@ def test_the_testing_page_takes_the_bookstore_to_passing_tests(tmp_path: Path) -
 def test_the_help_desks_own_tests_pass_where_a_team_copies_them(tmp_path: Path) -> None:
     """examples/helpdesk/test_helpdesk.py with the agent and its recorded turns, copied to
     a folder of its own with the pytest settings of docs/testing.md: TestModel and
-    FunctionModel turns, consent given and refused, a 3-day timeout, the replay gate."""
+    FunctionModel turns, consent given and refused, a bounded refund, a 3-day timeout, the
+    replay gate."""
     folder = tmp_path / "helpdesk"
     shutil.copytree(HELPDESK, folder, ignore=shutil.ignore_patterns("__pycache__", "*.db"))
     [settings] = code_blocks(TESTING_DOC.read_text(), "toml")
@@ -428,5 +430,5 @@ def test_the_help_desks_own_tests_pass_where_a_team_copies_them(tmp_path: Path) 
     done = pytest_in(folder, "-q", "test_helpdesk.py", "--durations=0")
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(r"\b10 passed\b", done.stdout), done.stdout
+    assert re.search(r"\b11 passed\b", done.stdout), done.stdout
     assert not list(folder.glob("*.db"))  # the tests' data stayed in their own folders

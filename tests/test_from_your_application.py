@@ -29,10 +29,14 @@ from durable_agent.runtime.server import free_port, is_listening
 from tests.test_examples import HELPDESK, Process, code_blocks
 
 BIN = Path(sys.executable).parent
-BUDGET = "tenant:acme=0.09/day"
+BUDGET = "tenant:acme=0.12/day"
 PRICES = "offline=100/1"
+REFUND = "Please refund 45.00 of charge CHG-5002, the headset arrived broken."
+"""Ada's question on the page: CHG-5002 is her $89.00 headset in the desk's seed."""
+ASKED = {"charge_id": "CHG-5002", "amount": "45.00", "reason": "the headset arrived broken"}
+"""The call the offline model makes of it, which the lead approves (the page shows it)."""
 """As docs/from-your-application.md sets them: the offline model at $100 / $1 per million
-tokens in / out, and acme's day at 9 cents: a few of its turns."""
+tokens in / out, and acme's day at 12 cents: a few of its turns."""
 TEAM_MODULES = [
     "workflows",
     "activities",
@@ -79,6 +83,13 @@ def tickets(environ: dict[str, str]) -> int:
     with sqlite3.connect(environ["HELPDESK_DB"]) as db:
         opened = db.execute("SELECT count(*) FROM tickets WHERE opened_by_key IS NOT NULL")
         return int(opened.fetchone()[0])
+
+
+def refunds(environ: dict[str, str], charge_id: str) -> list[int]:
+    """The cents of each refund of the charge, as the desk's own records hold them."""
+    with sqlite3.connect(environ["HELPDESK_DB"]) as db:
+        rows = db.execute("SELECT cents FROM refunds WHERE charge_id = ?", (charge_id,))
+        return [int(cents) for (cents,) in rows]
 
 
 def sse(response: httpx.Response) -> Iterator[tuple[int, str, dict[str, object]]]:
@@ -395,14 +406,15 @@ def test_the_service_takes_its_user_from_a_verified_jwt_only(
         assert ok.status_code == 200 and ok.json() == [], ok.text
 
 
-def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
+def test_a_support_lead_approves_a_customers_refund_and_the_audit_shows_it(
     team: tuple[Path, dict[str, str]],
 ) -> None:
-    """Two tenants, JWTs: a customer of acme asks for a ticket, which the desk gives to
-    acme's support leads to decide (`helpdesk:with_leads`). acme's lead sees it and
-    approves it; the customer, another customer of acme and globex's lead cannot (a
-    turn of another's: 404, as one that does not exist); a role in a token signed with
-    another key is 401. The audit shows the customer as asker and the lead as approver.
+    """Two tenants, JWTs: a customer of acme asks, in her own words, for a refund, which
+    the desk gives to acme's support leads to decide (`helpdesk:with_leads`). acme's lead
+    sees the exact call and approves it; the customer, another customer of acme and
+    globex's lead cannot (a turn of another's: 404, as one that does not exist); a role
+    in a token signed with another key is 401. The charge is refunded once. The audit
+    shows the refund, the customer as asker and the lead as approver.
     Then acme's daily budget (the worker's, as the page sets it) stops acme's turns with
     `budget_limit`, and globex's go on."""
     folder, environ = team
@@ -424,11 +436,7 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
     served = worker(folder, budgeted, "helpdesk:with_leads")
     try:
         with service(folder, environ) as http:
-            started = http.post(
-                "/turns",
-                json={"question": "Please open a ticket: my laptop will not boot."},
-                headers=ada,
-            )
+            started = http.post("/turns", json={"question": REFUND}, headers=ada)
             assert started.status_code == 202, started.text
             turn_id = started.json()["workflow_id"]
 
@@ -439,10 +447,11 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
 
             deadline = time.monotonic() + 60
             while not (waiting := listed(lead)):
-                assert time.monotonic() < deadline, "the ticket never waited for consent"
+                assert time.monotonic() < deadline, "the refund never waited for consent"
                 time.sleep(0.2)
             (call,) = waiting
             assert call["asked_by"] == "ada" and call["approvers"] == ["role:support-lead"]
+            assert (call["tool"], call["arguments"]) == ("refund", ASKED), call
             assert listed(ada) and not listed(bo) and not listed(their_lead)
             assert http.get("/approvals", headers=forged).status_code == 401
 
@@ -462,12 +471,13 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
             assert http.post(path, json={"approved": True}, headers=forged).status_code == 401
             own = http.post(path, json={"approved": True}, headers=ada)  # not an approver
             assert own.status_code == 403 and "support-lead" in own.json()["detail"], own.text
-            assert tickets(environ) == 0
+            assert refunds(environ, "CHG-5002") == []
 
             decided = http.post(path, json={"approved": True}, headers=lead)
             assert decided.status_code == 200, decided.text
             result = http.get(f"/turns/{quote(turn_id, safe='')}", headers=ada).json()
-            assert result["outcome"] == "answered" and "INC-" in result["answer"], result
+            assert result["outcome"] == "answered", result
+            assert result["answer"].startswith("Charge id: CHG-5002. Refunded: 45.00."), result
 
             # Ada asks on until acme's daily budget cannot pay for another model call.
             asked = []
@@ -478,10 +488,11 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
                 asked.append(answered.json())
             assert {a["outcome"] for a in asked[:-1]} <= {"answered"}, asked
             assert asked[-1]["answer"].startswith(
-                "Sorry, I had to stop: the daily budget of tenant acme ($0.09)"
+                "Sorry, I had to stop: the daily budget of tenant acme ($0.12)"
             ), asked[-1]
             again = http.post("/ask", json={"question": "Is email working?"}, headers=bo).json()
-            assert again["outcome"] == "budget_limit" and again["usage"]["model_calls"] == 0
+            # What is left may pay for a short call, never for a whole turn.
+            assert again["outcome"] == "budget_limit" and again["usage"]["model_calls"] <= 1
             theirs = http.post("/ask", json={"question": "Is the VPN down?"}, headers=their_lead)
             assert theirs.json()["outcome"] == "answered", theirs.text
         audit = subprocess.run(
@@ -494,16 +505,22 @@ def test_a_support_lead_decides_a_customers_ticket_and_the_audit_shows_it(
         )
     finally:
         served.stop()
-    assert tickets(environ) == 1
+    assert refunds(environ, "CHG-5002") == [4500]
     assert audit.returncode == 0, audit.stderr
     (row,) = [r for r in map(json.loads, audit.stdout.splitlines()) if r["workflow_id"] == turn_id]
-    assert (row["tenant"], row["user"], row["tool"], row["ran"]) == (
+    assert (row["tenant"], row["user"], row["tool"], row["arguments"], row["ran"]) == (
         "acme",
         "ada",
-        "open_ticket",
+        "refund",
+        ASKED,
         True,
     )
     assert (row["principal"]["user"], row["principal"]["tenant"]) == ("lee", "acme")
     assert row["via"] == "helpdesk" and row["refused"] == 1 and row["approved"]
     # What ran is what the page shows.
-    assert f"AGENT_BUDGETS={BUDGET} AGENT_MODEL_PRICES={PRICES}" in PAGE.read_text()
+    page = PAGE.read_text()
+    assert f"AGENT_BUDGETS={BUDGET} AGENT_MODEL_PRICES={PRICES}" in page
+    assert (
+        json.dumps({"question": REFUND}) in page
+        and json.dumps(ASKED, separators=(",", ":")) in page
+    )

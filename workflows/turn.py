@@ -1163,7 +1163,11 @@ class AgentTurn:
             arguments={"ledger": ledger, "spent": past.get("spent"), "cap": past.get("cap")},
         )
         why = f"{cause.message}; approve to go on up to the cap"
-        refused = await self._consent(turn, iteration, call, why)
+        # Who may decide is the cap's to say (`Cap.approvers`, from the activity that
+        # saw it): recorded in the failure, so a replay reads the same; none: anyone.
+        named = past.get("approvers")
+        approvers = [r for r in named if isinstance(r, str)][:16] if isinstance(named, list) else []
+        refused = await self._consent(turn, iteration, call, why, approvers=approvers)
         # Nothing is dispatched under it, and no summary is to quote it as a write.
         self._approved.pop(call.id, None)
         if call.id in self._consented:

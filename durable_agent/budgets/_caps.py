@@ -8,7 +8,10 @@ month, and the ledger (one workflow) that keeps each budget of each period.
 `tenant=` caps every tenant, `tenant:NAME=` one tenant (over `tenant=` for the same
 period); `user=` caps every user of any tenant, `user:NAME=` every user of tenant NAME.
 `@80%` after a cap sets its soft line: a call that would take the period's spend past
-80% of the cap waits for a person's approval first, once per turn and period.
+80% of the cap waits for a person's approval first, once per turn and period; by default
+the asker's (whoever can reach the turn), or, named after it, of the approvers the rules
+say (`@80%:role:support-lead`, `@80%:asker|role:support-lead`: the rules of an agent's
+`ApprovalPolicy.approvers`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Literal
 
+from durable_agent.approval import rules
 from durable_agent.pricing import format_cost
 from durable_agent.principal import Principal
 
@@ -36,7 +40,8 @@ MAX_USER_KEY = 200
 """The longest escaped user a ledger id spells out; a longer one is named by its hash."""
 
 _ITEM = re.compile(
-    r"(tenant|user)(?::([a-z0-9][a-z0-9._-]*))?=([0-9.]+)/(day|month)(?:@([0-9.]+)%)?"
+    r"(tenant|user)(?::([a-z0-9][a-z0-9._-]*))?=([0-9.]+)/(day|month)"
+    r"(?:@([0-9.]+)%(?::([a-z0-9:._|-]+))?)?"
 )
 
 
@@ -57,12 +62,27 @@ class Cap:
     soft: float | None = None
     """The soft line, a share of the cap (0.8: 80%): a call that would take the period's
     spend past it waits for a person's approval (None: none)."""
+    approvers: str = ""
+    """Who may approve going past the soft line, as an agent's approvers say it
+    (`role:support-lead`, `asker|role:support-lead`: `ApprovalPolicy.approvers`); empty:
+    whoever can reach the turn, its asker, as a call no approvers name."""
 
     def __post_init__(self) -> None:
         if not self.usd >= 0 or self.per not in PERIODS:
             raise BudgetSettingError(f"a cap of {self.usd!r} per {self.per!r}: {_SHAPE}")
         if self.soft is not None and not 0 < self.soft < 1:
             raise BudgetSettingError(f"a soft line of {self.soft!r} is no share: {_SHAPE}")
+        if self.approvers and self.soft is None:
+            raise BudgetSettingError(f"approvers {self.approvers!r} need a soft line: {_SHAPE}")
+        try:
+            self.approver_rules  # noqa: B018  (checked now, not when a turn needs them)
+        except ValueError as e:
+            raise BudgetSettingError(f"{e}: {_SHAPE}") from None
+
+    @property
+    def approver_rules(self) -> list[str]:
+        """`approvers` as rules (`["asker", "role:support-lead"]`); empty: anyone."""
+        return rules(self.approvers, "the soft line") if self.approvers else []
 
     @property
     def scope(self) -> str:
@@ -70,9 +90,10 @@ class Cap:
 
 
 _SHAPE = (
-    "use SCOPE[:TENANT]=DOLLARS/PERIOD[@SOFT%], comma-separated, SCOPE tenant or user, "
-    "PERIOD day or month (UTC), SOFT a share of the cap that needs a person's approval "
-    "to pass, e.g. AGENT_BUDGETS=tenant=20/day,tenant:acme=500/month@80%,user=2/day"
+    "use SCOPE[:TENANT]=DOLLARS/PERIOD[@SOFT%[:APPROVERS]], comma-separated, SCOPE tenant "
+    "or user, PERIOD day or month (UTC), SOFT a share of the cap that needs a person's "
+    "approval to pass, APPROVERS who may give it (asker, role:NAME, joined by |; default: "
+    "the asker), e.g. AGENT_BUDGETS=tenant=20/day,tenant:acme=500/month@80%:role:support-lead"
 )
 
 
@@ -124,6 +145,7 @@ class Budgets:
         for item in filter(None, (part.strip() for part in text.split(","))):
             m = _ITEM.fullmatch(item.replace(" ", ""))
             soft = None
+            approvers = (m.group(6) or "") if m else ""
             try:
                 usd = float(m.group(3)) if m else -1.0
                 soft = float(m.group(5)) / 100 if m and m.group(5) else None
@@ -131,8 +153,19 @@ class Budgets:
                 usd = -1.0
             if m is None or usd < 0 or (soft is not None and not 0 < soft < 1):
                 raise BudgetSettingError(f"{SETTING}: {item!r} is no budget; {_SHAPE}")
-            scope, tenant, _, per, _ = m.groups()
-            caps.append(Cap(usd, per, user=scope == "user", tenant=tenant or EVERY, soft=soft))  # type: ignore[arg-type]
+            scope, tenant, _, per, _, _ = m.groups()
+            try:
+                cap = Cap(
+                    usd,
+                    per,  # type: ignore[arg-type]
+                    user=scope == "user",
+                    tenant=tenant or EVERY,
+                    soft=soft,
+                    approvers=approvers,
+                )
+            except BudgetSettingError:
+                raise BudgetSettingError(f"{SETTING}: {item!r} is no budget; {_SHAPE}") from None
+            caps.append(cap)
         return cls(tuple(caps))
 
     @classmethod

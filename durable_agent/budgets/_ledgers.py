@@ -91,7 +91,10 @@ class Ledgers:
             unasked = past is None and budget.ledger not in ok
             if unasked and budget.past_soft_line(state.spent, state.held):
                 line = budget.soft_line(state.spent, state.held - worst, worst)
-                past = BudgetSoftLimit(line, budget.ledger, state.spent, budget.cap.usd)
+                cap = budget.cap
+                past = BudgetSoftLimit(
+                    line, budget.ledger, state.spent, cap.usd, cap.approver_rules
+                )
         if past is not None:  # the hard caps hold it, but a person must say so first
             await self._release(client, hold, taken)
             raise past

@@ -1,10 +1,13 @@
-"""The help desk's data: tickets and the status of services, in one SQLite file.
+"""The help desk's data: tickets, the status of services, and what the desk charged
+people (a repair, a headset), in one SQLite file.
 
 Made and seeded the first time it is opened (`HELPDESK_DB`, default `helpdesk.db`
-in the current folder). Tickets belong to the person who opened them: another
-person's ticket reads exactly like an unknown one. Opening a ticket is keyed by
-the call's idempotency key, so a call that runs again (a worker died after it
-wrote) gives back the ticket it opened the first time and opens no second one.
+in the current folder). Tickets belong to the person who opened them, charges to the
+tenant and user charged: another person's reads exactly like an unknown one. Opening
+a ticket and refunding a charge are keyed by the call's idempotency key, so a call
+that runs again (a worker died after it wrote) gives back what it did the first time
+and does it no second time. A refund is bounded: never more than what is left of the
+charge, nor over `REFUND_LIMIT` at once.
 """
 
 from __future__ import annotations
@@ -17,13 +20,20 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from durable_agent import NotFound
+from durable_agent import NotAllowed, NotFound
 
 SEED_TICKETS = [
     ("INC-1001", "demo", "VPN drops every few minutes", "in progress", "high", "2026-11-23"),
     ("INC-1002", "demo", "New monitor for desk 4.12", "waiting for parts", "low", "2026-11-20"),
     ("INC-1003", "sam", "Printer on floor 3 jams", "resolved", "normal", "2026-11-19"),
 ]
+SEED_CHARGES = [  # (charge id, tenant, user, what, cents, date)
+    ("CHG-5001", "default", "demo", "Laptop repair", 12000, "2026-11-18"),
+    ("CHG-5002", "acme", "ada", "Wireless headset", 8900, "2026-11-21"),
+    ("CHG-5003", "globex", "kim", "Docking station", 21000, "2026-11-22"),
+]
+REFUND_LIMIT = 20000
+"""The most one refund gives back, in cents ($200.00)."""
 SEED_SERVICES = [
     ("email", "operational", ""),
     ("vpn", "degraded", "Some users in the Berlin office see drops; a fix is rolling out."),
@@ -46,6 +56,22 @@ class Service(BaseModel):
     note: str = ""
 
 
+class Refund(BaseModel):
+    charge_id: str
+    refunded: str
+    """This refund, in dollars (`45.00`)."""
+    charge: str
+    """What was charged, in dollars."""
+    left: str
+    """What is left of the charge after every refund of it."""
+    reason: str
+    refunded_on: str
+
+
+def _dollars(cents: int) -> str:
+    return f"{cents // 100}.{cents % 100:02d}"
+
+
 class Desk:
     """The help desk's records. Opened once per worker (`Agent(deps=Desk.open)`)."""
 
@@ -59,8 +85,13 @@ class Desk:
                     opened_by_key TEXT UNIQUE);
                 CREATE TABLE IF NOT EXISTS services (service TEXT PRIMARY KEY, status TEXT,
                     note TEXT);
+                CREATE TABLE IF NOT EXISTS charges (charge_id TEXT PRIMARY KEY, tenant TEXT,
+                    user TEXT, what TEXT, cents INTEGER, charged TEXT);
+                CREATE TABLE IF NOT EXISTS refunds (refund_key TEXT PRIMARY KEY,
+                    charge_id TEXT, cents INTEGER, reason TEXT, refunded_on TEXT);
                 """
             )
+            db.executemany("INSERT OR IGNORE INTO charges VALUES (?, ?, ?, ?, ?, ?)", SEED_CHARGES)
             db.executemany(
                 "INSERT OR IGNORE INTO tickets VALUES (?, ?, ?, ?, ?, ?, NULL)", SEED_TICKETS
             )
@@ -125,3 +156,54 @@ class Desk:
                 (requester,),
             ).fetchone()
         return int(count)
+
+    def refund(
+        self, tenant: str, user: str, charge_id: str, cents: int, reason: str, key: str
+    ) -> Refund:
+        """Give back `cents` of one of the person's charges; the refund this key made
+        already, if it did (one refund per call, however often the call runs)."""
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")  # one refund at a time: `left` stays true
+            charge = db.execute(
+                "SELECT cents FROM charges WHERE charge_id = ? AND tenant = ? AND user = ?",
+                (charge_id.upper(), tenant, user),
+            ).fetchone()
+            if charge is None:
+                raise NotFound(f"No charge {charge_id.upper()} of yours. Please check its id.")
+            (charged,) = charge
+            done = db.execute(
+                "SELECT cents, reason, refunded_on FROM refunds WHERE refund_key = ?", (key,)
+            ).fetchone()
+            (given,) = db.execute(
+                "SELECT COALESCE(SUM(cents), 0) FROM refunds WHERE charge_id = ?",
+                (charge_id.upper(),),
+            ).fetchone()
+            if done is None:
+                if not 0 < cents <= min(REFUND_LIMIT, charged - given):
+                    raise NotAllowed(
+                        f"Cannot refund {_dollars(cents)} of {charge_id.upper()}: "
+                        f"{_dollars(charged - given)} of its {_dollars(charged)} is left to "
+                        f"refund, and one refund is at most {_dollars(REFUND_LIMIT)}."
+                    )
+                db.execute(
+                    "INSERT INTO refunds VALUES (?, ?, ?, ?, date('now'))",
+                    (key, charge_id.upper(), cents, reason),
+                )
+                given += cents
+                done = (cents, reason, db.execute("SELECT date('now')").fetchone()[0])
+        return Refund(
+            charge_id=charge_id.upper(),
+            refunded=_dollars(done[0]),
+            charge=_dollars(charged),
+            left=_dollars(charged - given),
+            reason=done[1],
+            refunded_on=done[2],
+        )
+
+    def refunds(self, charge_id: str) -> list[int]:
+        """The cents of each refund of a charge, oldest first."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT cents FROM refunds WHERE charge_id = ? ORDER BY rowid", (charge_id,)
+            )
+            return [int(cents) for (cents,) in rows]

@@ -1,4 +1,5 @@
-"""An IT help desk agent: ticket status, service status, and new tickets (with consent).
+"""An IT help desk agent: ticket status, service status, new tickets and refunds of what
+the desk charged (both with consent).
 
 cd examples/helpdesk
 python ../../worker.py --task-queue helpdesk --agent helpdesk:agent
@@ -11,7 +12,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from desk import Desk, Service, Ticket
+from desk import Desk, Refund, Service, Ticket
 from pydantic import BaseModel, Field, StringConstraints
 
 from durable_agent import Agent, ApprovalPolicy, Refusals, ToolContext, tool
@@ -35,6 +36,19 @@ class ServiceLookup(BaseModel):
 class NewTicket(BaseModel):
     title: str = Field(min_length=5, max_length=200, description="what is wrong, in one line")
     priority: Literal["low", "normal", "high"] = "normal"
+
+
+class RefundRequest(BaseModel):
+    charge_id: Annotated[
+        str,
+        StringConstraints(strip_whitespace=True, pattern=r"^(?i:CHG)-\d{4}$"),
+        Field(description="charge ID (like CHG-5001)"),
+    ]
+    amount: str = Field(
+        pattern=r"^\d{1,3}\.\d{2}$",
+        description="how much to give back, in US dollars and cents (like 45.00)",
+    )
+    reason: str = Field(min_length=3, max_length=300, description="why it is refunded")
 
 
 @tool(examples=["What is the status of ticket INC-1001?", "Any news on INC-1002?"], quick=True)
@@ -63,25 +77,47 @@ def open_ticket(args: NewTicket, ctx: ToolContext[Desk]) -> Ticket:
     return ctx.deps.open_ticket(ctx.customer_id, args.title, args.priority, ctx.idempotency_key)
 
 
+@tool(
+    examples=[
+        "Please refund 45.00 of charge CHG-5001, the repair was never done.",
+        "Refund 20.00 of CHG-5002: the headset arrived broken.",
+    ],
+    timeout=timedelta(seconds=5),
+    side_effects=True,
+)
+def refund(args: RefundRequest, ctx: ToolContext[Desk]) -> Refund:
+    """Refund part or all of something the desk charged you for (a repair, a device)."""
+    who = ctx.principal  # the tenant and user from the application's login, never the model
+    cents = int(args.amount.replace(".", ""))
+    return ctx.deps.refund(
+        who.tenant, who.user, args.charge_id, cents, args.reason, ctx.idempotency_key
+    )
+
+
 agent = Agent(
     name="helpdesk",
     title="IT help desk",
-    description="your tickets, the status of IT services, and new tickets",
+    description="your tickets, the status of IT services, new tickets and refunds",
     instructions=(
         "You are the IT help desk. Look tickets and services up with the tools; never "
-        "guess a status. Open a ticket only when the person asks for one. Answer in one "
-        "or two sentences. If a question is not about IT tickets or services, reply "
-        "exactly: Sorry, the help desk can only help with IT tickets and services."
+        "guess a status. Open a ticket or refund a charge only when the person asks for "
+        "it. Answer in one or two sentences. If a question is not about IT tickets or "
+        "services, reply exactly: Sorry, the help desk can only help with IT tickets and "
+        "services."
     ),
-    tools=[ticket_status, service_status, open_ticket],
+    tools=[ticket_status, service_status, open_ticket, refund],
     examples=["Is the VPN down?", "What is the status of ticket INC-1001?"],
     refusals=Refusals(decline="Sorry, the help desk can only help with IT tickets and services."),
     deps=Desk.open,
 )
 
-# The same desk in a service with many customers (`--agent helpdesk:with_leads`): a new
-# ticket waits for a support lead of the asker's tenant, never for the asker
-# (docs/identity-and-consent.md). Same name: the service asks `helpdesk` either way.
+# The same desk in a service with many customers (`--agent helpdesk:with_leads`): a
+# refund waits for a support lead of the asker's tenant, never for the asker; a new
+# ticket for either (docs/identity-and-consent.md). Same name: the service asks
+# `helpdesk` either way.
 with_leads = replace(
-    agent, approvals=ApprovalPolicy(approvers={"open_ticket": "role:support-lead"})
+    agent,
+    approvals=ApprovalPolicy(
+        approvers={"refund": "role:support-lead", "open_ticket": "asker|role:support-lead"}
+    ),
 )

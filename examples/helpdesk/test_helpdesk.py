@@ -23,7 +23,7 @@ import pytest
 from desk import Desk
 from helpdesk import agent
 
-from durable_agent import TurnLimits
+from durable_agent import Principal, TurnLimits
 from durable_agent.testing import (
     FunctionModel,
     ModelRequest,
@@ -175,6 +175,44 @@ async def test_the_waiting_ticket_is_listed_for_the_people_who_decide(agent_test
         await turn.reject(by="test")
 
     assert [(p.workflow_id, p.approval.call.name) for p in listed] == [(turn.id, "open_ticket")]
+
+
+def refund_model(request: ModelRequest) -> Reply:
+    """Refunds the amount and charge the question names, then says what the tool said."""
+    results = latest_results(request.messages)
+    if results:
+        return Reply(text=" ".join(r.text for r in results))
+    asked = re.search(r"refund (\d+\.\d\d) of (CHG-\d{4})", request.question)
+    assert asked is not None, request.question
+    arguments = {"charge_id": asked[2], "amount": asked[1], "reason": "it broke"}
+    return Reply(calls=[ToolCall(id="r1", name="refund", arguments=arguments)])
+
+
+async def test_a_refund_is_bounded_by_the_charge_and_only_of_ones_own(
+    agent_test, desk: Desk
+) -> None:
+    """Ada's headset cost 89.00: 45.00 back, then 60.00 more is refused (44.00 is left),
+    and another person's charge reads as no charge at all."""
+    ada = Principal(tenant="acme", user="ada")
+    said = []
+    async with agent_test(agent, model=FunctionModel(refund_model)) as t:
+        for question in (
+            "Please refund 45.00 of CHG-5002.",
+            "Please refund 60.00 of CHG-5002.",
+            "Please refund 10.00 of CHG-5001.",  # demo's
+        ):
+            turn = await t.client.start(question, principal=ada)
+            [waiting] = await t.waiting(turn)
+            await turn.approve(waiting.call.id, by="lee")
+            said.append((await turn.result()).answer)
+
+    assert said[0].startswith("Charge id: CHG-5002. Refunded: 45.00. Charge: 89.00. Left: 44.00.")
+    assert said[1] == (
+        "Cannot refund 60.00 of CHG-5002: 44.00 of its 89.00 is left to refund, and one "
+        "refund is at most 200.00."
+    )
+    assert said[2] == "No charge CHG-5001 of yours. Please check its id."
+    assert desk.refunds("CHG-5002") == [4500] and desk.refunds("CHG-5001") == []
 
 
 # -- the replay gate: recorded turns continue on the code installed now ------------------
