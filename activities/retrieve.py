@@ -12,14 +12,17 @@ a search call's result is: instruction-like text in a document stays marked data
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio import activity
 
 from durable_agent.activities.parse_output import screened
-from durable_agent.context_sources import MAX_PASSAGES, Passage, render_passages
+from durable_agent.attachments import Attachment
+from durable_agent.context_sources import MAX_PASSAGES, Passage, ReadsAttached, render_passages
 from durable_agent.principal import Principal
+from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.serving import Agents
 from durable_agent.shields import Verdict
 from durable_agent.types import ToolCall
@@ -31,6 +34,9 @@ RECALLED_HEADING = (
 )
 MEMORY_PREFIX = "mem_"
 MAX_QUERY_CHARS = 500
+MAX_DOCUMENTS = 20
+"""The attached documents one retrieval searches, at most: the newest of the turn's and
+its conversation's (a conversation keeps 20 files)."""
 CALL_ID = "retrieve-1"
 
 
@@ -43,6 +49,9 @@ class RetrieveInput(BaseModel):
     asker: Principal | None = None
     """Whom the turn serves, as recorded (`TurnInput.asker`): a source of someone's own
     (memory) gives only theirs."""
+    documents: list[Attachment] = Field(default_factory=list, max_length=MAX_DOCUMENTS)
+    """The attached documents (not images) the turn's conversation holds, by reference:
+    searched for this turn beside the knowledge (`context_sources.ReadsAttached`)."""
 
 
 class RetrieveOutput(BaseModel):
@@ -69,8 +78,19 @@ class RetrieveActivity:
         served = self._agents.get(input.agent)
         found: list[Passage] = []
         asking = [source for source in served.sources if source.retrieve]
+        # Read here, as the model activity reads them: the payload store's checks and the
+        # turn's lineage say which files this turn may read (and a failure fails the step).
+        readers = [s for s in asking if isinstance(s, ReadsAttached)]
+        loaded = await stored_attachments.load(input.documents) if readers else {}
+        documents = [(a, loaded[a.sha256]) for a in input.documents] if readers else []
         for source in asking:
-            found += await source.passages(input.question, source.retrieve, input.asker)
+            own = await source.passages(input.question, source.retrieve, input.asker)
+            if isinstance(source, ReadsAttached) and documents:
+                attached = await source.attached_passages(
+                    documents, input.question, source.retrieve
+                )
+                own = _shared(attached, own, source.retrieve)
+            found += own
         found = found[:MAX_PASSAGES]
         # The call it stands for is a read's (a search, a recall), never a write's.
         tools = [t for source in asking for t in source.tools() if not t.side_effects]
@@ -90,3 +110,12 @@ class RetrieveActivity:
             recalled=recalled,
             verdicts=out.verdicts,
         )
+
+
+def _shared(attached: list[Passage], known: list[Passage], limit: int) -> list[Passage]:
+    """The attached files' passages and the knowledge's, taken in turn, the files' first
+    (the question came with them), `limit` in all: either fills what the other leaves."""
+    merged: list[Passage] = []
+    for pair in zip_longest(attached, known):
+        merged += [p for p in pair if p is not None]
+    return merged[:limit]

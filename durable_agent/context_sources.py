@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from durable_agent.attachments import Attachment
     from durable_agent.principal import Principal
     from durable_agent.tools import Tool
     from durable_agent.types import Step
@@ -126,6 +127,18 @@ class ContextSource(Protocol):
         words): a source of someone's own (memory) gives only theirs, and nothing
         for None."""
         ...
+
+
+@runtime_checkable
+class ReadsAttached(Protocol):
+    """A context source that also searches a turn's attached documents (knowledge): the
+    retrieval step hands it the files the turn may read, with their bytes, and it gives
+    their passages for the question (seed 004's "new documents are inserted into the
+    memory bank first"), for that turn only."""
+
+    async def attached_passages(
+        self, documents: Sequence[tuple[Attachment, bytes]], question: str, limit: int
+    ) -> list[Passage]: ...
 
 
 def passages_in(result: str) -> list[Passage]:

@@ -15,8 +15,10 @@ from typing import Any, Union
 
 from pydantic import BaseModel, Field
 
+from durable_agent.attachments import Attachment
 from durable_agent.context_sources import MAX_PASSAGES, SEARCH_TOOL, Passage, render_passages
 from durable_agent.errors import KnowledgeError
+from durable_agent.knowledge._attached import attached_passages
 from durable_agent.knowledge._chunk import (
     CHUNK_CHARS,
     KINDS,
@@ -126,6 +128,15 @@ class Knowledge:
     ) -> list[Passage]:
         # The same documents for everyone: `asker` is not needed.
         return await asyncio.to_thread(self.search, question, limit)
+
+    async def attached_passages(
+        self, documents: Sequence[tuple[Attachment, bytes]], question: str, limit: int
+    ) -> list[Passage]:
+        """The turn's attached documents' chunks that best match the question (the
+        retrieval step's, `context_sources.ReadsAttached`): searched for that turn only."""
+        return await asyncio.to_thread(
+            attached_passages, documents, question, limit, self.chunk_chars
+        )
 
     # -- plain Python: indexing and searching ----------------------------------------
 
