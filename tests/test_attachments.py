@@ -410,11 +410,15 @@ async def test_a_fork_and_a_fork_of_it_read_the_files_of_the_turn_they_fork(
     assert deeper.outcome is Outcome.ANSWERED and deeper.answer == first.answer
 
 
-HANDBOOK = "# Handbook\n\n" + "\n\n".join(
-    f"## Chapter {n}\n\nThe assembly of module {n} uses bolts of size M{n} and a torque "
-    f"wrench; see drawing {n} for the order of parts." * 4
-    for n in range(1, 40)
-) + "\n\n## Warranty claims\n\nA warranty claim must be filed within 45 days of purchase."
+HANDBOOK = (
+    "# Handbook\n\n"
+    + "\n\n".join(
+        f"## Chapter {n}\n\nThe assembly of module {n} uses bolts of size M{n} and a torque "
+        f"wrench; see drawing {n} for the order of parts." * 4
+        for n in range(1, 40)
+    )
+    + "\n\n## Warranty claims\n\nA warranty claim must be filed within 45 days of purchase."
+)
 
 
 async def test_an_attached_document_is_searched_for_its_turn_only(served: Served) -> None:
