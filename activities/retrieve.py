@@ -76,7 +76,7 @@ class RetrieveActivity:
     @activity.defn(name="retrieve")
     async def retrieve(self, input: RetrieveInput) -> RetrieveOutput:
         served = self._agents.get(input.agent)
-        found: list[Passage] = []
+        given: list[list[Passage]] = []
         asking = [source for source in served.sources if source.retrieve]
         # Read here, as the model activity reads them: the payload store's checks and the
         # turn's lineage say which files this turn may read (and a failure fails the step).
@@ -90,8 +90,8 @@ class RetrieveActivity:
                     documents, input.question, source.retrieve
                 )
                 own = _shared(attached, own, source.retrieve)
-            found += own
-        found = found[:MAX_PASSAGES]
+            given.append(own)
+        found = _allotted(given)
         # The call it stands for is a read's (a search, a recall), never a write's.
         tools = [t for source in asking for t in source.tools() if not t.side_effects]
         tool = tools[0] if tools else None
@@ -110,6 +110,20 @@ class RetrieveActivity:
             recalled=recalled,
             verdicts=out.verdicts,
         )
+
+
+def _allotted(given: list[list[Passage]]) -> list[Passage]:
+    """Each source's passages (best first, as many as its `retrieve`), `MAX_PASSAGES` in
+    all, the slots dealt to the sources in turn: knowledge's `retrieve=10` leaves room
+    for memory's recall (5 and 5, or 7 and 3 when memory finds 3), and a source that
+    finds fewer leaves its slots to the others. The sources' order is kept (knowledge
+    first)."""
+    taken = [0] * len(given)
+    while sum(taken) < MAX_PASSAGES and any(n < len(g) for n, g in zip(taken, given, strict=True)):
+        for i, passages in enumerate(given):
+            if taken[i] < len(passages) and sum(taken) < MAX_PASSAGES:
+                taken[i] += 1
+    return [p for passages, n in zip(given, taken, strict=True) for p in passages[:n]]
 
 
 def _shared(attached: list[Passage], known: list[Passage], limit: int) -> list[Passage]:

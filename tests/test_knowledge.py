@@ -50,8 +50,10 @@ from durable_agent.knowledge import (
     chunk_id,
     fts_query,
 )
+from durable_agent.memory import Memory, MemorySettings, SQLiteMemoryStore
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.plugin import AgentWorker, build_worker
+from durable_agent.principal import Principal
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
@@ -457,7 +459,28 @@ class Library:
             ),
             model="offline",
         )
-        return [searcher, reader, offline]
+        # Knowledge that fills the step alone, and memory: the step's slots are shared.
+        notes = [
+            Document(f"note-{n}", f"The widget note {n}: gadgets ship in {n} days.")
+            for n in range(12)
+        ]
+        keeper = Agent(
+            name="keeper",
+            knowledge=Knowledge(
+                notes,
+                name="keeper",
+                retrieve=10,
+                store=lambda: SQLiteStore(self.folder / "keeper.sqlite3"),
+            ),
+            memory=MemorySettings(recall=5, store=lambda: SQLiteMemoryStore(self.memories)),
+            model="scripted",
+            models={"scripted": lambda _: self.reader_model},
+        )
+        return [searcher, reader, offline, keeper]
+
+    @property
+    def memories(self) -> Path:
+        return self.folder / "memories.sqlite3"
 
     def worker(self, client: Client | None = None) -> AgentWorker:
         """A worker of the module's agents (on a client of its own: one client may not
@@ -583,6 +606,23 @@ async def test_the_retrieval_step_is_in_the_story_the_trace_and_replays(
     assert re.search(r"\[1\] retrieve +retrieve: 2 passage\(s\)", shown.stdout), shown.stdout
     cites = r"cited \[kb_[0-9a-f]{16}\]: .*policies\.md › Policies › Returns"
     assert re.search(cites, shown.stdout), shown.stdout
+
+
+async def test_knowledge_and_memory_share_the_retrieval_step_fairly(library: Library) -> None:
+    """Knowledge asking for 10 passages and memory for 5, both with more than enough: the
+    step gives 10, the slots dealt in turn, so the customer's memories are not crowded
+    out (knowledge's first, in the model's view)."""
+    memory = Memory(MemorySettings(store=lambda: SQLiteMemoryStore(library.memories)))
+    for n in range(3):
+        memory.remember(Principal(user="ada"), f"My widget {n} must ship in gift paper", f"k{n}")
+    client = AgentClient(library.client, task_queue=library.task_queue)
+    result = await client.ask("When does my widget ship?", agent="keeper", customer="ada")
+    (step,) = [s for s in result.steps if s.kind is StepKind.RETRIEVE]
+    assert step.text == "retrieve: 10 passage(s) for the question, 3 of them from memory"
+    _, first = library.reader_model.requests[-1]
+    (given,) = [m for m in first.messages if isinstance(m, ToolResult)]
+    ids = re.findall(r"\[((?:kb|mem)_[0-9a-f]{16})\]", given.text.split(". ", 1)[0])
+    assert [i[:3] for i in ids] == ["kb_"] * 7 + ["mem"] * 3
 
 
 async def indexed(index: Path, sources: int) -> int:
