@@ -11,6 +11,7 @@ two workers starts a second beside it, on the same index files.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import pwd
 import re
@@ -354,6 +355,85 @@ def test_two_stores_index_one_source_at_once_without_duplicates(
     assert count(writers[0]) == len(chunks)
     for store in writers:
         store.close()
+
+
+SYNONYMS = {"laundering": "wash", "pullover": "sweater", "knitwear": "sweater"}
+
+
+class BagOfWords:
+    """A deterministic embedding for the tests: each word (its synonym's concept, when it
+    has one) hashed to one of 64 dimensions. Counts the texts it embeds."""
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        self.embedded += texts
+        vectors = []
+        for text in texts:
+            vector = [0.0] * 64
+            for word in re.findall(r"\w+", text.lower()):
+                concept = SYNONYMS.get(word, word)
+                vector[int(hashlib.sha256(concept.encode()).hexdigest(), 16) % 64] += 1.0
+            vectors.append(vector)
+        return vectors
+
+
+CARE = [
+    Document("care", "Wash the sweater in cold water and dry it flat."),
+    Document("depot", "Parcels leave the depot every morning by van."),
+    Document("hours", "The shop opens at nine and closes at five."),
+]
+
+
+def test_an_embedding_hook_finds_what_shares_no_word(
+    stores: Callable[[], KnowledgeStore],
+) -> None:
+    """A query with no word of the right chunk finds it only with the hook on; vectors are
+    stored beside the chunks, once per text: an edit embeds only what it changed."""
+    query = "laundering a pullover"
+    assert Knowledge(CARE, store=stores).search(query) == []
+    embed = BagOfWords()
+    knowledge = Knowledge(CARE, store=stores, embed=embed)
+    assert knowledge.search(query)[0].source == "care"
+    assert len(embed.embedded) == len(CARE) + 1  # each chunk once, then the query
+    again = Knowledge(
+        [*CARE[:2], Document("hours", "Open nine to six.")], store=stores, embed=embed
+    )
+    assert again.search("knitwear")[0].source == "care"
+    assert embed.embedded[-2:] == ["Open nine to six.", "knitwear"]
+    assert again.store.unembedded(10) == {}  # type: ignore[attr-defined]
+    knowledge.store.close()
+    again.store.close()
+
+
+def test_an_embedding_hook_that_fails_is_one_line(
+    own_state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(texts: list[str]) -> list[list[float]]:
+        raise RuntimeError("the model server is down\ntraceback...")
+
+    def ragged(texts: list[str]) -> list[list[float]]:
+        return [[1.0] * (2 + i) for i, _ in enumerate(texts)]
+
+    def short(texts: list[str]) -> list[list[float]]:
+        return [[1.0]]
+
+    for hook, said in (
+        (broken, "failed (RuntimeError: the model server is down)"),
+        (ragged, "gave 3 vector(s) of [2, 3, 4] dimensions for 3 text(s)"),
+        (short, "gave 1 vector(s) of [1] dimensions for 3 text(s)"),
+    ):
+        caplog.clear()
+        knowledge = Knowledge(CARE, name=hook.__name__, embed=hook)
+        knowledge.refresh()
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line.startswith(f"knowledge {hook.__name__!r}: the embedding function {said}")
+        assert line.endswith("(searching by words only)") and "\n" not in line
+        # Searched by its words, without asking the hook again until the index changes.
+        assert knowledge.search("depot parcels")[0].source == "depot"
+        assert len(caplog.records) == 1
+        knowledge.store.close()
 
 
 def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
