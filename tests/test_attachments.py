@@ -424,7 +424,8 @@ HANDBOOK = (
 async def test_an_attached_document_is_searched_for_its_turn_only(served: Served) -> None:
     """An agent with a retrieval step (here knowledge of no documents) gets the question's
     chunk of a long attached Markdown file, cited by the file and its heading; its
-    conversation's next turn still does, and a turn without the file does not."""
+    conversation's next turn still does, and a turn without the file does not. A PDF's
+    chunks are cited by page."""
     assert len(HANDBOOK) > 15_000
     question = "How many days do I have to file a warranty claim?"
     chat = served.agents.chat(agent="clerk", stream=False)
@@ -441,6 +442,16 @@ async def test_an_attached_document_is_searched_for_its_turn_only(served: Served
 
     alone = await served.agents.ask(question, agent="clerk")
     assert "45 days" not in alone.answer and "file_" not in alone.answer, alone.answer
+
+    # A PDF's passages are cited by page.
+    terms = await served.agents.ask(
+        "How many days do I have to return an item?",
+        agent="clerk",
+        attachments=[("terms.pdf", TERMS)],
+    )
+    assert "within 30 days of delivery" in terms.answer, terms.answer
+    ((pid, where),) = cited(terms.answer, terms.steps)
+    assert pid.startswith("file_") and where == "terms.pdf › page 1"
 
 
 def secret() -> File:
