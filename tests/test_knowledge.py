@@ -364,17 +364,19 @@ class BagOfWords:
     """A deterministic embedding for the tests: each word (its synonym's concept, when it
     has one) hashed to one of 64 dimensions. Counts the texts it embeds."""
 
-    def __init__(self) -> None:
+    def __init__(self, dimensions: int = 64) -> None:
+        self.dimensions = dimensions
         self.embedded: list[str] = []
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
         self.embedded += texts
         vectors = []
         for text in texts:
-            vector = [0.0] * 64
+            vector = [0.0] * self.dimensions
             for word in re.findall(r"\w+", text.lower()):
                 concept = SYNONYMS.get(word, word)
-                vector[int(hashlib.sha256(concept.encode()).hexdigest(), 16) % 64] += 1.0
+                digest = int(hashlib.sha256(concept.encode()).hexdigest(), 16)
+                vector[digest % self.dimensions] += 1.0
             vectors.append(vector)
         return vectors
 
@@ -396,15 +398,18 @@ def test_an_embedding_hook_finds_what_shares_no_word(
     embed = BagOfWords()
     knowledge = Knowledge(CARE, store=stores, embed=embed)
     assert knowledge.search(query)[0].source == "care"
-    assert len(embed.embedded) == len(CARE) + 1  # each chunk once, then the query
+    # Its length asked once, each chunk embedded once, then the query.
+    assert sorted(embed.embedded) == sorted(["knowledge", *(d.text for d in CARE), query])
     again = Knowledge(
         [*CARE[:2], Document("hours", "Open nine to six.")], store=stores, embed=embed
     )
     assert again.search("knitwear")[0].source == "care"
     assert embed.embedded[-2:] == ["Open nine to six.", "knitwear"]
-    assert again.store.unembedded(10) == {}  # type: ignore[attr-defined]
-    knowledge.store.close()
-    again.store.close()
+    # Another function, of another length: the index is embedded again with it.
+    other = Knowledge(CARE, store=stores, embed=BagOfWords(dimensions=48))
+    assert other.search(query)[0].source == "care"
+    for made in (knowledge, again, other):
+        made.store.close()
 
 
 def test_an_embedding_hook_that_fails_is_one_line(

@@ -115,7 +115,8 @@ class Knowledge:
         self._embed_failed = False
         """The hook failed on the index as it is: tried again once the index changes."""
         self._dimensions: int | None = None
-        """The length of the hook's vectors, as first seen."""
+        """The length of the hook's vectors, as first seen (asked of it as indexing
+        starts)."""
         self._make_store = store
         self._store: KnowledgeStore | None = None
         self._seen: dict[str, tuple[int, int]] = {}
@@ -227,7 +228,10 @@ class Knowledge:
         it changes (then the hook is tried again)."""
         try:
             store = self._vectors()
-            while missing := store.unembedded(EMBED_BATCH):
+            # The function's length, before any vector is kept: vectors another function
+            # left (of another length) are dropped and embedded again.
+            dimensions = self._dimensions or len(self._embedded(embed, [self.name])[0])
+            while missing := store.unembedded(EMBED_BATCH, dimensions):
                 vectors = self._embedded(embed, list(missing.values()))
                 store.add_vectors(dict(zip(missing, vectors, strict=True)))
             self._embed_failed = False

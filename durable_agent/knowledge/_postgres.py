@@ -121,8 +121,12 @@ class PostgresStore:
             ).fetchall()
         return [Passage(id=i, source=s, location=loc, text=t) for i, s, loc, t in rows]
 
-    def unembedded(self, limit: int) -> dict[str, str]:
+    def unembedded(self, limit: int, dimensions: int) -> dict[str, str]:
         with self._lock:
+            self._db.execute(
+                "DELETE FROM knowledge_vectors WHERE store = %s AND octet_length(vector) != %s",
+                (self.name, dimensions * 4),
+            )
             rows = self._db.execute(
                 "SELECT text FROM knowledge_chunks WHERE store = %s", (self.name,)
             ).fetchall()

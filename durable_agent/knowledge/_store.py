@@ -57,9 +57,10 @@ class VectorStore(Protocol):
     that text (`text_hash`), for `Knowledge(embed=...)`: one vector per distinct text,
     so an edit embeds only the chunks it changed."""
 
-    def unembedded(self, limit: int) -> dict[str, str]:
+    def unembedded(self, limit: int, dimensions: int) -> dict[str, str]:
         """At most `limit` chunks' texts with no vector yet, by their `text_hash`; vectors
-        no chunk has any more are dropped first."""
+        no chunk has any more, and vectors of another length than `dimensions` (another
+        function's), are dropped first."""
         ...
 
     def add_vectors(self, vectors: dict[str, Sequence[float]]) -> None:
@@ -94,10 +95,11 @@ def nearest(
         v = array("f")
         v.frombytes(blob)
         if len(v) != len(q):
-            continue  # embedded by another function: re-embedded as it is replaced
+            continue  # another function's: dropped and embedded again at the next refresh
         norm = math.sqrt(sum(x * x for x in v)) or 1.0
         score = sum(a * b for a, b in zip(q, v, strict=True)) / (q_norm * norm)
-        scored.append((-score, i, Passage(id=i, source=s, location=loc, text=t)))
+        if score > 0:  # nothing in common is no match
+            scored.append((-score, i, Passage(id=i, source=s, location=loc, text=t)))
     scored.sort(key=lambda found: found[:2])
     return [p for _, _, p in scored[:limit]]
 
@@ -188,8 +190,9 @@ class SQLiteStore:
             ).fetchall()
         return [Passage(id=i, source=s, location=loc, text=t) for i, s, loc, t in rows]
 
-    def unembedded(self, limit: int) -> dict[str, str]:
+    def unembedded(self, limit: int, dimensions: int) -> dict[str, str]:
         with self._lock:
+            self._db.execute("DELETE FROM vectors WHERE length(vector) != ?", (dimensions * 4,))
             texts = {text_hash(t): t for (t,) in self._db.execute("SELECT text FROM chunks")}
             stored = {h for (h,) in self._db.execute("SELECT hash FROM vectors")}
         gone = stored - set(texts)
