@@ -12,7 +12,6 @@ a search call's result is: instruction-like text in a document stays marked data
 
 from __future__ import annotations
 
-from itertools import zip_longest
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -20,7 +19,14 @@ from temporalio import activity
 
 from durable_agent.activities.parse_output import screened
 from durable_agent.attachments import Attachment
-from durable_agent.context_sources import MAX_PASSAGES, Passage, ReadsAttached, render_passages
+from durable_agent.context_sources import (
+    MAX_DOCUMENTS,
+    MAX_PASSAGES,
+    Passage,
+    ReadsAttached,
+    in_turn,
+    render_passages,
+)
 from durable_agent.principal import Principal
 from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.serving import Agents
@@ -34,9 +40,6 @@ RECALLED_HEADING = (
 )
 MEMORY_PREFIX = "mem_"
 MAX_QUERY_CHARS = 500
-MAX_DOCUMENTS = 20
-"""The attached documents one retrieval searches, at most: the newest of the turn's and
-its conversation's (a conversation keeps 20 files)."""
 CALL_ID = "retrieve-1"
 
 
@@ -89,7 +92,7 @@ class RetrieveActivity:
                 attached = await source.attached_passages(
                     documents, input.question, source.retrieve
                 )
-                own = _shared(attached, own, source.retrieve)
+                own = in_turn(attached, own)[: source.retrieve]
             given.append(own)
         found = _allotted(given)
         # The call it stands for is a read's (a search, a recall), never a write's.
@@ -124,12 +127,3 @@ def _allotted(given: list[list[Passage]]) -> list[Passage]:
             if taken[i] < len(passages) and sum(taken) < MAX_PASSAGES:
                 taken[i] += 1
     return [p for passages, n in zip(given, taken, strict=True) for p in passages[:n]]
-
-
-def _shared(attached: list[Passage], known: list[Passage], limit: int) -> list[Passage]:
-    """The attached files' passages and the knowledge's, taken in turn, the files' first
-    (the question came with them), `limit` in all: either fills what the other leaves."""
-    merged: list[Passage] = []
-    for pair in zip_longest(attached, known):
-        merged += [p for p in pair if p is not None]
-    return merged[:limit]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from itertools import zip_longest
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 
 MAX_PASSAGES = 10
 """The most passages one search or retrieval gives the model."""
+MAX_DOCUMENTS = 20
+"""The attached documents one search of a turn's files reads, at most: the newest of the
+turn's and its conversation's (a conversation keeps 20 files)."""
 MAX_PASSAGE_CHARS = 2_000
 """The most of one passage's text the model reads."""
 
@@ -139,6 +143,15 @@ class ReadsAttached(Protocol):
     async def attached_passages(
         self, documents: Sequence[tuple[Attachment, bytes]], question: str, limit: int
     ) -> list[Passage]: ...
+
+
+def in_turn(attached: Sequence[Passage], known: Sequence[Passage]) -> list[Passage]:
+    """A turn's files' passages and the knowledge's, taken in turn, the files' first (the
+    question came with them): cut to a count, either fills what the other leaves."""
+    merged: list[Passage] = []
+    for pair in zip_longest(attached, known):
+        merged += [p for p in pair if p is not None]
+    return merged
 
 
 def passages_in(result: str) -> list[Passage]:

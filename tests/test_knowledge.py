@@ -618,6 +618,20 @@ async def test_a_question_is_answered_from_the_right_chunk_with_its_citation(
     assert "Leeds" in other.answer
 
 
+async def test_search_knowledge_searches_the_questions_files_too(library: Library) -> None:
+    """The model's `search_knowledge` call finds the question's attached document beside
+    the knowledge, cited by file and heading; a turn without the file does not."""
+    client = AgentClient(library.client, task_queue=library.task_queue)
+    spare = ("spare.md", b"# Spare parts\n\nThe spare widget battery lasts nine hours.")
+    question = "How long does the widget battery last?"
+    for files, found in (([spare], True), ([], False)):
+        result = await client.ask(question, agent="librarian", attachments=files)
+        (searched,) = [s for s in result.steps if s.kind is StepKind.OBSERVATION]
+        assert searched.observation is not None
+        text = searched.observation.text
+        assert ("(spare.md › Spare parts)" in text) is found and BATTERY in text, text
+
+
 async def test_an_edited_file_is_indexed_again_and_two_workers_share_the_index(
     library: Library,
 ) -> None:

@@ -108,7 +108,6 @@ with workflow.unsafe.imports_passed_through():
         ShieldOutput,
         ValidCall,
     )
-    from durable_agent.activities.retrieve import MAX_DOCUMENTS
     from durable_agent.approval import (
         MAX_UNASKED_WRITES,
         ApprovalDecision,
@@ -121,6 +120,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.attachments import Attachment
     from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round, for_memo
+    from durable_agent.context_sources import MAX_DOCUMENTS, SEARCH_TOOL
     from durable_agent.conversation import (
         AssistantMessage,
         Message,
@@ -1761,6 +1761,8 @@ class AgentTurn:
             followed=self._followed(turn),
             principal=turn.principal,
             consent=self._approved.pop(vc.call.id, ""),
+            # The knowledge's search reads the turn's files too; no other tool is given them.
+            documents=self._documents() if vc.call.name == SEARCH_TOOL else [],
         )
         try:
             return await self._dispatch(vc, sent)

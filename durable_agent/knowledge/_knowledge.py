@@ -17,7 +17,13 @@ from typing import Any, Union, cast
 from pydantic import BaseModel, Field
 
 from durable_agent.attachments import Attachment
-from durable_agent.context_sources import MAX_PASSAGES, SEARCH_TOOL, Passage, render_passages
+from durable_agent.context_sources import (
+    MAX_PASSAGES,
+    SEARCH_TOOL,
+    Passage,
+    in_turn,
+    render_passages,
+)
 from durable_agent.errors import KnowledgeError
 from durable_agent.knowledge._attached import attached_passages
 from durable_agent.knowledge._chunk import (
@@ -33,6 +39,7 @@ from durable_agent.knowledge._chunk import (
 )
 from durable_agent.knowledge._store import KnowledgeStore, SQLiteStore, VectorStore
 from durable_agent.principal import Principal
+from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.settings import state_dir
 from durable_agent.tools import Tool, ToolContext, tool
 
@@ -361,6 +368,12 @@ def _source_name(path: Path) -> str:
 def _search_tool(knowledge: Knowledge) -> Tool:
     async def search_knowledge(args: KnowledgeQuery, ctx: ToolContext[Any]) -> str:
         passages = await knowledge.passages(args.query, knowledge.top_k)
+        if ctx.documents:
+            # The turn's files, read as the turn's (owner and lineage checked by the store).
+            loaded = await stored_attachments.load(ctx.documents)
+            documents = [(a, loaded[a.sha256]) for a in ctx.documents]
+            attached = await knowledge.attached_passages(documents, args.query, knowledge.top_k)
+            passages = in_turn(attached, passages)[: knowledge.top_k]
         return render_passages(passages, f"Knowledge search for {args.query!r}")
 
     search_knowledge.__doc__ = (
