@@ -22,12 +22,13 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from durable_agent.attachments import MAX_TEXT_CHARS, PDF, TEXT, Attachment, pdf_pages
+from durable_agent.attachments import MAX_TEXT_CHARS, PDF, Attachment
 from durable_agent.context_sources import MAX_PASSAGES, Passage
 from durable_agent.errors import KnowledgeError
-from durable_agent.knowledge._chunk import CHUNK_CHARS, KINDS, Chunk, _Section, chunk_sections
+from durable_agent.knowledge._chunk import CHUNK_CHARS, KINDS, Chunk, chunk_sections
 from durable_agent.knowledge._chunk import sections as text_sections
 from durable_agent.knowledge._store import fts_query
 
@@ -96,30 +97,21 @@ def attached_passages(
 
 
 def _cut(attachment: Attachment, data: bytes, size: int) -> list[Chunk]:
+    if attachment.is_image:
+        return []  # the model sees it; a search cannot
     name = attachment.name
     if attachment.content_type == PDF:
-        try:
-            pages = pdf_pages(data, MAX_TEXT_CHARS)
-        except ImportError:
-            raise KnowledgeError(
-                f"{name}: reading PDF needs pypdf: pip install 'durable-agent[documents]'"
-            ) from None
-        except ValueError as e:
-            raise KnowledgeError(f"{name}: not a readable PDF ({e})") from None
-        parts = [_Section(f"page {n}", t) for n, t in enumerate(pages, 1) if t.strip()]
-    elif attachment.content_type == TEXT:
-        text = data.decode("utf-8", errors="replace")[:MAX_TEXT_CHARS]
-        kind = KINDS.get(Path(name).suffix.lower(), "text")
-        parts = text_sections(text.encode(), "text" if kind == "pdf" else kind, name)
+        parts = text_sections(data, "pdf", name, MAX_TEXT_CHARS)
     else:
-        return []  # an image: the model sees it, a search cannot
-    found = chunk_sections(name, parts, size)
+        # The sniffed type is text: its name's suffix says whether Markdown or HTML.
+        kind = KINDS.get(Path(name).suffix.lower(), "text")
+        text = data.decode("utf-8", errors="replace")[:MAX_TEXT_CHARS]
+        parts = text_sections(text.encode(), "text" if kind == "pdf" else kind, name)
     # Ids of the file's bytes, not its name: the same file cited the same in every turn.
-    return [Chunk(_attached_id(attachment.sha256, c.position, c.text), *_rest(c)) for c in found]
-
-
-def _rest(c: Chunk) -> tuple[str, int, str, str]:
-    return c.source, c.position, c.location, c.text
+    return [
+        replace(c, id=_attached_id(attachment.sha256, c.position, c.text))
+        for c in chunk_sections(name, parts, size)
+    ]
 
 
 def _attached_id(digest: str, position: int, text: str) -> str:
