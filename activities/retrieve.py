@@ -8,6 +8,10 @@ result is recorded in the history (a marker), so a replay reads the passages the
 got and never searches again. A read only: it may run again if its worker dies before
 the result is recorded. What it found is screened by the agent's tool-output shields, as
 a search call's result is: instruction-like text in a document stays marked data.
+
+The question's attached documents (and its conversation's) are searched with the
+knowledge here (`context_sources.ReadsAttached`): read from the payload store as the
+turn's, cut and searched for this one step, never kept in a shared index.
 """
 
 from __future__ import annotations
