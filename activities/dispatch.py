@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
@@ -24,6 +24,8 @@ from durable_agent.activities._common import heartbeating
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.parse_output import ParseOutputOutput, screened
 from durable_agent.approval import consent_hash
+from durable_agent.attachments import Attachment
+from durable_agent.context_sources import MAX_DOCUMENTS
 from durable_agent.elicitation import ANSWERS, Answer, NeedsAnswer, Question
 from durable_agent.errors import ConsentMismatch, ToolError
 from durable_agent.principal import Principal, of_customer
@@ -93,6 +95,9 @@ class DispatchInput(BaseModel):
     principal: Principal | None = None
     """Who asks (`TurnInput.asker`), for `ctx.principal`; None: the customer in the
     default tenant (calls recorded before principals)."""
+    documents: list[Attachment] = Field(default_factory=list, max_length=MAX_DOCUMENTS)
+    """The turn's attached documents, by reference, for `search_knowledge` only
+    (`ctx.documents`): it searches them with the knowledge."""
     consent: str = ""
     """The hash of the call a person approved (`approval.consent_hash`), when one was
     asked: checked against this call before it runs, so that an approval of one call
@@ -159,6 +164,7 @@ class DispatchActivity:
             context,
             input.followed,
             input.principal if input.principal is not None else of_customer(input.customer_id),
+            input.documents,
         )
         run = tool.fn
         if check:

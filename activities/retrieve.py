@@ -8,18 +8,31 @@ result is recorded in the history (a marker), so a replay reads the passages the
 got and never searches again. A read only: it may run again if its worker dies before
 the result is recorded. What it found is screened by the agent's tool-output shields, as
 a search call's result is: instruction-like text in a document stays marked data.
+
+The question's attached documents (and its conversation's) are searched with the
+knowledge here (`context_sources.ReadsAttached`): read from the payload store as the
+turn's, cut and searched for this one step, never kept in a shared index.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio import activity
 
 from durable_agent.activities.parse_output import screened
-from durable_agent.context_sources import MAX_PASSAGES, Passage, render_passages
+from durable_agent.attachments import Attachment
+from durable_agent.context_sources import (
+    MAX_DOCUMENTS,
+    MAX_PASSAGES,
+    Passage,
+    ReadsAttached,
+    in_turn,
+    render_passages,
+)
 from durable_agent.principal import Principal
+from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.serving import Agents
 from durable_agent.shields import Verdict
 from durable_agent.types import ToolCall
@@ -43,6 +56,9 @@ class RetrieveInput(BaseModel):
     asker: Principal | None = None
     """Whom the turn serves, as recorded (`TurnInput.asker`): a source of someone's own
     (memory) gives only theirs."""
+    documents: list[Attachment] = Field(default_factory=list, max_length=MAX_DOCUMENTS)
+    """The attached documents (not images) the turn's conversation holds, by reference:
+    searched for this turn beside the knowledge (`context_sources.ReadsAttached`)."""
 
 
 class RetrieveOutput(BaseModel):
@@ -67,11 +83,22 @@ class RetrieveActivity:
     @activity.defn(name="retrieve")
     async def retrieve(self, input: RetrieveInput) -> RetrieveOutput:
         served = self._agents.get(input.agent)
-        found: list[Passage] = []
+        given: list[list[Passage]] = []
         asking = [source for source in served.sources if source.retrieve]
+        # Read here, as the model activity reads them: the payload store's checks and the
+        # turn's lineage say which files this turn may read (and a failure fails the step).
+        readers = [s for s in asking if isinstance(s, ReadsAttached)]
+        loaded = await stored_attachments.load(input.documents) if readers else {}
+        documents = [(a, loaded[a.sha256]) for a in input.documents] if readers else []
         for source in asking:
-            found += await source.passages(input.question, source.retrieve, input.asker)
-        found = found[:MAX_PASSAGES]
+            own = await source.passages(input.question, source.retrieve, input.asker)
+            if isinstance(source, ReadsAttached) and documents:
+                attached = await source.attached_passages(
+                    documents, input.question, source.retrieve
+                )
+                own = in_turn(attached, own)[: source.retrieve]
+            given.append(own)
+        found = _allotted(given)
         # The call it stands for is a read's (a search, a recall), never a write's.
         tools = [t for source in asking for t in source.tools() if not t.side_effects]
         tool = tools[0] if tools else None
@@ -97,3 +124,17 @@ class RetrieveActivity:
             recalled=recalled,
             verdicts=out.verdicts,
         )
+
+
+def _allotted(given: list[list[Passage]]) -> list[Passage]:
+    """Each source's passages (best first, as many as its `retrieve`), `MAX_PASSAGES` in
+    all, the slots dealt to the sources in turn: knowledge's `retrieve=10` leaves room
+    for memory's recall (5 and 5, or 7 and 3 when memory finds 3), and a source that
+    finds fewer leaves its slots to the others. The sources' order is kept (knowledge
+    first)."""
+    taken = [0] * len(given)
+    while sum(taken) < MAX_PASSAGES and any(n < len(g) for n, g in zip(taken, given, strict=True)):
+        for i, passages in enumerate(given):
+            if taken[i] < len(passages) and sum(taken) < MAX_PASSAGES:
+                taken[i] += 1
+    return [p for passages, n in zip(given, taken, strict=True) for p in passages[:n]]

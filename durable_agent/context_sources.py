@@ -23,17 +23,22 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from itertools import zip_longest
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from durable_agent.attachments import Attachment
     from durable_agent.principal import Principal
     from durable_agent.tools import Tool
     from durable_agent.types import Step
 
 MAX_PASSAGES = 10
 """The most passages one search or retrieval gives the model."""
+MAX_DOCUMENTS = 20
+"""The attached documents one search of a turn's files reads, at most: the newest of the
+turn's and its conversation's (a conversation keeps 20 files)."""
 MAX_PASSAGE_CHARS = 2_000
 """The most of one passage's text the model reads."""
 
@@ -130,6 +135,27 @@ class ContextSource(Protocol):
         words): a source of someone's own (memory) gives only theirs, and nothing
         for None."""
         ...
+
+
+@runtime_checkable
+class ReadsAttached(Protocol):
+    """A context source that also searches a turn's attached documents (knowledge): the
+    retrieval step hands it the files the turn may read, with their bytes, and it gives
+    their passages for the question (seed 004's "new documents are inserted into the
+    memory bank first"), for that turn only."""
+
+    async def attached_passages(
+        self, documents: Sequence[tuple[Attachment, bytes]], question: str, limit: int
+    ) -> list[Passage]: ...
+
+
+def in_turn(attached: Sequence[Passage], known: Sequence[Passage]) -> list[Passage]:
+    """A turn's files' passages and the knowledge's, taken in turn, the files' first (the
+    question came with them): cut to a count, either fills what the other leaves."""
+    merged: list[Passage] = []
+    for pair in zip_longest(attached, known):
+        merged += [p for p in pair if p is not None]
+    return merged
 
 
 def passages_in(result: str) -> list[Passage]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 from pydantic import BaseModel, ValidationError
 
 from durable_agent import schemas
+from durable_agent.attachments import Attachment
 from durable_agent.errors import InvalidCall
 from durable_agent.principal import Principal, of_customer
 from durable_agent.provenance import roles_of
@@ -72,6 +73,11 @@ class ToolContext(Generic[Deps]):
     authentication, never from the model; `customer_id` is its user. A tool scopes its
     data to the tenant as well as to the user. Left out, the customer in the default
     tenant."""
+    documents: Sequence[Attachment] = ()
+    """The turn's attached documents, by reference (`durable_agent.attachments`), for a
+    tool that searches them (`search_knowledge`); given to that tool only. It reads their
+    bytes with `durable_agent.runtime.attachments.load`, which checks they are the
+    turn's to read."""
 
     def __post_init__(self) -> None:
         if self.principal is _ANYONE:

@@ -31,6 +31,7 @@ from durable_agent.backends.sagemaker import SageMakerTextModel
 from durable_agent.chat import ChatMessage
 from durable_agent.client import request_workflow_id
 from durable_agent.commands.worker import build_worker
+from durable_agent.context_sources import cited, passages_in
 from durable_agent.conversation import UserMessage
 from durable_agent.errors import (
     AttachmentRefused,
@@ -38,13 +39,14 @@ from durable_agent.errors import (
     ModelCannotAnswer,
     RequestConflict,
 )
+from durable_agent.knowledge import Knowledge, SQLiteStore
 from durable_agent.model import ModelCatalog, ModelRequest
 from durable_agent.offline import OfflineModel
 from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.runtime import turns
 from durable_agent.runtime.turns import start_turn
 from durable_agent.settings import Settings, state_dir
-from durable_agent.types import Outcome, TurnInput
+from durable_agent.types import Outcome, StepKind, TurnInput
 from tests.fakes import anthropic_messages, chat_completions, converse
 from tests.fakes.anthropic_messages import MessagesServer
 from tests.fakes.chat_completions import ChatCompletionsServer
@@ -97,7 +99,9 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-async def served(env: WorkflowEnvironment) -> AsyncIterator[Served]:
+async def served(
+    env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Served]:
     """One worker for the module: an agent without tools, whose turns name their model:
     `offline`, or one of the strict fakes (`chat`, `converse`, `messages`)."""
     chat = ChatCompletionsServer()
@@ -110,13 +114,20 @@ async def served(env: WorkflowEnvironment) -> AsyncIterator[Served]:
         "messages": lambda _: api.model(),
     }
     reader = Agent(name="reader", instructions="Answer from the files you are given.")
+    # Knowledge of no documents, with a retrieval step: it searches the turn's files.
+    index = tmp_path_factory.mktemp("clerk") / "clerk.sqlite3"
+    clerk = Agent(
+        name="clerk",
+        knowledge=Knowledge(name="clerk", retrieve=3, store=lambda: SQLiteStore(index)),
+        model="offline",
+    )
     task_queue = f"test-{uuid.uuid4().hex[:8]}"
     settings = replace(Settings.from_env(), versioning=False, workflow_sandbox=True)
     try:
         async with build_worker(
             env.client,
             task_queue,
-            agents=[reader],
+            agents=[reader, clerk],
             models=ModelCatalog(factories),
             settings=settings,
         ):
@@ -397,6 +408,50 @@ async def test_a_fork_and_a_fork_of_it_read_the_files_of_the_turn_they_fork(
     assert again.answer == first.answer and "within 30 days" in again.answer
     deeper = await (await served.agents.rerun(forked.id, from_step=1)).result()
     assert deeper.outcome is Outcome.ANSWERED and deeper.answer == first.answer
+
+
+HANDBOOK = (
+    "# Handbook\n\n"
+    + "\n\n".join(
+        f"## Chapter {n}\n\nThe assembly of module {n} uses bolts of size M{n} and a torque "
+        f"wrench; see drawing {n} for the order of parts." * 4
+        for n in range(1, 40)
+    )
+    + "\n\n## Warranty claims\n\nA warranty claim must be filed within 45 days of purchase."
+)
+
+
+async def test_an_attached_document_is_searched_for_its_turn_only(served: Served) -> None:
+    """An agent with a retrieval step (here knowledge of no documents) gets the question's
+    chunk of a long attached Markdown file, cited by the file and its heading; its
+    conversation's next turn still does, and a turn without the file does not. A PDF's
+    chunks are cited by page."""
+    assert len(HANDBOOK) > 15_000
+    question = "How many days do I have to file a warranty claim?"
+    chat = served.agents.chat(agent="clerk", stream=False)
+    first = await chat.send(question, attachments=[("handbook.md", HANDBOOK.encode())])
+    later = await chat.send("And where do I file a warranty claim?")
+    await chat.end()
+    for result in (first, later):
+        assert "within 45 days of purchase" in result.answer, result.answer
+        ((pid, where),) = cited(result.answer, result.steps)
+        assert pid.startswith("file_") and where == "handbook.md › Handbook › Warranty claims"
+        (step,) = [s for s in result.steps if s.kind is StepKind.RETRIEVE]
+        assert step.observation is not None
+        assert passages_in(step.observation.text)[0].id == pid  # the best match first
+
+    alone = await served.agents.ask(question, agent="clerk")
+    assert "45 days" not in alone.answer and "file_" not in alone.answer, alone.answer
+
+    # A PDF's passages are cited by page.
+    terms = await served.agents.ask(
+        "How many days do I have to return an item?",
+        agent="clerk",
+        attachments=[("terms.pdf", TERMS)],
+    )
+    assert "within 30 days of delivery" in terms.answer, terms.answer
+    ((pid, where),) = cited(terms.answer, terms.steps)
+    assert pid.startswith("file_") and where == "terms.pdf › page 1"
 
 
 def secret() -> File:

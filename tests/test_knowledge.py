@@ -11,6 +11,7 @@ two workers starts a second beside it, on the same index files.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import pwd
 import re
@@ -50,8 +51,10 @@ from durable_agent.knowledge import (
     chunk_id,
     fts_query,
 )
+from durable_agent.memory import Memory, MemorySettings, SQLiteMemoryStore
 from durable_agent.model import ModelRequest, Reply
 from durable_agent.plugin import AgentWorker, build_worker
+from durable_agent.principal import Principal
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
@@ -354,6 +357,90 @@ def test_two_stores_index_one_source_at_once_without_duplicates(
         store.close()
 
 
+SYNONYMS = {"laundering": "wash", "pullover": "sweater", "knitwear": "sweater"}
+
+
+class BagOfWords:
+    """A deterministic embedding for the tests: each word (its synonym's concept, when it
+    has one) hashed to one of 64 dimensions. Counts the texts it embeds."""
+
+    def __init__(self, dimensions: int = 64) -> None:
+        self.dimensions = dimensions
+        self.embedded: list[str] = []
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        self.embedded += texts
+        vectors = []
+        for text in texts:
+            vector = [0.0] * self.dimensions
+            for word in re.findall(r"\w+", text.lower()):
+                concept = SYNONYMS.get(word, word)
+                digest = int(hashlib.sha256(concept.encode()).hexdigest(), 16)
+                vector[digest % self.dimensions] += 1.0
+            vectors.append(vector)
+        return vectors
+
+
+CARE = [
+    Document("care", "Wash the sweater in cold water and dry it flat."),
+    Document("depot", "Parcels leave the depot every morning by van."),
+    Document("hours", "The shop opens at nine and closes at five."),
+]
+
+
+def test_an_embedding_hook_finds_what_shares_no_word(
+    stores: Callable[[], KnowledgeStore],
+) -> None:
+    """A query with no word of the right chunk finds it only with the hook on; vectors are
+    stored beside the chunks, once per text: an edit embeds only what it changed."""
+    query = "laundering a pullover"
+    assert Knowledge(CARE, store=stores).search(query) == []
+    embed = BagOfWords()
+    knowledge = Knowledge(CARE, store=stores, embed=embed)
+    assert knowledge.search(query)[0].source == "care"
+    # Its length asked once, each chunk embedded once, then the query.
+    assert sorted(embed.embedded) == sorted(["knowledge", *(d.text for d in CARE), query])
+    again = Knowledge(
+        [*CARE[:2], Document("hours", "Open nine to six.")], store=stores, embed=embed
+    )
+    assert again.search("knitwear")[0].source == "care"
+    assert embed.embedded[-2:] == ["Open nine to six.", "knitwear"]
+    # Another function, of another length: the index is embedded again with it.
+    other = Knowledge(CARE, store=stores, embed=BagOfWords(dimensions=48))
+    assert other.search(query)[0].source == "care"
+    for made in (knowledge, again, other):
+        made.store.close()
+
+
+def test_an_embedding_hook_that_fails_is_one_line(
+    own_state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(texts: list[str]) -> list[list[float]]:
+        raise RuntimeError("the model server is down\ntraceback...")
+
+    def ragged(texts: list[str]) -> list[list[float]]:
+        return [[1.0] * (2 + i) for i, _ in enumerate(texts)]
+
+    def short(texts: list[str]) -> list[list[float]]:
+        return [[1.0]]
+
+    for hook, said in (
+        (broken, "failed (RuntimeError: the model server is down)"),
+        (ragged, "gave 3 vector(s) of [2, 3, 4] dimensions for 3 text(s)"),
+        (short, "gave 1 vector(s) of [1] dimensions for 3 text(s)"),
+    ):
+        caplog.clear()
+        knowledge = Knowledge(CARE, name=hook.__name__, embed=hook)
+        knowledge.refresh()
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line.startswith(f"knowledge {hook.__name__!r}: the embedding function {said}")
+        assert line.endswith("(searching by words only)") and "\n" not in line
+        # Searched by its words, without asking the hook again until the index changes.
+        assert knowledge.search("depot parcels")[0].source == "depot"
+        assert len(caplog.records) == 1
+        knowledge.store.close()
+
+
 def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(KnowledgeError) as e:
         PostgresStore(f"host={tmp_path} port=1 user=nobody connect_timeout=5", name="kb")
@@ -457,7 +544,28 @@ class Library:
             ),
             model="offline",
         )
-        return [searcher, reader, offline]
+        # Knowledge that fills the step alone, and memory: the step's slots are shared.
+        notes = [
+            Document(f"note-{n}", f"The widget note {n}: gadgets ship in {n} days.")
+            for n in range(12)
+        ]
+        keeper = Agent(
+            name="keeper",
+            knowledge=Knowledge(
+                notes,
+                name="keeper",
+                retrieve=10,
+                store=lambda: SQLiteStore(self.folder / "keeper.sqlite3"),
+            ),
+            memory=MemorySettings(recall=5, store=lambda: SQLiteMemoryStore(self.memories)),
+            model="scripted",
+            models={"scripted": lambda _: self.reader_model},
+        )
+        return [searcher, reader, offline, keeper]
+
+    @property
+    def memories(self) -> Path:
+        return self.folder / "memories.sqlite3"
 
     def worker(self, client: Client | None = None) -> AgentWorker:
         """A worker of the module's agents (on a client of its own: one client may not
@@ -508,6 +616,20 @@ async def test_a_question_is_answered_from_the_right_chunk_with_its_citation(
     ((_, where),) = cited(other.answer, other.steps)
     assert where.endswith("docs/policies.md › Policies › Shipping"), other.answer
     assert "Leeds" in other.answer
+
+
+async def test_search_knowledge_searches_the_questions_files_too(library: Library) -> None:
+    """The model's `search_knowledge` call finds the question's attached document beside
+    the knowledge, cited by file and heading; a turn without the file does not."""
+    client = AgentClient(library.client, task_queue=library.task_queue)
+    spare = ("spare.md", b"# Spare parts\n\nThe spare widget battery lasts nine hours.")
+    question = "How long does the widget battery last?"
+    for files, found in (([spare], True), ([], False)):
+        result = await client.ask(question, agent="librarian", attachments=files)
+        (searched,) = [s for s in result.steps if s.kind is StepKind.OBSERVATION]
+        assert searched.observation is not None
+        text = searched.observation.text
+        assert ("(spare.md › Spare parts)" in text) is found and BATTERY in text, text
 
 
 async def test_an_edited_file_is_indexed_again_and_two_workers_share_the_index(
@@ -583,6 +705,23 @@ async def test_the_retrieval_step_is_in_the_story_the_trace_and_replays(
     assert re.search(r"\[1\] retrieve +retrieve: 2 passage\(s\)", shown.stdout), shown.stdout
     cites = r"cited \[kb_[0-9a-f]{16}\]: .*policies\.md › Policies › Returns"
     assert re.search(cites, shown.stdout), shown.stdout
+
+
+async def test_knowledge_and_memory_share_the_retrieval_step_fairly(library: Library) -> None:
+    """Knowledge asking for 10 passages and memory for 5, both with more than enough: the
+    step gives 10, the slots dealt in turn, so the customer's memories are not crowded
+    out (knowledge's first, in the model's view)."""
+    memory = Memory(MemorySettings(store=lambda: SQLiteMemoryStore(library.memories)))
+    for n in range(3):
+        memory.remember(Principal(user="ada"), f"My widget {n} must ship in gift paper", f"k{n}")
+    client = AgentClient(library.client, task_queue=library.task_queue)
+    result = await client.ask("When does my widget ship?", agent="keeper", customer="ada")
+    (step,) = [s for s in result.steps if s.kind is StepKind.RETRIEVE]
+    assert step.text == "retrieve: 10 passage(s) for the question, 3 of them from memory"
+    _, first = library.reader_model.requests[-1]
+    (given,) = [m for m in first.messages if isinstance(m, ToolResult)]
+    ids = re.findall(r"\[((?:kb|mem)_[0-9a-f]{16})\]", given.text.split(". ", 1)[0])
+    assert [i[:3] for i in ids] == ["kb_"] * 7 + ["mem"] * 3
 
 
 async def indexed(index: Path, sources: int) -> int:

@@ -118,7 +118,9 @@ with workflow.unsafe.imports_passed_through():
         expired,
         may_decide,
     )
+    from durable_agent.attachments import Attachment
     from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round, for_memo
+    from durable_agent.context_sources import MAX_DOCUMENTS, SEARCH_TOOL
     from durable_agent.conversation import (
         AssistantMessage,
         Message,
@@ -205,6 +207,9 @@ ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 RETRIEVAL_PATCH = "knowledge-retrieval"
 """Turns of agents with `Knowledge(retrieve=N)` run the retrieval step before the loop;
 histories recorded before it existed replay without it."""
+ATTACHED_RETRIEVAL_PATCH = "attached-retrieval"
+"""The retrieval step searches the turn's attached documents too; histories recorded
+before it replay with the knowledge's passages only."""
 
 # Model errors that say the request can never succeed as configured.
 _REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__, ModelCannotAnswer.__name__)
@@ -801,6 +806,7 @@ class AgentTurn:
                     question=turn.question,
                     customer_id=turn.customer_id,
                     asker=turn.asker,
+                    documents=self._documents(),
                 ),
                 start_to_close_timeout=RETRIEVE_TIMEOUT,
                 schedule_to_close_timeout=self._within(),
@@ -820,6 +826,21 @@ class AgentTurn:
         stop = self._judged(1, "tool_output", call, out.verdicts)
         self._tainted = self._tainted or stop is not None  # data, never instructions
         self._messages += [AssistantMessage(calls=[call]), ToolResult.of(observation)]
+
+    def _documents(self) -> list[Attachment]:
+        """The attached documents (not images) of the conversation so far, the newest
+        `MAX_DOCUMENTS`, once each: what the retrieval step searches besides the
+        knowledge (by reference: the activity reads their bytes)."""
+        found = {
+            a.sha256: a
+            for m in self._messages
+            if isinstance(m, UserMessage)
+            for a in m.attachments
+            if not a.is_image
+        }
+        if not found or not workflow.patched(ATTACHED_RETRIEVAL_PATCH):
+            return []
+        return list(found.values())[-MAX_DOCUMENTS:]
 
     def _by(self, reply: Reply) -> dict[str, Any]:
         """What the step that records `reply` says of the call that gave it: which model
@@ -1744,6 +1765,8 @@ class AgentTurn:
             followed=self._followed(turn),
             principal=turn.principal,
             consent=self._approved.pop(vc.call.id, ""),
+            # The knowledge's search reads the turn's files too; no other tool is given them.
+            documents=self._documents() if vc.call.name == SEARCH_TOOL else [],
         )
         try:
             return await self._dispatch(vc, sent)

@@ -8,11 +8,14 @@
 Text, Markdown (by headings), HTML (its text) and PDF (its text layer: the `documents`
 extra) are cut into chunks, each with a stable id and its place in its source, and
 indexed in SQLite's full-text index under the state folder (`KnowledgeStore`,
-`SQLiteStore`), or in PostgreSQL's (`PostgresStore`, the `postgres` extra). See
-docs/knowledge-and-memory.md.
+`SQLiteStore`), or in PostgreSQL's (`PostgresStore`, the `postgres` extra), with a
+vector beside each chunk when an embedding function is given (`embed=`). A turn's
+attached documents are searched with them by the retrieval step (`attached_passages`).
+See docs/knowledge-and-memory.md.
 """
 
 from durable_agent.errors import KnowledgeError
+from durable_agent.knowledge._attached import attached_passages
 from durable_agent.knowledge._chunk import (
     CHUNK_CHARS,
     MAX_FILE_BYTES,
@@ -21,9 +24,9 @@ from durable_agent.knowledge._chunk import (
     chunk_document,
     chunk_id,
 )
-from durable_agent.knowledge._knowledge import MAX_FILES, SEARCH_TOOL, Knowledge
+from durable_agent.knowledge._knowledge import MAX_FILES, SEARCH_TOOL, Embed, Knowledge, fused
 from durable_agent.knowledge._postgres import PostgresStore
-from durable_agent.knowledge._store import KnowledgeStore, SQLiteStore, fts_query
+from durable_agent.knowledge._store import KnowledgeStore, SQLiteStore, VectorStore, fts_query
 
 __all__ = [
     "CHUNK_CHARS",
@@ -32,12 +35,16 @@ __all__ = [
     "SEARCH_TOOL",
     "Chunk",
     "Document",
+    "Embed",
     "Knowledge",
     "KnowledgeError",
     "KnowledgeStore",
     "PostgresStore",
     "SQLiteStore",
+    "VectorStore",
+    "attached_passages",
     "chunk_document",
     "chunk_id",
     "fts_query",
+    "fused",
 ]

@@ -101,9 +101,10 @@ def read_source(path: Path, source: str) -> bytes:
         raise KnowledgeError(f"{source}: cannot be read ({e.strerror or e})") from None
 
 
-def sections(data: bytes, kind: str, source: str) -> list[_Section]:
+def sections(data: bytes, kind: str, source: str, max_chars: int | None = None) -> list[_Section]:
+    """The source's sections; a PDF's pages read until `max_chars` (None: all)."""
     if kind == "pdf":
-        return _pdf_sections(data, source)
+        return _pdf_sections(data, source, max_chars)
     text = data.decode("utf-8", errors="replace")
     if kind == "markdown":
         return _markdown_sections(text)
@@ -232,9 +233,9 @@ def _html_sections(text: str) -> list[_Section]:
     return _markdown_sections("".join(parser.out))
 
 
-def _pdf_sections(data: bytes, source: str) -> list[_Section]:
+def _pdf_sections(data: bytes, source: str, max_chars: int | None = None) -> list[_Section]:
     try:
-        pages = pdf_pages(data)
+        pages = pdf_pages(data, max_chars)
     except ImportError:
         raise KnowledgeError(
             f"{source}: reading PDF needs pypdf: pip install 'durable-agent[documents]'"

@@ -7,16 +7,25 @@ import contextlib
 import glob
 import hashlib
 import logging
+import math
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Union, cast
 
 from pydantic import BaseModel, Field
 
-from durable_agent.context_sources import MAX_PASSAGES, SEARCH_TOOL, Passage, render_passages
+from durable_agent.attachments import Attachment
+from durable_agent.context_sources import (
+    MAX_PASSAGES,
+    SEARCH_TOOL,
+    Passage,
+    in_turn,
+    render_passages,
+)
 from durable_agent.errors import KnowledgeError
+from durable_agent.knowledge._attached import attached_passages
 from durable_agent.knowledge._chunk import (
     CHUNK_CHARS,
     KINDS,
@@ -28,8 +37,9 @@ from durable_agent.knowledge._chunk import (
     read_source,
     sections,
 )
-from durable_agent.knowledge._store import KnowledgeStore, SQLiteStore
+from durable_agent.knowledge._store import KnowledgeStore, SQLiteStore, VectorStore
 from durable_agent.principal import Principal
+from durable_agent.runtime import attachments as stored_attachments
 from durable_agent.settings import state_dir
 from durable_agent.tools import Tool, ToolContext, tool
 
@@ -40,6 +50,13 @@ MAX_FILES = 1_000
 MAX_FILES_LIMIT = 100_000
 
 Source = Union[str, Path, Document]  # noqa: UP007 - a runtime alias on 3.10
+Embed = Callable[[list[str]], Sequence[Sequence[float]]]
+"""An embedding function: texts in, one vector (floats, all of one length) per text out."""
+EMBED_BATCH = 64
+"""Chunks given to the embedding function at once."""
+MAX_DIMENSIONS = 8_192
+RRF_K = 60
+"""Reciprocal rank fusion's constant (a passage scores 1/(60 + its rank) in each list)."""
 
 
 class KnowledgeQuery(BaseModel):
@@ -70,6 +87,7 @@ class Knowledge:
         chunk_chars: int = CHUNK_CHARS,
         max_files: int = MAX_FILES,
         store: Callable[[], KnowledgeStore] | None = None,
+        embed: Embed | None = None,
     ) -> None:
         if isinstance(sources, (str, Path, Document)):
             sources = [sources]
@@ -98,6 +116,14 @@ class Knowledge:
         self.max_files = max_files
         self.paths = [str(s) for s in sources if not isinstance(s, Document)]
         self.documents = [s for s in sources if isinstance(s, Document)]
+        if embed is not None and not callable(embed):
+            raise ValueError(f"knowledge {name!r}: embed is a function of texts, not {embed!r}")
+        self.embed = embed
+        self._embed_failed = False
+        """The hook failed on the index as it is: tried again once the index changes."""
+        self._dimensions: int | None = None
+        """The length of the hook's vectors, as first seen (asked of it as indexing
+        starts)."""
         self._make_store = store
         self._store: KnowledgeStore | None = None
         self._seen: dict[str, tuple[int, int]] = {}
@@ -127,6 +153,15 @@ class Knowledge:
         # The same documents for everyone: `asker` is not needed.
         return await asyncio.to_thread(self.search, question, limit)
 
+    async def attached_passages(
+        self, documents: Sequence[tuple[Attachment, bytes]], question: str, limit: int
+    ) -> list[Passage]:
+        """The turn's attached documents' chunks that best match the question (the
+        retrieval step's, `context_sources.ReadsAttached`): searched for that turn only."""
+        return await asyncio.to_thread(
+            attached_passages, documents, question, limit, self.chunk_chars
+        )
+
     # -- plain Python: indexing and searching ----------------------------------------
 
     @property
@@ -140,9 +175,18 @@ class Knowledge:
 
     def search(self, query: str, limit: int = 0) -> list[Passage]:
         """The chunks best matching `query` (at most `limit`, default `top_k`), after a
-        refresh of what changed."""
+        refresh of what changed: by their words (BM25), and with `embed`, by their
+        vectors' nearness to the query's too, the two rankings fused (RRF)."""
         self.refresh()
-        return self.store.search(query, min(limit or self.top_k, MAX_PASSAGES))
+        limit = min(limit or self.top_k, MAX_PASSAGES)
+        by_words = self.store.search(query, limit * 2)
+        if self.embed is None or self._embed_failed:
+            return by_words[:limit]  # a hook that failed was said in the log, once
+        vector = self._embedded_query(self.embed, query)
+        if vector is None:
+            return by_words[:limit]
+        by_meaning = self._vectors().nearest(vector, limit * 2)
+        return fused([by_words, by_meaning])[:limit]
 
     def refresh(self) -> int:
         """Indexes what changed since the last look (new, edited or removed sources);
@@ -168,10 +212,79 @@ class Knowledge:
                     parts = sections(doc.text.encode(), doc.kind, doc.source)
                     chunks = chunk_sections(doc.source, parts, self.chunk_chars)
                     changed += store.replace(doc.source, digest, chunks)
-            for gone in set(stored) - declared:
+            removed = set(stored) - declared
+            for gone in removed:
                 store.remove(gone)
                 self._seen.pop(gone, None)
+            if self.embed is not None and (changed or removed or not self._embed_failed):
+                self._embed_chunks(self.embed)
             return changed
+
+    def _vectors(self) -> VectorStore:
+        store = self.store
+        if not all(hasattr(store, m) for m in ("unembedded", "add_vectors", "nearest")):
+            raise KnowledgeError(
+                f"knowledge {self.name!r}: its store keeps no vectors (`VectorStore`: "
+                "unembedded, add_vectors, nearest); give SQLiteStore or PostgresStore, or no embed"
+            )
+        return cast(VectorStore, store)
+
+    def _embed_chunks(self, embed: Embed) -> None:
+        """Vectors for the chunks that have none (new or edited texts), in batches. A hook
+        that fails is one line in the log: the index is searched by words alone until
+        it changes (then the hook is tried again)."""
+        try:
+            store = self._vectors()
+            # The function's length, before any vector is kept: vectors another function
+            # left (of another length) are dropped and embedded again.
+            dimensions = self._dimensions or len(self._embedded(embed, [self.name])[0])
+            while missing := store.unembedded(EMBED_BATCH, dimensions):
+                vectors = self._embedded(embed, list(missing.values()))
+                store.add_vectors(dict(zip(missing, vectors, strict=True)))
+            self._embed_failed = False
+        except KnowledgeError as e:
+            self._embed_failed = True
+            log.warning("%s (searching by words only)", e)
+
+    def _embedded(self, embed: Embed, texts: list[str]) -> list[list[float]]:
+        """The hook's vectors for `texts`, checked: one per text, floats, all of one
+        length (the one the index holds already); a `KnowledgeError` line otherwise."""
+        where = f"knowledge {self.name!r}: the embedding function"
+        try:
+            given = embed(texts)
+            vectors = [[float(x) for x in v] for v in given]
+        except Exception as e:  # the hook is the application's: any failure is one line
+            first = str(e).splitlines()[0][:200] if str(e) else ""
+            raise KnowledgeError(f"{where} failed ({type(e).__name__}: {first})") from None
+        sizes = {len(v) for v in vectors}
+        if len(vectors) != len(texts) or len(sizes) != 1:
+            raise KnowledgeError(
+                f"{where} gave {len(vectors)} vector(s) of {sorted(sizes)} dimensions for "
+                f"{len(texts)} text(s); it must give one vector per text, all of one length"
+            )
+        (size,) = sizes
+        if not 1 <= size <= MAX_DIMENSIONS:
+            raise KnowledgeError(
+                f"{where} gave vectors of {size} dimensions; give 1 to {MAX_DIMENSIONS:,}"
+            )
+        if self._dimensions not in (None, size):
+            raise KnowledgeError(
+                f"{where} gave vectors of {size} dimensions, and of {self._dimensions} before: "
+                "one function, one length, for the whole index"
+            )
+        if not all(math.isfinite(x) for v in vectors for x in v):
+            raise KnowledgeError(f"{where} gave a vector with NaN or infinity")
+        self._dimensions = size
+        return vectors
+
+    def _embedded_query(self, embed: Embed, query: str) -> list[float] | None:
+        """The query's vector, or None (one line in the log) if the hook fails on it."""
+        try:
+            (vector,) = self._embedded(embed, [query])
+        except KnowledgeError as e:
+            log.warning("%s (searching by words only)", e)
+            return None
+        return vector
 
     def _sync_file(
         self, store: KnowledgeStore, stored: dict[str, str], source: str, path: Path
@@ -224,6 +337,19 @@ class Knowledge:
         return f"Knowledge({self.paths + [d.source for d in self.documents]!r}, name={self.name!r})"
 
 
+def fused(rankings: Sequence[Sequence[Passage]]) -> list[Passage]:
+    """Rankings of passages fused into one by reciprocal rank: each passage scores
+    1/(RRF_K + its rank) in each list it is in, summed; ties keep the first list's order."""
+    scores: dict[str, float] = {}
+    found: dict[str, Passage] = {}
+    for ranking in rankings:
+        for rank, passage in enumerate(ranking, 1):
+            scores[passage.id] = scores.get(passage.id, 0.0) + 1 / (RRF_K + rank)
+            found.setdefault(passage.id, passage)
+    order = sorted(found, key=lambda pid: -scores[pid])
+    return [found[pid] for pid in order]
+
+
 def _files_in(path: Path) -> list[Path]:
     if path.is_dir():
         return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in KINDS)
@@ -242,6 +368,12 @@ def _source_name(path: Path) -> str:
 def _search_tool(knowledge: Knowledge) -> Tool:
     async def search_knowledge(args: KnowledgeQuery, ctx: ToolContext[Any]) -> str:
         passages = await knowledge.passages(args.query, knowledge.top_k)
+        if ctx.documents:
+            # The turn's files, read as the turn's (owner and lineage checked by the store).
+            loaded = await stored_attachments.load(ctx.documents)
+            documents = [(a, loaded[a.sha256]) for a in ctx.documents]
+            attached = await knowledge.attached_passages(documents, args.query, knowledge.top_k)
+            passages = in_turn(attached, passages)[: knowledge.top_k]
         return render_passages(passages, f"Knowledge search for {args.query!r}")
 
     search_knowledge.__doc__ = (

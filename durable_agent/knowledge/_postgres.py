@@ -20,7 +20,7 @@ from typing import Any
 from durable_agent.context_sources import Passage
 from durable_agent.errors import KnowledgeError
 from durable_agent.knowledge._chunk import Chunk
-from durable_agent.knowledge._store import MAX_QUERY_WORDS
+from durable_agent.knowledge._store import MAX_QUERY_WORDS, nearest, pack, text_hash
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS knowledge_sources (
@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS knowledge_chunks (
     PRIMARY KEY (store, id));
 CREATE INDEX IF NOT EXISTS knowledge_chunks_words ON knowledge_chunks USING GIN (words);
 CREATE INDEX IF NOT EXISTS knowledge_chunks_source ON knowledge_chunks (store, source);
+CREATE TABLE IF NOT EXISTS knowledge_vectors (
+    store TEXT NOT NULL, hash TEXT NOT NULL, vector BYTEA NOT NULL, PRIMARY KEY (store, hash));
 """
 
 
@@ -128,6 +130,53 @@ class PostgresStore:
                 (terms, self.name, limit),
             ).fetchall()
         return [Passage(id=i, source=s, location=loc, text=t) for i, s, loc, t in rows]
+
+    def unembedded(self, limit: int, dimensions: int) -> dict[str, str]:
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM knowledge_vectors WHERE store = %s AND octet_length(vector) != %s",
+                (self.name, dimensions * 4),
+            )
+            rows = self._db.execute(
+                "SELECT text FROM knowledge_chunks WHERE store = %s", (self.name,)
+            ).fetchall()
+            texts = {text_hash(t): t for (t,) in rows}
+            stored = {
+                h
+                for (h,) in self._db.execute(
+                    "SELECT hash FROM knowledge_vectors WHERE store = %s", (self.name,)
+                ).fetchall()
+            }
+            gone = list(stored - set(texts))
+            if gone:
+                self._db.execute(
+                    "DELETE FROM knowledge_vectors WHERE store = %s AND hash = ANY(%s)",
+                    (self.name, gone),
+                )
+        missing = [h for h in texts if h not in stored]
+        return {h: texts[h] for h in missing[:limit]}
+
+    def add_vectors(self, vectors: dict[str, Sequence[float]]) -> None:
+        with self._lock, self._db.transaction(), self._db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO knowledge_vectors (store, hash, vector) VALUES (%s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                [(self.name, h, pack(v)) for h, v in vectors.items()],
+            )
+
+    def nearest(self, vector: Sequence[float], limit: int) -> list[Passage]:
+        with self._lock:
+            by_hash = dict(
+                self._db.execute(
+                    "SELECT hash, vector FROM knowledge_vectors WHERE store = %s", (self.name,)
+                ).fetchall()
+            )
+            chunks = self._db.execute(
+                "SELECT id, source, location, text FROM knowledge_chunks WHERE store = %s",
+                (self.name,),
+            ).fetchall()
+        rows = [(*c, bytes(by_hash[h])) for c in chunks if (h := text_hash(c[3])) in by_hash]
+        return nearest(vector, rows, limit)
 
     def count(self) -> int:
         with self._lock:

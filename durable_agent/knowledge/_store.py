@@ -11,10 +11,13 @@ leave one copy of its chunks.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -47,6 +50,58 @@ class KnowledgeStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class VectorStore(Protocol):
+    """A `KnowledgeStore` that keeps a vector beside each chunk's text, by the hash of
+    that text (`text_hash`), for `Knowledge(embed=...)`: one vector per distinct text,
+    so an edit embeds only the chunks it changed."""
+
+    def unembedded(self, limit: int, dimensions: int) -> dict[str, str]:
+        """At most `limit` chunks' texts with no vector yet, by their `text_hash`; vectors
+        no chunk has any more, and vectors of another length than `dimensions` (another
+        function's), are dropped first."""
+        ...
+
+    def add_vectors(self, vectors: dict[str, Sequence[float]]) -> None:
+        """Vectors by their texts' hash (idempotent: a vector stored already stays)."""
+        ...
+
+    def nearest(self, vector: Sequence[float], limit: int) -> list[Passage]:
+        """The chunks whose vectors are nearest to `vector` (cosine), best first."""
+        ...
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def pack(vector: Sequence[float]) -> bytes:
+    """A vector as stored: float32s, little-endian."""
+    packed = array("f", vector)
+    return packed.tobytes()
+
+
+def nearest(
+    query: Sequence[float], rows: Iterable[tuple[str, str, str, str, bytes]], limit: int
+) -> list[Passage]:
+    """The rows (id, source, location, text, packed vector) nearest to `query` by cosine,
+    best first. A brute-force scan: the hook is for an index of a team's documents (tens
+    of thousands of chunks), not for millions."""
+    q = list(query)
+    q_norm = math.sqrt(sum(x * x for x in q)) or 1.0
+    scored = []
+    for i, s, loc, t, blob in rows:
+        v = array("f")
+        v.frombytes(blob)
+        if len(v) != len(q):
+            continue  # another function's: dropped and embedded again at the next refresh
+        norm = math.sqrt(sum(x * x for x in v)) or 1.0
+        score = sum(a * b for a, b in zip(q, v, strict=True)) / (q_norm * norm)
+        if score > 0:  # nothing in common is no match
+            scored.append((-score, i, Passage(id=i, source=s, location=loc, text=t)))
+    scored.sort(key=lambda found: found[:2])
+    return [p for _, _, p in scored[:limit]]
 
 
 def open_database(path: Path) -> sqlite3.Connection:
@@ -90,6 +145,9 @@ class SQLiteStore:
                 "id UNINDEXED, source UNINDEXED, position UNINDEXED, location, text, "
                 "tokenize = 'porter unicode61')"
             )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS vectors (hash TEXT PRIMARY KEY, vector BLOB NOT NULL)"
+            )
 
     def digests(self) -> dict[str, str]:
         with self._lock:
@@ -131,6 +189,32 @@ class SQLiteStore:
                 (match, limit),
             ).fetchall()
         return [Passage(id=i, source=s, location=loc, text=t) for i, s, loc, t in rows]
+
+    def unembedded(self, limit: int, dimensions: int) -> dict[str, str]:
+        with self._lock:
+            self._db.execute("DELETE FROM vectors WHERE length(vector) != ?", (dimensions * 4,))
+            texts = {text_hash(t): t for (t,) in self._db.execute("SELECT text FROM chunks")}
+            stored = {h for (h,) in self._db.execute("SELECT hash FROM vectors")}
+        gone = stored - set(texts)
+        if gone:
+            with self._lock, transaction(self._db):
+                self._db.executemany("DELETE FROM vectors WHERE hash = ?", [(h,) for h in gone])
+        missing = [h for h in texts if h not in stored]
+        return {h: texts[h] for h in missing[:limit]}
+
+    def add_vectors(self, vectors: dict[str, Sequence[float]]) -> None:
+        with self._lock, transaction(self._db):
+            self._db.executemany(
+                "INSERT OR IGNORE INTO vectors (hash, vector) VALUES (?, ?)",
+                [(h, pack(v)) for h, v in vectors.items()],
+            )
+
+    def nearest(self, vector: Sequence[float], limit: int) -> list[Passage]:
+        with self._lock:
+            by_hash = dict(self._db.execute("SELECT hash, vector FROM vectors").fetchall())
+            chunks = self._db.execute("SELECT id, source, location, text FROM chunks").fetchall()
+        rows = [(*c, by_hash[h]) for c in chunks if (h := text_hash(c[3])) in by_hash]
+        return nearest(vector, rows, limit)
 
     def count(self) -> int:
         """How many chunks it holds (for tests and logs)."""
