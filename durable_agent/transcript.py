@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
@@ -151,6 +151,42 @@ class Transcripts:
     def forget(self, run: str) -> None:
         self._kept.pop(run, None)
         self._used.pop(run, None)
+
+
+MAX_RESULT_CHARS = 64 * 1024 * 1024
+"""The most text `ResultTexts` keeps, in all."""
+
+
+class ResultTexts:
+    """Tool results' texts by digest, as this worker's activities screened them (`screened`),
+    for the model calls that carry them by reference (`conversation.by_reference`): a
+    bounded LRU; a text not here is read from the turn's history."""
+
+    def __init__(self, max_chars: int = MAX_RESULT_CHARS) -> None:
+        self._max = max_chars
+        self._texts: OrderedDict[str, str] = OrderedDict()
+        self._chars = 0
+
+    def add(self, digest: str, text: str) -> None:
+        if digest in self._texts:
+            self._texts.move_to_end(digest)
+            return
+        self._texts[digest] = text
+        self._chars += len(text)
+        while self._chars > self._max and self._texts:
+            _, dropped = self._texts.popitem(last=False)
+            self._chars -= len(dropped)
+
+    def found(self, digests: Iterable[str]) -> dict[str, str]:
+        """The texts of `digests` that are here."""
+        found = {d: self._texts[d] for d in digests if d in self._texts}
+        for d in found:
+            self._texts.move_to_end(d)
+        return found
+
+
+RESULTS = ResultTexts()
+"""The process's, shared by its workers: a text is found by its digest, whatever turn has it."""
 
 
 def replay(base: Sequence[Message], deltas: Sequence[Delta]) -> list[Message]:
