@@ -163,8 +163,12 @@ class ResultTexts:
     bounded LRU; a text not here is read from the turn's history."""
 
     def __init__(self, max_chars: int = MAX_RESULT_CHARS) -> None:
-        self._max = max_chars
+        self.max_chars = max_chars
         self._texts: OrderedDict[str, str] = OrderedDict()
+        self._chars = 0
+
+    def clear(self) -> None:
+        self._texts.clear()
         self._chars = 0
 
     def add(self, digest: str, text: str) -> None:
@@ -173,7 +177,7 @@ class ResultTexts:
             return
         self._texts[digest] = text
         self._chars += len(text)
-        while self._chars > self._max and self._texts:
+        while self._chars > self.max_chars and self._texts:
             _, dropped = self._texts.popitem(last=False)
             self._chars -= len(dropped)
 

@@ -5,6 +5,7 @@ carry it; a long turn continues as new near Temporal's limits and stays one turn
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from dataclasses import replace
 from datetime import timedelta
@@ -114,9 +115,12 @@ async def _model_inputs(handle: WorkflowHandle) -> list[ModelCallInput]:
 
 
 def forget_every_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workers keep no copy of any conversation: every activity reads the turn's record."""
+    """Workers keep no copy of any conversation, nor of any tool result: every activity
+    reads the turn's record."""
     monkeypatch.setattr(transcript, "MAX_TURNS", 0)
     monkeypatch.setattr(transcript, "HOLD_S", 0)
+    monkeypatch.setattr(transcript.RESULTS, "max_chars", 0)
+    transcript.RESULTS.clear()
 
 
 @pytest.mark.parametrize("kept", [True, False], ids=["kept", "rebuilt"])
@@ -228,10 +232,13 @@ class Reader:
     provider = "scripted"
     name = "reader"
 
-    def __init__(self, pages: int) -> None:
+    def __init__(self, pages: int, tool: str = "read_long_page") -> None:
         self.pages = pages
+        self.tool = tool
         self.longest = 0
         """The most messages one request held."""
+        self.read: list[str] = []
+        """The texts of the results the last request held."""
 
     async def plan(self, request: ModelRequest, stream: object = None) -> Reply:
         return self._next(request)
@@ -242,9 +249,10 @@ class Reader:
     def _next(self, request: ModelRequest) -> Reply:
         self.longest = max(self.longest, len(request.messages))
         results = [m for m in request.messages if isinstance(m, ToolResult)]
+        self.read = [m.text for m in results]
         if len(results) < self.pages:
             n = len(results) + 1
-            return Reply(calls=[ToolCall(id=f"c{n}", name="read_long_page", arguments={"n": n})])
+            return Reply(calls=[ToolCall(id=f"c{n}", name=self.tool, arguments={"n": n})])
         return Reply(text=results[-1].text.split()[-1])
 
 
@@ -305,6 +313,53 @@ async def test_a_long_turn_continues_as_new_and_its_history_grows_with_its_steps
     assert size < 6_000_000 and events < 20 * LONG_PAGES
     stored = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
     assert stored < 5 * pages
+
+
+DOCUMENTS = 30
+DOCUMENT_CHARS = 20_000
+
+
+def _document(n: int) -> str:
+    """Document `n`: 20,000 characters unlike any other's (nothing a store could share)."""
+    words = (hashlib.sha256(f"{n}/{i}".encode()).hexdigest()[:9] for i in range(2000))
+    return " ".join(words)[: DOCUMENT_CHARS - 12] + f" end-of-{n:04d}"
+
+
+@tool
+def read_document(args: Page, ctx: ToolContext[object]) -> str:
+    """A document of 20,000 characters."""
+    return _document(args.n)
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "rebuilt"])
+async def test_a_long_turn_stores_each_result_once(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """30 rounds, each reading a distinct 20 KB document, with the payload store: the
+    store holds each result once (the read's result; the model call that carries it
+    next names it there), the history holds references only, and the model reads every
+    result whole, from its worker's copy or (none kept) from the turn's record."""
+    if not kept:
+        forget_every_conversation(monkeypatch)
+    store = tmp_path / "payloads"
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{store}")
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    harness = Harness(Client(**config), harness.store)
+    model = Reader(DOCUMENTS, "read_document")
+    limits = TurnLimits(max_steps=DOCUMENTS + 1)
+    output, handle = await harness.ask_with_handle(
+        "read", model=model, tools=ToolRegistry([read_document]), limits=limits
+    )
+    assert output.outcome is Outcome.ANSWERED
+    assert output.answer == f"end-of-{DOCUMENTS:04d}"
+    assert model.read == [_document(n) for n in range(1, DOCUMENTS + 1)]  # each whole
+    documents = DOCUMENTS * DOCUMENT_CHARS
+    stored = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
+    assert stored < 1.3 * documents, f"{stored:,} bytes stored for {documents:,}"
+    # A step's events only (some 11 KB as JSON), never a document's text.
+    size, _ = _history_sizes(await _histories(handle))
+    assert size < 15_000 * DOCUMENTS, f"{size:,} bytes of history for {DOCUMENTS} steps"
 
 
 @tool
