@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import sys
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +33,7 @@ from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
 from tests.conftest import Harness, last_result
 from tests.test_approvals import awaiting, until
+from tests.test_store_hardening import files_holding
 
 
 class Page(BaseModel):
@@ -360,6 +362,43 @@ async def test_a_long_turn_stores_each_result_once(
     # A step's events only (some 11 KB as JSON), never a document's text.
     size, _ = _history_sizes(await _histories(handle))
     assert size < 15_000 * DOCUMENTS, f"{size:,} bytes of history for {DOCUMENTS} steps"
+
+
+LOST: list[Path] = []
+"""The payload store whose copy of document 1 `read_and_lose` deletes."""
+
+
+@tool
+def read_and_lose(args: Page, ctx: ToolContext[object]) -> str:
+    """Document `n`; reading document 3 deletes the stored result that holds document 1."""
+    if args.n == 3:
+        for path in files_holding(LOST[0], b"end-of-0001"):
+            path.unlink()
+    return _document(args.n)
+
+
+async def test_a_result_lost_from_the_store_ends_the_turn_not_a_loop(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model call that carries results by reference, on a worker that has none of them,
+    reads them from the turn's record: one of them deleted from the store, the turn
+    ends at once, `payload_unavailable`, its step saying which payload and store."""
+    forget_every_conversation(monkeypatch)
+    store = tmp_path / "payloads"
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{store}")
+    monkeypatch.setattr(sys.modules[__name__], "LOST", [store])
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    harness = Harness(Client(**config), harness.store)
+    model = Reader(5, "read_and_lose")
+    output, _ = await harness.ask_with_handle(
+        "read", model=model, tools=ToolRegistry([read_and_lose]), limits=TurnLimits(max_steps=6)
+    )
+    assert output.outcome is Outcome.PAYLOAD_UNAVAILABLE, output.answer
+    assert len(model.read) == 2  # the calls before the loss only
+    limits = [s.text for s in output.steps if s.kind is StepKind.LIMIT]
+    said = [t for t in limits if t.startswith("payload store: ")]
+    assert said and "is not in the payload store" in said[0] and str(store) in said[0], limits
 
 
 @tool
