@@ -230,6 +230,8 @@ async def _recorded_results(wanted: set[str]) -> dict[str, str]:
     `parse_output` activities, read from its runs' histories, the latest first
     (references to stored payloads are read from the store as they are decoded)."""
     info = activity.info()
+    if not info.workflow_id:
+        return {}
     client = activity.client()
     converter = client.data_converter
     found: dict[str, str] = {}
