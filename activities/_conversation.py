@@ -211,13 +211,13 @@ async def whole(messages: list[Message]) -> list[Message]:
     wanted = referenced(messages)
     if not wanted:
         return messages
-    texts = RESULTS.found(wanted)
+    info = activity.info()
+    texts = RESULTS.found(info.workflow_id or "", wanted)
     if missing := wanted - texts.keys():
         for digest, text in (await _recorded_results(missing)).items():
-            RESULTS.add(digest, text)
+            RESULTS.add(info.workflow_id or "", digest, text)
             texts[digest] = text
     if missing := wanted - texts.keys():
-        info = activity.info()
         raise PayloadUnavailable(
             f"{len(missing)} tool result(s) a model call of turn {info.workflow_id} names "
             "are in none of its dispatch or parse_output results: its history is incomplete"

@@ -74,5 +74,5 @@ async def screened(
     observation = Observation(call_id=call.id, tool=call.name, ok=True, text=text)
     if len(text) >= BY_REFERENCE_CHARS:
         # At hand for the turn's next model call, which gets it by reference.
-        RESULTS.add(digest_of(text), text)
+        RESULTS.add(activity.info().workflow_id or "", digest_of(text), text)
     return ParseOutputOutput(observation=observation, verdicts=verdicts)
