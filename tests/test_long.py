@@ -364,6 +364,22 @@ async def test_a_long_turn_stores_each_result_once(
     assert size < 15_000 * DOCUMENTS, f"{size:,} bytes of history for {DOCUMENTS} steps"
 
 
+async def test_a_fork_reads_the_results_its_parent_named_whole(harness: Harness) -> None:
+    """A fork of a turn whose model calls named long results by reference: the
+    conversation before its step and the result served from the record are the whole
+    documents, never their starts."""
+    model = Reader(4, "read_document")
+    async with harness.worker(model, ToolRegistry([read_document])) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await agents.start("read", model="scripted", limits=TurnLimits(max_steps=5))
+        assert (await first.result()).answer == "end-of-0004"
+        fork = await agents.rerun(first.id, from_step=3)
+        result = await fork.result()
+    assert result.outcome is Outcome.ANSWERED and result.answer == "end-of-0004"
+    assert any(s.kind is StepKind.RECORDED and s.iteration == 3 for s in result.steps)
+    assert model.read == [_document(n) for n in range(1, 5)]  # each whole
+
+
 LOST: list[Path] = []
 """The payload store whose copy of document 1 `read_and_lose` deletes."""
 
