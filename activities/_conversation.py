@@ -25,13 +25,17 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
 
-from durable_agent.conversation import Message
-from durable_agent.errors import ConversationNotRecorded
+from durable_agent.conversation import Message, digest_of, referenced, resolved
+from durable_agent.errors import ConversationNotRecorded, PayloadUnavailable
 from durable_agent.model import Reply
-from durable_agent.transcript import ConversationRef, Delta, Transcripts, replay
+from durable_agent.transcript import RESULTS, ConversationRef, Delta, Transcripts, replay
+from durable_agent.types import Observation
 
 MODEL_CALLS = ("plan", "interpret")
 """The activity types whose inputs carry a turn's conversation."""
+
+SCREENING = ("dispatch", "parse_output")
+"""The activity types whose results hold tool results as the model reads them."""
 
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 """The marker by which the SDK records a local activity's result."""
@@ -57,6 +61,19 @@ class _LocalCall(BaseModel):
     plan: Reply | None = None
     decision: Reply | None = None
     sent: Sent | None = None
+
+
+class _Screened(BaseModel):
+    """What `parse_output`'s result holds that a model call's reference names."""
+
+    observation: Observation
+
+
+class _Dispatched(BaseModel):
+    """What `dispatch`'s result holds that a model call's reference names (the rest of
+    it is left undecoded)."""
+
+    parsed: _Screened | None = None
 
 
 def local_result(event: HistoryEvent) -> tuple[str, list[Payload]] | None:
@@ -136,7 +153,7 @@ async def recorded_conversation(*, before: str = "", through: int | None = None)
         deltas = await _recorded_deltas(info.workflow_id, info.workflow_run_id, before, through)
         latest = deltas[-1].call if deltas else 0
         if not through or not latest or latest == through:
-            return replay([], deltas)
+            return await whole(replay([], deltas))
         if time.monotonic() >= deadline:
             raise ConversationNotRecorded(
                 f"model call {through} of turn {info.workflow_id} is not in its history "
@@ -185,3 +202,62 @@ async def _recorded_deltas(
             return deltas[starts[-1] :]
         run_id = previous
     return deltas
+
+
+async def whole(messages: list[Message]) -> list[Message]:
+    """`messages` with the tool results they carry by reference whole: from this
+    worker's copy (`RESULTS`), else from the results of the turn's `dispatch` and
+    `parse_output` activities, in its history (`PayloadUnavailable` if not there)."""
+    wanted = referenced(messages)
+    if not wanted:
+        return messages
+    info = activity.info()
+    texts = RESULTS.found(info.workflow_id or "", wanted)
+    if missing := wanted - texts.keys():
+        for digest, text in (await _recorded_results(missing)).items():
+            RESULTS.add(info.workflow_id or "", digest, text)
+            texts[digest] = text
+    if missing := wanted - texts.keys():
+        raise PayloadUnavailable(
+            f"{len(missing)} tool result(s) a model call of turn {info.workflow_id} names "
+            "are in none of its dispatch or parse_output results: its history is incomplete"
+        )
+    return resolved(messages, texts)
+
+
+async def _recorded_results(wanted: set[str]) -> dict[str, str]:
+    """The texts of `wanted` (digests) among the results of the turn's `dispatch` and
+    `parse_output` activities, read from its runs' histories, the latest first
+    (references to stored payloads are read from the store as they are decoded)."""
+    info = activity.info()
+    if not info.workflow_id:
+        return {}
+    client = activity.client()
+    converter = client.data_converter
+    found: dict[str, str] = {}
+    run_id = info.workflow_run_id
+    while run_id and wanted - found.keys():
+        handle = client.get_workflow_handle(info.workflow_id, run_id=run_id)
+        dispatches: set[int] = set()
+        run_id = ""
+        async for event in handle.fetch_history_events():
+            observation: Observation | None = None
+            if event.HasField("workflow_execution_started_event_attributes"):
+                started = event.workflow_execution_started_event_attributes
+                run_id = started.continued_execution_run_id
+            elif event.HasField("activity_task_scheduled_event_attributes"):
+                scheduled = event.activity_task_scheduled_event_attributes
+                if scheduled.activity_type.name == SCREENING[0]:
+                    dispatches.add(event.event_id)
+            elif event.HasField("activity_task_completed_event_attributes"):
+                completed = event.activity_task_completed_event_attributes
+                if completed.scheduled_event_id in dispatches:
+                    payloads = list(completed.result.payloads)
+                    [dispatched] = await converter.decode(payloads, [_Dispatched])
+                    observation = dispatched.parsed.observation if dispatched.parsed else None
+            elif (local := local_result(event)) is not None and local[0] == SCREENING[1]:
+                [screened] = await converter.decode(local[1], [_Screened])
+                observation = screened.observation
+            if observation is not None and (digest := digest_of(observation.text)) in wanted:
+                found[digest] = observation.text
+    return found

@@ -18,7 +18,7 @@ from temporalio import activity
 
 from durable_agent import compaction, model_settings, outputs
 from durable_agent.activities._common import heartbeating, server_suggested_delay
-from durable_agent.activities._conversation import Sent, recorded_conversation, turn_key
+from durable_agent.activities._conversation import Sent, recorded_conversation, turn_key, whole
 from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import bounded_reply
 from durable_agent.conversation import (
@@ -253,7 +253,10 @@ class ModelCaller:
             rebuild = functools.partial(recorded_conversation, through=input.call - 1)
         else:
             rebuild = functools.partial(recorded_conversation, before=info.activity_id)
-        return await self._transcripts.assemble(turn_key(input.turn), input.delta, rebuild)
+        # The tool results it carries by reference, whole (`conversation.by_reference`).
+        messages = await whole(input.messages)
+        delta = Delta(call=input.call, since=input.since, messages=messages)
+        return await self._transcripts.assemble(turn_key(input.turn), delta, rebuild)
 
 
 async def _resolved(

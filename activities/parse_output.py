@@ -18,10 +18,12 @@ from temporalio import activity
 
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.shield import judge
+from durable_agent.conversation import BY_REFERENCE_CHARS, digest_of
 from durable_agent.render import render_result
 from durable_agent.serving import Agents, ServedAgent
 from durable_agent.shields import DATA_MARK, ShieldRequest, Verdict
 from durable_agent.tools import ToolRegistry
+from durable_agent.transcript import RESULTS
 from durable_agent.types import Observation, ToolCall
 
 
@@ -70,4 +72,7 @@ async def screened(
     if any(not v.allowed for v in verdicts):
         text = f"{DATA_MARK} {text}"
     observation = Observation(call_id=call.id, tool=call.name, ok=True, text=text)
+    if len(text) >= BY_REFERENCE_CHARS:
+        # At hand for the turn's next model call, which gets it by reference.
+        RESULTS.add(activity.info().workflow_id or "", digest_of(text), text)
     return ParseOutputOutput(observation=observation, verdicts=verdicts)

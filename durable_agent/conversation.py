@@ -15,7 +15,8 @@ the rules all of them share; the backends map messages 1:1 to their API.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Collection, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -78,6 +79,11 @@ class ToolResult(Tagged):
     tool: str
     ok: bool
     text: str
+    digest: str = ""
+    """Set: `text` is only the result's start, and the whole of it (`chars` long, of
+    this sha256) is in a `dispatch` or `parse_output` result of the turn's history,
+    stored there once (`by_reference`); the model activity reads it from there."""
+    chars: int = 0
 
     @classmethod
     def of(cls, observation: Observation) -> ToolResult:
@@ -90,6 +96,46 @@ class ToolResult(Tagged):
 
 
 Message = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="role")]
+
+
+BY_REFERENCE_CHARS = 1024
+"""A tool result this long or longer goes to a model call by reference (`by_reference`)."""
+REFERENCE_PREVIEW_CHARS = 200
+
+
+def digest_of(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def by_reference(messages: Sequence[Message], stored: Collection[str]) -> list[Message]:
+    """`messages` with each long tool result whose text is in an activity's result
+    (`stored`: their digests) replaced by a reference to it: a model call's input then
+    does not store the text a second time."""
+    out: list[Message] = []
+    for m in messages:
+        if isinstance(m, ToolResult) and not m.digest and len(m.text) >= BY_REFERENCE_CHARS:
+            digest = digest_of(m.text)
+            if digest in stored:
+                start = m.text[:REFERENCE_PREVIEW_CHARS]
+                m = m.model_copy(update={"text": start, "digest": digest, "chars": len(m.text)})
+        out.append(m)
+    return out
+
+
+def referenced(messages: Sequence[Message]) -> set[str]:
+    """The digests of the results `messages` carry by reference."""
+    return {m.digest for m in messages if isinstance(m, ToolResult) and m.digest}
+
+
+def resolved(messages: Sequence[Message], texts: Mapping[str, str]) -> list[Message]:
+    """`messages` with the results they carry by reference whole again, from `texts`
+    (by digest); one whose text is not there keeps its start (the caller says so)."""
+    out: list[Message] = []
+    for m in messages:
+        if isinstance(m, ToolResult) and m.digest in texts:
+            m = m.model_copy(update={"text": texts[m.digest], "digest": "", "chars": 0})
+        out.append(m)
+    return out
 
 
 def prior(exchanges: Sequence[Exchange]) -> list[Message]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
@@ -151,6 +151,50 @@ class Transcripts:
     def forget(self, run: str) -> None:
         self._kept.pop(run, None)
         self._used.pop(run, None)
+
+
+MAX_RESULT_CHARS = 64 * 1024 * 1024
+"""The most text `ResultTexts` keeps, in all."""
+
+
+class ResultTexts:
+    """Tool results' texts by turn and digest, as this worker's activities screened them
+    (`screened`), for the model calls that carry them by reference
+    (`conversation.by_reference`): a bounded LRU; a text not here is read from the
+    turn's history. A turn finds only its own (its workflow id is the key's first part)."""
+
+    def __init__(self, max_chars: int = MAX_RESULT_CHARS) -> None:
+        self.max_chars = max_chars
+        self._texts: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._chars = 0
+
+    def clear(self) -> None:
+        self._texts.clear()
+        self._chars = 0
+
+    def add(self, workflow_id: str, digest: str, text: str) -> None:
+        key = (workflow_id, digest)
+        if key in self._texts:
+            self._texts.move_to_end(key)
+            return
+        self._texts[key] = text
+        self._chars += len(text)
+        while self._chars > self.max_chars and self._texts:
+            _, dropped = self._texts.popitem(last=False)
+            self._chars -= len(dropped)
+
+    def found(self, workflow_id: str, digests: Iterable[str]) -> dict[str, str]:
+        """The texts of `digests` that are here for the turn `workflow_id`."""
+        found = {
+            d: self._texts[(workflow_id, d)] for d in digests if (workflow_id, d) in self._texts
+        }
+        for d in found:
+            self._texts.move_to_end((workflow_id, d))
+        return found
+
+
+RESULTS = ResultTexts()
+"""The process's, shared by its workers."""
 
 
 def replay(base: Sequence[Message], deltas: Sequence[Delta]) -> list[Message]:

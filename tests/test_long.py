@@ -5,7 +5,9 @@ carry it; a long turn continues as new near Temporal's limits and stays one turn
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
+import sys
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +33,7 @@ from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
 from tests.conftest import Harness, last_result
 from tests.test_approvals import awaiting, until
+from tests.test_store_hardening import files_holding
 
 
 class Page(BaseModel):
@@ -114,9 +117,12 @@ async def _model_inputs(handle: WorkflowHandle) -> list[ModelCallInput]:
 
 
 def forget_every_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workers keep no copy of any conversation: every activity reads the turn's record."""
+    """Workers keep no copy of any conversation, nor of any tool result: every activity
+    reads the turn's record."""
     monkeypatch.setattr(transcript, "MAX_TURNS", 0)
     monkeypatch.setattr(transcript, "HOLD_S", 0)
+    monkeypatch.setattr(transcript.RESULTS, "max_chars", 0)
+    transcript.RESULTS.clear()
 
 
 @pytest.mark.parametrize("kept", [True, False], ids=["kept", "rebuilt"])
@@ -228,10 +234,13 @@ class Reader:
     provider = "scripted"
     name = "reader"
 
-    def __init__(self, pages: int) -> None:
+    def __init__(self, pages: int, tool: str = "read_long_page") -> None:
         self.pages = pages
+        self.tool = tool
         self.longest = 0
         """The most messages one request held."""
+        self.read: list[str] = []
+        """The texts of the results the last request held."""
 
     async def plan(self, request: ModelRequest, stream: object = None) -> Reply:
         return self._next(request)
@@ -242,9 +251,10 @@ class Reader:
     def _next(self, request: ModelRequest) -> Reply:
         self.longest = max(self.longest, len(request.messages))
         results = [m for m in request.messages if isinstance(m, ToolResult)]
+        self.read = [m.text for m in results]
         if len(results) < self.pages:
             n = len(results) + 1
-            return Reply(calls=[ToolCall(id=f"c{n}", name="read_long_page", arguments={"n": n})])
+            return Reply(calls=[ToolCall(id=f"c{n}", name=self.tool, arguments={"n": n})])
         return Reply(text=results[-1].text.split()[-1])
 
 
@@ -305,6 +315,106 @@ async def test_a_long_turn_continues_as_new_and_its_history_grows_with_its_steps
     assert size < 6_000_000 and events < 20 * LONG_PAGES
     stored = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
     assert stored < 5 * pages
+
+
+DOCUMENTS = 30
+DOCUMENT_CHARS = 20_000
+
+
+def _document(n: int) -> str:
+    """Document `n`: 20,000 characters unlike any other's (nothing a store could share)."""
+    words = (hashlib.sha256(f"{n}/{i}".encode()).hexdigest()[:9] for i in range(2000))
+    return " ".join(words)[: DOCUMENT_CHARS - 12] + f" end-of-{n:04d}"
+
+
+@tool
+def read_document(args: Page, ctx: ToolContext[object]) -> str:
+    """A document of 20,000 characters."""
+    return _document(args.n)
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "rebuilt"])
+async def test_a_long_turn_stores_each_result_once(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """30 rounds, each reading a distinct 20 KB document, with the payload store: the
+    store holds each result once (the read's result; the model call that carries it
+    next names it there), the history holds references only, and the model reads every
+    result whole, from its worker's copy or (none kept) from the turn's record."""
+    if not kept:
+        forget_every_conversation(monkeypatch)
+    store = tmp_path / "payloads"
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{store}")
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    harness = Harness(Client(**config), harness.store)
+    model = Reader(DOCUMENTS, "read_document")
+    limits = TurnLimits(max_steps=DOCUMENTS + 1)
+    output, handle = await harness.ask_with_handle(
+        "read", model=model, tools=ToolRegistry([read_document]), limits=limits
+    )
+    assert output.outcome is Outcome.ANSWERED
+    assert output.answer == f"end-of-{DOCUMENTS:04d}"
+    assert model.read == [_document(n) for n in range(1, DOCUMENTS + 1)]  # each whole
+    documents = DOCUMENTS * DOCUMENT_CHARS
+    stored = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
+    assert stored < 1.3 * documents, f"{stored:,} bytes stored for {documents:,}"
+    # A step's events only (some 11 KB as JSON), never a document's text.
+    size, _ = _history_sizes(await _histories(handle))
+    assert size < 15_000 * DOCUMENTS, f"{size:,} bytes of history for {DOCUMENTS} steps"
+
+
+async def test_a_fork_reads_the_results_its_parent_named_whole(harness: Harness) -> None:
+    """A fork of a turn whose model calls named long results by reference: the
+    conversation before its step and the result served from the record are the whole
+    documents, never their starts."""
+    model = Reader(4, "read_document")
+    async with harness.worker(model, ToolRegistry([read_document])) as task_queue:
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        first = await agents.start("read", model="scripted", limits=TurnLimits(max_steps=5))
+        assert (await first.result()).answer == "end-of-0004"
+        fork = await agents.rerun(first.id, from_step=3)
+        result = await fork.result()
+    assert result.outcome is Outcome.ANSWERED and result.answer == "end-of-0004"
+    assert any(s.kind is StepKind.RECORDED and s.iteration == 3 for s in result.steps)
+    assert model.read == [_document(n) for n in range(1, 5)]  # each whole
+
+
+LOST: list[Path] = []
+"""The payload store whose copy of document 1 `read_and_lose` deletes."""
+
+
+@tool
+def read_and_lose(args: Page, ctx: ToolContext[object]) -> str:
+    """Document `n`; reading document 3 deletes the stored result that holds document 1."""
+    if args.n == 3:
+        for path in files_holding(LOST[0], b"end-of-0001"):
+            path.unlink()
+    return _document(args.n)
+
+
+async def test_a_result_lost_from_the_store_ends_the_turn_not_a_loop(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model call that carries results by reference, on a worker that has none of them,
+    reads them from the turn's record: one of them deleted from the store, the turn
+    ends at once, `payload_unavailable`, its step saying which payload and store."""
+    forget_every_conversation(monkeypatch)
+    store = tmp_path / "payloads"
+    monkeypatch.setenv("AGENT_PAYLOAD_STORE", f"local:{store}")
+    monkeypatch.setattr(sys.modules[__name__], "LOST", [store])
+    config = harness.client.config()
+    config["data_converter"] = data_converter()
+    harness = Harness(Client(**config), harness.store)
+    model = Reader(5, "read_and_lose")
+    output, _ = await harness.ask_with_handle(
+        "read", model=model, tools=ToolRegistry([read_and_lose]), limits=TurnLimits(max_steps=6)
+    )
+    assert output.outcome is Outcome.PAYLOAD_UNAVAILABLE, output.answer
+    assert len(model.read) == 2  # the calls before the loss only
+    limits = [s.text for s in output.steps if s.kind is StepKind.LIMIT]
+    said = [t for t in limits if t.startswith("payload store: ")]
+    assert said and "is not in the payload store" in said[0] and str(store) in said[0], limits
 
 
 @tool

@@ -122,10 +122,13 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.bounds import MAX_RESULTS_IN_FLIGHT_CHARS, fit_round, for_memo
     from durable_agent.context_sources import MAX_DOCUMENTS, SEARCH_TOOL
     from durable_agent.conversation import (
+        BY_REFERENCE_CHARS,
         AssistantMessage,
         Message,
         ToolResult,
         UserMessage,
+        by_reference,
+        digest_of,
         prior,
     )
     from durable_agent.elicitation import (
@@ -257,6 +260,10 @@ BUDGET_SOFT_PATCH = "budget-soft-line"
 """Since soft lines (`tenant=5/day@80%`), a model call past one waits for a person's
 approval, as a write does, and is made again once approved."""
 
+RESULTS_BY_REFERENCE = "results-by-reference"
+"""Model calls carry long tool results by reference to the activity result that holds
+them (`conversation.by_reference`); older histories carry them whole."""
+
 SAMPLE_FAILURE_REFUSES = "sample-failure-refuses"
 """Since this change, a model that fails on a server's request to sample refuses the
 request (the call goes on) rather than ending the turn: histories from before it replay
@@ -303,6 +310,9 @@ class AgentTurn:
         rest (`durable_agent/transcript.py`)."""
         self._model_calls = carry.model_calls if carry else 0
         """Model calls of the turn so far (all runs), for the number each one carries."""
+        self._stored_texts: set[str] = set()
+        """The digests of this run's long tool results that an activity's result holds:
+        a model call names them there rather than storing them again (`_conversation`)."""
         self._full = carry.reply.context_full if carry else False
         """The last model call found the conversation filling its window: summarise
         older exchanges before the next one (`_compact`)."""
@@ -1072,9 +1082,13 @@ class AgentTurn:
         Each message enters the history once: a turn's history grows with its steps."""
         since, self._sent = self._sent, self._first + len(self._messages)
         self._model_calls += 1
+        messages = self._messages[since - self._first :]
+        if self._stored_texts and workflow.patched(RESULTS_BY_REFERENCE):
+            # Each tool result is stored once: in the activity's result that screened it.
+            messages = by_reference(messages, self._stored_texts)
         return kind(
             model=turn.model,
-            messages=self._messages[since - self._first :],
+            messages=messages,
             since=since,
             call=self._model_calls,
             turn=workflow.info().first_execution_run_id,
@@ -1471,6 +1485,7 @@ class AgentTurn:
             # Screened by dispatch itself, most often: else (its shields failed there)
             # by parse_output, which never runs the tool again.
             parsed = dispatched.parsed or await self._parse_output(turn, call, dispatched.data)
+            self._screened_text(parsed)
             observation = parsed.observation
             stop = self._judged(iteration, "tool_output", call, parsed.verdicts)
             # Data, never instructions: whatever it says, writes from now on need consent.
@@ -1498,11 +1513,17 @@ class AgentTurn:
         )
         return observation
 
+    def _screened_text(self, parsed: ParseOutputOutput) -> None:
+        """A result's text is in an activity's result (`dispatch`, `parse_output`): the
+        model calls that carry it name it there (`_conversation`)."""
+        if len(parsed.observation.text) >= BY_REFERENCE_CHARS:
+            self._stored_texts.add(digest_of(parsed.observation.text))
+
     async def _parse_output(
         self, turn: TurnInput, call: ToolCall, result: Any, note: str = ""
     ) -> ParseOutputOutput:
         """A call's result as the model reads it, screened by the tool-output shields."""
-        return await workflow.execute_local_activity_method(
+        parsed: ParseOutputOutput = await workflow.execute_local_activity_method(
             ParseOutputActivity.parse_output,
             ParseOutputInput(
                 call=call,
@@ -1517,6 +1538,8 @@ class AgentTurn:
             retry_policy=SHIELD_RETRY,
             summary=answers.markdown_safe(f"parse_output: {call.name}{note}"),
         )
+        self._screened_text(parsed)
+        return parsed
 
     async def _room_for(self, size: int) -> None:
         """Until a call whose result may be `size` characters can run: the results of
@@ -2330,6 +2353,7 @@ class AgentTurn:
                     parsed_output = dispatched.parsed or await self._parse_output(
                         turn, vc.call, dispatched.data
                     )
+                    self._screened_text(parsed_output)
                     observation = parsed_output.observation
                 except (ActivityError, ApplicationError, TimeoutError) as e:
                     self._if_out_of_time()

@@ -37,11 +37,13 @@ from durable_agent.activities import (
     DispatchOutput,
     InstructionsOutput,
     ModelCallInput,
+    ParseOutputOutput,
 )
 from durable_agent.activities._conversation import local_model_call, local_result
 from durable_agent.activities.interpret import InterpretOutput
 from durable_agent.activities.plan import PlanOutput
 from durable_agent.answers import markdown_safe
+from durable_agent.conversation import BY_REFERENCE_CHARS, digest_of, resolved
 from durable_agent.errors import CannotFork, UnknownTurn
 from durable_agent.model import Reply
 from durable_agent.rewind import FORK_MEMO, Origin, Recording, fork_of
@@ -110,7 +112,14 @@ async def _read(client: Client, handle: WorkflowHandle, run_id: str) -> Recordin
     output = last.output.model_copy(
         update={"steps": [*earlier, *last.output.steps], "earlier_steps": 0}
     )
-    model_calls = [call for run in runs for call in run.model_calls]
+    # Long tool results the model calls carry by reference, whole again from the
+    # results that hold them (`conversation.by_reference`).
+    texts = {k: v for run in runs for k, v in run.results.items()}
+    model_calls = [
+        (Delta(d.call, d.since, resolved(d.messages, texts)), reply)
+        for run in runs
+        for d, reply in run.model_calls
+    ]
     dispatched = {k: v for run in runs for k, v in run.dispatched.items()}
     # Evaluated once, in the first run (the next ones carry the text).
     return Recording(
@@ -126,6 +135,9 @@ class _Run:
     output: TurnOutput | None = None
     model_calls: list[tuple[Delta, Reply | None]] = field(default_factory=list)
     dispatched: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, str] = field(default_factory=dict)
+    """The long texts the model read of the results of its dispatches and parse_outputs,
+    by digest (`conversation.by_reference`)."""
     previous: str = ""
     """The run it continued (empty: none)."""
     instructions: str = ""
@@ -149,6 +161,9 @@ async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
         elif (marker := local_result(event)) is not None and marker[0] == "instructions":
             [given] = await converter.decode(marker[1], [InstructionsOutput])
             run.instructions = given.text
+        elif marker is not None and marker[0] == "parse_output":
+            [screened] = await converter.decode(marker[1], [ParseOutputOutput])
+            _keep_text(run, screened)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             started = event.workflow_execution_started_event_attributes
             [run.turn] = await converter.decode(list(started.input.payloads), [TurnInput])
@@ -172,6 +187,7 @@ async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
             [result] = await converter.decode(list(completed.result.payloads), [_OUTPUTS[name]])
             if isinstance(result, DispatchOutput) and isinstance(sent, DispatchInput):
                 run.dispatched[sent.call.id] = result.data
+                _keep_text(run, result.parsed)
             elif isinstance(result, (PlanOutput, InterpretOutput)):
                 k = replies[completed.scheduled_event_id]
                 reply = result.plan if isinstance(result, PlanOutput) else result.decision
@@ -180,6 +196,11 @@ async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
             payloads = event.workflow_execution_completed_event_attributes.result.payloads
             [run.output] = await converter.decode(list(payloads), [TurnOutput])
     return run
+
+
+def _keep_text(run: _Run, screened: ParseOutputOutput | None) -> None:
+    if screened is not None and len(text := screened.observation.text) >= BY_REFERENCE_CHARS:
+        run.results[digest_of(text)] = text
 
 
 async def start_fork(
