@@ -343,7 +343,7 @@ async def start_chat(
         else {"id_conflict_policy": WorkflowIDConflictPolicy.FAIL}
     )
     workflow_id = workflow_id or chat_id(chat.customer_id)
-    start = WithStartWorkflowOperation(
+    start: WithStartWorkflowOperation[Any, ConversationOutput] = WithStartWorkflowOperation(
         names.CONVERSATION,
         chat,
         result_type=ConversationOutput,
