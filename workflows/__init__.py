@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+from temporalio import workflow
+
+if TYPE_CHECKING or workflow.unsafe.in_sandbox():
+    # Temporal's sandbox imports this package afresh for each workflow run: there it
+    # loads the definitions as it always did (the conversation's module, which takes the
+    # turn's from the worker, so the classes a turn makes are the ones the rest of the
+    # worker knows; a turn's module of the sandbox's own made a fork's `Served` a class
+    # its carry refused).
     from durable_agent.workflows.conversation import Conversation, UnversionedConversation
     from durable_agent.workflows.turn import AgentTurn
 
