@@ -69,7 +69,13 @@ from durable_agent import attachments as attached
 from durable_agent.agents import Agent
 from durable_agent.approval import ApprovalResult, may_decide
 from durable_agent.audit import MAX_AUDIT_TURNS, AuditRow, rows_of
-from durable_agent.chat import ChatMessage, ConversationInput, ConversationState, Memory
+from durable_agent.chat import (
+    ChatMessage,
+    ConversationInput,
+    ConversationOutput,
+    ConversationState,
+    Memory,
+)
 from durable_agent.elicitation import Question
 from durable_agent.errors import (
     AgentClientError,
@@ -116,7 +122,7 @@ from durable_agent.types import (
     check_context,
 )
 from durable_agent.waits import Woke, WorldEvent
-from durable_agent.workflows import AgentTurn, Conversation, search
+from durable_agent.workflows import names, search
 
 log = logging.getLogger("durable_agent.client")
 
@@ -954,8 +960,8 @@ class TurnHandle:
     ) -> None:
         self.client = client
         self.id = workflow_id
-        self.temporal = handle or client.temporal.get_workflow_handle_for(
-            AgentTurn.run, workflow_id
+        self.temporal = handle or client.temporal.get_workflow_handle(
+            workflow_id, result_type=TurnOutput
         )
         """The Temporal workflow handle underneath."""
         self.started = True
@@ -1208,7 +1214,7 @@ class ConversationHandle:
 
     @property
     def _handle(self) -> WorkflowHandle:
-        return self.client.temporal.get_workflow_handle_for(Conversation.run, self.id)
+        return self.client.temporal.get_workflow_handle(self.id, result_type=ConversationOutput)
 
     async def start(
         self,
@@ -1282,7 +1288,7 @@ class ConversationHandle:
     async def state(self) -> ConversationState:
         """The exchanges so far, the turn being answered, and whether it has ended."""
         with _plainly(self.id, "conversation"):
-            return await self._handle.query(Conversation.state)
+            return await self._handle.query(names.STATE, result_type=ConversationState)
 
     async def history(self) -> list[Exchange]:
         """The conversation's questions and answers so far (within its memory). An
@@ -1293,7 +1299,7 @@ class ConversationHandle:
     async def end(self) -> None:
         """End the conversation (its current turn, if any, finishes first)."""
         with _plainly(self.id, "conversation"):
-            await self._handle.signal(Conversation.end)
+            await self._handle.signal(names.END)
 
 
 def _with_our_converter(client: Client) -> Client:

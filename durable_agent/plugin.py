@@ -46,7 +46,6 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import _Definition
 
-from durable_agent import telemetry
 from durable_agent.activities import turn_activities
 from durable_agent.activities._common import PermanentErrors
 from durable_agent.agents import Agent, AgentCard
@@ -56,6 +55,7 @@ from durable_agent.errors import AgentDefinitionError
 from durable_agent.model import ModelCatalog
 from durable_agent.runtime import logs, metrics, peers
 from durable_agent.runtime import storage as storage_
+from durable_agent.runtime.attempts import ActivityAttempts
 from durable_agent.runtime.chaos import ChaosInterceptor, Faults
 from durable_agent.runtime.codec import LeanPayloadConverter, data_converter
 from durable_agent.runtime.deployments import (
@@ -115,7 +115,7 @@ class AgentPlugin(SimplePlugin):
         # agents' permanent errors (injected faults too) leave activities non-retryable.
         interceptors: list[Interceptor] = [
             PermanentErrors(),
-            telemetry.ActivityAttempts(),
+            ActivityAttempts(),
             metrics.TurnMetrics(),
         ]
         faults = faults if faults is not None else Faults.from_env()

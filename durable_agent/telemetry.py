@@ -5,9 +5,9 @@ the workflow and every activity; the spans here add what only the agent knows,
 named and attributed per OpenTelemetry's GenAI semantic conventions: a root span
 per client command (`client.py ask`), one `invoke_agent` span per turn, one
 `chat <model>` span per model call and one `execute_tool <name>` span per tool
-call. `ActivityAttempts` marks each activity attempt's span with its attempt
-number and, when it failed, `error.type`, so a retried call reads as one span
-per attempt.
+call. The worker's `ActivityAttempts` (`durable_agent.runtime.attempts`) marks each
+activity attempt's span with its attempt number and, when it failed, `error.type`, so
+a retried call reads as one span per attempt.
 
     OTEL_TRACES_EXPORTER   none (default) | console | otlp
     OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_BSP_*, ...   read by the SDK itself
@@ -32,9 +32,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
-from temporalio import activity
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from durable_agent import redact
 from durable_agent.pricing import cost_of
@@ -369,23 +367,7 @@ def attempt_span_context() -> SpanContext | None:
     return _attempt_span.get()
 
 
-class ActivityAttempts(Interceptor):
-    """Puts the attempt number on each activity attempt's span (Temporal's
-    `RunActivity:<type>`) and `error.type` on a failed one. A worker interceptor:
-    it runs inside the plugin's span, which the client's plugin opens first."""
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _AttemptInbound(next)
-
-
-class _AttemptInbound(ActivityInboundInterceptor):
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        span = trace.get_current_span()
-        # Never reset: it lives as long as this attempt's task does.
-        _attempt_span.set(span.get_span_context())
-        span.set_attribute("temporal.activity.attempt", activity.info().attempt)
-        try:
-            return await super().execute_activity(input)
-        except BaseException as e:
-            span.set_attribute("error.type", error_type(e))
-            raise
+def note_attempt(span: Span) -> None:
+    """Keeps `span` as this task's activity attempt (`attempt_span_context`). Never
+    reset: it lives as long as the attempt's task does."""
+    _attempt_span.set(span.get_span_context())

@@ -95,12 +95,11 @@ def test_demo_runs_the_six_cases_with_nothing_running(
     assert f"http://localhost:{cli_env['AGENT_UI_PORT']}/namespaces/default/workflows" in out.stdout
 
 
-@pytest.fixture
-def worker(cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+def started_worker(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
         [sys.executable, "worker.py"],
         cwd=ROOT,
-        env=cli_env,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -112,6 +111,20 @@ def worker(cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def worker(cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """A worker process that embeds a server of its own (for the tests of that server)."""
+    yield from started_worker(cli_env)
+
+
+@pytest.fixture
+def served(shared_server: dict[str, str]) -> Iterator[dict[str, str]]:
+    """A worker process on the session's dev server, its task queue its own: the
+    environment the test's commands run in. No server to start (5-6 s a test)."""
+    for _ in started_worker(shared_server):
+        yield shared_server
 
 
 def test_worker_and_ask_follow_in_two_processes(
@@ -373,9 +386,8 @@ def ask_until_it_waits(cli_env: dict[str, str], question: str) -> tuple[subproce
     return asking, hint.split("approve ")[1].split()[0]
 
 
-def test_ask_waits_and_says_how_to_decide_then_reject(
-    cli_env: dict[str, str], worker: subprocess.Popen[str]
-) -> None:
+def test_ask_waits_and_says_how_to_decide_then_reject(served: dict[str, str]) -> None:
+    cli_env = served
     asking, workflow_id = ask_until_it_waits(
         cli_env, "Please start a return for 123456: wrong colour"
     )
@@ -404,13 +416,11 @@ def test_ask_that_loses_its_server_says_so_in_one_line(
     assert "Traceback" not in err
 
 
-def test_chat_reads_lines_from_standard_input(
-    cli_env: dict[str, str], worker: subprocess.Popen[str]
-) -> None:
+def test_chat_reads_lines_from_standard_input(served: dict[str, str]) -> None:
     out = subprocess.run(
         [sys.executable, "client.py", "chat"],
         cwd=ROOT,
-        env=cli_env,
+        env=served,
         input="Has order 123456 shipped?\nWhen will it arrive?\n",
         capture_output=True,
         text=True,

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from durable_agent.activities import ValidCall
+from durable_agent.activities.calls import ValidCall
 from durable_agent.approval import ApprovalDecision
 from durable_agent.model import Reply
 from durable_agent.rewind import Served

@@ -58,7 +58,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
@@ -76,7 +76,9 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, VersioningBehavior, WorkerDeploymentVersion
 from temporalio.converter import default as default_converter
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import WorkerDeploymentConfig
+
+if TYPE_CHECKING:
+    from temporalio.worker import WorkerDeploymentConfig
 
 from durable_agent.agents import AgentCard
 
@@ -200,6 +202,9 @@ def _own_sources(package: str, functions: Iterable[Callable[..., Any]]) -> list[
 
 def deployment_config(version: WorkerDeploymentVersion) -> WorkerDeploymentConfig:
     """A worker that is `version`; workflows that say nothing are pinned."""
+    # The worker's import, here: the client side reads this module for every command.
+    from temporalio.worker import WorkerDeploymentConfig
+
     return WorkerDeploymentConfig(
         version=version,
         use_worker_versioning=True,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
@@ -32,16 +32,6 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent.activities import (
-    DispatchInput,
-    DispatchOutput,
-    InstructionsOutput,
-    ModelCallInput,
-    ParseOutputOutput,
-)
-from durable_agent.activities._conversation import local_model_call, local_result
-from durable_agent.activities.interpret import InterpretOutput
-from durable_agent.activities.plan import PlanOutput
 from durable_agent.answers import markdown_safe
 from durable_agent.conversation import BY_REFERENCE_CHARS, digest_of, resolved
 from durable_agent.errors import CannotFork, UnknownTurn
@@ -52,15 +42,12 @@ from durable_agent.runtime.settings import TASK_QUEUE, client_command
 from durable_agent.runtime.turns import details
 from durable_agent.transcript import Delta
 from durable_agent.types import TurnInput, TurnOutput
-from durable_agent.workflows import AgentTurn, search
+from durable_agent.workflows import names, search
 from durable_agent.workflows.carry import TurnCarry
 from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
 
-_OUTPUTS: dict[str, type[PlanOutput] | type[InterpretOutput] | type[DispatchOutput]] = {
-    "plan": PlanOutput,
-    "interpret": InterpretOutput,
-    "dispatch": DispatchOutput,
-}
+if TYPE_CHECKING:
+    from durable_agent.activities.parse_output import ParseOutputOutput
 
 
 async def recording(client: Client, workflow_id: str) -> Recording:
@@ -149,6 +136,21 @@ def _carried(run: _Run) -> TurnCarry | None:
 
 
 async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
+    # The activities' modules, here rather than at the top: the client side imports
+    # this module for every command, and only a rerun or a replay reads a recording.
+    from durable_agent.activities._conversation import local_model_call, local_result
+    from durable_agent.activities._model_call import ModelCallInput
+    from durable_agent.activities.dispatch import DispatchInput, DispatchOutput
+    from durable_agent.activities.instructions import InstructionsOutput
+    from durable_agent.activities.interpret import InterpretOutput
+    from durable_agent.activities.parse_output import ParseOutputOutput
+    from durable_agent.activities.plan import PlanOutput
+
+    outputs: dict[str, type[PlanOutput] | type[InterpretOutput] | type[DispatchOutput]] = {
+        "plan": PlanOutput,
+        "interpret": InterpretOutput,
+        "dispatch": DispatchOutput,
+    }
     converter = client.data_converter  # the client's own, payload store included
     run = _Run()
     scheduled: dict[int, tuple[str, Any]] = {}
@@ -184,7 +186,7 @@ async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
             name, sent = scheduled.get(completed.scheduled_event_id, ("", None))
             if not name:
                 continue
-            [result] = await converter.decode(list(completed.result.payloads), [_OUTPUTS[name]])
+            [result] = await converter.decode(list(completed.result.payloads), [outputs[name]])
             if isinstance(result, DispatchOutput) and isinstance(sent, DispatchInput):
                 run.dispatched[sent.call.id] = result.data
                 _keep_text(run, result.parsed)
@@ -260,8 +262,9 @@ async def start_fork(
 
     async def start(named: str, if_running: WorkflowIDConflictPolicy) -> WorkflowHandle:
         return await client.start_workflow(
-            AgentTurn.run,
+            names.TURN,
             turn,
+            result_type=TurnOutput,
             id=named,
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

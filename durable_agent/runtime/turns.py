@@ -50,7 +50,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent import secret
 from durable_agent.answers import markdown_plain, markdown_safe
 from durable_agent.approval import ApprovalDecision, ApprovalResult, may_decide
-from durable_agent.chat import ChatMessage, ConversationInput, MessageAccepted
+from durable_agent.chat import ChatMessage, ConversationInput, ConversationOutput, MessageAccepted
 from durable_agent.elicitation import AnswerInput, Question, check_answer, filled
 from durable_agent.errors import (
     AgentClientError,
@@ -77,7 +77,7 @@ from durable_agent.types import (
     TurnProgress,
 )
 from durable_agent.waits import Wake, Woke, WorldEvent, checked_event
-from durable_agent.workflows import AgentTurn, Conversation, search
+from durable_agent.workflows import names, search
 from durable_agent.workflows.carry import TurnCarry
 from durable_agent.workflows.policies import WORKFLOW_TASK_TIMEOUT
 
@@ -253,8 +253,9 @@ async def _start(
     id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
 ) -> WorkflowHandle:
     return await client.start_workflow(
-        AgentTurn.run,
+        names.TURN,
         turn,
+        result_type=TurnOutput,
         id=workflow_id,
         task_queue=task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -342,9 +343,10 @@ async def start_chat(
         else {"id_conflict_policy": WorkflowIDConflictPolicy.FAIL}
     )
     workflow_id = workflow_id or chat_id(chat.customer_id)
-    start = WithStartWorkflowOperation(
-        Conversation.run,
+    start: WithStartWorkflowOperation[Any, ConversationOutput] = WithStartWorkflowOperation(
+        names.CONVERSATION,
         chat,
+        result_type=ConversationOutput,
         id=workflow_id,
         **again,
         task_queue=task_queue,
@@ -364,10 +366,16 @@ async def start_chat(
     async def send(update_id: str) -> MessageAccepted:
         if started:  # sent again: the conversation is there already
             handle = client.get_workflow_handle(workflow_id)
-            return await handle.execute_update(Conversation.send, message, id=update_id)
+            return await handle.execute_update(
+                names.SEND, message, id=update_id, result_type=MessageAccepted
+            )
         started.append(True)
         return await client.execute_update_with_start_workflow(
-            Conversation.send, message, start_workflow_operation=start, id=update_id
+            names.SEND,
+            message,
+            start_workflow_operation=start,
+            id=update_id,
+            result_type=MessageAccepted,
         )
 
     accepted = await _update(send, message_id)
@@ -385,7 +393,9 @@ async def send(
         message = _message(text)
         await _version_served(conversation)
         accepted = await _update(
-            lambda update_id: conversation.execute_update(Conversation.send, message, id=update_id),
+            lambda update_id: conversation.execute_update(
+                names.SEND, message, id=update_id, result_type=MessageAccepted
+            ),
             message_id,
         )
         await _turn_started(conversation._client, accepted)  # the handle's own client
@@ -460,7 +470,7 @@ async def progress_of(handle: WorkflowHandle, timeout: float | None = None) -> T
     after that many seconds (`WorkerNeeded`) instead of waiting for one."""
     try:
         rpc_timeout = timedelta(seconds=timeout) if timeout else None
-        return await handle.query(AgentTurn.progress, rpc_timeout=rpc_timeout)
+        return await handle.query(names.PROGRESS, rpc_timeout=rpc_timeout, result_type=TurnProgress)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise UnknownTurn(handle.id) from None
@@ -906,7 +916,9 @@ async def answer(
         alive = True
     if alive:
         sent = asyncio.ensure_future(
-            _update(lambda u: handle.execute_update(AgentTurn.answer, given, id=u))
+            _update(
+                lambda u: handle.execute_update(names.ANSWER, given, id=u, result_type=Question)
+            )
         )
         try:
             await asyncio.wait({sent}, timeout=DECIDE_WAIT_S)
@@ -919,7 +931,7 @@ async def answer(
                 await asyncio.gather(sent, return_exceptions=True)
     # No worker of its version runs: kept in the turn's history for when one does (an
     # update left behind and this signal: the turn takes the first, drops the other).
-    await handle.signal(AgentTurn.answer_later, given)
+    await handle.signal(names.ANSWER_LATER, given)
     return Answered(question=question, action=given.action, later=True)
 
 
@@ -974,7 +986,11 @@ async def decide(
 
     def send(decision: ApprovalDecision) -> asyncio.Future[ApprovalResult]:
         return asyncio.ensure_future(
-            _update(lambda u: handle.execute_update(AgentTurn.decide, decision, id=u))
+            _update(
+                lambda u: handle.execute_update(
+                    names.DECIDE, decision, id=u, result_type=ApprovalResult
+                )
+            )
         )
 
     try:
@@ -1023,7 +1039,7 @@ async def decide(
             raise NotAnApprover(refusal if asker is not None else "who asked is unknown")
     # Whichever of an update left behind and this signal the turn reads first applies;
     # the other finds the call decided and is dropped.
-    await handle.signal(AgentTurn.decide_later, decision)
+    await handle.signal(names.DECIDE_LATER, decision)
     return ApprovalResult(
         call_id=asked.call.id, approved=approved, tool=asked.call.name, later=True
     )
@@ -1244,9 +1260,7 @@ _REFUSALS: dict[str | None, type[AgentClientError]] = {
 
 async def wake(client: Client, workflow_id: str, by: str) -> Woke:
     """End the turn's waits early (`wait`, `wait_for_event`); `NotWaiting` if none runs."""
-    return await _taken_or_kept(
-        client, workflow_id, AgentTurn.wake, AgentTurn.wake_later, Wake(by=by)
-    )
+    return await _taken_or_kept(client, workflow_id, names.WAKE, names.WAKE_LATER, Wake(by=by))
 
 
 async def send_event(client: Client, workflow_id: str, event: WorldEvent) -> Woke:
@@ -1254,11 +1268,11 @@ async def send_event(client: Client, workflow_id: str, event: WorldEvent) -> Wok
     checked here first (`InvalidEvent`), then by the turn (`NotWaiting`), so a refused
     event is never recorded. Data over the payload store's threshold goes there."""
     checked_event(event)
-    return await _taken_or_kept(client, workflow_id, AgentTurn.event, AgentTurn.event_later, event)
+    return await _taken_or_kept(client, workflow_id, names.EVENT, names.EVENT_LATER, event)
 
 
 async def _taken_or_kept(
-    client: Client, workflow_id: str, update: Any, signal: Any, arg: Wake | WorldEvent
+    client: Client, workflow_id: str, update: str, signal: str, arg: Wake | WorldEvent
 ) -> Woke:
     """`update` with `arg`, as a live worker of the turn takes it (and may refuse it).
     While none runs (all were SIGKILLed, say), `arg` is sent as `signal` instead, which
@@ -1274,7 +1288,9 @@ async def _taken_or_kept(
     except RPCError:  # a server that lists no pollers (the time-skipping test server)
         alive = True
     if alive:
-        sent = asyncio.ensure_future(_update(lambda u: handle.execute_update(update, arg, id=u)))
+        sent = asyncio.ensure_future(
+            _update(lambda u: handle.execute_update(update, arg, id=u, result_type=Woke))
+        )
         try:
             await asyncio.wait({sent}, timeout=DECIDE_WAIT_S)
             if sent.done() and not isinstance(sent.exception(), NoWorker):

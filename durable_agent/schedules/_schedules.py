@@ -60,7 +60,7 @@ from durable_agent.schedules._when import (
     when,
 )
 from durable_agent.types import DEFAULT_CUSTOMER, TurnInput, TurnLimits
-from durable_agent.workflows import AgentTurn, search
+from durable_agent.workflows import names, search
 
 if TYPE_CHECKING:
     from durable_agent.client import AgentClient
@@ -173,7 +173,7 @@ class Schedules:
                     [*at_start.search_attributes, SearchAttributePair(search.SCHEDULE, name)]
                 )
             action = ScheduleActionStartWorkflow(
-                AgentTurn.run,
+                names.TURN,
                 turn,
                 id=scheduled_turn_id(turn.customer_id, name),
                 task_queue=self._agents.task_queue,
