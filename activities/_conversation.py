@@ -226,8 +226,9 @@ async def whole(messages: list[Message]) -> list[Message]:
 
 
 async def _recorded_results(wanted: set[str]) -> dict[str, str]:
-    """The texts of `wanted` (digests) among the results of the turn's `dispatch` and
-    `parse_output` activities, read from its runs' histories, the latest first
+    """The texts of `wanted` (digests) among the results of the turn's `dispatch` (an
+    activity, or a quick read's local activity) and `parse_output` activities, read
+    from its runs' histories, the latest first
     (references to stored payloads are read from the store as they are decoded)."""
     info = activity.info()
     if not info.workflow_id:
@@ -255,7 +256,11 @@ async def _recorded_results(wanted: set[str]) -> dict[str, str]:
                     payloads = list(completed.result.payloads)
                     [dispatched] = await converter.decode(payloads, [_Dispatched])
                     observation = dispatched.parsed.observation if dispatched.parsed else None
-            elif (local := local_result(event)) is not None and local[0] == SCREENING[1]:
+            elif (local := local_result(event)) is not None and local[0] == SCREENING[0]:
+                # A quick read's dispatch, run as a local activity: its marker holds it.
+                [dispatched] = await converter.decode(local[1], [_Dispatched])
+                observation = dispatched.parsed.observation if dispatched.parsed else None
+            elif local is not None and local[0] == SCREENING[1]:
                 [screened] = await converter.decode(local[1], [_Screened])
                 observation = screened.observation
             if observation is not None and (digest := digest_of(observation.text)) in wanted:

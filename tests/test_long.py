@@ -29,7 +29,7 @@ from durable_agent.scripted import ScriptedModel
 from durable_agent.shields import ShieldRequest, ShieldSettings, Verdict
 from durable_agent.shop import TOOLS
 from durable_agent.stream import DoneEvent
-from durable_agent.tools import ToolContext, ToolRegistry, tool
+from durable_agent.tools import Tool, ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits
 from tests.conftest import Harness, last_result
 from tests.test_approvals import awaiting, until
@@ -333,14 +333,25 @@ def read_document(args: Page, ctx: ToolContext[object]) -> str:
     return _document(args.n)
 
 
-@pytest.mark.parametrize("kept", [True, False], ids=["kept", "rebuilt"])
+@tool(quick=True)
+def read_document_quickly(args: Page, ctx: ToolContext[object]) -> str:
+    """A document of 20,000 characters, read as a local activity."""
+    return _document(args.n)
+
+
+@pytest.mark.parametrize(
+    ("kept", "reader"),
+    [(True, read_document), (False, read_document), (False, read_document_quickly)],
+    ids=["kept", "rebuilt", "rebuilt-quick"],
+)
 async def test_a_long_turn_stores_each_result_once(
-    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool, reader: Tool
 ) -> None:
     """30 rounds, each reading a distinct 20 KB document, with the payload store: the
     store holds each result once (the read's result; the model call that carries it
     next names it there), the history holds references only, and the model reads every
-    result whole, from its worker's copy or (none kept) from the turn's record."""
+    result whole, from its worker's copy or (none kept) from the turn's record: an
+    activity's result, or a quick read's local activity's marker."""
     if not kept:
         forget_every_conversation(monkeypatch)
     store = tmp_path / "payloads"
@@ -348,10 +359,10 @@ async def test_a_long_turn_stores_each_result_once(
     config = harness.client.config()
     config["data_converter"] = data_converter()
     harness = Harness(Client(**config), harness.store)
-    model = Reader(DOCUMENTS, "read_document")
+    model = Reader(DOCUMENTS, reader.name)
     limits = TurnLimits(max_steps=DOCUMENTS + 1)
     output, handle = await harness.ask_with_handle(
-        "read", model=model, tools=ToolRegistry([read_document]), limits=limits
+        "read", model=model, tools=ToolRegistry([reader]), limits=limits
     )
     assert output.outcome is Outcome.ANSWERED
     assert output.answer == f"end-of-{DOCUMENTS:04d}"

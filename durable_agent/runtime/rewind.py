@@ -166,6 +166,9 @@ async def _read_run(client: Client, workflow_id: str, run_id: str) -> _Run:
         elif marker is not None and marker[0] == "parse_output":
             [screened] = await converter.decode(marker[1], [ParseOutputOutput])
             _keep_text(run, screened)
+        elif marker is not None and marker[0] == "dispatch":  # a quick read, run locally
+            [quick] = await converter.decode(marker[1], [DispatchOutput])
+            _keep_text(run, quick.parsed)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             started = event.workflow_execution_started_event_attributes
             [run.turn] = await converter.decode(list(started.input.payloads), [TurnInput])
