@@ -21,6 +21,7 @@ from durable_agent.activities._common import heartbeating, server_suggested_dela
 from durable_agent.activities._conversation import Sent, recorded_conversation, turn_key, whole
 from durable_agent.activities._tools import turn_tools
 from durable_agent.bounds import bounded_reply
+from durable_agent.context_sources import KeepsByReference
 from durable_agent.conversation import (
     AssistantMessage,
     Message,
@@ -264,11 +265,11 @@ async def _resolved(
 ) -> list[Message]:
     """The conversation as the model reads it: what a context source recorded by
     reference (a memory, so that forgetting it leaves its words in no turn's history),
-    read back here, on every call. Optional for a source: few keep anything deletable."""
+    read back here, on every call (`context_sources.KeepsByReference`: few sources keep
+    anything deletable)."""
     for source in sources:
-        resolve = getattr(source, "resolved", None)
-        if resolve is not None:
-            messages = await resolve(messages, asker)
+        if isinstance(source, KeepsByReference):
+            messages = await source.resolved(messages, asker)
     return messages
 
 

@@ -25,7 +25,7 @@ from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.parse_output import ParseOutputOutput, screened
 from durable_agent.approval import consent_hash
 from durable_agent.attachments import Attachment
-from durable_agent.context_sources import MAX_DOCUMENTS
+from durable_agent.context_sources import MAX_DOCUMENTS, KeepsByReference
 from durable_agent.elicitation import ANSWERS, Answer, NeedsAnswer, Question
 from durable_agent.errors import ConsentMismatch, ToolError
 from durable_agent.principal import Principal, of_customer
@@ -243,15 +243,14 @@ def _recorded(
 ) -> tuple[Any, ParseOutputOutput | None]:
     """The result as the turn's record keeps it, screened already: a context source may
     keep words it must be able to delete from every turn by reference (a memory's, read
-    back for each model call). Optional for a source."""
+    back for each model call: `context_sources.KeepsByReference`)."""
     for source in sources:
-        record = getattr(source, "recorded", None)
-        if record is None:
+        if not isinstance(source, KeepsByReference):
             continue
         if isinstance(data, str):
-            data = record(tool, data)
+            data = source.recorded(tool, data)
         if parsed is not None:
-            text = record(tool, parsed.observation.text)
+            text = source.recorded(tool, parsed.observation.text)
             observation = parsed.observation.model_copy(update={"text": text})
             parsed = parsed.model_copy(update={"observation": observation})
     return data, parsed

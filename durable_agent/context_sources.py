@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from durable_agent.attachments import Attachment
+    from durable_agent.conversation import Message
     from durable_agent.principal import Principal
     from durable_agent.tools import Tool
     from durable_agent.types import Step
@@ -147,6 +148,24 @@ class ReadsAttached(Protocol):
     async def attached_passages(
         self, documents: Sequence[tuple[Attachment, bytes]], question: str, limit: int
     ) -> list[Passage]: ...
+
+
+@runtime_checkable
+class KeepsByReference(Protocol):
+    """A context source whose words must be deletable from every turn that read them (a
+    memory's): the turn's record keeps references in their place (`recorded`), and each
+    model call reads the words back from the source (`resolved`), so that deleting them
+    at the source leaves them in no history."""
+
+    def recorded(self, tool: str, text: str) -> str:
+        """`tool`'s result as the turn's record keeps it (screened already): the source's
+        words by reference; other tools' results as they are."""
+        ...
+
+    async def resolved(self, messages: list[Message], asker: Principal | None) -> list[Message]:
+        """The conversation as the model reads it: each reference the source recorded in
+        its words, read now, for `asker` only (whom the turn serves, as recorded)."""
+        ...
 
 
 def in_turn(attached: Sequence[Passage], known: Sequence[Passage]) -> list[Passage]:
