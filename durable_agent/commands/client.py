@@ -19,7 +19,8 @@ python client.py show WORKFLOW_ID
 python client.py schedule add NAME --agent A (--cron EXPR | --every 1h | --at TIME) "QUESTION"
 python client.py schedule list | show NAME | pause NAME | resume NAME | trigger NAME | delete NAME
 python client.py memory list | export --customer ID [--tenant T]   # a customer's memories
-python client.py memory forget MEMORY_ID --customer ID [--tenant T]
+python client.py memory forget MEMORY_ID --customer ID [--tenant T] [--erase-turn [--conversation]]
+python client.py erase --turn WORKFLOW_ID [--conversation]   # delete a turn and its payloads
 python client.py rerun WORKFLOW_ID --from-step N [--model SPEC] [--instructions FILE]
 python client.py rerun WORKFLOW_ID --from-step N --current   # on the agent as served now
 python client.py replay WORKFLOW_ID --model SPEC   # the turn asked again, tools from the record
@@ -1137,6 +1138,18 @@ SERVER_WATCH_S = 0.5
 """How often `server` looks whether its server still runs."""
 
 
+async def cmd_erase(args: argparse.Namespace) -> int:
+    """Erase a turn (with --conversation, its whole conversation): one line per run
+    erased, as it goes (`AgentClient.erase`)."""
+    turn_id = workflow_id(args.turn)
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        erased = await client_of(conn, args).erase(
+            turn_id, conversation=args.conversation, said=lambda run: print(run.line(), flush=True)
+        )
+    print(f"erased {len(erased)} execution(s) and their stored payloads")
+    return 0
+
+
 async def cmd_show(args: argparse.Namespace) -> int:
     turn_id = workflow_id(args.workflow_id)
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
@@ -1488,6 +1501,20 @@ def parser() -> argparse.ArgumentParser:
     audit.set_defaults(run=cmd_audit)
     schedules_cli.add_parser(sub).set_defaults(run=cmd_schedule)
     memory_cli.add_parser(sub).set_defaults(run=memory_cli.run)
+
+    erase = sub.add_parser(
+        "erase",
+        help="delete a turn from the server and the payload store: every run, its forks "
+        "and sub-agents (an operator's act: what was said in it is gone for good)",
+    )
+    erase.add_argument("--turn", required=True, metavar="WORKFLOW_ID", help="the turn to erase")
+    erase.add_argument(
+        "--conversation",
+        action="store_true",
+        help="a turn of a conversation (or a conversation's id): erase the whole "
+        "conversation, all its turns and their forks",
+    )
+    erase.set_defaults(run=cmd_erase)
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")
     show.add_argument("workflow_id")
