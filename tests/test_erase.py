@@ -21,9 +21,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import Agent, AgentClient
+from durable_agent.errors import CannotErase
 from durable_agent.memory import MemoryAccess, MemorySettings
 from durable_agent.plugin import build_worker
 from durable_agent.runtime.codec import data_converter
+from durable_agent.runtime.erase import Erased
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings, state_dir
 from durable_agent.types import Outcome
@@ -85,12 +87,16 @@ async def shop(
     task_queue = f"erase-{uuid.uuid4().hex[:8]}"
     settings = replace(Settings.from_env(), versioning=False, workflow_sandbox=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-    environ = base | stored | {
-        "AGENT_STATE_DIR": str(state_dir()),
-        "TEMPORAL_ADDRESS": address,
-        "TEMPORAL_NAMESPACE": env.client.namespace,
-        "TEMPORAL_CONFIG_FILE": str(payloads.parent / "none.toml"),
-    }
+    environ = (
+        base
+        | stored
+        | {
+            "AGENT_STATE_DIR": str(state_dir()),
+            "TEMPORAL_ADDRESS": address,
+            "TEMPORAL_NAMESPACE": env.client.namespace,
+            "TEMPORAL_CONFIG_FILE": str(payloads.parent / "none.toml"),
+        }
+    )
     async with build_worker(client, agent, task_queue=task_queue, settings=settings):
         agents = AgentClient(client, task_queue=task_queue)
         yield Shop(client, agents, MemoryAccess(name), payloads, task_queue, environ)
@@ -176,27 +182,34 @@ async def test_forget_erase_turn_erases_the_conversation_that_told_it_and_nothin
 
 
 async def test_erase_refuses_bad_ids_in_one_line(shop: Shop) -> None:
-    """`durable-agent erase`: an unknown turn, a malformed id, a conversation's turn
-    without --conversation: one line each, exit 1, and nothing erased."""
+    """An unknown turn, a malformed id, a conversation's turn without `conversation`: one
+    line each (the command: exit 1, no traceback), and nothing erased; with
+    `conversation`, a running conversation is erased with its turn, the root last."""
     unknown = shop.cli("erase", "--turn", "turn-nobody-0000", ok=False)
-    assert unknown.stderr.strip() == (
-        "error: no turn with workflow id 'turn-nobody-0000': `durable-agent list` shows turns"
+    assert unknown.stderr == (
+        "error: no turn with workflow id 'turn-nobody-0000': `durable-agent list` shows turns\n"
     )
-    for bad in ("two words", "a\x07bell", "x" * 1001):
-        malformed = shop.cli("erase", "--turn", bad, ok=False)
-        assert malformed.stderr.startswith("error: WORKFLOW_ID: "), malformed.stderr
-        assert len(malformed.stderr.strip().splitlines()) == 1
+    for bad in ("two words", "a\x07bell", "x" * 1001, ""):
+        with pytest.raises(CannotErase, match=r"is not a workflow id \(1 to 1000 printable"):
+            await shop.agents.erase(bad)
 
     chat = shop.agents.chat(customer="carol", stream=False)
     turn = await chat.send("Hello there")
-    refused = shop.cli("erase", "--turn", turn.workflow_id, ok=False)
-    assert refused.stderr.strip().endswith("with --conversation"), refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1
-    conversation = shop.cli("erase", "--turn", chat.id, ok=False)
-    assert "is a conversation: erase it" in conversation.stderr
+    with pytest.raises(CannotErase) as refused:
+        await shop.agents.erase(turn.workflow_id)
+    assert str(refused.value) == (
+        f"turn {turn.workflow_id} is a turn of conversation {chat.id}, whose record and later "
+        "turns hold its words too: erase the whole conversation (its workflow, all its turns "
+        "and their forks) with --conversation"
+    )
+    with pytest.raises(CannotErase, match=f"^{chat.id} is a conversation: erase it"):
+        await shop.agents.erase(chat.id)
     await shop.client.get_workflow_handle(turn.workflow_id).describe()  # still there
-    # Running: the conversation is terminated first, then erased with its turn.
-    done = shop.cli("erase", "--turn", turn.workflow_id, "--conversation")
-    assert f"erased conversation {chat.id} (run " in done.stdout
-    assert done.stdout.strip().endswith("erased 2 execution(s) and their stored payloads")
-    assert await gone(shop.client, chat.id) and await gone(shop.client, turn.workflow_id)
+
+    said: list[Erased] = []
+    erased = await shop.agents.erase(turn.workflow_id, conversation=True, said=said.append)
+    assert [(e.workflow_id, e.what) for e in erased] == [
+        (turn.workflow_id, "turn"),
+        (chat.id, "conversation"),  # the root last
+    ]
+    assert said == erased
