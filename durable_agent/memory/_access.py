@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -92,7 +93,7 @@ class MemoryAccess:
         tenant: str = DEFAULT_TENANT,
         erase_turn: bool = False,
         conversation: bool = False,
-    ) -> list[Erased]:
+    ) -> builtins.list[Erased]:
         """Deletes the customer's memory `memory_id` from the store: no later turn recalls
         it. `UnknownMemory` when that customer has none of that id.
 
@@ -102,7 +103,7 @@ class MemoryAccess:
         is refused (`CannotErase`) nothing is forgotten; a turn already gone is no
         error. Needs the access of an `AgentClient` (`agents.memory`)."""
         who = _owner(customer, tenant)
-        erased: list[Erased] = []
+        erased: builtins.list[Erased] = []
         if erase_turn:
             if self._erase is None:
                 raise AgentClientError(
