@@ -53,7 +53,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -78,6 +78,7 @@ from durable_agent.commands.questions import answer_question
 from durable_agent.context_sources import cited
 from durable_agent.elicitation import Action
 from durable_agent.errors import AgentDefinitionError, InvalidContext
+from durable_agent.memory import MemoryAccess
 from durable_agent.memory import cli as memory_cli
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import usage_line
@@ -1165,6 +1166,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
         if origin := await rewind.origin_of(desc):
             print(origin.line())
         opened = await started_with(handle, "AgentTurn", TurnInput)
+        words = await memory_words(opened)
         for attached in opened.attachments if opened else []:
             print(f"attached: {attached.line()}")
         if args.follow and desc.status == WorkflowExecutionStatus.RUNNING:
@@ -1174,7 +1176,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                     writing.add(event)
                 elif isinstance(event, StepEvent):
                     writing.end()
-                    print(event.step.render(), flush=True)
+                    print(words(event.step.render()), flush=True)
             return await print_result(conn, turn, await turn.result(), sizes=True)
         if desc.status == WorkflowExecutionStatus.RUNNING:
             try:
@@ -1192,7 +1194,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 )
                 return 0
             for step in progress.steps:
-                print(step.render())
+                print(words(step.render()))
                 if step.kind is StepKind.APPROVAL and any(
                     p.call.id == c.id for p in progress.pending for c in step.calls
                 ):
@@ -1204,8 +1206,18 @@ async def cmd_show(args: argparse.Namespace) -> int:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
         result = await turn.result()  # a turn that failed: its outcome, or why, in one line
         for step in result.steps:
-            print(step.render())
+            print(words(step.render()))
         return await print_result(conn, turn, result, sizes=True)
+
+
+async def memory_words(opened: TurnInput | None) -> Callable[[str], str]:
+    """How `show` prints a step: a memory the turn recalled (recorded as `[memory mem_…]`)
+    in its words, from this folder's memory store as `memory list` reads it, for the
+    turn's own customer only; `[forgotten memory mem_…]` once forgotten."""
+    if opened is None:
+        return str
+    who = opened.asker
+    return await MemoryAccess().words_for(who.user, tenant=who.tenant)
 
 
 SHOW_QUERY_S = 5.0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from durable_agent.errors import AgentClientError, UnknownMemory, UnknownTurn
+from durable_agent.memory._memory import resolved
 from durable_agent.memory._store import MemoryStore, Remembered, in_state_folder, state_file
 from durable_agent.principal import DEFAULT_TENANT, Principal
 
@@ -121,6 +122,22 @@ class MemoryAccess:
         if not gone and not erased:
             raise self._unknown(memory_id, customer, tenant)
         return erased
+
+    async def words_for(
+        self, customer: str, *, tenant: str = DEFAULT_TENANT
+    ) -> Callable[[str], str]:
+        """What turns a turn's recorded text (`[memory mem_…]`, as the recall records a
+        memory) into what it recalled, for the turn's own customer: each reference in
+        the words of their memory of that id, or `[forgotten memory mem_…]` when they
+        have none (forgotten since). With no store file here yet, the text as it is
+        (its memories may be kept elsewhere). `show` prints steps so."""
+        who = _owner(customer, tenant)
+        theirs: dict[str, Remembered] | None = await self._with_store(
+            lambda s: {m.id: m for m in s.list(who.tenant, who.user)}, none=None
+        )
+        if theirs is None:
+            return str
+        return lambda text: resolved(text, theirs) if "[memory mem_" in text else text
 
     @staticmethod
     def _unknown(memory_id: str, customer: str, tenant: str) -> UnknownMemory:
