@@ -16,7 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
+from temporalio.converter import StorageDriverStoreContext, StorageDriverWorkflowInfo
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
@@ -26,6 +28,7 @@ from durable_agent.memory import MemoryAccess, MemorySettings
 from durable_agent.plugin import build_worker
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.erase import Erased
+from durable_agent.runtime.storage import Owner, delete_stored, external_storage
 from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings, state_dir
 from durable_agent.types import Outcome
@@ -213,3 +216,41 @@ async def test_erase_refuses_bad_ids_in_one_line(shop: Shop) -> None:
         (chat.id, "conversation"),  # the root last
     ]
     assert said == erased
+
+
+async def test_delete_stored_deletes_one_workflows_payloads_in_every_store_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder store and an S3 bucket (moto's) each hold the payloads of `turn-a-1` and
+    of `turn-a-10`, whose id starts with the first's: deleting the first's leaves the
+    second's whole, in both."""
+    import boto3
+    from moto import mock_aws
+
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="erase-payloads")
+        storage = external_storage(
+            {"AGENT_PAYLOAD_STORE": "s3://erase-payloads", "AGENT_STATE_DIR": str(tmp_path)}
+        )
+        folder, bucket = storage.drivers
+        for workflow_id in ("turn-a-1", "turn-a-10"):
+            target = StorageDriverWorkflowInfo(namespace="default", id=workflow_id)
+            words = [Payload(data=f"{workflow_id} said {n}".encode()) for n in range(3)]
+            for driver in (folder, bucket):
+                await driver.store(StorageDriverStoreContext(target=target), words)
+        assert await delete_stored(storage, Owner("default", "turn-a-1")) == 6
+        assert await delete_stored(storage, Owner("default", "turn-a-1")) == 0
+        kept = [
+            s3.get_object(Bucket="erase-payloads", Key=o["Key"])["Body"].read()
+            for o in s3.list_objects_v2(Bucket="erase-payloads")["Contents"]
+        ]
+    files = [f.read_bytes() for f in (tmp_path / "payloads").rglob("*") if f.is_file()]
+    for left in (kept, [f for f in files if b" said " in f]):
+        assert len(left) == 3 and all(b"turn-a-10 said" in b for b in left), left
