@@ -64,6 +64,9 @@ async def run(args: argparse.Namespace) -> int:
     store = None
     if args.postgres:
         store = partial(PostgresMemoryStore, args.postgres, name=args.name)
+    if getattr(args, "conversation", False) and not args.erase_turn:
+        print("error: --conversation goes with --erase-turn (what it erases)", file=sys.stderr)
+        return 1
     if getattr(args, "erase_turn", False):
         # Only erasing needs the server: the rest reads and writes the store alone.
         conn = await connect()
