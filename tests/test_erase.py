@@ -184,14 +184,24 @@ async def test_forget_erase_turn_erases_the_conversation_that_told_it_and_nothin
     assert answer.answer.startswith("I recall nothing."), answer.answer
 
 
-async def test_erase_refuses_bad_ids_in_one_line(shop: Shop) -> None:
+async def test_erase_refuses_bad_ids_in_one_line_and_erases_a_turn_alone(shop: Shop) -> None:
     """An unknown turn, a malformed id, a conversation's turn without `conversation`: one
-    line each (the command: exit 1, no traceback), and nothing erased; with
+    line each (the command: exit 1, no traceback), and nothing erased. A turn of no
+    conversation: erased alone, one line for its run, its payloads gone. With
     `conversation`, a running conversation is erased with its turn, the root last."""
     unknown = shop.cli("erase", "--turn", "turn-nobody-0000", ok=False)
     assert unknown.stderr == (
         "error: no turn with workflow id 'turn-nobody-0000': `durable-agent list` shows turns\n"
     )
+    alone = await shop.agents.ask("Hello", customer="dave")  # a turn of no conversation
+    run = await shop.client.get_workflow_handle(alone.workflow_id).describe()
+    assert shop.holding(b"Hello")
+    done = shop.cli("erase", "--turn", alone.workflow_id)
+    assert done.stdout.splitlines() == [
+        f"erased turn {alone.workflow_id} (run {run.run_id})",
+        "erased 1 execution(s) and their stored payloads",
+    ]
+    assert shop.holding(b"Hello") == []
     for bad in ("two words", "a\x07bell", "x" * 1001, ""):
         with pytest.raises(CannotErase, match=r"is not a workflow id \(1 to 1000 printable"):
             await shop.agents.erase(bad)
