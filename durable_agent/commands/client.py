@@ -52,6 +52,7 @@ import math
 import os
 import re
 import signal
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -77,7 +78,7 @@ from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, che
 from durable_agent.commands.questions import answer_question
 from durable_agent.context_sources import cited
 from durable_agent.elicitation import Action
-from durable_agent.errors import AgentDefinitionError, InvalidContext
+from durable_agent.errors import AgentDefinitionError, InvalidContext, MemoryUnavailable
 from durable_agent.memory import MemoryAccess
 from durable_agent.memory import cli as memory_cli
 from durable_agent.model_settings import ModelSettings
@@ -1217,7 +1218,12 @@ async def memory_words(opened: TurnInput | None) -> Callable[[str], str]:
     if opened is None:
         return str
     who = opened.asker
-    return await MemoryAccess().words_for(who.user, tenant=who.tenant)
+    try:
+        return await MemoryAccess().words_for(who.user, tenant=who.tenant)
+    except (AgentClientError, MemoryUnavailable, OSError, sqlite3.Error) as e:
+        # The steps matter more than the words: shown as recorded, and why.
+        print(f"note: recalled memories shown as recorded ({e})", file=sys.stderr)
+        return str
 
 
 SHOW_QUERY_S = 5.0
