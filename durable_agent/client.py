@@ -42,7 +42,7 @@ import dataclasses
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
@@ -97,8 +97,10 @@ from durable_agent.outputs import loaded_type, output_spec
 from durable_agent.principal import DEFAULT_TENANT, Principal, of_customer
 from durable_agent.rewind import Origin
 from durable_agent.runtime import attachments as stored_attachments
+from durable_agent.runtime import erase as erasing
 from durable_agent.runtime import rewind, secret_refs, server, storage, turns
 from durable_agent.runtime.codec import data_converter
+from durable_agent.runtime.erase import Erased
 from durable_agent.runtime.settings import TASK_QUEUE, client_command, worker_command
 from durable_agent.runtime.storage import STORE_ENV
 from durable_agent.runtime.streams import turn_events
@@ -638,8 +640,29 @@ class AgentClient:
     def memory(self) -> MemoryAccess:
         """The customers' memories (`durable_agent.memory`), in this folder's store (the
         state folder's, which its workers share): list, export, forget. For another
-        store, `durable_agent.memory.MemoryAccess(name=..., store=...)`."""
-        return MemoryAccess()
+        store, `durable_agent.memory.MemoryAccess(name=..., store=...)`. Its `forget`
+        erases the turn that told the memory too, with `erase_turn=True` (`erase`)."""
+        return MemoryAccess(erase=self.erase)
+
+    async def erase(
+        self,
+        workflow_id: str,
+        *,
+        conversation: bool = False,
+        said: Callable[[Erased], None] | None = None,
+    ) -> list[Erased]:
+        """Erase the turn `workflow_id` from the server and the payload store: every run
+        of it, of its sub-agents and of its forks (`rerun`, `replay`) is deleted (a
+        running one terminated first), and their stored payloads (`runtime/erase.py`).
+        A turn of a conversation is erased only with its whole conversation, with
+        `conversation` (its workflow, all its turns and theirs): its record and later
+        turns hold the turn's words too. Erases only what it is named; who may erase is
+        the caller's to decide (an operator's act, as forgetting a memory is). Each run
+        erased, in order (`said` hears of each as it goes). `UnknownTurn`; `CannotErase`
+        (nothing erased)."""
+        with _plainly(workflow_id):
+            planned = await erasing.plan(self.temporal, workflow_id, conversation=conversation)
+            return await erasing.carry_out(self.temporal, planned, said=said)
 
     def turn_url(self, workflow_id: str) -> str | None:
         """The turn's page in the Web UI of the server this client uses, when its address

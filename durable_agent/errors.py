@@ -51,6 +51,8 @@ What a client (`durable_agent.AgentClient`, and every front end built on it) rai
     ├── InvalidOutputType          a turn's output type cannot be described or checked
     ├── TurnTaskFailing            the turn's workflow task fails: it cannot be read or moved
     ├── CannotFork                 a turn cannot be forked as asked (`client.py rerun`)
+    ├── CannotErase                a turn cannot be erased as asked: a conversation's (erase
+    │                              it with --conversation), a sub-agent, too many executions
     ├── RequestConflict            a request id already names a turn of another request
     ├── UnknownSchedule            no schedule of turns has that name
     ├── InvalidSchedule            a schedule's name, cron, interval, time or zone cannot be used
@@ -344,6 +346,13 @@ class CannotFork(AgentClientError):
     """A turn cannot be forked as asked: it is still running or did not finish, the step
     is past its end, or the agent that would run the fork is not the one that ran it
     (then the fork's workflow fails with this type: only a worker knows its agents)."""
+
+
+class CannotErase(AgentClientError):
+    """A turn cannot be erased as asked (`AgentClient.erase`, `durable-agent erase`): it is
+    a turn of a conversation (whose record and later turns hold its words: erase the
+    conversation), a sub-agent of a turn (erase that turn), not a turn at all, or its
+    family is more executions than one erasure takes. Nothing was erased."""
 
 
 class PayloadUnavailable(AgentClientError, ApplicationError):

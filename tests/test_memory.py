@@ -384,16 +384,25 @@ async def test_a_recall_is_recorded_by_reference_and_read_back_for_its_owner_onl
     assert memory.recorded("send_note", text) == text  # other tools' results as they are
 
 
-def memory_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`durable-agent memory ...` in a process of its own, on this process's state folder
-    (the workers' store): it needs no server."""
+def memory_cli(
+    tmp_path: Path,
+    *args: str,
+    command: tuple[str, ...] | list[str] = ("memory",),
+    also: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`durable-agent memory ...` (or another `command`) in a process of its own, on this
+    process's state folder (the workers' store): it needs no server (`also`: one)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-    environ = base | {
-        "AGENT_STATE_DIR": str(state_dir()),
-        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
-    }
+    environ = (
+        base
+        | {
+            "AGENT_STATE_DIR": str(state_dir()),
+            "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+        }
+        | (also or {})
+    )
     done = subprocess.run(
-        [sys.executable, "client.py", "memory", *args],
+        [sys.executable, "client.py", *command, *args],
         cwd=ROOT,
         env=environ,
         capture_output=True,
@@ -403,6 +412,28 @@ def memory_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
     assert done.returncode == 0, done.stderr
     return done
+
+
+async def test_show_prints_a_recalled_memory_in_its_words_until_it_is_forgotten(
+    desk: Desk, tmp_path: Path
+) -> None:
+    """`show` reads a recalled memory (recorded `[memory mem_…]`) in its customer's words,
+    from the folder's store as `memory list` does; once forgotten, as forgotten."""
+    await desk.ask(f"{REMEMBER}My boat is called Kestrel", "lena")
+    (kept,) = await desk.client.memory.list("lena")
+    looked = await desk.ask(f"{LOOK_UP}boat", "lena")
+    environ = {"TEMPORAL_ADDRESS": desk.address}
+    recall = [line for line in show_cli(tmp_path, looked.workflow_id, environ) if "recall" in line]
+    assert any("My boat is called Kestrel" in line for line in recall), recall
+    assert not any(f"[memory {kept.id}" in line for line in recall), recall
+    await desk.client.memory.forget(kept.id, customer="lena")
+    recall = [line for line in show_cli(tmp_path, looked.workflow_id, environ) if "recall" in line]
+    assert any(f"[forgotten memory {kept.id}]" in line for line in recall), recall
+
+
+def show_cli(tmp_path: Path, workflow_id: str, environ: dict[str, str]) -> list[str]:
+    """`durable-agent show ID`'s lines, in a process of its own on this state folder."""
+    return memory_cli(tmp_path, "show", workflow_id, command=[], also=environ).stdout.splitlines()
 
 
 async def test_the_offline_model_remembers_when_asked_and_answers_from_it_later(

@@ -19,7 +19,8 @@ python client.py show WORKFLOW_ID
 python client.py schedule add NAME --agent A (--cron EXPR | --every 1h | --at TIME) "QUESTION"
 python client.py schedule list | show NAME | pause NAME | resume NAME | trigger NAME | delete NAME
 python client.py memory list | export --customer ID [--tenant T]   # a customer's memories
-python client.py memory forget MEMORY_ID --customer ID [--tenant T]
+python client.py memory forget MEMORY_ID --customer ID [--tenant T] [--erase-turn [--conversation]]
+python client.py erase --turn WORKFLOW_ID [--conversation]   # delete a turn and its payloads
 python client.py rerun WORKFLOW_ID --from-step N [--model SPEC] [--instructions FILE]
 python client.py rerun WORKFLOW_ID --from-step N --current   # on the agent as served now
 python client.py replay WORKFLOW_ID --model SPEC   # the turn asked again, tools from the record
@@ -51,8 +52,9 @@ import math
 import os
 import re
 import signal
+import sqlite3
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -76,7 +78,8 @@ from durable_agent.client import MAX_CONTEXT_DEPTH, AgentClient, TurnHandle, che
 from durable_agent.commands.questions import answer_question
 from durable_agent.context_sources import cited
 from durable_agent.elicitation import Action
-from durable_agent.errors import AgentDefinitionError, InvalidContext
+from durable_agent.errors import AgentDefinitionError, InvalidContext, MemoryUnavailable
+from durable_agent.memory import MemoryAccess
 from durable_agent.memory import cli as memory_cli
 from durable_agent.model_settings import ModelSettings
 from durable_agent.pricing import usage_line
@@ -1137,6 +1140,18 @@ SERVER_WATCH_S = 0.5
 """How often `server` looks whether its server still runs."""
 
 
+async def cmd_erase(args: argparse.Namespace) -> int:
+    """Erase a turn (with --conversation, its whole conversation): one line per run
+    erased, as it goes (`AgentClient.erase`)."""
+    turn_id = workflow_id(args.turn)
+    async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
+        erased = await client_of(conn, args).erase(
+            turn_id, conversation=args.conversation, said=lambda run: print(run.line(), flush=True)
+        )
+    print(f"erased {len(erased)} execution(s) and their stored payloads")
+    return 0
+
+
 async def cmd_show(args: argparse.Namespace) -> int:
     turn_id = workflow_id(args.workflow_id)
     async with session(args.task_queue, self_contained=False, needs_worker=False) as conn:
@@ -1152,6 +1167,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
         if origin := await rewind.origin_of(desc):
             print(origin.line())
         opened = await started_with(handle, "AgentTurn", TurnInput)
+        words = await memory_words(opened)
         for attached in opened.attachments if opened else []:
             print(f"attached: {attached.line()}")
         if args.follow and desc.status == WorkflowExecutionStatus.RUNNING:
@@ -1161,7 +1177,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                     writing.add(event)
                 elif isinstance(event, StepEvent):
                     writing.end()
-                    print(event.step.render(), flush=True)
+                    print(words(event.step.render()), flush=True)
             return await print_result(conn, turn, await turn.result(), sizes=True)
         if desc.status == WorkflowExecutionStatus.RUNNING:
             try:
@@ -1179,7 +1195,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 )
                 return 0
             for step in progress.steps:
-                print(step.render())
+                print(words(step.render()))
                 if step.kind is StepKind.APPROVAL and any(
                     p.call.id == c.id for p in progress.pending for c in step.calls
                 ):
@@ -1191,8 +1207,23 @@ async def cmd_show(args: argparse.Namespace) -> int:
             raise CliError(f"turn {desc.id} ended as {desc.status.name if desc.status else '?'}")
         result = await turn.result()  # a turn that failed: its outcome, or why, in one line
         for step in result.steps:
-            print(step.render())
+            print(words(step.render()))
         return await print_result(conn, turn, result, sizes=True)
+
+
+async def memory_words(opened: TurnInput | None) -> Callable[[str], str]:
+    """How `show` prints a step: a memory the turn recalled (recorded as `[memory mem_…]`)
+    in its words, from this folder's memory store as `memory list` reads it, for the
+    turn's own customer only; `[forgotten memory mem_…]` once forgotten."""
+    if opened is None:
+        return str
+    who = opened.asker
+    try:
+        return await MemoryAccess().words_for(who.user, tenant=who.tenant)
+    except (AgentClientError, MemoryUnavailable, OSError, sqlite3.Error) as e:
+        # The steps matter more than the words: shown as recorded, and why.
+        print(f"note: recalled memories shown as recorded ({e})", file=sys.stderr)
+        return str
 
 
 SHOW_QUERY_S = 5.0
@@ -1488,6 +1519,20 @@ def parser() -> argparse.ArgumentParser:
     audit.set_defaults(run=cmd_audit)
     schedules_cli.add_parser(sub).set_defaults(run=cmd_schedule)
     memory_cli.add_parser(sub).set_defaults(run=memory_cli.run)
+
+    erase = sub.add_parser(
+        "erase",
+        help="delete a turn from the server and the payload store: every run, its forks "
+        "and sub-agents (an operator's act: what was said in it is gone for good)",
+    )
+    erase.add_argument("--turn", required=True, metavar="WORKFLOW_ID", help="the turn to erase")
+    erase.add_argument(
+        "--conversation",
+        action="store_true",
+        help="a turn of a conversation (or a conversation's id): erase the whole "
+        "conversation, all its turns and their forks",
+    )
+    erase.set_defaults(run=cmd_erase)
 
     show = sub.add_parser("show", help="print the steps of a running or finished turn")
     show.add_argument("workflow_id")

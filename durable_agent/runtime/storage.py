@@ -386,6 +386,21 @@ class Boto3S3Client(S3StorageDriverClient):
 
         return await asyncio.to_thread(listed)
 
+    async def delete_listed(self, *, bucket: str, prefix: str) -> int:
+        """Delete the objects under `prefix` (`delete_stored`); how many there were."""
+
+        def delete() -> int:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            deleted = 0
+            for page in pages:
+                # A page lists at most 1,000 keys: what one delete_objects request takes.
+                if keys := [{"Key": o["Key"]} for o in page.get("Contents", ())]:
+                    self._s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+                    deleted += len(keys)
+            return deleted
+
+        return await asyncio.to_thread(delete)
+
     def describe(self) -> Mapping[str, str]:
         return {"region": str(self._s3.meta.region_name), "endpoint": self._s3.meta.endpoint_url}
 
@@ -933,6 +948,36 @@ async def size_of(client: Client, workflow_id: str) -> TurnSize:
     return TurnSize(history, events, runs, stored, where)
 
 
+async def delete_stored(storage: ExternalStorage | None, owner: Owner) -> int:
+    """Delete the owner's stored payloads from every store this process reads (its
+    folder in each; in S3, the objects under its key prefix in each bucket it knows):
+    how many payloads went. A payload whose S3 key leaves the workflow out (an id too
+    long to name in 1,024 bytes) cannot be told from others' and stays."""
+    deleted = 0
+    drivers = storage.drivers if isinstance(storage, PayloadStore) else []
+    for driver in drivers:
+        if isinstance(driver, FolderStorageDriver):
+            for root in dict.fromkeys((driver.root, *driver.also)):
+                folder = root / _folder(owner)
+                with contextlib.suppress(FileNotFoundError):  # none stored there
+                    deleted += sum(1 for p in folder.iterdir() if not p.name.startswith("."))
+                    shutil.rmtree(folder)
+        elif isinstance(driver, S3Store) and isinstance(driver.client, Boto3S3Client):
+            for bucket in driver.buckets:
+                deleted += await driver.client.delete_listed(
+                    bucket=bucket, prefix=_s3_prefix(owner)
+                )
+    return deleted
+
+
+def _s3_prefix(owner: Owner) -> str:
+    """The key prefix of the owner's payloads in S3 (as `S3Store.store` writes them)."""
+    return (
+        f"v0/ns/{_s3_encoded(owner.namespace)}/wt/null/wi/"
+        f"{_s3_encoded(owner.workflow_id)}/ri/null/d/sha256/"
+    )
+
+
 async def _stored_bytes(storage: PayloadStore, owner: Owner) -> int | None:
     """The bytes of the owner's payloads in the stores this process reads (None: a bucket
     would not list them, for want of the right, say)."""
@@ -947,13 +992,11 @@ async def _stored_bytes(storage: PayloadStore, owner: Owner) -> int | None:
                         if p.is_file() and not p.name.startswith(".")
                     )
         elif isinstance(driver, S3Store) and isinstance(driver.client, Boto3S3Client):
-            prefix = (
-                f"v0/ns/{_s3_encoded(owner.namespace)}/wt/null/wi/"
-                f"{_s3_encoded(owner.workflow_id)}/ri/null/d/sha256/"
-            )
             for bucket in driver.buckets:
                 try:
-                    total += await driver.client.listed_bytes(bucket=bucket, prefix=prefix)
+                    total += await driver.client.listed_bytes(
+                        bucket=bucket, prefix=_s3_prefix(owner)
+                    )
                 except Exception:  # noqa: BLE001 - no list right, unreachable: unknown
                     return None
     return total
