@@ -36,10 +36,10 @@ import statistics
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from temporalio.api.enums.v1 import EventType, TaskQueueKind
+from temporalio.api.enums.v1 import EventType, TaskQueueKind, TimeoutType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -99,13 +99,23 @@ async def waits(client: Client, workflow_id: str) -> dict[str, float]:
             since, where = scheduled[e.activity_task_started_event_attributes.scheduled_event_id]
             got[where] += at - since
         elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
-            got["sticky timeouts"] += 1
+            timeout = e.workflow_task_timed_out_event_attributes.timeout_type
+            got["sticky timeouts"] += timeout == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START
     return got
 
 
 async def median_waits(client: Client, handles: Sequence[object]) -> dict[str, float]:
     each = [await waits(client, h.id) for h in handles]  # type: ignore[attr-defined]
     return {k: statistics.median(w[k] for w in each) for k in WAITS}
+
+
+@dataclass
+class Run:
+    b_alone_s: float
+    b_beside_burst_s: float
+    a_burst_s: float
+    b_alone_waits: dict[str, float]
+    b_beside_waits: dict[str, float]
 
 
 async def run_once(
@@ -116,7 +126,7 @@ async def run_once(
     flags: Sequence[str] = (),
     eager: bool = True,
     sticky_wait: float = 2.0,
-) -> dict[str, object]:
+) -> Run:
     extra = [x for f in flags for x in ("--dynamic-config-value", f)]
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
@@ -151,13 +161,7 @@ async def run_once(
             beside_waits = await median_waits(client, bs)
     finally:
         await env.shutdown()
-    return {
-        "b_alone_s": alone,
-        "b_beside_burst_s": b_time,
-        "a_burst_s": max(a_time, b_time),
-        "b_alone_waits": alone_waits,
-        "b_beside_waits": beside_waits,
-    }
+    return Run(alone, b_time, max(a_time, b_time), alone_waits, beside_waits)
 
 
 def _row(name: str, w: dict[str, float]) -> str:
@@ -187,15 +191,15 @@ async def main(argv: Sequence[str] | None = None) -> None:
         got = await run_once(
             fair, args.a, args.b, args.slots, eager=not args.no_eager, sticky_wait=args.sticky_wait
         )
-        ratio = float(got["b_beside_burst_s"]) / float(got["b_alone_s"])  # type: ignore[arg-type]
+        ratio = got.b_beside_burst_s / got.b_alone_s
         name = "matching.enableFairness=true" if fair else "default (fairness off)"
         print(
-            f"{name:<28} {got['b_alone_s']:6.1f} s   {got['b_beside_burst_s']:10.1f} s"
-            f"         {ratio:5.1f}x  {got['a_burst_s']:7.1f} s"
+            f"{name:<28} {got.b_alone_s:6.1f} s   {got.b_beside_burst_s:10.1f} s"
+            f"         {ratio:5.1f}x  {got.a_burst_s:7.1f} s"
         )
         print("  B's tasks waited (s, a turn)" + "".join(f"{k:>16}" for k in WAITS))
-        print(_row("alone", got["b_alone_waits"]))  # type: ignore[arg-type]
-        print(_row("beside the burst", got["b_beside_waits"]))  # type: ignore[arg-type]
+        print(_row("alone", got.b_alone_waits))
+        print(_row("beside the burst", got.b_beside_waits))
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
