@@ -1,6 +1,7 @@
 """Fairness: does one customer's burst starve another's turns on a shared task queue?
 
     python -m durable_agent.bench.fairness [--a 200] [--b 5] [--slots 2] [--no-eager]
+                    [--sticky-wait 2] [--fair-only]
 
 Starts a dev server twice, without and with Temporal's task fairness
 (`--dynamic-config-value matching.enableFairness=true`; the `temporal` CLI 1.9.1 =
@@ -16,17 +17,29 @@ tasks take their turn beside A's. Figures from one run compare with each other o
 a workflow task with a free activity slot runs the activities it schedules at once,
 handed back in the completion's reply: they never wait in the server's queue, where
 fairness is decided, so a burst's own activities can take the slots B's wait for.
+
+Where B's time goes: for B's turns alone and beside the burst, the seconds their tasks
+waited to start (read from their histories, per turn, the median of the turns), by
+where they waited: a workflow task on the task queue (a turn's first, and any whose
+worker did not take it in time), one on the worker's sticky queue (the others: the
+worker holds the turn in its cache), an activity task; and how many sticky tasks timed
+out to the task queue. `--sticky-wait S`: the worker's
+`sticky_queue_schedule_to_start_timeout` (the product's default: 2 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import statistics
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import timedelta
 
+from temporalio.api.enums.v1 import EventType, TaskQueueKind, TimeoutType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -63,9 +76,57 @@ async def _keyed(client: Client, workflow_id: str) -> str:
     return ""
 
 
+WAITS = ("task queue", "sticky queue", "activities", "sticky timeouts")
+"""Where a turn's tasks waited to start (seconds), and how many sticky tasks timed out."""
+
+
+async def waits(client: Client, workflow_id: str) -> dict[str, float]:
+    """Seconds the turn's tasks waited between scheduled and started, by `WAITS`."""
+    got = dict.fromkeys(WAITS, 0.0)
+    scheduled: dict[int, tuple[float, str]] = {}
+    async for e in client.get_workflow_handle(workflow_id).fetch_history_events():
+        at = e.event_time.ToDatetime().timestamp()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            kind = e.workflow_task_scheduled_event_attributes.task_queue.kind
+            sticky = kind == TaskQueueKind.TASK_QUEUE_KIND_STICKY
+            scheduled[e.event_id] = (at, "sticky queue" if sticky else "task queue")
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[e.event_id] = (at, "activities")
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            since, where = scheduled[e.workflow_task_started_event_attributes.scheduled_event_id]
+            got[where] += at - since
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            since, where = scheduled[e.activity_task_started_event_attributes.scheduled_event_id]
+            got[where] += at - since
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            timeout = e.workflow_task_timed_out_event_attributes.timeout_type
+            got["sticky timeouts"] += timeout == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START
+    return got
+
+
+async def median_waits(client: Client, handles: Sequence[object]) -> dict[str, float]:
+    each = [await waits(client, h.id) for h in handles]  # type: ignore[attr-defined]
+    return {k: statistics.median(w[k] for w in each) for k in WAITS}
+
+
+@dataclass
+class Run:
+    b_alone_s: float
+    b_beside_burst_s: float
+    a_burst_s: float
+    b_alone_waits: dict[str, float]
+    b_beside_waits: dict[str, float]
+
+
 async def run_once(
-    fair: bool, a: int, b: int, slots: int, flags: Sequence[str] = (), eager: bool = True
-) -> dict[str, float]:
+    fair: bool,
+    a: int,
+    b: int,
+    slots: int,
+    flags: Sequence[str] = (),
+    eager: bool = True,
+    sticky_wait: float = 2.0,
+) -> Run:
     extra = [x for f in flags for x in ("--dynamic-config-value", f)]
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
@@ -85,8 +146,10 @@ async def run_once(
             max_concurrent_activities=slots,
             max_concurrent_workflow_tasks=slots,
             disable_eager_activity_execution=not eager,
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_wait),
         ):
-            alone = await _done(await _turns(client, task_queue, "customer-b", b))
+            b_alone = await _turns(client, task_queue, "customer-b", b)
+            alone = await _done(b_alone)
             burst = await _turns(client, task_queue, "customer-a", a)
             began = time.monotonic()
             bs = await _turns(client, task_queue, "customer-b", b)
@@ -94,9 +157,15 @@ async def run_once(
             a_time = await _done(burst) + (time.monotonic() - began - b_time)
             key = await _keyed(client, bs[0].id)  # type: ignore[attr-defined]
             assert key == fairness_key(TurnInput(question="x", customer_id="customer-b")), key
+            alone_waits = await median_waits(client, b_alone)
+            beside_waits = await median_waits(client, bs)
     finally:
         await env.shutdown()
-    return {"b_alone_s": alone, "b_beside_burst_s": b_time, "a_burst_s": max(a_time, b_time)}
+    return Run(alone, b_time, max(a_time, b_time), alone_waits, beside_waits)
+
+
+def _row(name: str, w: dict[str, float]) -> str:
+    return f"  {name:<20}" + "".join(f"{w[k]:>16.2f}" for k in WAITS)
 
 
 async def main(argv: Sequence[str] | None = None) -> None:
@@ -107,18 +176,31 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--no-eager", action="store_true", help="no eager activities: every task queues"
     )
+    parser.add_argument(
+        "--sticky-wait", type=float, default=2.0, help="the worker's sticky queue wait, seconds"
+    )
+    parser.add_argument("--fair-only", action="store_true", help="skip the run without fairness")
     args = parser.parse_args(argv)
     eager = "" if not args.no_eager else "; no eager activities"
-    print(f"{args.a} turns of A queued, then {args.b} of B; worker slots: {args.slots}{eager}")
+    print(
+        f"{args.a} turns of A queued, then {args.b} of B; worker slots: {args.slots}{eager}; "
+        f"sticky wait {args.sticky_wait:g} s; load average {os.getloadavg()[0]:.1f}"
+    )
     print("server                       B alone   B beside A's burst   ratio   A's burst")
-    for fair in (False, True):
-        got = await run_once(fair, args.a, args.b, args.slots, eager=not args.no_eager)
-        ratio = got["b_beside_burst_s"] / got["b_alone_s"]
+    for fair in (True,) if args.fair_only else (False, True):
+        got = await run_once(
+            fair, args.a, args.b, args.slots, eager=not args.no_eager, sticky_wait=args.sticky_wait
+        )
+        ratio = got.b_beside_burst_s / got.b_alone_s
         name = "matching.enableFairness=true" if fair else "default (fairness off)"
         print(
-            f"{name:<28} {got['b_alone_s']:6.1f} s   {got['b_beside_burst_s']:10.1f} s"
-            f"         {ratio:5.1f}x  {got['a_burst_s']:7.1f} s"
+            f"{name:<28} {got.b_alone_s:6.1f} s   {got.b_beside_burst_s:10.1f} s"
+            f"         {ratio:5.1f}x  {got.a_burst_s:7.1f} s"
         )
+        print("  B's tasks waited (s, a turn)" + "".join(f"{k:>16}" for k in WAITS))
+        print(_row("alone", got.b_alone_waits))
+        print(_row("beside the burst", got.b_beside_waits))
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

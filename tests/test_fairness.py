@@ -1,13 +1,17 @@
 """Fairness keys, on a real server: a turn, a conversation and its turns start with
 their customer as Temporal's fairness key (`runtime.turns.fairness_key`), bounded to
 the server's 64 bytes whatever the customer id. Whether the server shares the task
-queue by them is a measurement, not a test: `python -m durable_agent.bench.fairness`."""
+queue by them is a measurement, not a test: `python -m durable_agent.bench.fairness`;
+the lever it names (the worker's sticky wait, docs/operations.md) is one a test checks."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
+
 from temporalio.client import Client
 
-from durable_agent import AgentClient
+from durable_agent import AgentClient, build_worker
 from durable_agent.types import Outcome
 from tests.conftest import Harness
 
@@ -37,3 +41,18 @@ async def test_turns_carry_their_customer_as_fairness_key(harness: Harness) -> N
     assert await started_key(harness.client, chat.id) == "bo"
     # A conversation's turns are its children: they start with its key.
     assert await started_key(harness.client, chat_turn.id) == "bo"
+
+
+async def test_a_worker_takes_the_sticky_wait_it_is_given(harness: Harness) -> None:
+    # The fairness lever docs/operations.md names: a task waiting longer than this on a
+    # worker's sticky queue (first come first served) moves to the fair task queue.
+    agent = harness.agent()
+    given = build_worker(
+        harness.client,
+        agent,
+        task_queue=f"fair-{uuid.uuid4().hex[:8]}",
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=0.2),
+    )
+    assert given.config()["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=0.2)
+    default = build_worker(harness.client, agent, task_queue=f"fair-{uuid.uuid4().hex[:8]}")
+    assert default.config()["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=2)
