@@ -2,7 +2,8 @@
 from this process, which imported the command's modules once: a child is the process a
 person starts, without the second or more of imports it pays on a loaded machine.
 
-Started by `tests.procs.Forks`, with the modules to import as arguments. It reads
+Started by `tests.procs.Forks`, with the modules to import as arguments (`module`, or
+`module:function` to call what the command calls first, as it would). It reads
 requests from standard input and answers each with the child's exit code. It starts no
 thread and no SDK runtime of its own, so a fork holds nothing another process holds; a
 child reads its environment, folder and arguments as a process started anew would.
@@ -63,9 +64,11 @@ def child(request: dict, protocol: tuple[int, int]) -> None:
             if args[0] == "-m":
                 sys.argv = [args[1], *args[2:]]
                 sys.path[0] = os.getcwd()
-                # `python -m` runs the module as `__main__` only: imported here, it would
-                # run beside its own import.
-                sys.modules.pop(args[1], None)
+                # `python -m` runs the module (or a package's `__main__`) as `__main__`
+                # only: imported here, it would run beside its own import.
+                for name in (args[1], f"{args[1]}.__main__"):
+                    if not hasattr(sys.modules.get(name), "__path__"):
+                        sys.modules.pop(name, None)
                 runpy.run_module(args[1], run_name="__main__", alter_sys=True)
             else:
                 sys.argv = list(args)
@@ -104,7 +107,11 @@ def serve(modules: list[str]) -> None:
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
     for name in modules:
-        importlib.import_module(name)
+        # `module`, or `module:function` for what the command does first at start-up.
+        module, _, function = name.partition(":")
+        imported = importlib.import_module(module)
+        if function:
+            getattr(imported, function)()
     if threading.active_count() != 1:
         raise SystemExit("fork_server: importing the modules started a thread")
     os.write(protocol[1], HEADER.pack(0))  # ready

@@ -67,10 +67,14 @@ class Forks:
         return data
 
     def run(
-        self, args: list[str], env: dict[str, str], timeout: float = 30
+        self,
+        args: list[str],
+        env: dict[str, str],
+        timeout: float = 30,
+        cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """`python ARGS` (`-m MODULE ...` too) in `env`, from the server's folder, with
-        no standard input: its exit code, standard output and standard error."""
+        """`python ARGS` (`-m MODULE ...` too) in `env`, from `cwd` (else the server's
+        folder), with no standard input: its exit code, standard output and error."""
         assert self.server.stdin is not None
         with tempfile.TemporaryDirectory(prefix="forked-") as folder:
             out, err = Path(folder, "out"), Path(folder, "err")
@@ -78,7 +82,7 @@ class Forks:
                 {
                     "args": args,
                     "env": env,
-                    "cwd": str(self.cwd),
+                    "cwd": str(cwd or self.cwd),
                     "out": str(out),
                     "err": str(err),
                     "timeout": timeout,
