@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from durable_agent.tools import ToolRegistry, schema_tool
 from durable_agent.types import Outcome, ToolCall, TurnInput
 from tests.conftest import Harness
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
+from tests.procs import Forks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -245,6 +247,14 @@ def test_load_finds_a_module_in_the_current_folder(
     sys.modules.pop("books", None)
 
 
+@pytest.fixture(scope="module")
+def forks() -> Iterator[Forks]:
+    """The worker's command imported once, in a process its bad-agent runs fork from."""
+    forks = Forks(["durable_agent.commands.worker"], dict(os.environ), ROOT)
+    yield forks
+    forks.close()
+
+
 @pytest.mark.parametrize(
     ("spec", "says"),
     [
@@ -296,14 +306,10 @@ def test_load_finds_a_module_in_the_current_folder(
     ],
 )
 def test_every_bad_agent_stops_the_worker_with_one_line(
-    elsewhere: Path, spec: str, says: str
+    forks: Forks, elsewhere: Path, spec: str, says: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "worker.py"), "--agent", spec],
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = forks.run(
+        [str(ROOT / "worker.py"), "--agent", spec], dict(os.environ), timeout=120, cwd=elsewhere
     )
     assert done.returncode != 0
     lines = (done.stdout + done.stderr).strip().splitlines()
