@@ -12,6 +12,7 @@ child reads its environment, folder and arguments as a process started anew woul
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import os
 import pickle
@@ -108,10 +109,13 @@ def serve(modules: list[str]) -> None:
     os.dup2(2, 1)
     for name in modules:
         # `module`, or `module:function` for what the command does first at start-up.
+        # One that fails here (an extra not installed) fails again in the child that
+        # needs it, as it would in a process of its own.
         module, _, function = name.partition(":")
-        imported = importlib.import_module(module)
-        if function:
-            getattr(imported, function)()
+        with contextlib.suppress(Exception):
+            imported = importlib.import_module(module)
+            if function:
+                getattr(imported, function)()
     if threading.active_count() != 1:
         raise SystemExit("fork_server: importing the modules started a thread")
     os.write(protocol[1], HEADER.pack(0))  # ready
