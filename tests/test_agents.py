@@ -15,7 +15,6 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -247,14 +246,6 @@ def test_load_finds_a_module_in_the_current_folder(
     sys.modules.pop("books", None)
 
 
-@pytest.fixture(scope="module")
-def forks() -> Iterator[Forks]:
-    """The worker's command imported once, in a process its bad-agent runs fork from."""
-    forks = Forks(["durable_agent.commands.worker"], dict(os.environ), ROOT)
-    yield forks
-    forks.close()
-
-
 @pytest.mark.parametrize(
     ("spec", "says"),
     [
@@ -306,9 +297,9 @@ def forks() -> Iterator[Forks]:
     ],
 )
 def test_every_bad_agent_stops_the_worker_with_one_line(
-    forks: Forks, elsewhere: Path, spec: str, says: str
+    cli_forks: Forks, elsewhere: Path, spec: str, says: str
 ) -> None:
-    done = forks.run(
+    done = cli_forks.run(
         [str(ROOT / "worker.py"), "--agent", spec], dict(os.environ), timeout=120, cwd=elsewhere
     )
     assert done.returncode != 0

@@ -56,18 +56,6 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def forks() -> Iterator[Forks]:
-    """The command, the worker and the codec server imported once, in a process their
-    bad-input runs fork from: a run costs a fork, not a second of imports."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
-    forks = Forks(
-        ["durable_agent.commands.client", "durable_agent.commands.worker", CODEC_SERVER], env, ROOT
-    )
-    yield forks
-    forks.close()
-
-
 def run(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *args],
@@ -300,9 +288,9 @@ def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
     ],
 )
 def test_bad_input_gets_one_clear_line(
-    forks: Forks, cli_env: dict[str, str], args: list[str], message: str
+    cli_forks: Forks, cli_env: dict[str, str], args: list[str], message: str
 ) -> None:
-    out = forks.run(["client.py", *args], cli_env)
+    out = cli_forks.run(["client.py", *args], cli_env)
     assert out.returncode == 1
     assert out.stderr.strip().startswith(message), out.stderr
     assert "Traceback" not in out.stderr
@@ -322,10 +310,10 @@ def test_bad_input_gets_one_clear_line(
     ],
 )
 def test_the_worker_and_the_codec_server_answer_bad_flags_in_one_line(
-    forks: Forks, cli_env: dict[str, str], args: list[str], message: str
+    cli_forks: Forks, cli_env: dict[str, str], args: list[str], message: str
 ) -> None:
     env = cli_env | {"AGENT_ENCRYPTION_KEY": "k1:" + base64.b64encode(bytes(32)).decode()}
-    out = forks.run(args, env)
+    out = cli_forks.run(args, env)
     assert out.returncode == 1
     assert out.stderr.strip().startswith(message), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
