@@ -81,17 +81,24 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 @pytest.fixture(scope="module")
-def cli_forks() -> Iterator[Forks]:
+def forks_env() -> dict[str, str]:
+    """The environment `cli_forks` imports the commands in. A run whose environment
+    differs in what they read as they load (`AGENT_TASK_QUEUE`, the ports) runs as a
+    process of its own: a module whose runs set those overrides this fixture."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+
+
+@pytest.fixture(scope="module")
+def cli_forks(forks_env: dict[str, str]) -> Iterator[Forks]:
     """The commands (`client.py`, `worker.py`, the codec server) imported once, in a
     process a module's short runs of them (bad input, one line each) fork from: a run
     costs a fork, not the second or more of imports a process of its own pays."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
     modules = [
         "durable_agent.commands.client",
         "durable_agent.commands.worker",
         "durable_agent.runtime.codec_server",
     ]
-    forks = Forks(modules, env, Path(__file__).resolve().parent.parent)
+    forks = Forks(modules, forks_env, Path(__file__).resolve().parent.parent)
     yield forks
     forks.close()
 

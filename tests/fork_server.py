@@ -47,8 +47,9 @@ def exit_code(code: object) -> int:
     return 1
 
 
-def child(request: dict, protocol: tuple[int, int]) -> None:
-    """In the forked child: the command, as `python` would run it; never returns."""
+def child(request: dict, protocol: tuple[int, int], fresh: bool) -> None:
+    """In the forked child: the command, as `python` would run it (`fresh`: python
+    itself, run anew); never returns."""
     code = 1
     try:
         for fd in protocol:
@@ -61,6 +62,8 @@ def child(request: dict, protocol: tuple[int, int]) -> None:
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         args = request["args"]
+        if fresh:
+            os.execve(sys.executable, [sys.executable, *args], request["env"])
         try:
             if args[0] == "-m":
                 sys.argv = [args[1], *args[2:]]
@@ -101,21 +104,40 @@ def waited(pid: int, timeout: float) -> int:
         time.sleep(0.005)
 
 
+def preloaded(modules: list[str]) -> set[str]:
+    """Imports `modules` (`module`, or `module:function` for what the command does
+    first at start-up); the names of the environment variables they read as they did."""
+    read: set[str] = set()
+    environ = type(os.environ)
+    get = environ.__getitem__
+
+    def recorded(self: os._Environ[str], key: str) -> str:
+        read.add(key)
+        return get(self, key)
+
+    environ.__getitem__ = recorded  # type: ignore[method-assign]
+    try:
+        for name in modules:
+            # One that fails here (an extra not installed) fails again in the child that
+            # needs it, as it would in a process of its own.
+            module, _, function = name.partition(":")
+            with contextlib.suppress(Exception):
+                imported = importlib.import_module(module)
+                if function:
+                    getattr(imported, function)()
+    finally:
+        environ.__getitem__ = get  # type: ignore[method-assign]
+    return read
+
+
 def serve(modules: list[str]) -> None:
     # The requests come on standard input and the answers go out on standard output;
     # a child's own are files of the test's.
     protocol = (os.dup(0), os.dup(1))
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
-    for name in modules:
-        # `module`, or `module:function` for what the command does first at start-up.
-        # One that fails here (an extra not installed) fails again in the child that
-        # needs it, as it would in a process of its own.
-        module, _, function = name.partition(":")
-        with contextlib.suppress(Exception):
-            imported = importlib.import_module(module)
-            if function:
-                getattr(imported, function)()
+    loaded_in = dict(os.environ)
+    read = preloaded(modules)
     if threading.active_count() != 1:
         raise SystemExit("fork_server: importing the modules started a thread")
     os.write(protocol[1], HEADER.pack(0))  # ready
@@ -127,7 +149,11 @@ def serve(modules: list[str]) -> None:
         request = pickle.loads(read_exactly(protocol[0], size))
         pid = os.fork()
         if pid == 0:
-            child(request, protocol)
+            # A run whose environment differs in what a module read as it loaded (a
+            # task queue, a port: `runtime.settings`) would see this process's values:
+            # it runs as a process of its own instead.
+            fresh = any(request["env"].get(k) != loaded_in.get(k) for k in read)
+            child(request, protocol, fresh)
         code = waited(pid, request["timeout"])
         os.write(protocol[1], struct.pack("!i", code))
 

@@ -40,14 +40,26 @@ CODEC_SERVER = "durable_agent.runtime.codec_server"
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
     """A machine with no server: embedded server on free ports, state in tmp_path."""
+    return machine(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def forks_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """`cli_env` for the module's bad-input runs, its ports picked once: the command
+    reads them as it loads, so the runs fork from one process (`cli_forks`)."""
+    return machine(tmp_path_factory.mktemp("refused"))
+
+
+def machine(folder: Path) -> dict[str, str]:
+    """The environment of a machine with no server, its state in `folder`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
     env.update(
-        AGENT_STATE_DIR=str(tmp_path / "state"),
-        AGENT_SHOP_DB=str(tmp_path / "shop.db"),
+        AGENT_STATE_DIR=str(folder / "state"),
+        AGENT_SHOP_DB=str(folder / "shop.db"),
         AGENT_SERVER_PORT=str(free_port()),
         AGENT_UI_PORT=str(free_port()),
         AGENT_TASK_QUEUE="cli-test",
-        TEMPORAL_CONFIG_FILE=str(tmp_path / "no-such-temporal.toml"),
+        TEMPORAL_CONFIG_FILE=str(folder / "no-such-temporal.toml"),
         PYTHONUNBUFFERED="1",
         # Every payload in the state folder's store: `ask` and `show` read references.
         AGENT_PAYLOAD_STORE="local",
@@ -288,9 +300,9 @@ def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
     ],
 )
 def test_bad_input_gets_one_clear_line(
-    cli_forks: Forks, cli_env: dict[str, str], args: list[str], message: str
+    cli_forks: Forks, forks_env: dict[str, str], args: list[str], message: str
 ) -> None:
-    out = cli_forks.run(["client.py", *args], cli_env)
+    out = cli_forks.run(["client.py", *args], forks_env)
     assert out.returncode == 1
     assert out.stderr.strip().startswith(message), out.stderr
     assert "Traceback" not in out.stderr
@@ -310,9 +322,9 @@ def test_bad_input_gets_one_clear_line(
     ],
 )
 def test_the_worker_and_the_codec_server_answer_bad_flags_in_one_line(
-    cli_forks: Forks, cli_env: dict[str, str], args: list[str], message: str
+    cli_forks: Forks, forks_env: dict[str, str], args: list[str], message: str
 ) -> None:
-    env = cli_env | {"AGENT_ENCRYPTION_KEY": "k1:" + base64.b64encode(bytes(32)).decode()}
+    env = forks_env | {"AGENT_ENCRYPTION_KEY": "k1:" + base64.b64encode(bytes(32)).decode()}
     out = cli_forks.run(args, env)
     assert out.returncode == 1
     assert out.stderr.strip().startswith(message), out.stderr
