@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +34,7 @@ from durable_agent.shop.agent import support
 from durable_agent.tools import ToolRegistry
 from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutput
 from durable_agent.workflows import search
+from tests.procs import Forks
 
 # Each test process (each pytest-xdist worker, `-n 2`) has a state folder of its own,
 # outside the checkout: what its in-process workers keep there (the payload store, MCP
@@ -77,6 +78,29 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     yield env
     await env.shutdown()
+
+
+@pytest.fixture(scope="module")
+def forks_env() -> dict[str, str]:
+    """The environment `cli_forks` imports the commands in. A run whose environment
+    differs in what they read as they load (`AGENT_TASK_QUEUE`, the ports) runs as a
+    process of its own: a module whose runs set those overrides this fixture."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+
+
+@pytest.fixture(scope="module")
+def cli_forks(forks_env: dict[str, str]) -> Iterator[Forks]:
+    """The commands (`client.py`, `worker.py`, the codec server) imported once, in a
+    process a module's short runs of them (bad input, one line each) fork from: a run
+    costs a fork, not the second or more of imports a process of its own pays."""
+    modules = [
+        "durable_agent.commands.client",
+        "durable_agent.commands.worker",
+        "durable_agent.runtime.codec_server",
+    ]
+    forks = Forks(modules, forks_env, Path(__file__).resolve().parent.parent)
+    yield forks
+    forks.close()
 
 
 @pytest.fixture

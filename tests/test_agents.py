@@ -33,6 +33,7 @@ from durable_agent.tools import ToolRegistry, schema_tool
 from durable_agent.types import Outcome, ToolCall, TurnInput
 from tests.conftest import Harness
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
+from tests.procs import Forks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -296,14 +297,10 @@ def test_load_finds_a_module_in_the_current_folder(
     ],
 )
 def test_every_bad_agent_stops_the_worker_with_one_line(
-    elsewhere: Path, spec: str, says: str
+    cli_forks: Forks, elsewhere: Path, spec: str, says: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "worker.py"), "--agent", spec],
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = cli_forks.run(
+        [str(ROOT / "worker.py"), "--agent", spec], dict(os.environ), timeout=120, cwd=elsewhere
     )
     assert done.returncode != 0
     lines = (done.stdout + done.stderr).strip().splitlines()

@@ -27,9 +27,11 @@ from temporalio.worker import Worker
 from durable_agent import AgentClient
 from durable_agent.plugin import AgentPlugin
 from durable_agent.runtime.server import free_port
+from durable_agent.runtime.streams import QUERY_WAIT
 from durable_agent.runtime.turns import workers
 from durable_agent.shop import ShopStore
 from tests.conftest import SEED_CASES, Harness
+from tests.procs import Forks
 
 ROOT = Path(__file__).resolve().parent.parent
 CODEC_SERVER = "durable_agent.runtime.codec_server"
@@ -38,14 +40,26 @@ CODEC_SERVER = "durable_agent.runtime.codec_server"
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
     """A machine with no server: embedded server on free ports, state in tmp_path."""
+    return machine(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def forks_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """`cli_env` for the module's bad-input runs, its ports picked once: the command
+    reads them as it loads, so the runs fork from one process (`cli_forks`)."""
+    return machine(tmp_path_factory.mktemp("refused"))
+
+
+def machine(folder: Path) -> dict[str, str]:
+    """The environment of a machine with no server, its state in `folder`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
     env.update(
-        AGENT_STATE_DIR=str(tmp_path / "state"),
-        AGENT_SHOP_DB=str(tmp_path / "shop.db"),
+        AGENT_STATE_DIR=str(folder / "state"),
+        AGENT_SHOP_DB=str(folder / "shop.db"),
         AGENT_SERVER_PORT=str(free_port()),
         AGENT_UI_PORT=str(free_port()),
         AGENT_TASK_QUEUE="cli-test",
-        TEMPORAL_CONFIG_FILE=str(tmp_path / "no-such-temporal.toml"),
+        TEMPORAL_CONFIG_FILE=str(folder / "no-such-temporal.toml"),
         PYTHONUNBUFFERED="1",
         # Every payload in the state folder's store: `ask` and `show` read references.
         AGENT_PAYLOAD_STORE="local",
@@ -127,9 +141,8 @@ def served(shared_server: dict[str, str]) -> Iterator[dict[str, str]]:
         yield shared_server
 
 
-def test_worker_and_ask_follow_in_two_processes(
-    cli_env: dict[str, str], worker: subprocess.Popen[str]
-) -> None:
+def test_worker_and_ask_follow_in_two_processes(served: dict[str, str]) -> None:
+    cli_env = served
     out = run(["client.py", "ask", "Has order 123456 shipped?", "--follow"], cli_env)
     assert out.returncode == 0, out.stderr
     lines = [line for line in out.stdout.splitlines() if "] shield " not in line]
@@ -287,9 +300,9 @@ def test_huge_question_from_stdin_is_refused(cli_env: dict[str, str]) -> None:
     ],
 )
 def test_bad_input_gets_one_clear_line(
-    cli_env: dict[str, str], args: list[str], message: str
+    cli_forks: Forks, forks_env: dict[str, str], args: list[str], message: str
 ) -> None:
-    out = run(["client.py", *args], cli_env, timeout=30)
+    out = cli_forks.run(["client.py", *args], forks_env)
     assert out.returncode == 1
     assert out.stderr.strip().startswith(message), out.stderr
     assert "Traceback" not in out.stderr
@@ -309,10 +322,10 @@ def test_bad_input_gets_one_clear_line(
     ],
 )
 def test_the_worker_and_the_codec_server_answer_bad_flags_in_one_line(
-    cli_env: dict[str, str], args: list[str], message: str
+    cli_forks: Forks, forks_env: dict[str, str], args: list[str], message: str
 ) -> None:
-    env = cli_env | {"AGENT_ENCRYPTION_KEY": "k1:" + base64.b64encode(bytes(32)).decode()}
-    out = run(args, env, timeout=30)
+    env = forks_env | {"AGENT_ENCRYPTION_KEY": "k1:" + base64.b64encode(bytes(32)).decode()}
+    out = cli_forks.run(args, env)
     assert out.returncode == 1
     assert out.stderr.strip().startswith(message), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
@@ -562,9 +575,14 @@ def asking_until(env: dict[str, str], said: str) -> tuple[subprocess.Popen[str],
 def test_ask_waits_for_a_worker_started_later(shared_server: dict[str, str]) -> None:
     """The turn waits for a worker, and so does `ask`: reads of its stream that no worker
     answers in time are asked again, not a traceback."""
-    asking, _ = asking_until(shared_server, "no worker has picked up")
-    # Longer than one read of its stream waits for a worker (the server's limit, 30 s).
-    time.sleep(35)
+    asking, _ = asking_until(shared_server, "started")
+    reading = time.monotonic()  # its first read of the stream starts now
+    assert asking.stderr is not None
+    while "no worker has picked up" not in (line := asking.stderr.readline()):
+        assert line, "ask ended early"
+    # No worker until that read has waited its longest (`QUERY_WAIT`) and been asked
+    # again. What is waited for is that time itself: nothing says a read timed out.
+    time.sleep(max(0.0, reading + QUERY_WAIT.total_seconds() + 3 - time.monotonic()))
     worker = subprocess.Popen(
         [sys.executable, "worker.py"], cwd=ROOT, env=shared_server, stdout=subprocess.DEVNULL
     )

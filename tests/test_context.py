@@ -7,8 +7,7 @@ never calls the function again; a context that cannot travel is refused at the c
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,6 +29,7 @@ from durable_agent.settings import Settings
 from durable_agent.types import MAX_CONTEXT_BYTES, Outcome, ToolCall
 from durable_agent.workflows import AgentTurn, Conversation
 from tests.conftest import Harness, last_result
+from tests.procs import Forks
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT = {"name": "Ada", "plan": "pro", "locale": "fr-FR", "tenant": "acme", "date": "2026-12-01"}
@@ -295,14 +295,8 @@ async def test_context_over_its_limit_is_refused_at_the_client(harness: Harness)
         ('{"a": ' * 5000 + "1" + "}" * 5000, "--context: the context nests lists and objects"),
     ],
 )
-def test_the_cli_refuses_a_bad_context_in_one_line(given: str, said: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "client.py", "ask", "Hi", "--context", given],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_the_cli_refuses_a_bad_context_in_one_line(cli_forks: Forks, given: str, said: str) -> None:
+    done = cli_forks.run(["client.py", "ask", "Hi", "--context", given], dict(os.environ))
     assert done.returncode == 1
     assert done.stderr.startswith(f"error: {said}")
     assert len(done.stderr.strip().splitlines()) == 1

@@ -5,8 +5,7 @@ conversation's cap holds across its turns."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from durable_agent.pricing import SETTING
 from durable_agent.scripted import ScriptedModel
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnLimits, Usage
 from tests.conftest import Harness, kinds
+from tests.procs import Forks
 from tests.test_fallback import status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,14 +116,8 @@ async def test_a_conversations_cap_holds_across_its_turns(
         ("nan", "error: --max-cost: give a number of US dollars, not 'nan'"),
     ],
 )
-def test_the_cli_refuses_a_bad_cap_in_one_line(value: str, said: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "client.py", "ask", "Hi", "--max-cost", value],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_the_cli_refuses_a_bad_cap_in_one_line(cli_forks: Forks, value: str, said: str) -> None:
+    done = cli_forks.run(["client.py", "ask", "Hi", "--max-cost", value], dict(os.environ))
     assert done.returncode == 1
     assert done.stderr.startswith(said)
     assert len(done.stderr.strip().splitlines()) == 1

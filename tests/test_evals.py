@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,7 +29,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("tau2", reason='τ²-bench is not installed: pip install -e ".[evals]"')
 
 from durable_agent.evals.run import run_tasks  # noqa: E402
-from tests.procs import children, worker_env  # noqa: E402
+from tests.procs import Forks, children, worker_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -172,6 +173,16 @@ def test_progress_on_a_terminal_is_one_line_drawn_again() -> None:
     assert "1 FAILED" in drawn[-1] and out.getvalue().endswith("\n")
 
 
+@pytest.fixture(scope="module")
+def evals_forks() -> Iterator[Forks]:
+    """The command imported once, τ²-bench with it as the command sets it up (seconds
+    on a loaded machine), in a process its short runs (one line each) fork from."""
+    preload = ["durable_agent.evals.__main__", "durable_agent.evals.run"]
+    forks = Forks([*preload, "durable_agent.evals.tau2:_tau2"], dict(os.environ), ROOT)
+    yield forks
+    forks.close()
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -195,13 +206,12 @@ def test_progress_on_a_terminal_is_one_line_drawn_again() -> None:
         (["--split", ""], "--split: give a split's name"),
     ],
 )
-def test_bad_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "durable_agent.evals", "tau2", *args],
-        cwd=ROOT,
-        env={**os.environ, "AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
-        capture_output=True,
-        text=True,
+def test_bad_input_is_one_line(
+    evals_forks: Forks, tmp_path: Path, args: list[str], says: str
+) -> None:
+    done = evals_forks.run(
+        ["-m", "durable_agent.evals", "tau2", *args],
+        {**os.environ, "AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
         timeout=120,
     )
     assert done.returncode == 2
@@ -213,22 +223,19 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> No
     "suite", [["tau2", "--tasks", "0"], ["tau2", "--plain"], ["tau2", "--floor"], ["questions"]]
 )
 def test_a_report_folder_it_cannot_write_to_is_refused_before_anything_runs(
-    tmp_path: Path, suite: list[str]
+    evals_forks: Forks, tmp_path: Path, suite: list[str]
 ) -> None:
     """`--report` under a file (or a file itself): one line, exit 2, before the server
     is asked for anything (here there is none) and before any episode runs."""
     (tmp_path / "a-file").write_text("")
     for report in (tmp_path / "a-file" / "reports", tmp_path / "a-file"):
-        done = subprocess.run(
-            [sys.executable, "-m", "durable_agent.evals", *suite, "--report", str(report)],
-            cwd=ROOT,
-            env={
+        done = evals_forks.run(
+            ["-m", "durable_agent.evals", *suite, "--report", str(report)],
+            {
                 **os.environ,
                 "AGENT_STATE_DIR": str(tmp_path / "state"),
                 "TEMPORAL_ADDRESS": "127.0.0.1:1",
             },
-            capture_output=True,
-            text=True,
             timeout=120,
         )
         assert done.returncode == 2, done.stdout + done.stderr
@@ -664,13 +671,10 @@ async def test_temporals_floor_runs_the_episodes_as_bare_workflows_each_write_ap
 
 
 @pytest.mark.parametrize("value", ["x", "5,1"])
-def test_a_bad_kill_interval_is_one_line(tmp_path: Path, value: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "durable_agent.evals", "tau2", "--tasks", "0", "--chaos"],
-        cwd=ROOT,
-        env={**os.environ, "AGENT_EVALS_KILL_EVERY": value, "AGENT_STATE_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
+def test_a_bad_kill_interval_is_one_line(evals_forks: Forks, tmp_path: Path, value: str) -> None:
+    done = evals_forks.run(
+        ["-m", "durable_agent.evals", "tau2", "--tasks", "0", "--chaos"],
+        {**os.environ, "AGENT_EVALS_KILL_EVERY": value, "AGENT_STATE_DIR": str(tmp_path)},
         timeout=120,
     )
     assert done.returncode != 0

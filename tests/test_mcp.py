@@ -36,7 +36,7 @@ from durable_agent.tools import ToolContext
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput
 from tests.conftest import Harness, last_result
 from tests.fakes.chat_completions import ChatCompletionsServer, text, tool_calls
-from tests.procs import children
+from tests.procs import Forks, children
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,17 +150,14 @@ def test_a_bad_config_says_what_to_fix(tmp_path: Path, config: str, says: str) -
     ids=["unknown-command", "duplicate-names"],
 )
 def test_the_worker_stops_with_one_line_on_a_server_that_cannot_serve(
-    tmp_path: Path, servers: dict[str, Any], says: str
+    cli_forks: Forks, tmp_path: Path, servers: dict[str, Any], says: str
 ) -> None:
     path = tmp_path / "mcp.json"
     path.write_text(json.dumps({"mcpServers": servers}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-    done = subprocess.run(
-        [sys.executable, "worker.py", "--mcp-config", str(path)],
-        cwd=ROOT,
-        env=env | {"AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
-        capture_output=True,
-        text=True,
+    done = cli_forks.run(
+        ["worker.py", "--mcp-config", str(path)],
+        env | {"AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
         timeout=60,
     )
     assert done.returncode != 0
@@ -169,17 +166,16 @@ def test_the_worker_stops_with_one_line_on_a_server_that_cannot_serve(
     assert len(lines) == 1 and says in lines[0], done.stderr
 
 
-def test_a_server_named_twice_stops_the_worker_with_one_line(tmp_path: Path) -> None:
+def test_a_server_named_twice_stops_the_worker_with_one_line(
+    cli_forks: Forks, tmp_path: Path
+) -> None:
     path = tmp_path / "mcp.json"
     time = json.dumps({"command": str(BIN / "mcp-server-time")})
     path.write_text(f'{{"mcpServers": {{"time": {time}, "time": {time}}}}}')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-    done = subprocess.run(
-        [sys.executable, "worker.py", "--mcp-config", str(path)],
-        cwd=ROOT,
-        env=env | {"AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
-        capture_output=True,
-        text=True,
+    done = cli_forks.run(
+        ["worker.py", "--mcp-config", str(path)],
+        env | {"AGENT_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
         timeout=60,
     )
     assert done.returncode != 0

@@ -71,6 +71,7 @@ from durable_agent.types import (
 from durable_agent.workflows import AgentTurn, Conversation
 from tests.conftest import Harness, last_result
 from tests.drill_worker import ChangedConversation
+from tests.procs import Forks
 
 ROOT = Path(__file__).resolve().parent.parent
 WAITING, IDLE, MID_TURN = 50, 10, 10
@@ -790,16 +791,11 @@ def test_the_server_command_runs_a_server_no_worker_owns(tmp_path: Path) -> None
     ("variable", "value"), [("AGENT_PROMOTE", "sometimes"), ("AGENT_VERSIONING", "maybe")]
 )
 def test_a_bad_versioning_setting_stops_the_worker_with_one_line(
-    variable: str, value: str, tmp_path: Path
+    cli_forks: Forks, variable: str, value: str, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-    done = subprocess.run(
-        [sys.executable, "worker.py"],
-        cwd=ROOT,
-        env=env | {variable: value, "AGENT_STATE_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = cli_forks.run(
+        ["worker.py"], env | {variable: value, "AGENT_STATE_DIR": str(tmp_path)}, timeout=60
     )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
