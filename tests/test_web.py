@@ -39,7 +39,7 @@ from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient
 from durable_agent.frontends.web import serve
 from durable_agent.memory import MemorySettings
-from durable_agent.model import ModelRequest, Reply
+from durable_agent.model import Reply
 from durable_agent.outputs import OUTPUT_TOOL
 from durable_agent.runtime.server import LOCAL_UI_PORT, Connection, free_port, is_listening
 from durable_agent.runtime.streams import turn_events
@@ -48,6 +48,7 @@ from durable_agent.shop import ShopStore
 from durable_agent.stream import TokensEvent
 from durable_agent.types import StepKind, ToolCall, TurnOutput
 from tests.conftest import Harness
+from tests.test_web_server import keeper_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -792,22 +793,11 @@ async def test_a_fork_of_a_turn_shows_by_itself_with_its_parent_and_step(
         )
 
 
-def _keeps_and_looks_up(request: ModelRequest) -> Reply:
-    """Keeps what it is asked to (the customer's words: it runs unasked), looks up what
-    it is asked to."""
-    q = request.question
-    if q.startswith("Please remember: "):
-        fact = q.removeprefix("Please remember: ")
-        return Reply(calls=[ToolCall(id="m1", name="remember", arguments={"fact": fact})])
-    query = q.removeprefix("Look up: ")
-    return Reply(calls=[ToolCall(id="m1", name="recall", arguments={"query": query})])
-
-
 async def test_a_recalled_memory_shows_in_its_words_as_text(harness: Harness, page: Page) -> None:
     """A turn that recalled a memory (recorded `[memory mem_…]`) shows it in the words its
     customer told, markup and all printed as text."""
     fact = "My cat is called <b>Tom</b>"
-    model = ScriptedModel(plans=[_keeps_and_looks_up], decisions=[lambda _: Reply(text="done")])
+    model = ScriptedModel(plans=[keeper_plan], decisions=[lambda _: Reply(text="done")])
     concierge = Agent(
         name="concierge",
         model="scripted",

@@ -517,12 +517,10 @@ async def test_a_fork_of_a_chat_turn_is_read_and_decided_by_its_own_id(
     assert missing == [("missing", {"message": "no turn turn-someone-9 of customer demo"})]
 
 
-async def _sse(
-    http: httpx.AsyncClient, path: str, headers: dict[str, str] | None = None
-) -> list[tuple[str, Any]]:
+async def _sse(http: httpx.AsyncClient, path: str) -> list[tuple[str, Any]]:
     """The named events of a stream that ends by itself (keepalives and retries left out)."""
     events: list[tuple[str, Any]] = []
-    async with http.stream("GET", path, headers=headers) as response:
+    async with http.stream("GET", path) as response:
         name = ""
         async for line in response.aiter_lines():
             if line.startswith("event: "):
@@ -742,9 +740,10 @@ async def test_a_turns_files_are_served_to_its_asker_only_and_run_nothing(
 REMEMBER, LOOK_UP = "Please remember: ", "Look up: "
 
 
-def _keeper_plan(request: ModelRequest) -> Reply:
-    """Keeps what it is asked to, in the customer's words (so it runs unasked), looks up
-    what it is asked to, and otherwise just answers."""
+def keeper_plan(request: ModelRequest) -> Reply:
+    """A model's plan that keeps what it is asked to, in the customer's words (so it runs
+    unasked), looks up what it is asked to, and otherwise just answers (tests/test_web.py
+    too)."""
     q = request.question
     if q.startswith(REMEMBER):
         fact = q.removeprefix(REMEMBER)
@@ -755,7 +754,7 @@ def _keeper_plan(request: ModelRequest) -> Reply:
     return Reply(text="ok")
 
 
-KEEPER = ScriptedModel(plans=[_keeper_plan], decisions=[lambda _: Reply(text="done")])
+KEEPER = ScriptedModel(plans=[keeper_plan], decisions=[lambda _: Reply(text="done")])
 
 
 def _step_lines(events: list[tuple[str, Any]]) -> list[str]:
