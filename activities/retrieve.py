@@ -11,11 +11,14 @@ a search call's result is: instruction-like text in a document stays marked data
 
 The question's attached documents (and its conversation's) are searched with the
 knowledge here (`context_sources.ReadsAttached`): read from the payload store as the
-turn's, cut and searched for this one step, never kept in a shared index.
+turn's, cut and searched for this one step, never kept in a shared index. An agent
+that retrieves with no knowledge (its memory's recall) searches them the same way, by
+themselves.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -88,8 +91,8 @@ class RetrieveActivity:
         # Read here, as the model activity reads them: the payload store's checks and the
         # turn's lineage say which files this turn may read (and a failure fails the step).
         readers = [s for s in asking if isinstance(s, ReadsAttached)]
-        loaded = await stored_attachments.load(input.documents) if readers else {}
-        documents = [(a, loaded[a.sha256]) for a in input.documents] if readers else []
+        loaded = await stored_attachments.load(input.documents) if input.documents else {}
+        documents = [(a, loaded[a.sha256]) for a in input.documents]
         for source in asking:
             own = await source.passages(input.question, source.retrieve, input.asker)
             if isinstance(source, ReadsAttached) and documents:
@@ -98,6 +101,11 @@ class RetrieveActivity:
                 )
                 own = in_turn(attached, own)[: source.retrieve]
             given.append(own)
+        if documents and asking and not readers:
+            # No knowledge to search them with (an agent with memory only): the files
+            # by themselves, first (the question came with them).
+            limit = max(source.retrieve for source in asking)
+            given.insert(0, await _attached_only(documents, input.question, limit))
         found = _allotted(given)
         # The call it stands for is a read's (a search, a recall), never a write's.
         tools = [t for source in asking for t in source.tools() if not t.side_effects]
@@ -124,6 +132,18 @@ class RetrieveActivity:
             recalled=recalled,
             verdicts=out.verdicts,
         )
+
+
+async def _attached_only(
+    documents: list[tuple[Attachment, bytes]], question: str, limit: int
+) -> list[Passage]:
+    """The turn's files' passages for the question, as knowledge searches them (for that
+    one search, in an index of its own), at most `limit`."""
+    # Imported only for a turn with files and no knowledge: the knowledge package
+    # imports the core, never the other way at load.
+    from durable_agent.knowledge import attached_passages
+
+    return await asyncio.to_thread(attached_passages, documents, question, limit)
 
 
 def _allotted(given: list[list[Passage]]) -> list[Passage]:

@@ -431,6 +431,26 @@ async def test_show_prints_a_recalled_memory_in_its_words_until_it_is_forgotten(
     assert any(f"[forgotten memory {kept.id}]" in line for line in recall), recall
 
 
+async def test_an_agent_with_memory_and_no_knowledge_searches_the_questions_files(
+    desk: Desk,
+) -> None:
+    """The retrieval step of an agent with memory only searches the question's attached
+    document too (as knowledge's would): its passage reaches the model, cited by file and
+    heading; a turn without the file has none."""
+    spare = ("spare.md", b"# Spare parts\n\nThe spare widget battery lasts nine hours.")
+    question = "How long does the spare widget battery last?"
+    for files, found in (([spare], True), ([], False)):
+        n = len(desk.model.requests)
+        result = await desk.client.ask(question, customer="ivo", attachments=files)
+        assert result.outcome is Outcome.ANSWERED, result.answer
+        given = [m.text for r in desk.requests_since(n) for m in r.messages]
+        read = [t for t in given if "(spare.md › Spare parts)" in t]
+        assert bool(read) is found, given
+        assert all("nine hours" in t for t in read), read
+        (step,) = [s for s in result.steps if s.kind is StepKind.RETRIEVE]
+        assert ("1 passage" in step.text) is found, step.text
+
+
 def show_cli(tmp_path: Path, workflow_id: str, environ: dict[str, str]) -> list[str]:
     """`durable-agent show ID`'s lines, in a process of its own on this state folder."""
     return memory_cli(tmp_path, "show", workflow_id, command=[], also=environ).stdout.splitlines()

@@ -34,10 +34,11 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent import ApprovalPolicy, Principal
+from durable_agent import Agent, ApprovalPolicy, Principal
 from durable_agent.chat import ConversationInput
 from durable_agent.client import AgentClient
 from durable_agent.frontends.web import serve
+from durable_agent.memory import MemorySettings
 from durable_agent.model import Reply
 from durable_agent.outputs import OUTPUT_TOOL
 from durable_agent.runtime.server import LOCAL_UI_PORT, Connection, free_port, is_listening
@@ -47,6 +48,7 @@ from durable_agent.shop import ShopStore
 from durable_agent.stream import TokensEvent
 from durable_agent.types import StepKind, ToolCall, TurnOutput
 from tests.conftest import Harness
+from tests.test_web_server import keeper_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -105,13 +107,17 @@ async def page(browser: Browser) -> AsyncIterator[Page]:
 
 @asynccontextmanager
 async def web_chat(
-    client: Client, task_queue: str, chat: ConversationInput | None = None
+    client: Client,
+    task_queue: str,
+    chat: ConversationInput | None = None,
+    agent: Agent | None = None,
 ) -> AsyncIterator[str]:
-    """`serve` on a free port, for customer `demo` (or `chat`'s); its URL."""
+    """`serve` on a free port, for customer `demo` (or `chat`'s), of `agent` if given; its
+    URL."""
     port = free_port()
     conn = Connection(client=client, ui_url=UI_URL)
     chat = chat or ConversationInput(customer_id="demo")
-    serving = asyncio.create_task(serve(conn, chat, port=port, task_queue=task_queue))
+    serving = asyncio.create_task(serve(conn, chat, port=port, task_queue=task_queue, agent=agent))
     while not is_listening("127.0.0.1", port):
         assert not serving.done(), serving
         await asyncio.sleep(0.05)
@@ -785,3 +791,29 @@ async def test_a_fork_of_a_turn_shows_by_itself_with_its_parent_and_step(
         await expect(page.get_by_test_id("notice")).to_have_text(
             "no turn turn-someone-else-1 of customer demo"
         )
+
+
+async def test_a_recalled_memory_shows_in_its_words_as_text(harness: Harness, page: Page) -> None:
+    """A turn that recalled a memory (recorded `[memory mem_…]`) shows it in the words its
+    customer told, markup and all printed as text."""
+    fact = "My cat is called <b>Tom</b>"
+    model = ScriptedModel(plans=[keeper_plan], decisions=[lambda _: Reply(text="done")])
+    concierge = Agent(
+        name="concierge",
+        model="scripted",
+        models={"scripted": lambda _: model},
+        memory=MemorySettings(name=f"web-{uuid.uuid4().hex[:8]}", recall=0),
+    )
+    async with (
+        harness.worker(agents=[concierge]) as task_queue,
+        web_chat(harness.client, task_queue, agent=concierge) as url,
+    ):
+        await page.goto(url)
+        await say(page, f"Please remember: {fact}")
+        await expect(answer(page, 1)).to_have_text("done")
+        await say(page, "Look up: cat")
+        await expect(answer(page, 2)).to_have_text("done")
+        recalled = page.locator("section.turn").nth(1).locator("[data-kind=observation] pre")
+        await expect(recalled).to_contain_text(f"): {fact}")
+        await expect(recalled).not_to_contain_text("[memory mem_")
+        await expect(page.locator("#log b")).to_have_count(0)  # no markup made of it

@@ -39,12 +39,16 @@ from durable_agent.frontends.web.app import (
     create_app,
 )
 from durable_agent.frontends.web.server import MIN_BODY_BYTES_PER_S, serve
+from durable_agent.memory import MemoryAccess, MemorySettings
+from durable_agent.memory._store import state_file
+from durable_agent.model import ModelRequest, Reply
 from durable_agent.principal import Principal
 from durable_agent.runtime import turns
 from durable_agent.runtime.server import Connection, free_port, is_listening
+from durable_agent.scripted import ScriptedModel
 from durable_agent.settings import Settings
 from durable_agent.stream import StepEvent
-from durable_agent.types import StepKind, TurnInput
+from durable_agent.types import StepKind, ToolCall, TurnInput
 from tests.conftest import Harness
 
 
@@ -57,7 +61,7 @@ async def chat_server(
     **limits: Any,
 ) -> AsyncIterator[str]:
     """The chat of `customer` on `host` and a free port (with `limits`: request_timeout,
-    max_connections), for turns on `task_queue`; its base URL."""
+    max_connections; or the agent), for turns on `task_queue`; its base URL."""
     port = free_port()
     conn = Connection(client=env.client, ui_url="http://localhost:8233")
     chat = ConversationInput(customer_id=customer)
@@ -731,3 +735,101 @@ async def test_a_turns_files_are_served_to_its_asker_only_and_run_nothing(
         taken = await http.get(path(0, forged.id), headers=ada)
         assert taken.status_code == 410, taken.text
         assert "not turn" in taken.json()["error"] and taken.content != PNG
+
+
+REMEMBER, LOOK_UP = "Please remember: ", "Look up: "
+
+
+def keeper_plan(request: ModelRequest) -> Reply:
+    """A model's plan that keeps what it is asked to, in the customer's words (so it runs
+    unasked), looks up what it is asked to, and otherwise just answers (tests/test_web.py
+    too)."""
+    q = request.question
+    if q.startswith(REMEMBER):
+        fact = q.removeprefix(REMEMBER)
+        return Reply(calls=[ToolCall(id="m1", name="remember", arguments={"fact": fact})])
+    if q.startswith(LOOK_UP):
+        query = q.removeprefix(LOOK_UP)
+        return Reply(calls=[ToolCall(id="m1", name="recall", arguments={"query": query})])
+    return Reply(text="ok")
+
+
+KEEPER = ScriptedModel(plans=[keeper_plan], decisions=[lambda _: Reply(text="done")])
+
+
+def _step_lines(events: list[tuple[str, Any]]) -> list[str]:
+    """Each step's line and its result's text, as the page gets them."""
+    return [
+        f"{e['step']['text']} | {(e['step'].get('observation') or {}).get('text', '')}"
+        for name, e in events
+        if name == "step"
+    ]
+
+
+async def test_a_recalled_memory_shows_in_its_words_to_its_customer_only(
+    env: WorkflowEnvironment, harness: Harness
+) -> None:
+    """A turn records a recalled memory as `[memory mem_…]`: the page gets it in its
+    words (markup and all, which the page prints as text), for the customer the turn
+    records; `[forgotten memory mem_…]` once forgotten; a turn of another customer's
+    that names the memory never reads its words; and a store that cannot be read leaves
+    the steps as recorded."""
+    fact = "My cat is called <b>Tom</b> & she hates baths"
+    concierge = Agent(
+        name="concierge",
+        model="scripted",
+        models={"scripted": lambda _: KEEPER},
+        # A store of this test's own; the model looks memories up (`recall`, a step).
+        memory=MemorySettings(name=f"web-{uuid.uuid4().hex[:8]}", recall=0),
+    )
+    async with (
+        harness.worker(agents=[concierge]) as task_queue,
+        chat_server(env, "127.0.0.1", task_queue, customer="ada", agent=concierge) as ada,
+        chat_server(env, "127.0.0.1", task_queue, customer="bob", agent=concierge) as bob,
+        httpx.AsyncClient(timeout=60) as http,
+    ):
+        agents = AgentClient(harness.client, task_queue=task_queue)
+        memories = MemoryAccess(concierge.memory.name)  # as `memory list --name` reads it
+
+        async def said(chat: str, text: str) -> str:
+            """The id of the turn that answered `text` in a new conversation, once answered."""
+            started = await http.post(f"{chat}/api/chats", json={"text": text})
+            assert started.status_code == 201, started.text
+            await agents.turn(started.json()["turn_id"]).result()
+            return str(started.json()["turn_id"])
+
+        async def seen(chat: str, turn_id: str) -> list[str]:
+            return _step_lines(await _sse(http, f"{chat}/api/turns/{turn_id}/events"))
+
+        await said(ada, REMEMBER + fact)
+        (kept,) = await memories.list("ada")
+        looked = await said(ada, f"{LOOK_UP}cat")
+        # Read in the conversation too, as the page reads it (its stream ends with it).
+        conversation = looked.rsplit("-", 1)[0]
+        await agents.conversation(conversation).end()
+        in_chat = _step_lines(await _sse(http, f"{ada}/api/chats/{conversation}/events"))
+        for lines in (await seen(ada, looked), in_chat):
+            assert any(fact in line for line in lines), lines
+            assert not any(f"[memory {kept.id}" in line for line in lines), lines
+
+        # bob's own turn, worded with ada's memory: the reference, never her words.
+        bobs = await said(bob, f"{LOOK_UP}[memory {kept.id}]")
+        bob_sees = await seen(bob, bobs)
+        assert any(f"[forgotten memory {kept.id}]" in line for line in bob_sees), bob_sees
+        assert not any("Tom" in line for line in bob_sees), bob_sees
+        refused = await _sse(http, f"{bob}/api/turns/{looked}/events")
+        assert [n for n, _ in refused] == ["missing"], refused
+
+        await memories.forget(kept.id, customer="ada")
+        forgotten = await seen(ada, looked)
+        assert any(f"[forgotten memory {kept.id}]" in line for line in forgotten), forgotten
+        assert not any("Tom" in line for line in forgotten), forgotten
+
+        # A store that cannot be read: the steps as recorded, no error.
+        store = state_file(concierge.memory.name)
+        store.unlink()
+        store.mkdir()  # where the file was, a folder
+        events = await _sse(http, f"{ada}/api/turns/{looked}/events")
+        assert [n for n, _ in events][-2:] == ["done", "ended"], events
+        recorded = _step_lines(events)
+        assert any(f"[memory {kept.id}]" in line for line in recorded), recorded

@@ -5,7 +5,8 @@
     serve(conn, chat, host=, port=, task_queue=)   run it until Ctrl-C (`server.py`)
     frontends.web.app.create_app(conn, chat, ...)  the ASGI app alone, for any ASGI server
 
-Steps show as the turn records them, the answer types itself out, a call that
+Steps show as the turn records them (a memory it recalled in its words, for the
+turn's own customer, as `show` prints it), the answer types itself out, a call that
 needs consent gets Approve and Reject buttons, a message's files show under it (read
 back for its customer only: `app.attachment`), a support lead gets a queue of the
 tenant's calls waiting for them, and each turn links to its history in the Temporal

@@ -53,6 +53,7 @@ import base64
 import json
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ from durable_agent.errors import (
     AgentClientError,
     AttachmentRefused,
     InvalidAnswer,
+    MemoryUnavailable,
     NotAnApprover,
     PayloadUnavailable,
     UnknownTurn,
@@ -96,6 +98,7 @@ from durable_agent.frontends.web.events import (
     with_keepalive,
 )
 from durable_agent.frontends.web.limits import Buckets, RateLimits, client_key, retry_after
+from durable_agent.memory import Memory, MemoryAccess
 from durable_agent.principal import Principal
 from durable_agent.rewind import Origin
 from durable_agent.runtime import attachments as stored_files
@@ -328,10 +331,42 @@ def create_app(
 
         async def story() -> AsyncIterator[Event]:
             await agents.conversation_for(chat, principal=whom)
-            async for event in conversation(conn.client, chat, after, conn.workflow_url):
+            async for event in in_words(conversation(conn.client, chat, after, conn.workflow_url)):
                 yield event
 
         return _streaming(_sse(story(), closing, what="the conversation", missing=missing))
+
+    memories = _memory_access(agent)
+
+    async def in_words(
+        story: AsyncIterator[Event], asker: Principal | None = None
+    ) -> AsyncIterator[Event]:
+        """`story` with each memory its turns recalled (recorded `[memory mem_…]`) in its
+        words, as `show` prints them (`MemoryAccess.words_for`): for the customer each
+        turn records as its asker (`asker`: the one turn's, read already), never the
+        reader's claim; `[forgotten memory mem_…]` once forgotten. Read from the store
+        once per turn, at its first step that names a memory."""
+        words: dict[str, Callable[[str], str]] = {}
+        async for event in story:
+            step = event.data.get("step") if event.name == "step" else None
+            if step is not None and _names_a_memory(step):
+                turn_id = str(event.data["turn_id"])
+                if turn_id not in words:
+                    words[turn_id] = await memory_words(turn_id, asker)
+                event = Event(
+                    event.position, event.name, {**event.data, "step": _said(step, words[turn_id])}
+                )
+            yield event
+
+    async def memory_words(turn_id: str, asker: Principal | None) -> Callable[[str], str]:
+        if asker is None:
+            asker = (await turns.opening(client.get_workflow_handle(turn_id))).asker
+        try:
+            return await memories.words_for(asker.user, tenant=asker.tenant)
+        except (AgentClientError, MemoryUnavailable, OSError, sqlite3.Error) as e:
+            # The steps matter more than the words: shown as recorded.
+            log.warning("turn %s: recalled memories shown as recorded: %s", turn_id, e)
+            return str
 
     async def turn_events(request: Request) -> Response:
         """A turn of this customer's by itself, headed by what it is a fork of."""
@@ -353,7 +388,7 @@ def create_app(
                 if origin
                 else None,
             }
-            async for event in one_turn(client, turn_id, head, after):
+            async for event in in_words(one_turn(client, turn_id, head, after), opening.asker):
                 yield event
 
         return _streaming(_sse(story(), closing, what="the turn", missing=missing, ending=True))
@@ -422,6 +457,29 @@ async def _answering(client: Client, chat: ConversationInput, task_queue: str) -
         if found is not None:
             return found
     return AgentCard.unknown(chat.agent)
+
+
+def _memory_access(agent: Agent | None) -> MemoryAccess:
+    """Where the chat reads the memories its turns recalled: the store of `agent`'s
+    memory (`MemorySettings(name=..., store=...)`), else the folder's default one, as
+    `durable-agent show` reads it."""
+    memory = agent.memory if agent is not None else None
+    if isinstance(memory, Memory):
+        return MemoryAccess(memory.settings.name, memory.settings.store)
+    return MemoryAccess()
+
+
+def _names_a_memory(step: dict[str, Any]) -> bool:
+    observation = step.get("observation") or {}
+    return any("[memory mem_" in str(t) for t in (step.get("text"), observation.get("text")))
+
+
+def _said(step: dict[str, Any], words: Callable[[str], str]) -> dict[str, Any]:
+    """A step's line and its result's text (a JSON step) through `words`."""
+    said = {**step, "text": words(str(step.get("text", "")))}
+    if observation := step.get("observation"):
+        said["observation"] = {**observation, "text": words(str(observation.get("text", "")))}
+    return said
 
 
 def _guarded(handler: Handler) -> Handler:
