@@ -67,10 +67,13 @@ def track(runtime: Runtime) -> Runtime:
     return runtime
 
 
-SETTLE_S = 5.0
-"""How long `end()` waits for calls cancelled as the program ended to let go of their
-clients (each does once a Tokio thread has handed its cancellation back, which on a
-busy machine can take more than a second)."""
+SETTLE_S = 15.0
+"""How long `end()` waits, at most, for calls cancelled as the program ended to let go of
+their clients (each does once a Tokio thread has handed its cancellation back, which on a
+busy machine can take more than a second: 5 s was once too short for a refused command
+among a dozen started at once at a load of 14). A program that lets go at once, nearly
+every one, never waits; only one that still holds a client (a module global) waits all
+of it before the warning."""
 SETTLE_PAUSE_S = 0.2
 """The longest pause between two looks while `end()` waits."""
 
