@@ -12,7 +12,11 @@ an MCP server (its tool list recorded by hash), and turns that
 continued as new, run by run (`<name>.run<n>`: a long turn, and one whose write
 waited for consent across a continue-as-new). They must replay (a worker that picks
 up a turn after a crash replays it), and a change that is not patched is shown to
-fail them.
+fail them. `local_activity_timed_out` is a turn of an MCP agent whose `parse` timed out
+three times over many extended workflow tasks (recorded from `tests/test_mcp.py`'s
+killed-worker test with parse slowed past `PARSE_TIMEOUT`; `record_histories` does not
+make it): the SDK raises a local activity's timeout one way when it runs and another
+when it is replayed, and the turn must take the same path both times.
 
 Turns and conversations are pinned to the version (code and agents) they
 started on, run by run (`durable_agent/runtime/deployments.py`, the drill in
@@ -42,6 +46,7 @@ earlier builds are kept to show which of them could not continue here:
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 from pathlib import Path
@@ -105,6 +110,7 @@ def test_histories_are_stored() -> None:
         "forked_as_ran",
         "forked_current",
     } <= {p.stem for p in HISTORIES}
+    assert "local_activity_timed_out" in {p.stem for p in HISTORIES}
     assert [p.stem for p in INLINE_TOOLS] == ["mcp_tools"]
     continued = {p.stem for p in HISTORIES if ".run" in p.stem}
     assert {"long_turn.run3", "consent_across_runs.run2"} <= continued
@@ -212,3 +218,23 @@ async def test_turns_that_waited_before_the_memo_listed_their_calls_stay_on_thei
     failure = await replay(path)
     assert isinstance(failure, NondeterminismError)
     assert "ModifyWorkflowProperties" in str(failure), failure
+
+
+def test_every_local_activity_of_a_turn_fails_one_way_live_and_in_replay() -> None:
+    """The turn calls its local activities through `_local` only, which raises a timeout
+    as the same error whether the activity ran or is replayed from its marker (the SDK
+    raises `ActivityError` in the first case, the bare `TimeoutError` in the second)."""
+    source = (Path(__file__).parent.parent / "workflows" / "turn.py").read_text()
+    calls = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and node.attr
+        in {
+            "execute_local_activity_method",
+            "execute_local_activity",
+            "start_local_activity_method",
+            "start_local_activity",
+        }
+    ]
+    assert len(calls) == 1, "call local activities through `_local` (workflows/turn.py)"

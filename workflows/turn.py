@@ -61,7 +61,7 @@ Temporal retries after a fix is deployed.
 import asyncio
 import contextlib
 import json
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -72,6 +72,7 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     ChildWorkflowError,
+    RetryState,
     TimeoutError,
 )
 
@@ -685,7 +686,7 @@ class AgentTurn:
         replay reads the text, and the turn's fingerprint becomes that of the text.
         `recorded`: a fork's parent's text, fingerprinted as it is (not evaluated)."""
         try:
-            out = await workflow.execute_local_activity_method(
+            out = await _local(
                 InstructionsActivity.instructions,
                 InstructionsInput(
                     agent=self._agent.name,
@@ -713,7 +714,7 @@ class AgentTurn:
         """A cap is kept only if every model's calls can be priced: a model whose price
         nobody knows refuses the turn before its first call, naming the model."""
         try:
-            out = await workflow.execute_local_activity_method(
+            out = await _local(
                 PricesActivity.prices,
                 PricesInput(models=self._models, agent=self._agent.name),
                 start_to_close_timeout=PRICES_TIMEOUT,
@@ -809,7 +810,7 @@ class AgentTurn:
         if not self._agent.retrieve or not workflow.patched(RETRIEVAL_PATCH):
             return
         try:
-            out = await workflow.execute_local_activity_method(
+            out = await _local(
                 RetrieveActivity.retrieve,
                 RetrieveInput(
                     agent=self._agent.name,
@@ -934,7 +935,7 @@ class AgentTurn:
         position = requests[0].position
         out: ShieldOutput | None = None
         try:
-            out = await workflow.execute_local_activity_method(
+            out = await _local(
                 ShieldActivity.shield,
                 ShieldInput(requests=requests, agent=self._agent.name, conversation=conversation),
                 start_to_close_timeout=SHIELD_TIMEOUT,
@@ -1156,7 +1157,7 @@ class AgentTurn:
             # Inside this workflow task: its marker records what was sent too.
             # (A streamed turn's calls are activities: the workflow takes the
             # text they publish as it comes, not once its task completes.)
-            return await workflow.execute_local_activity_method(
+            return await _local(
                 method,
                 sent,
                 start_to_close_timeout=MODEL_TIMEOUT,
@@ -1311,7 +1312,7 @@ class AgentTurn:
     async def _parse_once(
         self, turn: TurnInput, calls: list[ToolCall], tools: list[str] | None
     ) -> ParseOutput:
-        parsed = await workflow.execute_local_activity_method(
+        parsed = await _local(
             ParseActivity.parse,
             ParseInput(
                 calls=calls,
@@ -1523,7 +1524,7 @@ class AgentTurn:
         self, turn: TurnInput, call: ToolCall, result: Any, note: str = ""
     ) -> ParseOutputOutput:
         """A call's result as the model reads it, screened by the tool-output shields."""
-        parsed: ParseOutputOutput = await workflow.execute_local_activity_method(
+        parsed: ParseOutputOutput = await _local(
             ParseOutputActivity.parse_output,
             ParseOutputInput(
                 call=call,
@@ -1826,7 +1827,7 @@ class AgentTurn:
         that cannot run leaves the call to the person, as before there were checks."""
         call = vc.call
         try:
-            checked = await workflow.execute_local_activity_method(
+            checked = await _local(
                 DispatchActivity.check,
                 DispatchInput(
                     call=call,
@@ -1868,7 +1869,7 @@ class AgentTurn:
         summary = answers.markdown_safe(("writes: " if vc.side_effects else "") + vc.call.render())
         if vc.quick:
             try:
-                return await workflow.execute_local_activity_method(
+                return await _local(
                     DispatchActivity.dispatch,
                     input,
                     start_to_close_timeout=min(vc.timeout, QUICK_TIMEOUT),
@@ -2277,7 +2278,7 @@ class AgentTurn:
         if not fork.calls:
             return fork
         try:
-            out = await workflow.execute_local_activity_method(
+            out = await _local(
                 RecheckActivity.recheck,
                 RecheckInput(
                     calls=[r.call for r in fork.calls],
@@ -2375,6 +2376,31 @@ class AgentTurn:
                     f"{vc.call.name}: read again, live: {shown}",
                     observation=observation.model_copy(update={"text": shown}),
                 )
+
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+
+
+async def _local(method: Callable[[Any, _In], Awaitable[_Out]], arg: _In, **options: Any) -> _Out:
+    """Every local activity of the turn, its timeout failing one way whether it runs or
+    is replayed: the SDK raises a local activity that timed out as `ActivityError` (its
+    cause the `TimeoutError`) when it runs, but as the bare `TimeoutError` when a worker
+    replays it from its marker (after a restart, or once the turn left the cache). Code
+    that caught the first took another path in the replay: a non-determinism error, and
+    the turn stuck. Here both are the `ActivityError`, as the turn first saw it."""
+    try:
+        return await workflow.execute_local_activity_method(method, arg, **options)
+    except TimeoutError as e:
+        raise ActivityError(
+            "local activity timed out",
+            scheduled_event_id=0,
+            started_event_id=0,
+            identity="",
+            activity_type=getattr(method, "__name__", ""),
+            activity_id="",
+            retry_state=RetryState.TIMEOUT,
+        ) from e
 
 
 async def _all(calls: list[Coroutine[Any, Any, Any]]) -> list[Any]:
