@@ -1,6 +1,7 @@
-"""Clean exits: `client.py ask`, a ten-line script that uses the client, and workers
-stopped with SIGTERM end with their own exit code and nothing unexpected on standard
-error, every time, on a busy machine (two busy loops share the cores with them).
+"""Clean exits: `client.py ask`, a command the server's answer refuses, a ten-line script
+that uses the client, and workers stopped with SIGTERM end with their own exit code and
+nothing unexpected on standard error, every time, on a busy machine (two busy loops
+share the cores with them).
 
 The SDK's Tokio threads calling into Python as the interpreter finalizes once made
 such processes abort now and then ("Fatal Python error: PyGILState_Release", rc 134):
@@ -38,6 +39,8 @@ AT_ONCE = 2
 TIMEOUT_S = 120.0
 QUESTION = "Which item was ordered for 123456?"
 ANSWER = "Herbal Handsoap"
+MISSING = "turn-nobody-0000"
+REFUSED = f"error: no turn with workflow id {MISSING!r}\n"
 
 SCRIPT = f"""\
 import asyncio
@@ -191,19 +194,34 @@ async def test_commands_and_a_script_exit_cleanly_on_a_busy_machine(
             run(f"script {i}", [sys.executable, "ask.py"], served, tmp_path) for i in range(RUNS)
         ]
         workers = [started_and_stopped(i, children, tmp_path) for i in range(RUNS)]
-        asked, scripted, stopped = await asyncio.gather(
-            in_turn(asks, AT_ONCE), in_turn(scripts, AT_ONCE), in_turn(workers, AT_ONCE)
+        # Refused on the server's answer: the failed call's future holds the client, and
+        # a Tokio thread may let go of it last (`runtime.runtimes`).
+        refusals = [
+            run(
+                f"client.py show {i}",
+                [sys.executable, str(ROOT / "client.py"), "show", MISSING],
+                served,
+                tmp_path,
+            )
+            for i in range(RUNS)
+        ]
+        asked, scripted, stopped, refused = await asyncio.gather(
+            in_turn(asks, AT_ONCE),
+            in_turn(scripts, AT_ONCE),
+            in_turn(workers, AT_ONCE),
+            in_turn(refusals, AT_ONCE),
         )
     finally:
         last = await serving.stop()
 
-    ended = [*asked, *scripted, *stopped, last]
+    ended = [*asked, *scripted, *stopped, *refused, last]
     aborted = [e for e in ended if e.code in (-signal.SIGABRT, 128 + signal.SIGABRT)]
     assert not aborted, f"{len(aborted)} of {len(ended)} aborted; the first: {aborted[0]}"
     bad = [
         *(e for e in asked if unclean(e, r"turn \S+ started\n") or ANSWER not in e.out),
         *(e for e in scripted if unclean(e) or ANSWER not in e.out),
         *(e for e in [*stopped, last] if unclean(e) or "shutting down" not in e.out),
+        *(e for e in refused if e.code != 1 or e.err != REFUSED),
     ]
     assert not bad, f"{len(bad)} of {len(ended)} did not end cleanly; the first: {bad[0]}"
 

@@ -25,6 +25,17 @@ threads are joined, before the interpreter starts finalizing). A runtime still h
 then (a client kept in a module global) keeps its threads, and the hazard: `end()`
 says so in one logged warning.
 
+What a collection cannot see. A Tokio thread that lets go of a Python object (every
+call's asyncio future, once the call is done or cancelled) holds no GIL, so PyO3 only
+notes the decrement, and applies it the next time any thread enters the SDK's native
+module. A call that failed leaves its exception on that future, and the exception's
+traceback keeps the frames that hold the client. When the call's Tokio task lets go of
+the future only after the last entry into the native module (the result handed to the
+loop, its done-callback run: a Tokio thread waiting for a core on a busy machine), and
+the program makes no call after it (a command refused on the server's answer), the
+runtime stays held however long one waits: `end()` enters the native module before
+each look (`_apply_deferred_decrefs`).
+
 The SDK's default runtime (`Runtime.default()`, used by a `Client.connect` given no
 `runtime`) lives in the SDK's own module until the interpreter finalizes; this
 module never uses it.
@@ -39,6 +50,7 @@ import sys
 import time
 import weakref
 
+from temporalio.bridge import temporal_sdk_bridge
 from temporalio.runtime import Runtime, TelemetryConfig
 
 log = logging.getLogger(__name__)
@@ -70,10 +82,10 @@ def track(runtime: Runtime) -> Runtime:
 SETTLE_S = 15.0
 """How long `end()` waits, at most, for calls cancelled as the program ended to let go of
 their clients (each does once a Tokio thread has handed its cancellation back, which on a
-busy machine can take more than a second: 5 s was once too short for a refused command
-among a dozen started at once at a load of 14). A program that lets go at once, nearly
-every one, never waits; only one that still holds a client (a module global) waits all
-of it before the warning."""
+busy machine can take more than a second). A program that lets go at once, nearly every
+one, never waits; only one that still holds a client (a module global) waits all of it
+before the warning. (The refused commands that once printed the warning after 5 s, then
+15 s, were held by decrements PyO3 had deferred: no wait would have ended them.)"""
 SETTLE_PAUSE_S = 0.2
 """The longest pause between two looks while `end()` waits."""
 
@@ -91,19 +103,29 @@ def end() -> int:
     for name in ("last_exc", "last_type", "last_value", "last_traceback"):
         if hasattr(sys, name):
             setattr(sys, name, None)
+    _apply_deferred_decrefs()
     gc.collect()
     # A call cancelled as the program ended still holds its client from a Tokio task
     # until that task has handed the cancellation back (on one of the threads we are
-    # waiting to end): a moment, with the GIL let go.
+    # waiting to end): a moment, with the GIL let go; then its decrement waits in
+    # PyO3's pool for the next look's entry into the native module.
     # Each look is a full collection, which holds the GIL the thread handing the
     # cancellation back needs: the pauses between looks grow, so that on a busy
     # machine (or a large heap, where a collection is long) that thread gets it.
     deadline, pause = time.monotonic() + SETTLE_S, 0.01
     while _made and time.monotonic() < deadline:
         time.sleep(pause)
+        _apply_deferred_decrefs()
         gc.collect()
         pause = min(pause * 2, SETTLE_PAUSE_S)
     return len(_made)
+
+
+def _apply_deferred_decrefs() -> None:
+    """Apply the reference decrements PyO3 deferred in the SDK's native module (objects
+    its Tokio threads let go of without the GIL): PyO3 applies them on every entry into
+    the module, and this one builds and drops an empty object, nothing more."""
+    temporal_sdk_bridge.CustomSlotSupplier(None)
 
 
 def _end_at_exit() -> None:
