@@ -8,6 +8,7 @@ conversation together (`durable_agent/transcript.py`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Collection
@@ -20,6 +21,7 @@ from durable_agent import compaction, model_settings, outputs
 from durable_agent.activities._common import heartbeating, server_suggested_delay
 from durable_agent.activities._conversation import Sent, recorded_conversation, turn_key, whole
 from durable_agent.activities._tools import turn_tools
+from durable_agent.activities.parse import AHEAD_TIMEOUT_S, ParseInput, ParseOutput, parse_calls
 from durable_agent.bounds import bounded_reply
 from durable_agent.context_sources import KeepsByReference
 from durable_agent.conversation import (
@@ -107,6 +109,11 @@ class ModelCallInput(BaseModel):
     before budgets; counted against none)."""
     budget_ok: list[str] = []
     """The budgets (ledger ids) a person approved this turn to pass the soft line of."""
+    parse: ParseInput | None = None
+    """Parse the reply's calls here, as the turn's parse activity would with this input
+    (its calls aside: the reply's), and return them with the reply: a step is one local
+    activity, not two. None: the turn parses them (a call made as an activity, whose
+    input the history keeps; a reply the turn will not parse; histories from before)."""
 
     @property
     def delta(self) -> Delta:
@@ -173,15 +180,43 @@ class ModelCaller:
         """The model spec this call uses: the turn's, else its agent's default."""
         return input.model or self._agents.get(input.agent).models.default
 
-    async def call(self, input: ModelCallInput, step: Literal["plan", "interpret"]) -> Reply:
+    async def call(
+        self, input: ModelCallInput, step: Literal["plan", "interpret"]
+    ) -> tuple[Reply, ParseOutput | None]:
+        """The model's reply, and its calls parsed when the input asks (`parse`)."""
         # Heartbeats from the first moment: all that comes before the request (a
         # backend built on first use, the conversation read back from the turn's
         # record, an MCP server's tool list) takes time, and an attempt silent past
         # HEARTBEAT_TIMEOUT is run again while it goes on, sending its request twice.
         async with heartbeating():
-            return await self._call(input, step)
+            reply, messages = await self._call(input, step)
+            return reply, await self._parsed(input, reply, messages)
 
-    async def _call(self, input: ModelCallInput, step: Literal["plan", "interpret"]) -> Reply:
+    async def _parsed(
+        self, input: ModelCallInput, reply: Reply, messages: list[Message]
+    ) -> ParseOutput | None:
+        """The reply's calls parsed (`parse.parse_calls`), over the conversation this
+        call had: what `input.parse.conversation` names. None when not asked, when
+        there is nothing the turn will parse (no calls; a value to repair), or when
+        parse failed: the turn then runs its parse activity, with its retries, failing
+        closed. A failure here never fails the call: its reply is kept, and not asked
+        for again."""
+        if input.parse is None or not reply.calls or reply.output_error:
+            return None
+        asked = input.parse.model_copy(update={"calls": reply.calls})
+        try:
+            return await asyncio.wait_for(
+                parse_calls(self._agents, asked, messages), AHEAD_TIMEOUT_S
+            )
+        except Exception as e:
+            activity.logger.warning(
+                "parse with the model call failed (%s); the turn parses the calls", type(e).__name__
+            )
+            return None
+
+    async def _call(
+        self, input: ModelCallInput, step: Literal["plan", "interpret"]
+    ) -> tuple[Reply, list[Message]]:
         served = self._agents.get(input.agent)
         spec = input.model or served.models.default
         model = await served.models.get(spec)
@@ -242,7 +277,7 @@ class ModelCaller:
         reply = bounded_reply(reply, served.agent.max_calls_per_round)
         if output is not None:
             _read_output(reply, output, how)
-        return reply
+        return reply, messages
 
     async def _conversation(self, input: ModelCallInput) -> list[Message]:
         """The whole conversation: the previous call's, as this worker kept it or as

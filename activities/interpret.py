@@ -12,6 +12,7 @@ from temporalio import activity
 
 from durable_agent.activities._conversation import Sent
 from durable_agent.activities._model_call import ModelCaller, ModelCallInput
+from durable_agent.activities.parse import ParseOutput
 from durable_agent.model import Reply
 
 
@@ -24,10 +25,12 @@ class InterpretOutput(BaseModel):
     """The answer (no calls), or the next calls."""
     sent: Sent | None = None
     """What the call was sent, when it ran as a local activity (`ModelCallInput.sent`)."""
+    parsed: ParseOutput | None = None
+    """Its calls parsed, when the input asked (`ModelCallInput.parse`) and parse ran here."""
 
 
 class InterpretActivity(ModelCaller):
     @activity.defn(name="interpret")
     async def interpret(self, input: InterpretInput) -> InterpretOutput:
-        reply = await self.call(input, "interpret")
-        return InterpretOutput(decision=reply, sent=input.sent())
+        reply, parsed = await self.call(input, "interpret")
+        return InterpretOutput(decision=reply, sent=input.sent(), parsed=parsed)

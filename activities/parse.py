@@ -11,6 +11,11 @@ a fork). Deciding that here, where its result is recorded, means a turn replays
 with the decisions it ran with, whatever code replays it (no `workflow.patched`).
 Screening here rather than in a shield activity of its own costs a round of tools
 one local activity (a history event and a workflow activation) less.
+
+A model call made as a local activity parses its reply's calls itself, with what
+the turn would have given parse (`ModelCallInput.parse`, `parse_calls`): a step is
+then one local activity, not two. This activity stays for the rest: a turn whose
+model calls are activities, histories recorded before, a parse that failed there.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ from durable_agent.tools import Tool
 from durable_agent.transcript import ConversationRef, context_of, results_of
 from durable_agent.types import ToolCall
 
+AHEAD_TIMEOUT_S = 10.0
+"""How long a model call gives the parse of its reply (`parse_calls`): what the turn
+gives its parse activity (`PARSE_TIMEOUT`). Past it, the turn parses the calls."""
+
 
 class Rejection(BaseModel):
     call: ToolCall
@@ -51,6 +60,7 @@ class Rejection(BaseModel):
 
 class ParseInput(BaseModel):
     calls: list[ToolCall]
+    """The calls to parse (in a model call's `parse`: none; its reply's are parsed)."""
     tools: list[str] | None = None
     """The tools this agent was offered (None: all its top-level tools)."""
     agent: str = ""
@@ -104,78 +114,95 @@ class ParseActivity:
 
     @activity.defn(name="parse")
     async def parse(self, input: ParseInput) -> ParseOutput:
-        served = self._agents.get(input.agent)
-        tools = await turn_tools(served, input.tools_version, input.tool_lists)
-        read = _Read(input, self._conversations)
-        valid, rejected, normalised_calls = [], [], []
-        unasked = _Unasked(input.unasked)
-        # Quick reads run as local activities, whose results the turn's next workflow
-        # task records all at once: only as many as fit one task's budget run so.
-        quick_left = MAX_RESULTS_IN_FLIGHT_CHARS
-        for at, call in enumerate(input.calls):
-            try:
-                args = tools.validate(call, tools.offered(input.tools))
-            except InvalidCall as e:
-                rejected.append(Rejection(call=call, error=str(e)))
-                continue
-            tool = tools[call.name]
-            as_json = args.model_dump(mode="json") if isinstance(args, BaseModel) else args
-            normalised = call.model_copy(update={"arguments": as_json})
-            foreign = []
-            if tool.side_effects:
-                # Nothing said (no question recorded): nothing is theirs, all asks. The
-                # roles: what the agent's tools call the things they take, which a value
-                # the customer labelled ("order 123456") may not be used outside of.
-                sources = await read.sources()
-                foreign = traced(normalised, tool.parameters, input.said, sources, tools.roles)
-            normalised_calls.append(normalised)
-            limit = served.result_limit(call.name, tools)
-            quick = tool.quick and limit <= quick_left
-            if quick:
-                quick_left -= limit
-            valid.append(
-                ValidCall(
-                    call=AS_ASKED if normalised == call else normalised,
-                    at=at,
-                    timeout=tool.timeout,
-                    max_attempts=tool.max_attempts,
-                    side_effects=tool.side_effects,
-                    quick=quick,
-                    result_chars=limit,
-                    approval=unasked.why(
-                        normalised, tool, _why_approval(tool, served.approvals, foreign, input.fork)
-                    ),
-                    approvers=served.approvals.approvers_of(tool.name),
-                    return_direct=tool.return_direct,
-                    agent=_answered_by(tool, served.name),
-                    checked=tool.check is not None,
-                    tool_schema=schema_digest(tool.parameters),
-                    in_workflow=tool.in_workflow,
-                )
+        return await parse_calls(self._agents, input, _Read(input, self._conversations))
+
+
+async def parse_calls(
+    agents: Agents, input: ParseInput, read: _Read | list[Message]
+) -> ParseOutput:
+    """Validate and screen `input.calls`: the parse activity's work, and a local model
+    call's on its reply (`read`: the conversation that call had, which `input.conversation`
+    names)."""
+    if not isinstance(read, _Read):
+        read = _Read(input, None, read)
+    served = agents.get(input.agent)
+    tools = await turn_tools(served, input.tools_version, input.tool_lists)
+    valid, rejected, normalised_calls = [], [], []
+    unasked = _Unasked(input.unasked)
+    # Quick reads run as local activities, whose results the turn's next workflow
+    # task records all at once: only as many as fit one task's budget run so.
+    quick_left = MAX_RESULTS_IN_FLIGHT_CHARS
+    for at, call in enumerate(input.calls):
+        try:
+            args = tools.validate(call, tools.offered(input.tools))
+        except InvalidCall as e:
+            rejected.append(Rejection(call=call, error=str(e)))
+            continue
+        tool = tools[call.name]
+        as_json = args.model_dump(mode="json") if isinstance(args, BaseModel) else args
+        normalised = call.model_copy(update={"arguments": as_json})
+        foreign = []
+        if tool.side_effects:
+            # Nothing said (no question recorded): nothing is theirs, all asks. The
+            # roles: what the agent's tools call the things they take, which a value
+            # the customer labelled ("order 123456") may not be used outside of.
+            sources = await read.sources()
+            foreign = traced(normalised, tool.parameters, input.said, sources, tools.roles)
+        normalised_calls.append(normalised)
+        limit = served.result_limit(call.name, tools)
+        quick = tool.quick and limit <= quick_left
+        if quick:
+            quick_left -= limit
+        valid.append(
+            ValidCall(
+                call=AS_ASKED if normalised == call else normalised,
+                at=at,
+                timeout=tool.timeout,
+                max_attempts=tool.max_attempts,
+                side_effects=tool.side_effects,
+                quick=quick,
+                result_chars=limit,
+                approval=unasked.why(
+                    normalised, tool, _why_approval(tool, served.approvals, foreign, input.fork)
+                ),
+                approvers=served.approvals.approvers_of(tool.name),
+                return_direct=tool.return_direct,
+                agent=_answered_by(tool, served.name),
+                checked=tool.check is not None,
+                tool_schema=schema_digest(tool.parameters),
+                in_workflow=tool.in_workflow,
             )
-        # Only shields that are there read the context (the conversation, maybe rebuilt).
-        context = await read.context() if served.shields.at("tool_input") else input.context
-        requests = [
-            ShieldRequest(
-                position="tool_input",
-                text=call.render(),
-                call=call,
-                context=context,
-                customer_id=input.customer_id,
-            )
-            for call in normalised_calls
-        ]
-        verdicts = await screen(served, requests)
-        return ParseOutput(valid=valid, rejected=rejected, verdicts=verdicts)
+        )
+    # Only shields that are there read the context (the conversation, maybe rebuilt).
+    context = await read.context() if served.shields.at("tool_input") else input.context
+    requests = [
+        ShieldRequest(
+            position="tool_input",
+            text=call.render(),
+            call=call,
+            context=context,
+            customer_id=input.customer_id,
+        )
+        for call in normalised_calls
+    ]
+    verdicts = await screen(served, requests)
+    return ParseOutput(valid=valid, rejected=rejected, verdicts=verdicts)
 
 
 class _Read:
     """What parse reads of the conversation, read once, and only if it is needed."""
 
-    def __init__(self, input: ParseInput, conversations: Conversations) -> None:
+    def __init__(
+        self,
+        input: ParseInput,
+        conversations: Conversations | None,
+        messages: list[Message] | None = None,
+    ) -> None:
+        """`messages`: the conversation `input.conversation` names, already at hand
+        (a model call's own); else `conversations` reads it."""
         self._input = input
-        self._conversations = conversations
-        self._messages: list[Message] | None = None
+        self._conversations = conversations or Conversations()
+        self._messages: list[Message] | None = messages
 
     async def _conversation(self, ref: ConversationRef) -> list[Message]:
         if self._messages is None:

@@ -11,6 +11,7 @@ from temporalio import activity
 
 from durable_agent.activities._conversation import Sent
 from durable_agent.activities._model_call import ModelCaller, ModelCallInput
+from durable_agent.activities.parse import ParseOutput
 from durable_agent.model import Reply
 
 
@@ -24,10 +25,12 @@ class PlanOutput(BaseModel):
     """The model spec the worker used: the turn's, or the worker's default."""
     sent: Sent | None = None
     """What the call was sent, when it ran as a local activity (`ModelCallInput.sent`)."""
+    parsed: ParseOutput | None = None
+    """Its calls parsed, when the input asked (`ModelCallInput.parse`) and parse ran here."""
 
 
 class PlanActivity(ModelCaller):
     @activity.defn(name="plan")
     async def plan(self, input: PlanInput) -> PlanOutput:
-        reply = await self.call(input, "plan")
-        return PlanOutput(plan=reply, model=self.spec(input), sent=input.sent())
+        reply, parsed = await self.call(input, "plan")
+        return PlanOutput(plan=reply, model=self.spec(input), sent=input.sent(), parsed=parsed)

@@ -42,6 +42,9 @@ earlier builds are kept to show which of them could not continue here:
   listed the calls awaiting one in its memo (for a while after, it asked
   `workflow.patched` about that; a patch checked halfway through a turn made queries
   fail on a worker that took the turn over); none of them continues here.
+- `histories/before_parse_ahead/`: the turn of local model calls, recorded while each
+  reply's calls were parsed by a `parse` local activity of their own (now the model
+  call parses them: `PARSE_AHEAD_PATCH`); it continues here, parsing as it did.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ MARKED = sorted((HERE / "markers").glob("*.json"))
 TIMED = sorted((HERE / "timer").glob("*.json"))
 INLINE_TOOLS = sorted((HERE / "inline_tools").glob("*.json"))
 BEFORE_MEMO = sorted((HERE / "before_memo").glob("*.json"))
+BEFORE_PARSE_AHEAD = sorted((HERE / "before_parse_ahead").glob("*.json"))
 EARLIER_CHATS = [p for p in V02 + MARKED + TIMED if p.stem == "conversation"]
 
 
@@ -121,16 +125,40 @@ def test_histories_are_stored() -> None:
         "consent_across_runs.run2",
         "declined_by_person",
     ]
+    assert [p.stem for p in BEFORE_PARSE_AHEAD] == ["local_calls"]
     assert sum(map(started_a_timer, V02_TURNS)) == 10
     assert sum(map(started_a_timer, TIMED_TURNS)) == 13
     assert not any(map(started_a_timer, HISTORIES))
 
 
 @pytest.mark.parametrize(
-    "path", HISTORIES + EARLIER_CHATS + INLINE_TOOLS, ids=lambda p: f"{p.parent.name}/{p.stem}"
+    "path",
+    HISTORIES + EARLIER_CHATS + INLINE_TOOLS + BEFORE_PARSE_AHEAD,
+    ids=lambda p: f"{p.parent.name}/{p.stem}",
 )
 async def test_history_replays(path: Path) -> None:
     assert await replay(path) is None
+
+
+def local_activities(path: Path) -> list[str]:
+    """The local activities a stored history records (their markers), in order."""
+    found = []
+    for event in json.loads(path.read_text())["events"]:
+        details = event.get("markerRecordedEventAttributes", {}).get("details", {})
+        if "data" in details:
+            data = json.loads(base64.b64decode(details["data"]["payloads"][0]["data"]))
+            found.append(data["activity_type"])
+    return found
+
+
+def test_both_ways_of_parsing_a_local_calls_reply_are_replayed() -> None:
+    """Before `PARSE_AHEAD_PATCH` each round's calls had a `parse` of their own; since,
+    the model call that gave them parses them (its result holds them)."""
+    before = local_activities(HERE / "before_parse_ahead/local_calls.json")
+    now = local_activities(HERE / "local_calls.json")
+    assert before.count("parse") == 3 and "parse" not in now
+    assert [k for k in before if k != "parse"] == now
+    assert b'"parsed":{"valid":' in payloads(HERE / "local_calls.json")
 
 
 def payloads(path: Path) -> bytes:

@@ -270,6 +270,13 @@ SAMPLE_FAILURE_REFUSES = "sample-failure-refuses"
 request (the call goes on) rather than ending the turn: histories from before it replay
 as they ran."""
 
+PARSE_AHEAD_PATCH = "parse-with-model-call"
+"""Since this change, a model call made as a local activity parses its reply's calls
+(`ModelCallInput.parse`): a step is one local activity, not two. Histories from
+before it ran parse as a local activity of its own, and replay so: what the turn does
+follows the recorded result (a reply recorded without its calls parsed is parsed by
+the turn, as then), and the marker says which turns' calls parse so."""
+
 
 @workflow.defn(name="AgentTurn")
 class AgentTurn:
@@ -320,6 +327,8 @@ class AgentTurn:
         self._consented: list[str] = list(carry.consented) if carry else []
         """Calls a person granted consent to: a summary keeps them word for word."""
         self._unasked: list[str] = list(carry.unasked) if carry else []
+        self._ahead: tuple[Reply, ParseOutput] | None = None
+        """The last reply whose calls its model call parsed (`_parse_ahead`), with them."""
         """The writes this turn ran without asking (`approval.digest`): parse makes a
         repeat of one ask, so that a waiver covers each write once."""
         self._budget_ok: list[str] = list(carry.budget_ok) if carry else []
@@ -769,7 +778,9 @@ class AgentTurn:
                     answer = answers.step_limit(self._limits.max_steps, self._found())
                     return self._finish(Outcome.STEP_LIMIT, answer)
 
-                parsed = await self._parse(turn, iteration, reply.calls, turn.tools)
+                parsed = self._parsed_ahead(reply) or await self._parse(
+                    turn, iteration, reply.calls, turn.tools
+                )
                 results = {
                     r.call.id: self._reject(iteration, r.call, r.error) for r in parsed.rejected
                 }
@@ -972,28 +983,59 @@ class AgentTurn:
         return stop
 
     async def _plan(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
+        """The model's first calls (or answer): the turn parses them at `iteration`."""
         await self._compact(turn, iteration)
-        arg = self._conversation(PlanInput, turn)
+        arg = self._parse_ahead(turn, iteration, self._conversation(PlanInput, turn))
         out = await self._model_call(turn, iteration, PlanActivity.plan, arg, summary)
         reply: Reply = out.plan
+        self._kept_ahead(reply, out.parsed)
         self._full = reply.context_full
         self._usage += reply.usage
         self._model = out.model  # the spec the worker resolved, for AgentModel
-        return await self._fitting(turn, iteration, reply)
+        return await self._fitting(turn, iteration, reply, iteration)
 
     async def _interpret(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
-        return await self._fitting(turn, iteration, await self._decide(turn, iteration, summary))
+        """The model's answer to round `iteration`, or its next calls: the turn parses
+        those at `iteration + 1`."""
+        reply = await self._decide(turn, iteration, summary, iteration + 1)
+        return await self._fitting(turn, iteration, reply, iteration + 1)
 
-    async def _decide(self, turn: TurnInput, iteration: int, summary: str) -> Reply:
+    async def _decide(self, turn: TurnInput, iteration: int, summary: str, parse_at: int) -> Reply:
         await self._compact(turn, iteration)
-        arg = self._conversation(InterpretInput, turn)
+        arg = self._parse_ahead(turn, parse_at, self._conversation(InterpretInput, turn))
         out = await self._model_call(turn, iteration, InterpretActivity.interpret, arg, summary)
         reply: Reply = out.decision
+        self._kept_ahead(reply, out.parsed)
         self._full = reply.context_full
         self._usage += reply.usage
         if self._replied_by:
             self._model = self._replied_by
         return reply
+
+    def _parse_ahead(self, turn: TurnInput, parse_at: int, arg: ModelInput) -> ModelInput:
+        """A local model call's input, asking it to parse its reply's calls (in the
+        same process, with what `_parse_once` would send then: the conversation as this
+        call has it, nothing after), so that a step is one local activity, not two.
+        Not asked: a call made as an activity (its input is in the history, which would
+        then hold the customer's words and the earlier answers at every call), nor a
+        reply whose calls the turn would not parse (past `max_steps`)."""
+        if self._agent.model_calls != "local" or turn.stream:
+            return arg
+        if parse_at > self._limits.max_steps or not workflow.patched(PARSE_AHEAD_PATCH):
+            return arg
+        ref = ConversationRef(turn=workflow.info().first_execution_run_id, call=arg.call)
+        return arg.model_copy(update={"parse": self._parse_input(turn, [], turn.tools, ref)})
+
+    def _kept_ahead(self, reply: Reply, parsed: ParseOutput | None) -> None:
+        self._ahead = (reply, parsed) if parsed is not None else None
+
+    def _parsed_ahead(self, reply: Reply) -> ParseOutput | None:
+        """`reply`'s calls as its model call parsed them; None: the turn parses them (a
+        call not asked to, a parse that failed there, a reply carried from another run)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None or ahead[0] is not reply:
+            return None
+        return ahead[1].restored(reply.calls)
 
     async def _compact(self, turn: TurnInput, iteration: int) -> None:
         """Before a model call, when the last one found the conversation filling the
@@ -1057,7 +1099,7 @@ class AgentTurn:
         line = f"context: {out.summarised} earlier messages summarised{by}"
         self._record(iteration, StepKind.COMPACT, line)
 
-    async def _fitting(self, turn: TurnInput, iteration: int, reply: Reply) -> Reply:
+    async def _fitting(self, turn: TurnInput, iteration: int, reply: Reply, parse_at: int) -> Reply:
         """In a typed turn: a reply whose value fits the type (or that calls tools
         first). A value that does not fit goes back to the model with its errors, at
         most max_replans times; then the turn ends `invalid_output`. A text turn's
@@ -1070,7 +1112,7 @@ class AgentTurn:
                 raise _TurnEnded(Outcome.INVALID_OUTPUT, answer)
             repairs += 1
             self._messages.extend(outputs.repair(reply.message(), reply.output_error))
-            reply = await self._decide(turn, iteration, f"repair output #{repairs}")
+            reply = await self._decide(turn, iteration, f"repair output #{repairs}", parse_at)
         return reply
 
     def _typed(self, turn: TurnInput) -> bool:
@@ -1314,25 +1356,36 @@ class AgentTurn:
     ) -> ParseOutput:
         parsed = await _local(
             ParseActivity.parse,
-            ParseInput(
-                calls=calls,
-                tools=tools,
-                agent=self._agent.name,
-                tools_version=self._agent.tools_version,
-                tool_lists=self._agent.tool_lists,
-                said=_said(turn),
-                sources=self._earlier_answers(turn),
-                conversation=self._conversation_ref(),
-                customer_id=turn.customer_id,
-                fork=turn.fork is not None,
-                unasked=self._unasked,
-            ),
+            self._parse_input(turn, calls, tools, self._conversation_ref()),
             start_to_close_timeout=PARSE_TIMEOUT,
             schedule_to_close_timeout=self._within(),
             retry_policy=SHIELD_RETRY,
             summary=answers.markdown_safe(f"parse: {', '.join(c.name for c in calls)}"),
         )
         return parsed.restored(calls)
+
+    def _parse_input(
+        self,
+        turn: TurnInput,
+        calls: list[ToolCall],
+        tools: list[str] | None,
+        conversation: ConversationRef,
+    ) -> ParseInput:
+        """What parse reads besides the calls: the same whether the turn's parse activity
+        or a model call (`_parse_ahead`, with the turn's tools) runs it."""
+        return ParseInput(
+            calls=calls,
+            tools=tools,
+            agent=self._agent.name,
+            tools_version=self._agent.tools_version,
+            tool_lists=self._agent.tool_lists,
+            said=_said(turn),
+            sources=self._earlier_answers(turn),
+            conversation=conversation,
+            customer_id=turn.customer_id,
+            fork=turn.fork is not None,
+            unasked=self._unasked,
+        )
 
     def _reject(self, iteration: int, call: ToolCall, error: str) -> Observation:
         observation = Observation(call_id=call.id, tool=call.name, ok=False, text=error)
