@@ -44,7 +44,8 @@ earlier builds are kept to show which of them could not continue here:
   fail on a worker that took the turn over); none of them continues here.
 - `histories/before_parse_ahead/`: the turn of local model calls, recorded while each
   reply's calls were parsed by a `parse` local activity of their own (now the model
-  call parses them: `PARSE_AHEAD_PATCH`); it continues here, parsing as it did.
+  call parses them, and a reply recorded without its calls parsed is parsed as before);
+  it continues here, parsing as it did.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def local_activities(path: Path) -> list[str]:
 
 
 def test_both_ways_of_parsing_a_local_calls_reply_are_replayed() -> None:
-    """Before `PARSE_AHEAD_PATCH` each round's calls had a `parse` of their own; since,
+    """Before 10c37fa each round's calls had a `parse` of their own; since,
     the model call that gave them parses them (its result holds them)."""
     before = local_activities(HERE / "before_parse_ahead/local_calls.json")
     now = local_activities(HERE / "local_calls.json")

@@ -270,13 +270,6 @@ SAMPLE_FAILURE_REFUSES = "sample-failure-refuses"
 request (the call goes on) rather than ending the turn: histories from before it replay
 as they ran."""
 
-PARSE_AHEAD_PATCH = "parse-with-model-call"
-"""Since this change, a model call made as a local activity parses its reply's calls
-(`ModelCallInput.parse`): a step is one local activity, not two. Histories from
-before it ran parse as a local activity of its own, and replay so: what the turn does
-follows the recorded result (a reply recorded without its calls parsed is parsed by
-the turn, as then), and the marker says which turns' calls parse so."""
-
 
 @workflow.defn(name="AgentTurn")
 class AgentTurn:
@@ -327,10 +320,10 @@ class AgentTurn:
         self._consented: list[str] = list(carry.consented) if carry else []
         """Calls a person granted consent to: a summary keeps them word for word."""
         self._unasked: list[str] = list(carry.unasked) if carry else []
-        self._ahead: tuple[Reply, ParseOutput] | None = None
-        """The last reply whose calls its model call parsed (`_parse_ahead`), with them."""
         """The writes this turn ran without asking (`approval.digest`): parse makes a
         repeat of one ask, so that a waiver covers each write once."""
+        self._ahead: tuple[Reply, ParseOutput] | None = None
+        """The last reply whose calls its model call parsed (`_parse_ahead`), with them."""
         self._budget_ok: list[str] = list(carry.budget_ok) if carry else []
         """Budgets (ledger ids, one per period) a person let this turn pass the soft line
         of: its model calls carry them (`ModelCallInput.budget_ok`), and it asks no more."""
@@ -1021,7 +1014,11 @@ class AgentTurn:
         reply whose calls the turn would not parse (past `max_steps`)."""
         if self._agent.model_calls != "local" or turn.stream:
             return arg
-        if parse_at > self._limits.max_steps or not workflow.patched(PARSE_AHEAD_PATCH):
+        # Asked of no `workflow.patched`: what the turn does follows the recorded result
+        # (a reply recorded without its calls parsed, as before this, the turn parses in
+        # a `parse` of its own), so histories of either kind replay, and no turn pays a
+        # patch's marker (docs/deploy.md).
+        if parse_at > self._limits.max_steps:
             return arg
         ref = ConversationRef(turn=workflow.info().first_execution_run_id, call=arg.call)
         return arg.model_copy(update={"parse": self._parse_input(turn, [], turn.tools, ref)})
