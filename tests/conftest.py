@@ -80,6 +80,34 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     await env.shutdown()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_REPORT] = report
+    return report
+
+
+_CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.fixture(autouse=True)
+async def _stuck_workflows_told(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """After a failed test that used the session's server: the workflows whose task
+    failed, with their histories (`tests/stuck.py`), for a failure seen once."""
+    yield
+    report = request.node.stash.get(_CALL_REPORT, None)
+    if report is None or not report.failed or "env" not in request.fixturenames:
+        return
+    from tests import stuck
+
+    env: WorkflowEnvironment = request.getfixturevalue("env")
+    try:
+        await stuck.tell(env.client)
+    except Exception as e:  # the test's own failure is what counts
+        print(f"stuck: could not look ({type(e).__name__}: {e})")
+
+
 @pytest.fixture(scope="module")
 def forks_env() -> dict[str, str]:
     """The environment `cli_forks` imports the commands in. A run whose environment

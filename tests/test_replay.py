@@ -267,3 +267,19 @@ def test_every_local_activity_of_a_turn_fails_one_way_live_and_in_replay() -> No
         }
     ]
     assert len(calls) == 1, "call local activities through `_local` (workflows/turn.py)"
+
+
+def test_the_workflows_ask_no_patch() -> None:
+    """Turns and conversations are pinned to the version they started on, so a change
+    needs no `workflow.patched`; and a patch asked halfway through a turn is answered by
+    the workflow task a replay meets it in (a worker that took the turn over met the
+    `consent-per-call` marker where its replay made another command, and the turn
+    stuck). Histories of code that asked are kept in `histories/markers/`."""
+    folder = Path(__file__).parent.parent / "workflows"
+    for source in sorted(folder.glob("*.py")):
+        asked = [
+            node.attr
+            for node in ast.walk(ast.parse(source.read_text()))
+            if isinstance(node, ast.Attribute) and node.attr in {"patched", "deprecate_patch"}
+        ]
+        assert not asked, f"{source.name} asks {asked}: the workflows are pinned (docs/deploy.md)"

@@ -208,13 +208,6 @@ with workflow.unsafe.imports_passed_through():
 
 ModelInput = TypeVar("ModelInput", PlanInput, InterpretInput)
 
-RETRIEVAL_PATCH = "knowledge-retrieval"
-"""Turns of agents with `Knowledge(retrieve=N)` run the retrieval step before the loop;
-histories recorded before it existed replay without it."""
-ATTACHED_RETRIEVAL_PATCH = "attached-retrieval"
-"""The retrieval step searches the turn's attached documents too; histories recorded
-before it replay with the knowledge's passages only."""
-
 # Model errors that say the request can never succeed as configured.
 _REFUSED = (ModelRequestRejected.__name__, UnknownModel.__name__, ModelCannotAnswer.__name__)
 
@@ -250,25 +243,8 @@ class _ModelFailed(Exception):
         self.said = said
 
 
-BUDGET_PATCH = "budget-limit"
-"""Since budgets (`durable_agent.budgets`), a model call a budget refuses ends the turn
-with `budget_limit`: only turns recorded since can hold such a refusal."""
-
 SOFT_LINE_TOOL = "budget"
 """The name of the call a person approves to let a turn pass a budget's soft line."""
-
-BUDGET_SOFT_PATCH = "budget-soft-line"
-"""Since soft lines (`tenant=5/day@80%`), a model call past one waits for a person's
-approval, as a write does, and is made again once approved."""
-
-RESULTS_BY_REFERENCE = "results-by-reference"
-"""Model calls carry long tool results by reference to the activity result that holds
-them (`conversation.by_reference`); older histories carry them whole."""
-
-SAMPLE_FAILURE_REFUSES = "sample-failure-refuses"
-"""Since this change, a model that fails on a server's request to sample refuses the
-request (the call goes on) rather than ending the turn: histories from before it replay
-as they ran."""
 
 
 @workflow.defn(name="AgentTurn")
@@ -811,7 +787,7 @@ class AgentTurn:
         question's top passages, with their ids and sources, join the conversation as
         the result of a search call (data, never instructions), before the first model
         call. It fails open: the turn goes on without them, and its story says why."""
-        if not self._agent.retrieve or not workflow.patched(RETRIEVAL_PATCH):
+        if not self._agent.retrieve:
             return
         try:
             out = await _local(
@@ -853,7 +829,7 @@ class AgentTurn:
             for a in m.attachments
             if not a.is_image
         }
-        if not found or not workflow.patched(ATTACHED_RETRIEVAL_PATCH):
+        if not found:
             return []
         return list(found.values())[-MAX_DOCUMENTS:]
 
@@ -1123,7 +1099,7 @@ class AgentTurn:
         since, self._sent = self._sent, self._first + len(self._messages)
         self._model_calls += 1
         messages = self._messages[since - self._first :]
-        if self._stored_texts and workflow.patched(RESULTS_BY_REFERENCE):
+        if self._stored_texts:
             # Each tool result is stored once: in the activity's result that screened it.
             messages = by_reference(messages, self._stored_texts)
         return kind(
@@ -1174,7 +1150,7 @@ class AgentTurn:
                 self._if_out_of_time()
                 self._if_over_budget(e)
                 if i + 1 == len(models) or not fallback.next_may_answer(_cause(e)):
-                    if not ends_turn and workflow.patched(SAMPLE_FAILURE_REFUSES):
+                    if not ends_turn:
                         self._if_tools_lost(iteration, e)
                         said, _ = self._model_failure(spec, e)
                         raise _ModelFailed(self._failed(said, e)) from e
@@ -1228,8 +1204,6 @@ class AgentTurn:
             return False
         if ledger in self._budget_ok:
             return False
-        if not workflow.patched(BUDGET_SOFT_PATCH):
-            return False
         # A call of no tool, named `budget`: its arguments say which budget, and the
         # decision's record (approver, time, hash) is kept as a write's is.
         call = ToolCall(
@@ -1274,9 +1248,8 @@ class AgentTurn:
         cause = _cause(err)
         if not isinstance(cause, ApplicationError) or cause.type != BudgetExceeded.__name__:
             return
-        if workflow.patched(BUDGET_PATCH):
-            answer = answers.budget_limit(cause.message, self._found())
-            raise _TurnEnded(Outcome.BUDGET_LIMIT, answer)
+        answer = answers.budget_limit(cause.message, self._found())
+        raise _TurnEnded(Outcome.BUDGET_LIMIT, answer)
 
     def _fell_back(self, iteration: int, failed: str, then: str, err: Exception) -> None:
         """The story, the trace and the metrics say that the next model gets the request:
@@ -2082,17 +2055,15 @@ class AgentTurn:
         # A decision covers the one wait it was given in: a call id the model uses again
         # later (another round, other arguments) is asked again, never let through by an
         # earlier approval; and the write's dispatch checks the approval's hash.
-        per_call = workflow.patched("consent-per-call")
         if waiting is None:
-            if per_call:
-                self._decisions.pop(call.id, None)
+            self._decisions.pop(call.id, None)
             self._clock_stops()  # a person is deciding
             self._pending[call.id] = PendingApproval(
                 call=call,
                 why=why,
                 since=workflow.now(),
                 approvers=approvers or [],
-                call_hash=consent_hash(call) if per_call else "",
+                call_hash=consent_hash(call),
             )
             self._record(
                 iteration,
@@ -2124,22 +2095,21 @@ class AgentTurn:
         # coroutines outside the workflow's event loop, where nothing may be asked of it.
         pending = self._pending[call.id]
         self._no_longer_pending(call)
-        if per_call:
-            self._decisions.pop(call.id, None)  # spent
-        consent = _consent_of(pending, decision) if decision is not None and per_call else None
+        self._decisions.pop(call.id, None)  # spent
         if decision is None:
             text = expired(call, _duration(wait))
             self._record(
                 iteration, StepKind.DECISION, f"{call.name}: no decision in time", calls=[call]
             )
         elif decision.approved:
+            consent = _consent_of(pending, decision)
             approved = f"{call.name}: approved by {decision.by}"
             self._record(iteration, StepKind.DECISION, approved, calls=[call], consent=consent)
             self._consented.append(call.id)
-            if consent is not None:
-                self._approved[call.id] = consent.call_hash
+            self._approved[call.id] = consent.call_hash
             return None
         else:
+            consent = _consent_of(pending, decision)
             text = declined(call, decision)
             because = f": {decision.reason}" if decision.reason else ""
             self._record(
