@@ -3,10 +3,12 @@ and task queue per test, and a scripted model where a test needs exact replies."
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -129,6 +131,19 @@ def cli_forks(forks_env: dict[str, str]) -> Iterator[Forks]:
     forks = Forks(modules, forks_env, Path(__file__).resolve().parent.parent)
     yield forks
     forks.close()
+
+
+async def connect_when_ready(address: str, wait: float = 30, **options: Any) -> Client:
+    """`Client.connect` to a server just started: it listens before its frontend is
+    healthy ("Frontend is not healthy yet"), as `runtime.server.open_client` knows."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return await Client.connect(address, **options)
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 @pytest.fixture

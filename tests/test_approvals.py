@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -34,7 +34,7 @@ from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import ShopStore
 from durable_agent.types import Outcome, StepKind, ToolCall, TurnInput, TurnLimits, TurnProgress
 from durable_agent.workflows import AgentTurn, search
-from tests.conftest import Harness, kinds, last_result, story
+from tests.conftest import Harness, connect_when_ready, kinds, last_result, story
 
 ROOT = Path(__file__).resolve().parent.parent
 RETURN = ToolCall(
@@ -265,7 +265,7 @@ async def test_approval_survives_a_killed_worker_and_a_restarted_server(tmp_path
     task_queue = "approval-crash"
     workers: list[subprocess.Popen[str]] = []
     try:
-        client = await Client.connect(server.address, data_converter=LEAN_DATA_CONVERTER)
+        client = await connect_when_ready(server.address, data_converter=LEAN_DATA_CONVERTER)
         workers.append(spawn_worker(server.address, task_queue, db))
         turn = TurnInput(question="I want to return order 123456, it arrived damaged.")
         handle = await start_turn(client, turn, task_queue)
@@ -275,7 +275,7 @@ async def test_approval_survives_a_killed_worker_and_a_restarted_server(tmp_path
         workers[0].wait()
         server.stop()
         server.start()
-        client = await Client.connect(server.address, data_converter=LEAN_DATA_CONVERTER)
+        client = await connect_when_ready(server.address, data_converter=LEAN_DATA_CONVERTER)
         handle = client.get_workflow_handle_for(AgentTurn.run, handle.id)
 
         # A new worker rebuilds the waiting turn from its history, then takes the decision.

@@ -9,7 +9,6 @@ from datetime import timedelta
 from pathlib import Path
 
 from pydantic import BaseModel
-from temporalio.client import Client
 
 from durable_agent.model import Reply
 from durable_agent.runtime.codec import LEAN_DATA_CONVERTER
@@ -19,7 +18,7 @@ from durable_agent.scripted import ScriptedModel
 from durable_agent.shop import ShopStore
 from durable_agent.tools import ToolContext, ToolRegistry, tool
 from durable_agent.types import Outcome, ToolCall, TurnInput
-from tests.conftest import Harness, last_result
+from tests.conftest import Harness, connect_when_ready, last_result
 
 
 class Nothing(BaseModel):
@@ -39,7 +38,7 @@ async def test_turn_survives_a_server_restart(tmp_path: Path) -> None:
     server = EmbeddedServer(tmp_path / "temporal.db", port=free_port(), ui_port=free_port())
     server.start()
     try:
-        client = await Client.connect(server.address, data_converter=LEAN_DATA_CONVERTER)
+        client = await connect_when_ready(server.address, data_converter=LEAN_DATA_CONVERTER)
         model = ScriptedModel(
             plans=[Reply(calls=[ToolCall(id="c1", name="gate")])],
             decisions=[lambda req: Reply(text=last_result(req))],
