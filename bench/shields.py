@@ -5,7 +5,7 @@
 Starts its own dev server and two bench workers, one with the default offline shields
 and one with none (`AGENT_SHIELDS_*=none`), and runs the bench's one-tool turn on each in
 turn (interleaved, either first in turn, so load on the machine falls on both alike).
-Prints the medians, their ratio, the CPU each worker spent per turn, and what one turn
+Prints the medians, their ratio, the CPU its worker and the server spent per turn, and what one turn
 of each records: history events and bytes, workflow tasks, and the local activities
 (markers) by type. The same turns as `Bench.shields_cost`. `--age N --aged shielded`
 first runs N turns on that worker (the full bench's shielded worker has served its
@@ -95,15 +95,20 @@ async def run(
                 await asyncio.gather(*(one_turn(client, queues[name]) for _ in range(AGE_BATCH)))
         times: dict[str, list[float]] = {name: [] for name in queues}
         cpu = dict.fromkeys(queues, 0.0)
+        server_cpu = dict.fromkeys(queues, 0.0)
+        assert server.process is not None
+        server_pid = server.process.pid
         ids = {}
         order = list(queues.items())
         for i in range(turns):
             # Either first in turn: a pair's first turn may pay for a pause before it.
             for name, queue in order if i % 2 == 0 else order[::-1]:
-                c0, t0 = cpu_s(workers[name].pid), time.perf_counter()
+                c0, s0 = cpu_s(workers[name].pid), cpu_s(server_pid)
+                t0 = time.perf_counter()
                 ids[name] = await one_turn(client, queue)
                 times[name].append(time.perf_counter() - t0)
                 cpu[name] += cpu_s(workers[name].pid) - c0
+                server_cpu[name] += cpu_s(server_pid) - s0
         med = {name: statistics.median(ts) for name, ts in times.items()}
         return {
             "model_calls": model_calls,
@@ -111,7 +116,18 @@ async def run(
             "median_ms": {k: round(v * 1000, 2) for k, v in med.items()},
             "p95_ms": {k: round(pct(v, 0.95) * 1000, 2) for k, v in times.items()},
             "latency_ratio": round(med["shielded"] / med["bare"], 3),
+            # Each turn against its neighbour of the other kind: less swayed by load that
+            # comes and goes over the run.
+            "pair_ratio_median": round(
+                statistics.median(
+                    a / b for a, b in zip(times["shielded"], times["bare"], strict=True)
+                ),
+                3,
+            ),
             "worker_cpu_ms_per_turn": {k: round(v * 1000 / turns, 2) for k, v in cpu.items()},
+            "server_cpu_ms_per_turn": {
+                k: round(v * 1000 / turns, 2) for k, v in server_cpu.items()
+            },
             "one_turn": {name: await recorded(client, i) for name, i in ids.items()},
             "aged": {name: age for name in aged},
             "load_avg": os.getloadavg(),
