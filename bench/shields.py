@@ -93,6 +93,7 @@ async def run(
             # served its throughput batches and the bare ones on a fresh worker.
             for _ in range(0, age, AGE_BATCH):
                 await asyncio.gather(*(one_turn(client, queues[name]) for _ in range(AGE_BATCH)))
+        print(f"{turns} turns of each, interleaved…", file=sys.stderr, flush=True)
         times: dict[str, list[float]] = {name: [] for name in queues}
         cpu = dict.fromkeys(queues, 0.0)
         server_cpu = dict.fromkeys(queues, 0.0)
