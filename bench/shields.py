@@ -5,12 +5,14 @@
 Starts its own dev server and two bench workers, one with the default offline shields
 and one with none (`AGENT_SHIELDS_*=none`), and runs the bench's one-tool turn on each in
 turn (interleaved, either first in turn, so load on the machine falls on both alike).
-Prints the medians, their ratio, the CPU its worker and the server spent per turn, and what one turn
-of each records: history events and bytes, workflow tasks, and the local activities
-(markers) by type. The same turns as `Bench.shields_cost`. `--age N --aged shielded`
-first runs N turns on that worker (the full bench's shielded worker has served its
-throughput batches, the bare one is fresh); `--pid-file` gives the workers' pids to a
-profiler (`py-spy record -p PID`).
+Prints the medians, their ratio, the CPU its worker and the server spent per turn, and
+what one turn of each records: history events and bytes, workflow tasks, and the local
+activities (markers) by type. The same turns as `Bench.shields_cost`.
+
+`--age N --aged shielded` first runs N turns on that worker (`--at-once` of them at a
+time, 50 by default), as the full bench's shielded worker once had served its
+throughput batches when the bare one was fresh; `--pid-file` gives the workers' pids to
+a profiler (`py-spy record -p PID`).
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ async def recorded(client: Client, workflow_id: str) -> dict[str, Any]:
     }
 
 
-AGE_BATCH = 50
-
-
 async def run(
-    turns: int, model_calls: str, pid_file: Path | None, age: int = 0, aged: tuple[str, ...] = ()
+    turns: int,
+    model_calls: str,
+    pid_file: Path | None,
+    age: int = 0,
+    aged: tuple[str, ...] = (),
+    at_once: int = 50,
 ) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="durable-agent-shields-"))
     server = EmbeddedServer(tmp / "temporal.db", port=free_port(), ui_port=free_port()).start()
@@ -91,8 +95,8 @@ async def run(
         for name in aged:
             # As in the full bench, where the shielded turns run on a worker that has
             # served its throughput batches and the bare ones on a fresh worker.
-            for _ in range(0, age, AGE_BATCH):
-                await asyncio.gather(*(one_turn(client, queues[name]) for _ in range(AGE_BATCH)))
+            for _ in range(0, age, at_once):
+                await asyncio.gather(*(one_turn(client, queues[name]) for _ in range(at_once)))
         print(f"{turns} turns of each, interleaved…", file=sys.stderr, flush=True)
         times: dict[str, list[float]] = {name: [] for name in queues}
         cpu = dict.fromkeys(queues, 0.0)
@@ -130,7 +134,7 @@ async def run(
                 k: round(v * 1000 / turns, 2) for k, v in server_cpu.items()
             },
             "one_turn": {name: await recorded(client, i) for name, i in ids.items()},
-            "aged": {name: age for name in aged},
+            "aged": {name: {"turns": age, "at_once": at_once} for name in aged},
             "load_avg": os.getloadavg(),
         }
     finally:
@@ -144,10 +148,14 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=100)
     p.add_argument("--model-calls", choices=("local", "activity"), default="local")
     p.add_argument("--pid-file", type=Path, help="write the workers' pids here (to profile)")
-    p.add_argument("--age", type=int, default=0, help="turns (50 at once) first run by…")
+    p.add_argument("--age", type=int, default=0, help="turns first run by…")
     p.add_argument("--aged", nargs="*", choices=("shielded", "bare"), default=[], help="…these")
+    p.add_argument("--at-once", type=int, default=50, help="…so many at once")
     args = p.parse_args()
-    out = asyncio.run(run(args.turns, args.model_calls, args.pid_file, args.age, tuple(args.aged)))
+    aged = tuple(args.aged)
+    out = asyncio.run(
+        run(args.turns, args.model_calls, args.pid_file, args.age, aged, args.at_once)
+    )
     json.dump(out, sys.stdout, indent=2)
     print()
 
