@@ -126,12 +126,16 @@ class Bench:
             out[task] = result.usage.model_calls
         return out
 
-    async def shields_cost(self, bare_queue: str, turns: int) -> dict[str, Any]:
-        """One-tool turns with the default (offline) shields and with none, interleaved."""
-        times: dict[str, list[float]] = {"shielded": [], "bare": []}
+    async def shields_cost(self, queues: dict[str, str], turns: int) -> dict[str, Any]:
+        """One-tool turns with the default (offline) shields and with none, interleaved,
+        either first in turn, each kind on a fresh worker of its own (`queues`: shielded,
+        bare): a worker that has served the throughput batches spends more per turn
+        than a fresh one, whatever its shields (docs/benchmark.md, 2026-12-07)."""
+        times: dict[str, list[float]] = {name: [] for name in queues}
         ids = {}
-        for _ in range(turns):
-            for name, queue in (("shielded", self.task_queue), ("bare", bare_queue)):
+        order = list(queues.items())
+        for i in range(turns):
+            for name, queue in order if i % 2 == 0 else order[::-1]:
                 t0 = time.perf_counter()
                 ids[name] = await self.agent(1, queue)
                 times[name].append(time.perf_counter() - t0)
@@ -247,14 +251,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         calls = await bench.model_calls()
 
-        print("shields: the same turns with none…", file=sys.stderr)
-        bare_queue = f"bench-bare-{uuid.uuid4().hex[:6]}"
+        print("shields: the same turns with none, on two fresh workers…", file=sys.stderr)
         off = {setting: "none" for setting in SHIELD_SETTINGS.values()}
-        bare = spawn_worker(server.address, bare_queue, db, env=off)
+        twins = {}
         try:
-            shields = await bench.shields_cost(bare_queue, args.turns)
+            for name, env in (("shielded", {}), ("bare", off)):
+                queue = f"bench-{name}-{uuid.uuid4().hex[:6]}"
+                twins[queue] = spawn_worker(server.address, queue, db, env=env)
+            names = dict(zip(("shielded", "bare"), twins, strict=True))
+            for queue in twins:
+                await bench.agent(1, queue)  # each worker's first turn is no measure
+            shields = await bench.shields_cost(names, args.turns)
         finally:
-            stop(bare)
+            for proc in twins.values():
+                stop(proc)
 
         print("streaming: the same turns with a reader, and its delays…", file=sys.stderr)
         streaming = await bench.streaming_cost(args.turns)
