@@ -130,7 +130,7 @@ class Bench:
         """One-tool turns with the default (offline) shields and with none, interleaved,
         either first in turn, each kind on a fresh worker of its own (`queues`: shielded,
         bare): a worker that has served the throughput batches spends more per turn
-        than a fresh one, whatever its shields (docs/benchmark.md, 2026-12-07)."""
+        than a fresh one (docs/benchmark.md, 2026-12-07)."""
         times: dict[str, list[float]] = {name: [] for name in queues}
         ids = {}
         order = list(queues.items())
