@@ -42,7 +42,7 @@ async def tell(client: Client, since: timedelta = timedelta(minutes=10)) -> None
         text = history.to_json()
         folder = Path(tempfile.gettempdir()) / "durable-agent-stuck"
         folder.mkdir(exist_ok=True)
-        path = folder / f"{info.id}.{info.run_id}.json"
+        path = folder / f"{_file_name(info.id)}.{info.run_id}.json"
         path.write_text(text)
         packed = base64.b64encode(gzip.compress(text.encode())).decode()
         print(f"stuck: {info.workflow_type} {info.id} run {info.run_id}: {failures[0]}")
@@ -54,13 +54,24 @@ async def tell(client: Client, since: timedelta = timedelta(minutes=10)) -> None
             return
 
 
+def _file_name(workflow_id: str) -> str:
+    """A workflow id as a file name of this folder (an id may hold any character)."""
+    return "".join(c if c.isalnum() or c in "-_.%:" else "_" for c in workflow_id)[:200]
+
+
 def main() -> None:
     """Each `stuck-history <id> <data>` line of standard input, as `<id>.json`."""
     for line in sys.stdin:
         if line.startswith("stuck-history "):
-            _, workflow_id, packed = line.split()
-            Path(f"{workflow_id}.json").write_bytes(gzip.decompress(base64.b64decode(packed)))
-            print(f"{workflow_id}.json")
+            try:
+                _, workflow_id, packed = line.split()
+                data = gzip.decompress(base64.b64decode(packed, validate=True))
+            except (ValueError, OSError, EOFError) as e:  # a line cut or altered
+                print(f"skipped a stuck-history line that is not whole: {e}", file=sys.stderr)
+                continue
+            path = Path(f"{_file_name(workflow_id)}.json")
+            path.write_bytes(data)
+            print(path)
 
 
 if __name__ == "__main__":
