@@ -537,16 +537,26 @@ def test_codec_server_memory_stays_bounded_whatever_the_requests() -> None:
         heavy = [("/decode", metadata), ("/decode", tiny), ("/decode", deep), ("/encode", large)]
         assert [post(path, body) for path, body in heavy] == [413, 413, 413, 200]
 
-        statuses: list[int] = []
+        statuses: list[int | str] = []
+
+        def post_once(path: str, body: bytes) -> None:
+            try:
+                statuses.append(post(path, body))
+            except ConnectionResetError:
+                # A refusal's lingering close is bounded (LINGER_S idle, LINGER_MAX_S in
+                # all): a peer still sending a refused body past it is reset, as on a
+                # machine this loaded (16 bodies of 8 MB at once) it may be.
+                statuses.append("reset")
+
         threads = [
-            threading.Thread(target=lambda p=path, b=body: statuses.append(post(p, b)))
-            for path, body in heavy * 4
+            threading.Thread(target=post_once, args=(path, body)) for path, body in heavy * 4
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=120)
-        assert len(statuses) == len(threads) and set(statuses) <= {200, 413, 503}, statuses
+        assert len(statuses) == len(threads), statuses
+        assert set(statuses) <= {200, 413, 503, "reset"}, statuses
 
         peak, _ = peak_and_now_mb(proc.pid)
         assert peak - before < MEMORY_BOUND_MB, f"grew {peak - before:.0f} MB"
