@@ -335,7 +335,7 @@ SERIAL = (
     "tests/test_web.py::test_reloads_and_tabs_never_hold_up_consent",
 )
 """Tests that must have the machine to themselves: marked `serial`, they run in a pass of
-their own after the rest has run over two processes (README.md, Development)."""
+their own after the rest has run over four processes (README.md, Development)."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect
