@@ -38,7 +38,7 @@ from durable_agent.types import Step, StepKind, TurnInput, TurnLimits, TurnOutpu
 from durable_agent.workflows import search
 from tests.procs import Forks
 
-# Each test process (each pytest-xdist worker, `-n 2`) has a state folder of its own,
+# Each test process (each pytest-xdist worker, `-n 4`) has a state folder of its own,
 # outside the checkout: what its in-process workers keep there (the payload store, MCP
 # tool lists) is never another run's, or another worker's running beside it. A process a
 # test starts that imports this module (tests/waits_worker.py) keeps the test's folder:
