@@ -47,19 +47,26 @@ def test_a_domain_is_an_agent_of_the_benchmarks_own_tools(tmp_path: Path) -> Non
     assert tools["get_order_details"].parameters["required"] == ["order_id"]
 
 
-def test_the_domains_are_the_benchmarks_registry_and_a_run_loads_no_model_client() -> None:
+ORACLE_RUN_IMPORTS = """\
+import sys
+from pathlib import Path
+import durable_agent.evals.__main__, durable_agent.evals.floor, durable_agent.evals.run
+from durable_agent.evals import tau2
+(task,) = tau2.tasks("retail", ["0"]); tau2.tasks("mock")
+store = tau2.EpisodeStore(Path(sys.argv[1]) / "run.db", "retail")
+assert tau2.score("retail", task, store, "ep")["reward"] == 0.0  # nothing done yet
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("litellm", "openai")))
+"""
+
+
+def test_the_domains_are_the_benchmarks_registry_and_a_run_loads_no_model_client(
+    tmp_path: Path,
+) -> None:
     """The runner finds each domain's environment and tasks where τ²-bench's registry
-    does, without importing the registry (which loads LiteLLM, seconds of CPU)."""
+    does, without importing the registry (which loads LiteLLM, seconds of CPU): an
+    oracle run, its tasks and its scoring load no model client."""
     checked = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys\n"
-            "from durable_agent.evals import tau2\n"
-            "tau2.tasks('retail', ['0']); tau2.tasks('mock')\n"
-            "tau2.score  # noqa\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('litellm', 'openai')))",
-        ],
+        [sys.executable, "-c", ORACLE_RUN_IMPORTS, str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
