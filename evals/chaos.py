@@ -37,7 +37,14 @@ FAULTS = "rate=0.15"
 """Transient faults: the share of model and tool call attempts that fail (retried)."""
 KILL_EVERY = (8.0, 20.0)
 """Seconds between two kills, drawn uniformly (`AGENT_EVALS_KILL_EVERY=8,20`): long
-enough for a worker started again (some seconds: the benchmark's imports) to serve."""
+enough for a worker started again (some seconds: the benchmark's imports) to serve.
+
+Much shorter, and a busy machine's workers are killed faster than they get through a
+turn's first workflow task (a fresh worker's replay and its local activities: a second
+or more when the cores are shared). A task lost that way is Temporal's to give again
+once its timeout passes, and past its third attempt Temporal lengthens that timeout
+each time (5 s, 10 s, 20 s, ... up to 10 minutes): a turn whose task was lost nine
+times in a row waited nine minutes. The tests kill every 4 to 8 s."""
 
 
 READY = "AGENT_EVALS_READY"

@@ -459,7 +459,8 @@ class Scoring:
     priority, one episode at a time, so the turns never wait for scoring. Once the
     last turn has ended, what still waits is scored by processes at normal priority
     too, one per core: there is nothing left to make wait, and on a busy machine a
-    process at the lowest priority may hardly run at all."""
+    process at the lowest priority may hardly run at all (the one being scored there
+    then is scored again at normal priority, its process stopped)."""
 
     def __init__(self, turns: int) -> None:
         self._turns = turns
@@ -495,7 +496,20 @@ class Scoring:
                 slot.cancel()  # no-op once it has the slot
             if slot.done() and not slot.cancelled():
                 try:
-                    return await loop.run_in_executor(_scorer(low=True), fn, *args)
+                    low = loop.run_in_executor(_scorer(low=True), fn, *args)
+                    hurry = asyncio.ensure_future(self._hurry.wait())
+                    try:
+                        await asyncio.wait({low, hurry}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        hurry.cancel()
+                    if low.done():
+                        return low.result()
+                    # The last turn ended while this episode was scored at the lowest
+                    # priority, where a busy machine may leave it for minutes: that
+                    # process is stopped (nothing is left to make wait; scoring changes
+                    # nothing) and the episode is scored at normal priority.
+                    low.add_done_callback(lambda f: f.cancelled() or f.exception())
+                    _stop_scorer(low=True)
                 finally:
                     self._one.release()
         return await loop.run_in_executor(_scorer(low=False), fn, *args)
@@ -530,6 +544,17 @@ def _exit_with(parent: int, low: bool = True) -> None:
         os._exit(0)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def _stop_scorer(low: bool) -> None:
+    """The scoring processes of that priority stopped at once, whatever they were doing."""
+    pool = _SCORERS.pop(low, None)
+    if pool is None:
+        return
+    # The executor's own processes (3.14 names this `terminate_workers`).
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _close_scorer() -> None:

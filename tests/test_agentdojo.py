@@ -92,7 +92,7 @@ def test_a_chaos_run_keeps_its_scores_and_applies_each_call_once(
     env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     """The obedient model's slice on two worker processes with injected faults, one
-    SIGKILLed every 2 to 4 s and the one that keeps the first write right after it
+    SIGKILLed every 4 to 8 s and the one that keeps the first write right after it
     (however fast the run, it crashes once): the scores are the calm run's, and each call of each
     episode is in its environment once (the rebuilt environments agree with the calls)."""
     done = subprocess.run(
@@ -116,7 +116,7 @@ def test_a_chaos_run_keeps_its_scores_and_applies_each_call_once(
             str(tmp_path / "report"),
         ],
         cwd=ROOT,
-        env=worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="2,4"),
+        env=worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="4,8"),
         capture_output=True,
         text=True,
         timeout=600,

@@ -196,6 +196,36 @@ async def test_scoring_waits_behind_the_turns_then_hurries_once_they_are_over() 
         _close_scorer()
 
 
+async def test_an_episode_scored_at_the_lowest_priority_as_the_last_turn_ends_is_scored_at_once(
+    tmp_path: Path,
+) -> None:
+    """The last turn ends while an episode is scored at the lowest priority (where a busy
+    machine may leave it for minutes): that process is stopped and the episode is
+    scored again at normal priority."""
+    from durable_agent.evals.run import Scoring, _close_scorer
+    from tests.niced import niceness_once_released
+
+    scoring = Scoring(1)
+    ended = scoring.turn()
+    started, release = tmp_path / "started", tmp_path / "release"
+    try:
+        scored = asyncio.ensure_future(
+            scoring.run(niceness_once_released, str(started), str(release))
+        )
+        while not started.exists() or not started.read_text():
+            await asyncio.sleep(0.05)
+        low = int(started.read_text())
+        ended()
+        assert await asyncio.wait_for(scored, 60) == 0
+        deadline = time.monotonic() + 30
+        while _alive(low):
+            assert time.monotonic() < deadline, "the lowest-priority scorer goes on"
+            await asyncio.sleep(0.05)
+    finally:
+        release.touch()
+        _close_scorer()
+
+
 def test_progress_on_a_terminal_is_one_line_drawn_again() -> None:
     from durable_agent.evals.report import Progress
 
@@ -620,7 +650,7 @@ async def test_a_worker_killed_right_after_a_write_applied_leaves_it_there_once(
 
 
 def test_a_chaos_run_passes_with_every_write_once(env: WorkflowEnvironment, tmp_path: Path) -> None:
-    """Two worker processes with injected faults, one SIGKILLed every 2 to 4 s and the
+    """Two worker processes with injected faults, one SIGKILLed every 4 to 8 s and the
     one that keeps the first write right after it: the episodes pass by the benchmark's
     evaluator, each write applied once."""
     ids = ["0", "4"]
@@ -639,7 +669,7 @@ def test_a_chaos_run_passes_with_every_write_once(env: WorkflowEnvironment, tmp_
             str(tmp_path / "report"),
         ],
         cwd=ROOT,
-        env=worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="2,4"),
+        env=worker_env(env, tmp_path, AGENT_EVALS_KILL_EVERY="4,8"),
         capture_output=True,
         text=True,
         timeout=600,
