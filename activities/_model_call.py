@@ -8,7 +8,6 @@ conversation together (`durable_agent/transcript.py`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Collection
@@ -18,7 +17,7 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from durable_agent import compaction, model_settings, outputs
-from durable_agent.activities._common import heartbeating, server_suggested_delay
+from durable_agent.activities._common import heartbeating, server_suggested_delay, within
 from durable_agent.activities._conversation import Sent, recorded_conversation, turn_key, whole
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.parse import AHEAD_TIMEOUT_S, ParseInput, ParseOutput, parse_calls
@@ -205,9 +204,7 @@ class ModelCaller:
             return None
         asked = input.parse.model_copy(update={"calls": reply.calls})
         try:
-            return await asyncio.wait_for(
-                parse_calls(self._agents, asked, messages), AHEAD_TIMEOUT_S
-            )
+            return await within(parse_calls(self._agents, asked, messages), AHEAD_TIMEOUT_S)
         except Exception as e:
             activity.logger.warning(
                 "parse with the model call failed (%s); the turn parses the calls", type(e).__name__

@@ -20,7 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from durable_agent import sampling
-from durable_agent.activities._common import heartbeating
+from durable_agent.activities._common import heartbeating, within
 from durable_agent.activities._tools import turn_tools
 from durable_agent.activities.parse_output import ParseOutputOutput, screened
 from durable_agent.approval import consent_hash
@@ -221,7 +221,7 @@ class DispatchActivity:
         if budget > 0:
             try:
                 async with heartbeating():
-                    parsed = await asyncio.wait_for(
+                    parsed = await within(
                         screened(served, tools, input.call, data, input.customer_id, rendered),
                         budget,
                     )

@@ -122,9 +122,11 @@ class Pricing:
 def table_price(usage: Usage, provider: str, model: str) -> float | None:
     """The price from genai-prices' bundled table, or None if it does not know the
     model (or is not installed: it needs Python 3.11)."""
-    table = _table()
     provider_id = TABLE_PROVIDERS.get(provider)
-    if table is None or provider_id is None:
+    if provider_id is None:  # a provider the table has none of: not even loaded
+        return None
+    table = _table()
+    if table is None:
         return None
     # An OpenAI-compatible server elsewhere (vLLM, Groq, a proxy) is priced as whoever
     # serves at that address, if the table knows it, and otherwise not at all.

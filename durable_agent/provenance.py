@@ -208,7 +208,7 @@ def _same(a: Any, b: Any) -> bool:
 
 class _Check:
     def __init__(self, said: Sequence[str], sources: Sequence[Source], roles: frozenset[str]):
-        self.said = _Said(said)
+        self.said = _said(tuple(said), quoted_too=False)
         self.sources = sources
         self.roles = roles
         self._quoted: _Said | None = None
@@ -242,7 +242,7 @@ class _Check:
         found = self.said.number(value) if as_number else self.said.find(value)
         if not found:
             if self._quoted is None:
-                self._quoted = _Said(self.said.texts, quoted_too=True)
+                self._quoted = _said(tuple(self.said.texts), quoted_too=True)
             if self._quoted.number(value) if as_number else self._quoted.find(value):
                 return "the customer only quoted it"
             return self._origin(text)
@@ -276,8 +276,8 @@ class _Said:
 
     def __init__(self, texts: Sequence[str], *, quoted_too: bool = False) -> None:
         self.texts = list(texts)
-        self.messages = [_tokens(t, quoted_too=quoted_too) for t in texts]
         self.plain = [_usable(t, quoted_too=quoted_too) for t in texts]
+        self.messages = [_tokens_of(u) for u in self.plain]
         # Where each token stands, and each number: a call's many values, each looked
         # up in a long conversation, cost one pass over it.
         self.at: dict[str, list[tuple[int, int]]] = {}
@@ -419,8 +419,12 @@ _QUOTES = [
     ("\u300e", "\u300f"),
     ("`", "`"),
 ]
+_CLOSES = {start: end for start, end in reversed(_QUOTES)}
+"""Each opening mark's closing one (the first pair it opens)."""
 _SINGLE = re.compile(r"(?:^|(?<=[\s(\[{:]))['\u2018](?=\S)")
 _SINGLE_END = re.compile(r"(?<=\S)['\u2019](?=$|[\s.,;:!?)\]}])")
+_MAY_QUOTE = re.compile("[" + re.escape("".join(_CLOSES)) + "'\u2018]")
+"""Where a quote may open: an opening mark, or a single quote (if `_SINGLE` says so)."""
 
 
 def _unquoted(text: str) -> str:
@@ -429,22 +433,22 @@ def _unquoted(text: str) -> str:
     text = re.sub(r"```.*?(?:```|\Z)", f" {_BROKEN} ", text, flags=re.DOTALL)
     text = re.sub(r"(?m)^[ \t]*>.*$", f" {_BROKEN} ", text)
     out, i = [], 0
-    while i < len(text):
-        c = text[i]
-        close = next((end for start, end in _QUOTES if c == start), None)
+    while (m := _MAY_QUOTE.search(text, i)) is not None:
+        out.append(text[i : m.start()])  # no quote can open in it: as it is
+        i, c = m.start(), m.group()
+        close = _CLOSES.get(c)
         if close is not None:
             j = text.find(close, i + 1)
-            j = len(text) if j < 0 else j + 1
+            i = len(text) if j < 0 else j + 1
             out.append(f" {_BROKEN} ")
-            i = j
-            continue
-        if c in "'\u2018" and _SINGLE.match(text, i):
-            m = _SINGLE_END.search(text, i + 1)
+        elif _SINGLE.match(text, i):
+            end = _SINGLE_END.search(text, i + 1)
+            i = end.end() if end else len(text)
             out.append(f" {_BROKEN} ")
-            i = m.end() if m else len(text)
-            continue
-        out.append(c)
-        i += 1
+        else:
+            out.append(c)
+            i += 1
+    out.append(text[i:])
     return "".join(out)
 
 
@@ -464,7 +468,11 @@ _TOKEN_OR_BREAK = re.compile(f"{_TOKEN.pattern}|{_BROKEN}")
 def _tokens(text: str, *, quoted_too: bool) -> list[tuple[str, str]]:
     """Tokens, each with the text between it and the previous one; `_BROKEN` stands
     as a token no value has, so no run spans it."""
-    usable = _usable(text, quoted_too=quoted_too)
+    return _tokens_of(_usable(text, quoted_too=quoted_too))
+
+
+def _tokens_of(usable: str) -> list[tuple[str, str]]:
+    """`_tokens` of text already made `_usable`."""
     tokens, last = [], 0
     for m in _TOKEN_OR_BREAK.finditer(usable):
         tokens.append((m.group(), usable[last : m.start()]))
@@ -478,6 +486,8 @@ _INVISIBLE = {"Cf", "Cc", "Co", "Cn", "Cs"}
 def _clean(text: str, *, stable: bool = True) -> bool:
     """No invisible characters (format, control, private, unassigned), and (`stable`)
     unchanged by NFKC: what is shown is what is sent."""
+    if text.isascii() and text.isprintable():
+        return True  # most text: nothing invisible, and NFKC leaves it as it is
     if any(unicodedata.category(c) in _INVISIBLE for c in text if c not in "\t\n\r"):
         return False
     return not stable or unicodedata.normalize("NFKC", text) == text
@@ -526,6 +536,19 @@ _KEPT_CHARS = 16_384
 @functools.lru_cache(maxsize=64)
 def _kept(text: str) -> _Said:
     return _Said([text], quoted_too=True)  # never changed once made: safe to share
+
+
+def _said(texts: tuple[str, ...], *, quoted_too: bool) -> _Said:
+    """What the customer wrote, as tokens: made once for a turn's every call (each
+    step checks its calls against the same messages), as `_read` makes a source's."""
+    if sum(map(len, texts)) <= _KEPT_CHARS:
+        return _kept_said(texts, quoted_too)
+    return _Said(texts, quoted_too=quoted_too)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_said(texts: tuple[str, ...], quoted_too: bool) -> _Said:
+    return _Said(texts, quoted_too=quoted_too)
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -248,7 +248,8 @@ class Consent:
 class Records:
     """What a run keeps of its episodes, in its SQLite file: each turn's wall time as
     it ended, and each report once scored (a run started again takes them as they
-    are: an episode's time is the one it had when it ran)."""
+    are: an episode's time is the one it had when it ran). A run asks it from a
+    thread: its writes never hold up the worker's event loop, where other turns run."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -390,7 +391,7 @@ async def _episode(
     consent: Consent | None,
 ) -> EpisodeReport:
     workflow_id = episode_id(run, task.id)
-    kept = records.finished(workflow_id) if records is not None else None
+    kept = await asyncio.to_thread(records.finished, workflow_id) if records is not None else None
     if kept is not None:
         report = replace(EpisodeReport(**kept), from_earlier=True)
         if progress is not None:
@@ -403,14 +404,14 @@ async def _episode(
         output, handle, fresh = await _turn(client, task, run, task_queue, agent, consent)
         stopped = time.monotonic()
     ended()
-    timed = records.timed(workflow_id) if records is not None else None
+    timed = await asyncio.to_thread(records.timed, workflow_id) if records is not None else None
     if timed is None:
         # Started here: timed here. Started by an earlier invocation: the workflow's
         # own time, which includes the stop.
         seconds = stopped - started if fresh else await _workflow_seconds(handle)
         timed = (round(seconds, 2), fresh, round(stopped - since, 2))
         if records is not None:
-            records.time(workflow_id, *timed)
+            await asyncio.to_thread(records.time, workflow_id, *timed)
     seconds, whole, ended_s = timed
     history = await handle.fetch_history()
     events = len(history.events)
@@ -446,7 +447,7 @@ async def _episode(
         timed_whole=whole,
     )
     if records is not None:
-        records.finish(workflow_id, asdict(report))
+        await asyncio.to_thread(records.finish, workflow_id, asdict(report))
     if progress is not None:
         progress.scored(report.passed)
     return report
@@ -602,6 +603,7 @@ async def run_tasks(
     run = run_id(domain, "oracle", [t.id for t in tasks], chaos, state_dir=state_dir)
     store = tau2.EpisodeStore(state_dir / f"{run}.db", domain)
     records = Records(store.path)
+    store_tools(store)  # the reports ask which tools write: found out before the turns run
     agent = tau2.domain_agent(domain, store, model_calls="local")  # the oracle answers at once
     task_queue = run
     gate = asyncio.Semaphore(concurrency)

@@ -27,6 +27,7 @@ from durable_agent.errors import (
 )
 from durable_agent.model import Reply
 from durable_agent.outputs import OUTPUT_TOOL, output_spec
+from durable_agent.runtime import turns
 from durable_agent.runtime.codec import data_converter
 from durable_agent.runtime.turns import MAX_ID_PART, chat_id, opening, turn_id, workflow_id
 from durable_agent.scripted import ScriptedModel
@@ -185,6 +186,12 @@ async def test_a_request_id_with_another_request_is_a_conflict(
         first = await agents.ask(question, customer="bob", request_id=key)
         again = await agents.start(question, customer="bob", request_id=key, stream=True)
         assert again.id == first.workflow_id and not again.started
+        # A start that made its turn is its request's without asking the server; one
+        # that found the turn there (running, or ended) asks.
+        made = await agents.start(question, customer="bob", request_id=f"{key}-made")
+        found = await agents.start(question, customer="bob", request_id=f"{key}-made")
+        assert turns.made_by(made.temporal) and not turns.made_by(found.temporal)
+        assert found.id == made.id
         others: list[dict[str, Any]] = [
             {"question": "Has order 654321 shipped?"},
             {"context": {"plan": "pro"}},

@@ -6,6 +6,8 @@ closed as before); and a reply the turn will not parse is not parsed."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 from temporalio.api.history.v1 import HistoryEvent
 
 from durable_agent.activities import parse
+from durable_agent.activities._common import within
 from durable_agent.activities._conversation import local_result
 from durable_agent.agents import Agent
 from durable_agent.errors import AgentError
@@ -129,3 +132,20 @@ async def test_a_reply_past_the_step_limit_is_not_parsed(harness: Harness, tmp_p
 
 def test_a_model_call_gives_parse_the_turns_parse_timeout() -> None:
     assert PARSE_TIMEOUT.total_seconds() == parse.AHEAD_TIMEOUT_S
+
+
+async def test_the_parse_with_the_model_call_is_timed_in_the_calls_own_task() -> None:
+    """`within` (the timeout of the parse with the model call, and of a result's screen
+    in dispatch) returns what it waits for and ends it past its time; where Python has
+    `asyncio.timeout`, it waits in the activity's own task: no task, no hop through the
+    worker's event loop."""
+
+    async def whose() -> asyncio.Task[Any] | None:
+        await asyncio.sleep(0)
+        return asyncio.current_task()
+
+    waited = await within(whose(), 1.0)
+    if sys.version_info >= (3, 11):
+        assert waited is asyncio.current_task()
+    with pytest.raises(asyncio.TimeoutError):
+        await within(asyncio.sleep(5), 0.05)

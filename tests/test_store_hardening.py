@@ -27,7 +27,12 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.common import RawValue
-from temporalio.converter import WorkflowSerializationContext
+from temporalio.converter import (
+    ActivitySerializationContext,
+    StorageDriverStoreContext,
+    StorageDriverWorkflowInfo,
+    WorkflowSerializationContext,
+)
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent import Agent, AgentClient, answers
@@ -456,6 +461,50 @@ async def test_a_reference_to_another_workflows_payload_or_outside_the_store_is_
         assert result.outcome is Outcome.PAYLOAD_UNAVAILABLE, name
         assert said[name] in result.steps[0].text, (name, result.steps[0].text)
         assert "secret" not in result.model_dump_json()
+
+
+async def test_a_workflows_activities_share_its_binding_of_the_converter(tmp_path: Path) -> None:
+    """The converter binds the store to a workflow once: its activities (each a context
+    of its own) use that binding, encrypted or not; another workflow's is another, and
+    refuses the first one's payloads."""
+    for more in ({}, {"AGENT_ENCRYPTION_KEY": f"k1:{new_key()}"}):
+        converter = data_converter(stored_in(tmp_path / "payloads", **more))
+
+        def activity(workflow_id: str, n: int, converter: Any = converter) -> Any:
+            return converter.with_context(
+                ActivitySerializationContext(
+                    namespace="default",
+                    activity_id=str(n),
+                    activity_type="dispatch",
+                    activity_task_queue="agent",
+                    workflow_id=workflow_id,
+                    workflow_type="AgentTurn",
+                    is_local=bool(n % 2),
+                )
+            )
+
+        own = converter.with_context(WorkflowSerializationContext("default", "wf-1"))
+        assert activity("wf-1", 1) is activity("wf-1", 2) is own
+        other = activity("wf-2", 1)
+        assert other is not own
+        [reference] = await activity("wf-1", 3).encode(["the customer said 123456"])
+        assert await own.decode([reference], [str]) == ["the customer said 123456"]
+        with pytest.raises(PayloadUnavailable, match="refused"):
+            await other.decode([reference], [str])
+        # Where to store is bound once a run, for its every task and activity.
+        runs = [
+            StorageDriverStoreContext(
+                target=StorageDriverWorkflowInfo(
+                    namespace="default", id="wf-1", run_id=run, type="AgentTurn"
+                )
+            )
+            for run in ("r1", "r2")
+        ]
+        first = own._with_store_context(runs[0])
+        assert first is own._with_store_context(runs[0]) is not own._with_store_context(runs[1])
+        assert first.external_storage._store_context == runs[0]  # type: ignore[union-attr]
+        [stored] = await first.encode(["x" * 99])
+        assert stored.external_payloads and await own.decode([stored], [str]) == ["x" * 99]
 
 
 async def test_the_codec_server_refuses_keys_that_leave_the_store_and_altered_payloads(

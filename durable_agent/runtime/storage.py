@@ -817,25 +817,54 @@ class StoreConverter(DataConverter):
     """The SDK's data converter over a `PayloadStore`, with what that costs kept down: it
     binds the store (and itself) to a context at every payload of every workflow task,
     and to where a payload would be stored. A binding is made once (a turn's tasks ask
-    for its workflow's, and each activity's, again and again), and a store that stores
+    for its workflow's, and each activity's, again and again; the store's owner is all
+    a binding depends on, and where to store is the run), and a store that stores
     nothing is not bound to where it would store."""
 
-    _contexts: dict[SerializationContext, DataConverter] = dataclasses.field(
+    _contexts: dict[Any, DataConverter] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _owner_only: list[bool] = dataclasses.field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+    _targets: dict[StorageDriverStoreContext, DataConverter] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
     def with_context(self, context: SerializationContext) -> StoreConverter:
-        bound = self._contexts.pop(context, None) or super().with_context(context)
-        self._contexts[context] = bound  # the most recent last
+        key = self._key(context)
+        bound = self._contexts.pop(key, None) or super().with_context(context)
+        self._contexts[key] = bound  # the most recent last
         if len(self._contexts) > MAX_BOUND:
             del self._contexts[next(iter(self._contexts))]  # the least recent
         return bound  # type: ignore[return-value]
+
+    def _key(self, context: SerializationContext) -> Any:
+        """What a binding depends on: only the context's workflow (the store's owner)
+        when no other part of the converter takes a context, as the project's do (so
+        the activities of a turn share one); else the whole context."""
+        if not self._owner_only:  # found out once
+            parts = (self.payload_converter, self.payload_codec, self.failure_converter)
+            self._owner_only.append(
+                all(
+                    not isinstance(p, WithSerializationContext) or p.with_context(context) is p
+                    for p in parts
+                )
+            )
+        return (Owner, owner_of(context)) if self._owner_only[0] else context
 
     def _with_store_context(self, store_ctx: StorageDriverStoreContext) -> DataConverter:
         storage = self.external_storage
         if isinstance(storage, PayloadStore) and storage.storing is None:
             return self
-        return super()._with_store_context(store_ctx)
+        try:  # the same target (a run, for its every task and activity): the same binding
+            bound = self._targets.pop(store_ctx, None) or super()._with_store_context(store_ctx)
+        except TypeError:  # a target that cannot be a key
+            return super()._with_store_context(store_ctx)
+        self._targets[store_ctx] = bound  # the most recent last
+        if len(self._targets) > MAX_BOUND:
+            del self._targets[next(iter(self._targets))]  # the least recent
+        return bound
 
 
 def external_storage(environ: Mapping[str, str] | None = None) -> PayloadStore:

@@ -180,9 +180,12 @@ def request_fingerprint(turn: TurnInput) -> str:
 
 
 async def same_request(handle: WorkflowHandle, turn: TurnInput) -> bool:
-    """Whether the turn `handle` names was started for `turn`'s request: by the
-    fingerprint in its memo, or (a turn started before turns kept one) by its input.
-    A workflow of that id that is no turn (a conversation) is not."""
+    """Whether the turn `handle` names was started for `turn`'s request: at once when
+    `handle` is the start that made it (`made_by`); else by the fingerprint in its memo,
+    or (a turn started before turns kept one) by its input. A workflow of that id that
+    is no turn (a conversation) is not."""
+    if made_by(handle):
+        return True
     described = await handle.describe()
     try:
         recorded = await described.memo_value(REQUEST_MEMO, type_hint=str)
@@ -190,6 +193,14 @@ async def same_request(handle: WorkflowHandle, turn: TurnInput) -> bool:
         opened = await started_with(handle, "AgentTurn", TurnInput)
         recorded = request_fingerprint(opened) if opened is not None else ""
     return bool(recorded == request_fingerprint(turn))
+
+
+def made_by(handle: WorkflowHandle) -> bool:
+    """Whether `handle` is the start that made its workflow, with the input it was
+    given (the server's answer to a start that may find one running says so): not one
+    that found it there. False when the SDK does not say: the caller then asks."""
+    response = getattr(handle, "_start_workflow_response", None)
+    return bool(getattr(response, "started", False))
 
 
 async def started_with(handle: WorkflowHandle, workflow_type: str, input_type: type[T]) -> T | None:
