@@ -188,6 +188,7 @@ async def _tau2(args: argparse.Namespace) -> int:
     from durable_agent.evals import tau2
     from durable_agent.evals.chaos import ChaosError, kill_every
     from durable_agent.evals.run import (
+        Scoring,
         against_floor,
         plain_run,
         run_id,
@@ -242,7 +243,12 @@ async def _tau2(args: argparse.Namespace) -> int:
         passed = sum(plain.passed)
         floor.write_text(
             json.dumps(
-                {"seconds": round(plain.seconds, 2), "passed": passed, "episodes": plain.episodes}
+                {
+                    "seconds": round(plain.seconds, 2),
+                    "passed": passed,
+                    "episodes": plain.episodes,
+                    "cpu_seconds": plain.cpu_seconds,
+                }
             )
         )
         print(
@@ -257,6 +263,7 @@ async def _tau2(args: argparse.Namespace) -> int:
         return 1
     if args.floor:
         return await _temporal_floor(conn, args, tasks, state, temporal_floor, floor)
+    scoring = Scoring(len(tasks))
     reports = await _on_server(
         conn,
         run_tasks(
@@ -267,6 +274,7 @@ async def _tau2(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             ui_url=conn.ui_url or "",
             chaos=args.chaos,
+            scoring=scoring,
         ),
         ChaosError,
     )
@@ -277,10 +285,14 @@ async def _tau2(args: argparse.Namespace) -> int:
     if ran_now:
         # The turns' time: until the last turn ended (scoring aside, as for the floor).
         total["turns_seconds"] = max(r.ended_s for r in ran_now)
+    # This process's CPU is the run's when its worker ran here (not chaos's workers).
+    cpu = None if args.chaos else scoring.cpu_seconds
+    if cpu is not None and len(ran_now) == len(reports):
+        total["cpu_seconds"] = cpu
     if floor.exists():
         total.update(against_floor(reports, json.loads(floor.read_text())))
     if temporal_floor.exists():
-        over = against_floor(reports, json.loads(temporal_floor.read_text()))
+        over = against_floor(reports, json.loads(temporal_floor.read_text()), cpu)
         total.update({f"temporal_{k}": v for k, v in over.items()})
     as_json, as_csv = write_reports(reports, args.report / run, total)
     print(
@@ -313,7 +325,12 @@ async def _temporal_floor(
         return 1
     passed = sum(found.passed)
     report.parent.mkdir(parents=True, exist_ok=True)
-    took = {"seconds": round(found.seconds, 2), "passed": passed, "episodes": found.episodes}
+    took = {
+        "seconds": round(found.seconds, 2),
+        "passed": passed,
+        "episodes": found.episodes,
+        "cpu_seconds": found.cpu_seconds,
+    }
     report.write_text(json.dumps(took))
     over = ""
     if plain.exists():
@@ -436,6 +453,8 @@ def _timing(total: dict[str, Any], earlier: int) -> str:
         said += "; the plain loop's report has no time per episode: run --plain again"
     if "temporal_over_floor" in total:
         said += f", {total['temporal_over_floor']}× Temporal's floor's (--floor)"
+        if "temporal_over_floor_cpu" in total:
+            said += f", this process's CPU {total['temporal_over_floor_cpu']}× its"
     return said
 
 

@@ -175,4 +175,4 @@ async def floor_run(
             passed = await asyncio.gather(*(one(t) for t in tasks))
     finally:
         _close_scorer()
-    return Floor(max(ended, default=started) - started, took, list(passed))
+    return Floor(max(ended, default=started) - started, took, list(passed), scoring.cpu_seconds)

@@ -469,10 +469,18 @@ class Scoring:
         self._hurry = asyncio.Event()
         if turns <= 0:
             self._hurry.set()
+        self._cpu_from: float | None = None
+        self.cpu_seconds: float | None = None
+        """This process's CPU (every thread: the runner, a worker here, the tools) from
+        the first turn's start to the last one's end; None until then. Steadier than
+        wall time on a shared machine, and what the turns cost where they ran (its
+        scoring is elsewhere)."""
 
     def turn(self) -> Callable[[], None]:
         """What to call when one turn (or plain loop) is over, however it ended (once;
-        a second call does nothing)."""
+        a second call does nothing). The first call starts the turns' window."""
+        if self._cpu_from is None:
+            self._cpu_from = time.process_time()
         over = False
 
         def ended() -> None:
@@ -481,6 +489,8 @@ class Scoring:
                 over = True
                 self._turns -= 1
                 if self._turns <= 0:
+                    if self._cpu_from is not None and self.cpu_seconds is None:
+                        self.cpu_seconds = round(time.process_time() - self._cpu_from, 2)
                     self._hurry.set()
 
         return ended
@@ -595,10 +605,13 @@ async def run_tasks(
     out: Any = sys.stdout,
     chaos: bool = False,
     serve_here: bool = True,
+    scoring: Scoring | None = None,
 ) -> list[EpisodeReport]:
     """Every task as an episode, `concurrency` at a time, on a worker of this process
     (with `chaos`, on worker processes killed at random: `evals/chaos.py`; without
-    `serve_here`, on workers started elsewhere: `python -m durable_agent.evals worker`)."""
+    `serve_here`, on workers started elsewhere: `python -m durable_agent.evals worker`).
+    `scoring`: where the episodes are scored, made for these tasks (its `cpu_seconds`
+    then says what the run cost this process)."""
 
     run = run_id(domain, "oracle", [t.id for t in tasks], chaos, state_dir=state_dir)
     store = tau2.EpisodeStore(state_dir / f"{run}.db", domain)
@@ -608,7 +621,7 @@ async def run_tasks(
     task_queue = run
     gate = asyncio.Semaphore(concurrency)
     progress = Progress(len(tasks), out)
-    scoring = Scoring(len(tasks))
+    scoring = scoring or Scoring(len(tasks))
     consent = Consent(client, task_queue)
     since = time.monotonic()
 
@@ -700,11 +713,13 @@ async def serve(domain: str, task_ids: list[str], store_path: Path, task_queue: 
 @dataclass
 class Floor:
     """The plain loop's run: the time until its last episode's loop ended, each
-    episode's own time (by task), and whether each passed."""
+    episode's own time (by task), and whether each passed; this process's CPU over
+    that time (`Scoring.cpu_seconds`)."""
 
     seconds: float
     episodes: dict[str, float]
     passed: list[bool]
+    cpu_seconds: float | None = None
 
 
 async def plain_run(
@@ -768,16 +783,19 @@ async def plain_run(
         passed = await asyncio.gather(*(one(t) for t in tasks))
     finally:
         _close_scorer()
-    return Floor(max(ended, default=started) - started, took, list(passed))
+    return Floor(max(ended, default=started) - started, took, list(passed), scoring.cpu_seconds)
 
 
-def against_floor(reports: list[EpisodeReport], floor: dict[str, Any]) -> dict[str, Any]:
+def against_floor(
+    reports: list[EpisodeReport], floor: dict[str, Any], cpu_seconds: float | None = None
+) -> dict[str, Any]:
     """The durable run's time over the plain loop's (`--plain`, same tasks, same
     concurrency), over the episodes both timed whole: the sum of their turns' times
     over the sum of the loop's. Each episode's time is the one it had when it ran, so
     a rerun or a resumed run gives the same ratio. When every episode ran whole in
     this invocation, also the run's wall time (until its last turn ended) over the
-    loop's."""
+    loop's, and, given the run's `cpu_seconds` (`Scoring.cpu_seconds`, its worker in
+    this process), its CPU over the floor's."""
     episodes: dict[str, float] = floor.get("episodes") or {}
     both = [r for r in reports if r.timed_whole and r.task in episodes]
     found: dict[str, Any] = {"floor_seconds": floor["seconds"], "over_floor_episodes": len(both)}
@@ -787,6 +805,8 @@ def against_floor(reports: list[EpisodeReport], floor: dict[str, Any]) -> dict[s
     if len(both) == len(reports) == len(episodes) and not any(r.from_earlier for r in reports):
         wall = max(r.ended_s for r in reports)
         found["over_floor_wall"] = round(wall / max(floor["seconds"], 1e-9), 2)
+        if cpu_seconds and floor.get("cpu_seconds"):
+            found["over_floor_cpu"] = round(cpu_seconds / floor["cpu_seconds"], 2)
     return found
 
 

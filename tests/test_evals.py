@@ -346,7 +346,7 @@ def test_a_durable_run_says_its_time_over_the_plain_loop_and_temporals_floor(
     ), floor
     assert re.match(
         r"2/2 passed in [\d.]+ s, [\d.]+× the plain loop's time per episode, [\d.]+× its wall "
-        r"time, [\d.]+× Temporal's floor's \(--floor\); ",
+        r"time, [\d.]+× Temporal's floor's \(--floor\), this process's CPU [\d.]+× its; ",
         durable,
     ), durable
 
@@ -711,6 +711,7 @@ async def test_temporals_floor_runs_the_episodes_as_bare_workflows_each_write_ap
     tasks = tau2.tasks("retail", ["0", "4"])
     floor = await floor_run(env.client, "retail", tasks, state_dir=tmp_path)
     assert floor.passed == [True, True]
+    assert floor.cpu_seconds is not None and floor.cpu_seconds > 0
     assert set(floor.episodes) == {"0", "4"}
     assert all(0 < t <= floor.seconds for t in floor.episodes.values())
     store = tau2.EpisodeStore(next(tmp_path.glob("floor-*.db")), "retail")
@@ -733,10 +734,14 @@ async def test_temporals_floor_runs_the_episodes_as_bare_workflows_each_write_ap
     episodes = _episodes(tau2.EpisodeStore(path, "retail"))
     assert len(episodes) == 2 and not set(episodes) & set(first), (episodes, first)
 
-    report = SimpleNamespace(task="0", seconds=floor.episodes["0"] * 2, timed_whole=True)
-    over = against_floor([report], {"seconds": floor.seconds, "episodes": floor.episodes})  # type: ignore[list-item]
+    report = SimpleNamespace(
+        task="0", seconds=floor.episodes["0"] * 2, timed_whole=True, ended_s=1.0, from_earlier=False
+    )
+    known = {"seconds": floor.seconds, "episodes": {"0": floor.episodes["0"]}, "cpu_seconds": 2.0}
+    over = against_floor([report], known, cpu_seconds=3.0)  # type: ignore[list-item]
     total = {"episodes": 1, **{f"temporal_{k}": v for k, v in over.items()}}
-    assert ", 2.0× Temporal's floor's (--floor)" in _timing(total, 0)
+    said = _timing(total, 0)
+    assert ", 2.0× Temporal's floor's (--floor), this process's CPU 1.5× its" in said, said
 
 
 @pytest.mark.parametrize("value", ["x", "5,1"])
