@@ -1087,6 +1087,14 @@ class TurnHandle:
         with _plainly(self.id):
             return await storage.size_of(self.client.temporal, self.id)
 
+    async def lost_task(self) -> turns.LostTask | None:
+        """The turn's workflow task, when its workers lost it (crashed holding it, or
+        failed it) in a row: how often, since when, and how the first was lost
+        (`LostTask.line()` says it); None when it is not. Read from the server: a turn
+        in that state has no worker to ask."""
+        with _plainly(self.id):
+            return await turns.lost_task(self.temporal)
+
     async def _running(self) -> bool:
         try:
             return (await self.temporal.describe()).status == WorkflowExecutionStatus.RUNNING

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,6 +26,7 @@ from temporalio.worker import Worker
 
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.client import AgentClient, AgentClientError
+from durable_agent.errors import UnknownTurn
 from durable_agent.runtime.turns import progress_of, start_turn
 from durable_agent.types import PendingApproval, ToolCall, TurnInput, TurnProgress, Usage
 
@@ -93,6 +95,35 @@ async def test_show_follow_on_a_turn_whose_workflow_task_fails_is_one_line(
         )
     said = one_line(out, f"error: turn {turn_id}")
     assert "workflow task" in said
+
+
+async def test_show_says_when_a_turns_workflow_task_is_lost_again_and_again(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A turn whose workflow task its workers lose (here: fail) again and again, which
+    Temporal gives out later after each: `show` says so first, how often, since when
+    and how the first was lost, from the server alone; then what else it can."""
+    async with broken_turn(env.client) as (task_queue, turn_id):
+        turn = AgentClient(env.client, task_queue=task_queue).turn(turn_id)
+        deadline = time.monotonic() + 60
+        while (lost := await turn.lost_task()) is None:
+            assert time.monotonic() < deadline, "the workflow task was never given out again"
+            await asyncio.sleep(0.1)
+        times = "1 time" if lost.attempt == 2 else f"{lost.attempt - 1} times"
+        line = lost.line()
+        assert line.startswith(f"workflow task: lost {times} in a row since "), line
+        first = "(the first: failed, workflow worker unhandled failure: a bug in the turn's"
+        assert first in line and "the workers' logs say why" in line, line
+        out = await asyncio_run(
+            client_py, "show", turn_id, env=command_env(env, task_queue, tmp_path)
+        )
+        assert "Traceback" not in out.stderr, out.stderr
+        shown = out.stdout.splitlines()
+        assert shown[0] == f"{turn_id} (running)", out.stdout
+        assert shown[1].startswith("workflow task: lost "), out.stdout
+    # Ended (its worker gone with the block), no turn's task is lost; no turn, one line.
+    with pytest.raises(UnknownTurn, match="turn-demo-nope"):
+        await AgentClient(env.client).turn("turn-demo-nope").lost_task()
 
 
 async def asyncio_run(fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -1180,6 +1180,8 @@ async def cmd_show(args: argparse.Namespace) -> int:
                     print(words(event.step.render()), flush=True)
             return await print_result(conn, turn, await turn.result(), sizes=True)
         if desc.status == WorkflowExecutionStatus.RUNNING:
+            if lost := await turn.lost_task():
+                print(lost.line())
             try:
                 progress = await turn.progress(timeout=SHOW_QUERY_S)
             except WorkerNeeded:

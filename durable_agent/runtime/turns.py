@@ -30,10 +30,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, cast
 
-from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus
+from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
+from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus, WorkflowTaskFailedCause
 from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
 from temporalio.api.worker.v1 import WorkerHeartbeat
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWorkersRequest
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+    ListWorkersRequest,
+)
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -1343,3 +1348,80 @@ def _first_error(e: ValueError) -> str:
     if callable(errors):
         return "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in errors())
     return str(e)
+
+
+@dataclass(frozen=True)
+class LostTask:
+    """A running turn's workflow task that its workers lost (crashed, or failed it) in a
+    row: Temporal gives it out again, later after each loss past the third (5 s, 10 s,
+    20 s ... up to 10 minutes), so the turn stands still meanwhile."""
+
+    attempt: int
+    """The attempt Temporal gives out now (2: lost once)."""
+    since: datetime | None
+    """When the first of the lost attempts was given out."""
+    first: str
+    """How the first was lost, as the history has it (later losses leave no event)."""
+
+    def line(self) -> str:
+        """`workflow task: lost 6 times in a row since 2026-12-08 14:02:11 UTC (the first:
+        failed, ...); Temporal gives it out again later after each, up to 10 minutes
+        apart: the workers' logs say why`."""
+        lost = self.attempt - 1
+        since = f" since {self.since:%Y-%m-%d %H:%M:%S} UTC" if self.since else ""
+        first = f" (the first: {self.first})" if self.first else ""
+        return (
+            f"workflow task: lost {lost} time{'s' if lost != 1 else ''} in a row{since}{first}; "
+            "Temporal gives it out again later after each, up to 10 minutes apart: the "
+            "workers' logs say why"
+        )
+
+
+LOST_MESSAGE_CHARS = 160
+"""How much of a failed workflow task's message `LostTask.first` keeps."""
+
+
+async def lost_task(
+    handle: WorkflowHandle, described: WorkflowExecutionDescription | None = None
+) -> LostTask | None:
+    """The turn's workflow task lost in a row (None: it is not, or the turn does not
+    run). `described`: the turn's description, if just had. Reads the server only: a
+    turn whose task is lost has no worker to ask."""
+    described = described if described is not None else await handle.describe()
+    raw = described.raw_description
+    pending = raw.pending_workflow_task
+    if not raw.HasField("pending_workflow_task") or pending.attempt < 2:
+        return None
+    since = pending.original_scheduled_time
+    return LostTask(
+        attempt=pending.attempt,
+        since=since.ToDatetime(timezone.utc) if since.seconds else None,
+        first=await _first_loss(handle),
+    )
+
+
+async def _first_loss(handle: WorkflowHandle) -> str:
+    """The newest workflow task failure or timeout in the history, in a few words: the
+    first loss of the task now lost in a row (its later losses write no event)."""
+    client: Client = handle._client  # the handle's own: the turn's namespace
+    request = GetWorkflowExecutionHistoryReverseRequest(
+        namespace=client.namespace,
+        execution=ExecutionRef(workflow_id=handle.id),
+        maximum_page_size=100,
+    )
+    try:
+        page = await client.workflow_service.get_workflow_execution_history_reverse(request)
+    except RPCError:
+        return ""
+    for event in page.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            return "timed out: a worker died holding it, or took longer than its timeout"
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            failed = event.workflow_task_failed_event_attributes
+            cause = WorkflowTaskFailedCause.Name(failed.cause)
+            cause = cause.removeprefix("WORKFLOW_TASK_FAILED_CAUSE_").lower().replace("_", " ")
+            message = " ".join(failed.failure.message.split())
+            if len(message) > LOST_MESSAGE_CHARS:
+                message = message[: LOST_MESSAGE_CHARS - 1] + "…"
+            return f"failed, {cause}: {message}" if message else f"failed, {cause}"
+    return ""
