@@ -287,7 +287,7 @@ async def _tau2(args: argparse.Namespace) -> int:
         total["turns_seconds"] = max(r.ended_s for r in ran_now)
     # This process's CPU is the run's when its worker ran here (not chaos's workers).
     cpu = None if args.chaos else scoring.cpu_seconds
-    if cpu is not None and len(ran_now) == len(reports):
+    if cpu is not None and all(r.timed_whole and not r.from_earlier for r in reports):
         total["cpu_seconds"] = cpu
     if floor.exists():
         total.update(against_floor(reports, json.loads(floor.read_text())))

@@ -46,7 +46,7 @@ from durable_agent.errors import AgentClientError
 from durable_agent.evals import tau2
 from durable_agent.evals.report import Progress, table
 from durable_agent.model import ModelCatalog
-from durable_agent.runtime.turns import decide, memo_pending
+from durable_agent.runtime.turns import decide, made_by, memo_pending
 from durable_agent.settings import Settings
 from durable_agent.types import TurnInput, TurnOutput
 from durable_agent.workflows import search
@@ -167,7 +167,9 @@ async def _turn(
         output = TurnOutput.model_validate(await started.temporal.result())
     else:
         output = await approved_as_customer(started)
-    return output, started.temporal, started.started
+    # Made by this call, not found running (an earlier invocation's, killed mid-run):
+    # only then is the whole turn timed here.
+    return output, started.temporal, made_by(started.temporal)
 
 
 class Consent:
