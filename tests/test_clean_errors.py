@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -27,7 +29,7 @@ from temporalio.worker import Worker
 from durable_agent.approval import ApprovalDecision, ApprovalResult
 from durable_agent.client import AgentClient, AgentClientError
 from durable_agent.errors import UnknownTurn
-from durable_agent.runtime.turns import progress_of, start_turn
+from durable_agent.runtime.turns import loss_of, progress_of, start_turn
 from durable_agent.types import PendingApproval, ToolCall, TurnInput, TurnProgress, Usage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,6 +126,24 @@ async def test_show_says_when_a_turns_workflow_task_is_lost_again_and_again(
     # Ended (its worker gone with the block), no turn's task is lost; no turn, one line.
     with pytest.raises(UnknownTurn, match="turn-demo-nope"):
         await AgentClient(env.client).turn("turn-demo-nope").lost_task()
+
+
+def test_a_lost_tasks_failure_is_one_line_with_no_control_sequence() -> None:
+    """What `show` says of a failed workflow task: one line, bounded, no terminal escape
+    or control character of the failure's message; a timeout says what it may be."""
+    failed = HistoryEvent(event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    failed.workflow_task_failed_event_attributes.cause = (
+        WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR
+    )
+    failed.workflow_task_failed_event_attributes.failure.message = (
+        "bad \x1b[2J\x1b]0;owned\x07 step\nagain\r\n" + "x" * 500
+    )
+    said = loss_of(failed)
+    assert said.startswith("failed, non deterministic error: bad [2J ]0;owned step again xx")
+    assert said.isprintable() and len(said) < 200, said
+    timed_out = HistoryEvent(event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT)
+    assert loss_of(timed_out).startswith("timed out: a worker died holding it")
+    assert loss_of(HistoryEvent(event_type=EventType.EVENT_TYPE_TIMER_FIRED)) == ""
 
 
 async def asyncio_run(fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -857,10 +857,12 @@ class StoreConverter(DataConverter):
         storage = self.external_storage
         if isinstance(storage, PayloadStore) and storage.storing is None:
             return self
-        try:  # the same target (a run, for its every task and activity): the same binding
-            bound = self._targets.pop(store_ctx, None) or super()._with_store_context(store_ctx)
+        try:
+            hash(store_ctx)
         except TypeError:  # a target that cannot be a key
             return super()._with_store_context(store_ctx)
+        # The same target (a run, for its every task and activity): the same binding.
+        bound = self._targets.pop(store_ctx, None) or super()._with_store_context(store_ctx)
         self._targets[store_ctx] = bound  # the most recent last
         if len(self._targets) > MAX_BOUND:
             del self._targets[next(iter(self._targets))]  # the least recent

@@ -32,6 +32,7 @@ from typing import Any, TypeVar, cast
 
 from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
 from temporalio.api.enums.v1 import EventType, TaskQueueType, WorkerStatus, WorkflowTaskFailedCause
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
 from temporalio.api.worker.v1 import WorkerHeartbeat
 from temporalio.api.workflowservice.v1 import (
@@ -1413,15 +1414,21 @@ async def _first_loss(handle: WorkflowHandle) -> str:
         page = await client.workflow_service.get_workflow_execution_history_reverse(request)
     except RPCError:
         return ""
-    for event in page.history.events:
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
-            return "timed out: a worker died holding it, or took longer than its timeout"
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-            failed = event.workflow_task_failed_event_attributes
-            cause = WorkflowTaskFailedCause.Name(failed.cause)
-            cause = cause.removeprefix("WORKFLOW_TASK_FAILED_CAUSE_").lower().replace("_", " ")
-            message = " ".join(failed.failure.message.split())
-            if len(message) > LOST_MESSAGE_CHARS:
-                message = message[: LOST_MESSAGE_CHARS - 1] + "…"
-            return f"failed, {cause}: {message}" if message else f"failed, {cause}"
-    return ""
+    return next(filter(None, map(loss_of, page.history.events)), "")
+
+
+def loss_of(event: HistoryEvent) -> str:
+    """A workflow task's failure or timeout, in a few words on one line a terminal shows
+    as it is (no control sequence of the failure's message); empty for other events."""
+    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+        return "timed out: a worker died holding it, or took longer than its timeout"
+    if event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+        return ""
+    failed = event.workflow_task_failed_event_attributes
+    cause = WorkflowTaskFailedCause.Name(failed.cause)
+    cause = cause.removeprefix("WORKFLOW_TASK_FAILED_CAUSE_").lower().replace("_", " ")
+    shown = "".join(c if c.isprintable() else " " for c in failed.failure.message)
+    message = " ".join(shown.split())
+    if len(message) > LOST_MESSAGE_CHARS:
+        message = message[: LOST_MESSAGE_CHARS - 1] + "…"
+    return f"failed, {cause}: {message}" if message else f"failed, {cause}"
