@@ -817,41 +817,24 @@ class StoreConverter(DataConverter):
     """The SDK's data converter over a `PayloadStore`, with what that costs kept down: it
     binds the store (and itself) to a context at every payload of every workflow task,
     and to where a payload would be stored. A binding is made once (a turn's tasks ask
-    for its workflow's, and each activity's, again and again; the store's owner is all
-    a binding depends on, and where to store is the run), and a store that stores
-    nothing is not bound to where it would store."""
+    for its workflow's, and each activity's, again and again; where to store is bound
+    once a run), and a store that stores nothing is not bound to where it would store.
+    (Bindings keyed by the workflow alone, which its activities would share, held some
+    10 MB more in a 1,000-step turn's worker: not kept.)"""
 
-    _contexts: dict[Any, DataConverter] = dataclasses.field(
+    _contexts: dict[SerializationContext, DataConverter] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False
-    )
-    _owner_only: list[bool] = dataclasses.field(
-        default_factory=list, init=False, repr=False, compare=False
     )
     _targets: dict[StorageDriverStoreContext, DataConverter] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
     def with_context(self, context: SerializationContext) -> StoreConverter:
-        key = self._key(context)
-        bound = self._contexts.pop(key, None) or super().with_context(context)
-        self._contexts[key] = bound  # the most recent last
+        bound = self._contexts.pop(context, None) or super().with_context(context)
+        self._contexts[context] = bound  # the most recent last
         if len(self._contexts) > MAX_BOUND:
             del self._contexts[next(iter(self._contexts))]  # the least recent
         return bound  # type: ignore[return-value]
-
-    def _key(self, context: SerializationContext) -> Any:
-        """What a binding depends on: only the context's workflow (the store's owner)
-        when no other part of the converter takes a context, as the project's do (so
-        the activities of a turn share one); else the whole context."""
-        if not self._owner_only:  # found out once
-            parts = (self.payload_converter, self.payload_codec, self.failure_converter)
-            self._owner_only.append(
-                all(
-                    not isinstance(p, WithSerializationContext) or p.with_context(context) is p
-                    for p in parts
-                )
-            )
-        return (Owner, owner_of(context)) if self._owner_only[0] else context
 
     def _with_store_context(self, store_ctx: StorageDriverStoreContext) -> DataConverter:
         storage = self.external_storage
